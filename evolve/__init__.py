@@ -1,0 +1,3 @@
+"""memevolve: offline strategy-evolution optimizer for LLM-agent memory systems."""
+
+__version__ = "0.1.0"

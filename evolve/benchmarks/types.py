@@ -1,0 +1,76 @@
+"""Benchmark-neutral data the runtime consumes; adapters normalise every source format into these."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+
+#: Category names used in reports; adapters map their own labels onto these.
+CATEGORIES = ("multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
+
+
+@dataclass(frozen=True)
+class Turn:
+    """One utterance. ``id`` is unique within its conversation (LoCoMo ``dia_id``, e.g. ``D1:3``)."""
+
+    id: str
+    speaker: str
+    text: str
+    session_id: str
+    timestamp: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    timestamp: datetime | None
+    turns: tuple[Turn, ...]
+
+
+@dataclass(frozen=True)
+class Conversation:
+    id: str
+    speakers: tuple[str, ...]
+    sessions: tuple[Session, ...]
+
+    def turns(self) -> list[Turn]:
+        return [t for s in self.sessions for t in s.turns]
+
+    def content_hash(self) -> str:
+        payload = [[s.id, str(s.timestamp), [[t.id, t.speaker, t.text] for t in s.turns]] for s in self.sessions]
+        return hashlib.sha256(json.dumps([self.id, payload]).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Question:
+    """A question about one conversation. ``id`` is unique across the benchmark."""
+
+    id: str
+    conversation_id: str
+    question: str
+    answer: str
+    category: str  # one of CATEGORIES
+    evidence: tuple[str, ...] = ()  # gold turn ids
+    asked_at: datetime | None = None
+
+
+@dataclass
+class Benchmark:
+    name: str
+    conversations: dict[str, Conversation]
+    questions: list[Question]
+    warnings: list[str] = field(default_factory=list)
+
+    def content_hash(self) -> str:
+        """Identity of the harness data: conversations and questions."""
+        h = hashlib.sha256()
+        for cid in sorted(self.conversations):
+            h.update(self.conversations[cid].content_hash().encode())
+        for q in self.questions:
+            h.update(json.dumps(asdict(q), default=str, sort_keys=True).encode())
+        return h.hexdigest()
+
+
+class BenchmarkError(ValueError):
+    """A benchmark file is unusable; the message names the file and the offending record."""

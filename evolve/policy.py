@@ -1,0 +1,137 @@
+"""Typed, read-only access to a validated strategy for the runtime."""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Prompt(_Frozen):
+    id: str
+    version: int
+    template: str
+    required_markers: tuple[str, ...]
+
+
+class Extraction(_Frozen):
+    prompt: Prompt
+    max_facts_per_window: int
+    window_size: int
+    window_overlap: int
+    min_fact_tokens: int
+    dedup_threshold: float
+    supplement: bool
+    resolve_relative_dates: bool
+
+
+class Expansion(_Frozen):
+    prompt: Prompt
+    max_subqueries: int
+    entities: bool
+    dates: bool
+    keywords: bool
+
+
+class Weights(_Frozen):
+    bm25: float
+    vector: float
+    subquery: float
+
+
+class Rerank(_Frozen):
+    enabled: bool
+    top_n: int
+    overlap_weight: float
+
+
+class TimeDecay(_Frozen):
+    enabled: bool
+    half_life_days: float
+
+
+class IntentMultipliers(_Frozen):
+    temporal: float
+    multi_hop: float
+    single_hop: float
+    open_domain: float
+
+
+class IntentOverride(_Frozen):
+    weights: Weights
+
+
+Intent = Literal["temporal", "multi_hop", "single_hop", "open_domain"]
+
+
+class Retrieval(_Frozen):
+    top_k: int
+    candidate_pool: int
+    weights: Weights
+    rrf_kappa: int
+    rerank: Rerank
+    time_decay: TimeDecay
+    intent_top_k_multiplier: IntentMultipliers
+    intent_overrides: dict[Intent, IntentOverride]
+
+    def weights_for(self, intent: str) -> Weights:
+        override = self.intent_overrides.get(intent)  # type: ignore[call-overload]
+        return override.weights if override else self.weights
+
+    def top_k_for(self, intent: str) -> int:
+        return max(1, round(self.top_k * getattr(self.intent_top_k_multiplier, intent)))
+
+
+class Lifecycle(_Frozen):
+    supersession: bool
+    forget_guard: bool
+    prune_threshold: float
+
+
+class Reserved(_Frozen):
+    profile: float
+    corrections: float
+
+
+class Assembly(_Frozen):
+    token_budget: int
+    reserved: Reserved
+    source_window: int
+    format: Literal["bullets", "dialogue", "json"]
+
+
+class Answering(_Frozen):
+    prompt: Prompt
+    max_answer_tokens: int
+    span: Literal["sentence", "clause"]
+    temporal_dates: bool
+
+
+class Features(_Frozen):
+    session_memory: bool
+    session_rollups: bool
+    profile_layer: bool
+    conflict_handling: bool
+    raw_dialogue_backfill: bool
+
+
+class Policy(_Frozen):
+    """The whole strategy, typed. Build with :meth:`from_strategy` after validation."""
+
+    version: int
+    parent: str | None
+    name: str | None = None
+    extraction: Extraction
+    expansion: Expansion
+    retrieval: Retrieval
+    lifecycle: Lifecycle
+    assembly: Assembly
+    answering: Answering
+    features: Features
+
+    @classmethod
+    def from_strategy(cls, strategy: dict) -> "Policy":
+        return cls.model_validate(strategy)
