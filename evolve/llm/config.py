@@ -1,0 +1,107 @@
+"""Which backend and model each role uses.
+
+Precedence for every field of a role: run configuration > environment > defaults. The environment
+supplies ``MEMEVOLVE_<ROLE>_BACKEND``, ``MEMEVOLVE_<ROLE>_BASE_URL`` and ``MEMEVOLVE_<ROLE>_MODEL``
+(``<ROLE>`` upper-case, e.g. ``MEMEVOLVE_JUDGE_MODEL``); API keys are read only from the variable
+named by ``api_key_env`` and never stored in a configuration.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Literal, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic")
+OPENAI_BASE_URL = "https://api.openai.com/v1"
+#: Placeholder key for local servers that do not check one.
+NO_KEY = "not-needed"
+_ENV_FIELDS = ("backend", "base_url", "model")
+
+
+class ConfigError(ValueError):
+    """The role configuration is unusable; the message names the source and the field."""
+
+
+class RoleConfig(BaseModel):
+    """Backend and call settings of one role."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: Literal["deterministic", "llm"] = "deterministic"
+    base_url: str | None = None  # None: the OpenAI API
+    model: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    temperature: float = Field(0.0, ge=0.0, le=2.0)
+    max_tokens: int = Field(512, ge=1)
+    timeout_s: float = Field(60.0, gt=0.0)
+    max_retries: int = Field(4, ge=0)
+    backoff_s: float = Field(1.0, ge=0.0)  # first retry delay; doubles per retry
+    max_backoff_s: float = Field(30.0, ge=0.0)  # cap of one delay, also applied to Retry-After
+    concurrency: int = Field(4, ge=1)
+
+    @model_validator(mode="after")
+    def _llm_needs_model(self) -> "RoleConfig":
+        if self.backend == "llm" and not self.model:
+            raise ValueError("backend 'llm' needs a model (set model or MEMEVOLVE_<ROLE>_MODEL)")
+        return self
+
+    @property
+    def endpoint(self) -> str:
+        return (self.base_url or OPENAI_BASE_URL).rstrip("/")
+
+    def api_key(self) -> str:
+        """The key from ``api_key_env``, or a placeholder for local servers that need none."""
+        return os.environ.get(self.api_key_env) or NO_KEY
+
+
+class RolesConfig(BaseModel):
+    """One :class:`RoleConfig` per role."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    extractor: RoleConfig = RoleConfig()
+    expander: RoleConfig = RoleConfig()
+    answerer: RoleConfig = RoleConfig()
+    judge: RoleConfig = RoleConfig()
+    planner: RoleConfig = RoleConfig()
+    critic: RoleConfig = RoleConfig()
+    allow_shared_judge: bool = False
+
+    @model_validator(mode="after")
+    def _judge_independent(self) -> "RolesConfig":
+        planner, judge = self.planner, self.judge
+        shared = (planner.backend == judge.backend == "llm" and planner.endpoint == judge.endpoint
+                  and planner.model == judge.model)
+        if shared and not self.allow_shared_judge:
+            raise ValueError(
+                f"planner and judge both use model {judge.model!r} at {judge.endpoint}: a strategy must not be "
+                "judged by the component that proposed it; give the judge another model or endpoint, "
+                "or set allow_shared_judge: true to accept the bias")
+        return self
+
+    def role(self, name: str) -> RoleConfig:
+        if name not in ROLES:
+            raise KeyError(f"unknown role {name!r}; expected one of {ROLES}")
+        return getattr(self, name)
+
+    @classmethod
+    def from_sources(cls, data: Mapping[str, Any] | None = None, env: Mapping[str, str] | None = None,
+                     source: str = "<run config>") -> "RolesConfig":
+        """Merge the run configuration's ``roles`` mapping over the environment over defaults."""
+        env = os.environ if env is None else env
+        data = dict(data or {})
+        merged: dict[str, Any] = {k: v for k, v in data.items() if k not in ROLES}
+        for role in ROLES:
+            given = data.get(role) or {}
+            if not isinstance(given, Mapping):
+                raise ConfigError(f"{source}: roles.{role}: must be a mapping, got {type(given).__name__}")
+            from_env = {f: env[f"MEMEVOLVE_{role.upper()}_{f.upper()}"] for f in _ENV_FIELDS
+                        if env.get(f"MEMEVOLVE_{role.upper()}_{f.upper()}")}
+            merged[role] = {**from_env, **given}
+        try:
+            return cls.model_validate(merged)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in ("roles", *err["loc"]))
+            raise ConfigError(f"{source}: {where}: {err['msg']}") from None

@@ -1,0 +1,172 @@
+"""Paired comparison of two evaluations of the same questions, aligned by question id.
+
+Inputs are Outcome maps ``{question_id: {"correct": bool, "category": str}}``. The report holds
+exact McNemar p (two-sided binomial test on the discordant pairs), a paired bootstrap confidence
+interval of the accuracy difference, and per-category accuracies. It is plain data, so a decision
+can be replayed from the saved JSON alone.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Mapping
+
+import numpy as np
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class PairedReport:
+    """Candidate vs baseline on the questions both evaluated. Accuracy fields are ``None`` when ``n == 0``."""
+
+    n: int
+    missing_in_candidate: list[str]
+    missing_in_baseline: list[str]
+    acc_baseline: float | None
+    acc_candidate: float | None
+    delta: float | None
+    improved: list[str]  # wrong in baseline, right in candidate
+    regressed: list[str]  # right in baseline, wrong in candidate
+    both_correct: list[str]
+    both_wrong: list[str]
+    mcnemar_p: float
+    ci_low: float | None
+    ci_high: float | None
+    ci_method: str  # "BCa" | "percentile" | "constant" | "none"
+    confidence: float
+    alpha: float
+    significant: bool  # mcnemar_p <= alpha and the CI excludes 0
+    n_resamples: int
+    seed: int
+    per_category: dict[str, dict[str, float | int]]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PairedReport":
+        """Rebuild from :meth:`to_dict` output; raises ``ValueError`` naming any missing field."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"paired report must be a mapping, got {type(data).__name__}")
+        names = [f.name for f in fields(cls)]
+        missing = [name for name in names if name not in data]
+        if missing:
+            raise ValueError(f"paired report: missing field(s) {', '.join(missing)}")
+        return cls(**{name: data[name] for name in names})
+
+
+def _check_outcomes(label: str, outcomes: Mapping[str, Any]) -> None:
+    for qid, outcome in outcomes.items():
+        if not isinstance(outcome, Mapping):
+            raise ValueError(f"{label}[{qid!r}]: outcome must be a mapping, got {type(outcome).__name__}")
+        if not isinstance(outcome.get("correct"), bool):
+            raise ValueError(f"{label}[{qid!r}].correct: must be a bool, got {outcome.get('correct')!r}")
+        if not isinstance(outcome.get("category"), str):
+            raise ValueError(f"{label}[{qid!r}].category: must be a string, got {outcome.get('category')!r}")
+
+
+def _mean_difference(cand: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
+    return np.mean(cand - base, axis=axis)
+
+
+def _bootstrap_ci(
+    cand: np.ndarray, base: np.ndarray, *, confidence: float, n_resamples: int, seed: int
+) -> tuple[float, float, str]:
+    """Paired BCa interval of mean(cand - base); percentile when BCa is degenerate; exact when constant."""
+    diffs = cand - base
+    if np.all(diffs == diffs[0]):
+        value = float(diffs[0])
+        return value, value, "constant"
+    for method in ("BCa", "percentile"):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", stats.DegenerateDataWarning)
+            warnings.simplefilter("ignore", RuntimeWarning)  # BCa's 0/0 when z0 is infinite
+            result = stats.bootstrap(
+                (cand, base), _mean_difference, paired=True, vectorized=True, n_resamples=n_resamples,
+                confidence_level=confidence, method=method, rng=seed,
+            )
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+        if math.isfinite(low) and math.isfinite(high):
+            return low, high, method
+    raise ArithmeticError("bootstrap produced no finite confidence interval")
+
+
+def paired_comparison(
+    baseline: Mapping[str, dict],
+    candidate: Mapping[str, dict],
+    *,
+    alpha: float = 0.05,
+    n_resamples: int = 2000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> PairedReport:
+    """Compare ``candidate`` with ``baseline`` on the question ids both contain.
+
+    Categories come from the baseline; a question whose category differs between the two maps is an
+    error (the inputs are not the same benchmark). The bootstrap is seeded, so reports are reproducible.
+    """
+    if not 0 < alpha < 1:
+        raise ValueError(f"alpha: must be in (0, 1), got {alpha}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence: must be in (0, 1), got {confidence}")
+    if n_resamples < 1:
+        raise ValueError(f"n_resamples: must be >= 1, got {n_resamples}")
+    _check_outcomes("baseline", baseline)
+    _check_outcomes("candidate", candidate)
+    ids = sorted(set(baseline) & set(candidate))
+    for qid in ids:
+        if baseline[qid]["category"] != candidate[qid]["category"]:
+            raise ValueError(
+                f"candidate[{qid!r}].category: {candidate[qid]['category']!r} differs from baseline "
+                f"{baseline[qid]['category']!r}"
+            )
+    base = np.array([baseline[q]["correct"] for q in ids], dtype=float)
+    cand = np.array([candidate[q]["correct"] for q in ids], dtype=float)
+    groups: dict[tuple[bool, bool], list[str]] = {(b, c): [] for b in (True, False) for c in (True, False)}
+    for qid in ids:
+        groups[(baseline[qid]["correct"], candidate[qid]["correct"])].append(qid)
+    improved, regressed = groups[(False, True)], groups[(True, False)]
+    discordant = len(improved) + len(regressed)
+    p_value = float(stats.binomtest(len(improved), discordant, 0.5).pvalue) if discordant else 1.0
+
+    n = len(ids)
+    if n:
+        acc_b, acc_c = float(base.mean()), float(cand.mean())
+        delta: float | None = acc_c - acc_b
+        ci_low, ci_high, ci_method = _bootstrap_ci(
+            cand, base, confidence=confidence, n_resamples=n_resamples, seed=seed
+        )
+    else:
+        acc_b = acc_c = delta = ci_low = ci_high = None
+        ci_method = "none"
+    significant = bool(n and p_value <= alpha and (ci_low > 0 or ci_high < 0))
+
+    per_category: dict[str, dict[str, float | int]] = {}
+    for category in sorted({baseline[q]["category"] for q in ids}):
+        members = [i for i, q in enumerate(ids) if baseline[q]["category"] == category]
+        cb, cc = float(base[members].mean()), float(cand[members].mean())
+        per_category[category] = {"n": len(members), "acc_baseline": cb, "acc_candidate": cc, "delta": cc - cb}
+
+    return PairedReport(
+        n=n,
+        missing_in_candidate=sorted(set(baseline) - set(candidate)),
+        missing_in_baseline=sorted(set(candidate) - set(baseline)),
+        acc_baseline=acc_b,
+        acc_candidate=acc_c,
+        delta=delta,
+        improved=improved,
+        regressed=regressed,
+        both_correct=groups[(True, True)],
+        both_wrong=groups[(False, False)],
+        mcnemar_p=p_value,
+        ci_low=ci_low,
+        ci_high=ci_high,
+        ci_method=ci_method,
+        confidence=confidence,
+        alpha=alpha,
+        significant=significant,
+        n_resamples=n_resamples,
+        seed=seed,
+        per_category=per_category,
+    )
