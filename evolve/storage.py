@@ -33,6 +33,7 @@ _CAUSES = {
     errno.EROFS: "read-only file system",
     errno.ENOTDIR: "a parent path is not a directory",
     errno.EISDIR: "path is a directory",
+    errno.EFBIG: "file too large (file size limit exceeded)",
 }
 
 
@@ -67,6 +68,8 @@ def fsync_dir(directory: Path) -> None:
 def ensure_dir(directory: Path) -> Path:
     try:
         directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StoreError(directory, "cannot create directory: a file is in the way (not a directory)") from None
     except OSError as exc:
         raise os_error(directory, exc, "create directory") from None
     return directory

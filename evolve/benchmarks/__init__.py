@@ -1,0 +1,41 @@
+"""Benchmark adapters: every source format becomes a :class:`Benchmark`; :func:`load_benchmark` picks one by spec."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from evolve.benchmarks.locomo import load_locomo
+from evolve.benchmarks.longmemeval import load_longmemeval
+from evolve.benchmarks.synthetic import generate_synthetic, write_locomo
+from evolve.benchmarks.types import CATEGORIES, Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+
+__all__ = ["CATEGORIES", "Benchmark", "BenchmarkError", "Conversation", "Question", "Session", "Turn",
+           "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "write_locomo"]
+
+_FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval}
+SPEC_HELP = "expected 'locomo:PATH', 'longmemeval:PATH', 'synthetic', 'synthetic:SEED' or 'synthetic:SEED:N_PERSONAS'"
+
+
+def _synthetic(spec: str, args: list[str]) -> Benchmark:
+    if len(args) > 2:
+        raise BenchmarkError(f"benchmark spec {spec!r}: too many fields; {SPEC_HELP}")
+    try:
+        numbers = [int(arg) for arg in args]
+    except ValueError:
+        raise BenchmarkError(f"benchmark spec {spec!r}: SEED and N_PERSONAS must be integers") from None
+    return generate_synthetic(*numbers)
+
+
+def load_benchmark(spec: str) -> Benchmark:
+    """Load a benchmark from ``"locomo:PATH"``, ``"longmemeval:PATH"``, ``"synthetic"``, ``"synthetic:SEED"``
+    or ``"synthetic:SEED:N_PERSONAS"``."""
+    scheme, _, rest = spec.partition(":")
+    if scheme == "synthetic":
+        return _synthetic(spec, rest.split(":") if rest else [])
+    if scheme not in _FILE_LOADERS:
+        raise BenchmarkError(f"benchmark spec {spec!r}: unknown scheme {scheme!r}; {SPEC_HELP}")
+    if not rest:
+        raise BenchmarkError(f"benchmark spec {spec!r}: missing path; {SPEC_HELP}")
+    path = Path(rest).expanduser()
+    if not path.is_file():
+        raise BenchmarkError(f"benchmark spec {spec!r}: {scheme} file not found: {path}")
+    return _FILE_LOADERS[scheme](path)

@@ -1,0 +1,194 @@
+"""LoCoMo adapter: reads the published ``locomo10.json`` layout into a :class:`Benchmark`."""
+from __future__ import annotations
+
+import json
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+
+#: LoCoMo's numeric QA categories mapped onto :data:`CATEGORIES`.
+CATEGORY_BY_CODE = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}
+CODE_BY_CATEGORY = {name: code for code, name in CATEGORY_BY_CODE.items()}
+
+#: Gold answer of an adversarial question that carries only ``adversarial_answer`` (the trap, not the truth).
+NOT_MENTIONED = "Not mentioned in the conversation"
+
+_DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
+_SESSION_KEY = re.compile(r"session_(\d+)")
+_DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)", re.IGNORECASE)
+_CAPTION_PREFIX = re.compile(r"^\s*an? (?:photo|photography|picture|image) of\s+", re.IGNORECASE)
+
+
+def read_json(path: Path) -> Any:
+    """Parse a UTF-8 JSON file; every failure becomes a :class:`BenchmarkError` naming the file and position."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise BenchmarkError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise BenchmarkError(f"{path}: cannot read file: {exc.strerror}") from None
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise BenchmarkError(f"{path}: not valid UTF-8 at byte {exc.start} (line {line})") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BenchmarkError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+
+
+def parse_locomo_date(text: str) -> datetime:
+    """Parse LoCoMo's session stamp, e.g. ``"1:56 pm on 8 May, 2023"``."""
+    return datetime.strptime(" ".join(text.split()), _DATE_FORMAT)
+
+
+def format_locomo_date(moment: datetime) -> str:
+    """Inverse of :func:`parse_locomo_date` (minute resolution)."""
+    hour = moment.hour % 12 or 12
+    meridiem = "am" if moment.hour < 12 else "pm"
+    return f"{hour}:{moment.minute:02d} {meridiem} on {moment.day} {moment:%B}, {moment.year}"
+
+
+def require_field(record: dict, key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    """``record[key]`` if present and of ``kind`` (bools never count as numbers), else a :class:`BenchmarkError`."""
+    if key not in record:
+        raise BenchmarkError(f"{where}: missing field '{key}'")
+    value = record[key]
+    if not isinstance(value, kind) or isinstance(value, bool):
+        raise BenchmarkError(f"{where}: field '{key}' has type {type(value).__name__}")
+    return value
+
+
+def _turn_text(turn: dict) -> str:
+    caption = turn.get("blip_caption")
+    if not isinstance(caption, str) or not caption.strip():
+        return turn["text"]
+    return f"{turn['text']} [shares a photo of {_CAPTION_PREFIX.sub('', caption).strip()}]"
+
+
+class _EvidenceLog:
+    """Counts evidence repairs so none happens silently; renders them as benchmark warnings."""
+
+    def __init__(self) -> None:
+        self.normalised: list[str] = []
+        self.skipped: list[str] = []
+        self.unknown: list[str] = []
+        self.no_known: list[str] = []
+
+    def warnings(self, source: str) -> list[str]:
+        parts = [
+            (self.normalised, "malformed evidence id(s) normalised"),
+            (self.skipped, "unparseable evidence id(s) skipped"),
+            (self.unknown, "evidence id(s) kept but absent from their conversation"),
+            (self.no_known, "question(s) without known gold evidence"),
+        ]
+        return [f"{source}: {len(items)} {label}: {'; '.join(items)}" for items, label in parts if items]
+
+
+def _evidence(raw: list, known: set[str], qid: str, where: str, log: _EvidenceLog) -> tuple[str, ...]:
+    ids: list[str] = []
+    for item in raw:
+        if not isinstance(item, str):
+            raise BenchmarkError(f"{where}: evidence item {item!r} is not a string")
+        if item in known:
+            found = [item]
+        else:
+            found = [f"D{int(s)}:{int(t)}" for s, t in _DIA_ID.findall(item)]
+            if not found:
+                log.skipped.append(f"{qid} {item!r}")
+            elif found != [item]:
+                log.normalised.append(f"{qid} {item!r} -> {', '.join(found)}")
+        for turn_id in found:
+            if turn_id not in known:
+                log.unknown.append(f"{qid} {turn_id}")
+            if turn_id not in ids:
+                ids.append(turn_id)
+    if not known.intersection(ids):
+        log.no_known.append(qid)
+    return tuple(ids)
+
+
+def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -> Conversation:
+    speakers = tuple(require_field(data, key, str, f"{where}.conversation") for key in ("speaker_a", "speaker_b"))
+    numbers = sorted(int(m.group(1)) for key in data if (m := _SESSION_KEY.fullmatch(key)))
+    sessions, seen = [], set()
+    for number in numbers:
+        key = f"session_{number}"
+        turns_raw = require_field(data, key, list, f"{where}.conversation")
+        stamp_key = f"{key}_date_time"
+        stamp = None
+        if stamp_key in data:
+            text = require_field(data, stamp_key, str, f"{where}.conversation")
+            try:
+                stamp = parse_locomo_date(text)
+            except ValueError:
+                raise BenchmarkError(f"{where}.conversation.{stamp_key}: unparseable date {text!r}") from None
+        else:
+            warnings.append(f"{where}: {key} has no date ({stamp_key} missing)")
+        session_id = f"D{number}"
+        turns = []
+        for index, turn in enumerate(turns_raw):
+            turn_where = f"{where}.conversation.{key}[{index}]"
+            if not isinstance(turn, dict):
+                raise BenchmarkError(f"{turn_where}: turn is not an object")
+            turn_id = require_field(turn, "dia_id", str, turn_where)
+            if turn_id in seen:
+                raise BenchmarkError(f"{turn_where}: duplicate dia_id {turn_id!r}")
+            seen.add(turn_id)
+            speaker = require_field(turn, "speaker", str, turn_where)
+            require_field(turn, "text", str, turn_where)
+            turns.append(Turn(turn_id, speaker, _turn_text(turn), session_id, stamp))
+        sessions.append(Session(session_id, stamp, tuple(turns)))
+    return Conversation(sample_id, speakers, tuple(sessions))
+
+
+def _question(record: Any, qid: str, conversation: Conversation, where: str, log: _EvidenceLog) -> Question:
+    if not isinstance(record, dict):
+        raise BenchmarkError(f"{where}: qa item is not an object")
+    text = require_field(record, "question", str, where)
+    code = require_field(record, "category", int, where)
+    if code not in CATEGORY_BY_CODE:
+        raise BenchmarkError(f"{where}: field 'category' is {code}, expected 1..5")
+    if "answer" in record:
+        answer = str(require_field(record, "answer", (str, int, float), where))
+    elif code == CODE_BY_CATEGORY["adversarial"]:
+        answer = NOT_MENTIONED
+    else:
+        raise BenchmarkError(f"{where}: missing field 'answer'")
+    known = {t.id for t in conversation.turns()}
+    evidence = _evidence(require_field(record, "evidence", list, where), known, qid, where, log)
+    return Question(qid, conversation.id, text, answer, CATEGORY_BY_CODE[code], evidence)
+
+
+def load_locomo(path: str | Path) -> Benchmark:
+    """Load a ``locomo10.json``-layout file. Question ids are ``"{sample_id}/q{index}"`` (0-based)."""
+    path = Path(path)
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise BenchmarkError(f"{path}: expected a JSON list of samples, got {type(data).__name__}")
+    conversations: dict[str, Conversation] = {}
+    questions: list[Question] = []
+    warnings: list[str] = []
+    log = _EvidenceLog()
+    first_index: dict[str, int] = {}
+    for index, sample in enumerate(data):
+        where = f"{path}: sample {index}"
+        if not isinstance(sample, dict):
+            raise BenchmarkError(f"{where}: sample is not an object")
+        sample_id = str(require_field(sample, "sample_id", (str, int), where))
+        where = f"{where} ({sample_id})"
+        if sample_id in first_index:
+            raise BenchmarkError(
+                f"{where}: duplicate sample_id (also sample {first_index[sample_id]}), its question ids would repeat"
+            )
+        first_index[sample_id] = index
+        conversation = _conversation(sample_id, require_field(sample, "conversation", dict, where), where, warnings)
+        for q_index, record in enumerate(require_field(sample, "qa", list, where)):
+            qid = f"{sample_id}/q{q_index}"
+            questions.append(_question(record, qid, conversation, f"{where}.qa[{q_index}]", log))
+        conversations[sample_id] = conversation
+    return Benchmark(f"locomo:{path.name}", conversations, questions, warnings + log.warnings(path.name))

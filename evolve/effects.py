@@ -1,0 +1,118 @@
+"""Dimension effects: what each ``path::direction`` did when it was tried, and its reputation.
+
+Reputation (documented rule, recomputed on every record and on load)::
+
+    reputation = (accepts + 1) / (tries + 2) - 0.5      # Laplace-smoothed accept rate, centred on 0
+                 + sum_delta / tries                    # mean paired accuracy delta (0 if untried)
+
+An untried direction scores 0; every revert lowers the smoothed rate (one revert: -0.17,
+two: -0.25) and a harmful mean delta lowers it further, while accepts raise it. The planner
+adds its own per-symptom penalty on top via :meth:`DimensionEffects.reverts`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DIRECTIONS = ("increase", "decrease", "enable", "disable")
+SET_PREFIX = "set:"
+
+
+def split_key(key: str) -> tuple[str, str]:
+    """``"retrieval.top_k::increase"`` -> ``("retrieval.top_k", "increase")``; ValueError if malformed."""
+    path, sep, direction = key.partition("::")
+    if not sep or not path or not (direction in DIRECTIONS or (direction.startswith(SET_PREFIX)
+                                                                and len(direction) > len(SET_PREFIX))):
+        raise ValueError(f"malformed direction key {key!r}: expected '<dotted.path>::<direction>' with direction "
+                         f"one of {', '.join(DIRECTIONS)} or set:<value>")
+    return path, direction
+
+
+@dataclass
+class Effect:
+    tries: int = 0
+    accepts: int = 0
+    reverts: int = 0
+    reverts_by_symptom: dict[str, int] = field(default_factory=dict)
+    sum_delta: float = 0.0
+
+    @property
+    def reputation(self) -> float:
+        mean_delta = self.sum_delta / self.tries if self.tries else 0.0
+        return (self.accepts + 1) / (self.tries + 2) - 0.5 + mean_delta
+
+    def to_dict(self) -> dict:
+        return {"tries": self.tries, "accepts": self.accepts, "reverts": self.reverts,
+                "reverts_by_symptom": dict(sorted(self.reverts_by_symptom.items())),
+                "sum_delta": round(self.sum_delta, 9), "reputation": round(self.reputation, 6)}
+
+
+class DimensionEffects:
+    """Per-direction track record across rounds (contract format of the shared brief)."""
+
+    def __init__(self) -> None:
+        self._effects: dict[str, Effect] = {}
+
+    def record(self, key: str, symptom_key: str, accepted: bool, delta: float) -> None:
+        """One evaluated candidate that moved ``key`` to address ``symptom_key``."""
+        split_key(key)
+        effect = self._effects.setdefault(key, Effect())
+        effect.tries += 1
+        effect.sum_delta += float(delta)
+        if accepted:
+            effect.accepts += 1
+        else:
+            effect.reverts += 1
+            effect.reverts_by_symptom[symptom_key] = effect.reverts_by_symptom.get(symptom_key, 0) + 1
+
+    def reputation(self, key: str) -> float:
+        effect = self._effects.get(key)
+        return effect.reputation if effect else 0.0
+
+    def reverts(self, key: str, symptom_key: str | None = None) -> int:
+        """Reverts of ``key`` overall, or only those recorded against ``symptom_key``."""
+        effect = self._effects.get(key)
+        if effect is None:
+            return 0
+        return effect.reverts if symptom_key is None else effect.reverts_by_symptom.get(symptom_key, 0)
+
+    def get(self, key: str) -> Effect | None:
+        return self._effects.get(key)
+
+    def keys(self) -> list[str]:
+        return sorted(self._effects)
+
+    def to_dict(self) -> dict:
+        return {key: self._effects[key].to_dict() for key in sorted(self._effects)}
+
+    @classmethod
+    def from_dict(cls, data: Any, source: str = "<dimension effects>") -> "DimensionEffects":
+        """Inverse of :meth:`to_dict`; ValueError naming the entry and field on malformed input."""
+        if not isinstance(data, dict):
+            raise ValueError(f"{source}: expected a mapping of direction keys, got {type(data).__name__}")
+        out = cls()
+        for key, entry in data.items():
+            where = f"{source}: {key}"
+            try:
+                split_key(key)
+            except ValueError as exc:
+                raise ValueError(f"{source}: {exc}") from None
+            if not isinstance(entry, dict):
+                raise ValueError(f"{where}: expected a mapping, got {type(entry).__name__}")
+            counts = {}
+            for name in ("tries", "accepts", "reverts"):
+                value = entry.get(name)
+                if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                    raise ValueError(f"{where}: {name}: expected a non-negative integer, got {value!r}")
+                counts[name] = value
+            if counts["accepts"] + counts["reverts"] != counts["tries"]:
+                raise ValueError(f"{where}: tries must equal accepts + reverts")
+            by_symptom = entry.get("reverts_by_symptom", {})
+            if not isinstance(by_symptom, dict) or not all(
+                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in by_symptom.values()):
+                raise ValueError(f"{where}: reverts_by_symptom: expected a mapping of non-negative integers")
+            sum_delta = entry.get("sum_delta")
+            if not isinstance(sum_delta, (int, float)) or isinstance(sum_delta, bool):
+                raise ValueError(f"{where}: sum_delta: expected a number, got {sum_delta!r}")
+            out._effects[key] = Effect(reverts_by_symptom=dict(by_symptom), sum_delta=float(sum_delta), **counts)
+        return out

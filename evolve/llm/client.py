@@ -1,0 +1,156 @@
+"""Chat completions through the ``openai`` client, with caching, bounded retries and a concurrency limit."""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from collections import Counter
+
+import openai
+
+from evolve.llm.cache import ResponseCache, cache_key
+from evolve.llm.config import RoleConfig
+
+#: Counters kept per role by :class:`UsageStats`.
+COUNTERS = ("requests", "retries", "failures", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses")
+_RETRY_STATUS = frozenset({408, 409, 429})
+_JITTER = 0.25  # at most +25 % of a backoff delay
+
+
+class LLMError(RuntimeError):
+    """An LLM call failed; says which role, endpoint and model."""
+
+    def __init__(self, role: str, base_url: str, model: str, reason: str):
+        self.role, self.base_url, self.model, self.reason = role, base_url, model, reason
+        super().__init__(f"LLM role {role!r} (model {model!r} at {base_url}): {reason}")
+
+
+class LLMAuthError(LLMError):
+    """HTTP 401/403: the key is missing, wrong or lacks permission. Never retried."""
+
+
+class LLMModelNotFoundError(LLMError):
+    """HTTP 404: the endpoint does not serve the model. Never retried."""
+
+
+class LLMRequestError(LLMError):
+    """Another 4xx: the request itself was rejected. Never retried."""
+
+
+class LLMUnavailableError(LLMError):
+    """Rate limits, server errors, timeouts, connection errors or malformed responses outlasted the retries."""
+
+
+class UsageStats:
+    """Thread-safe per-role counters of requests, tokens and cache use."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[str, Counter[str]] = {}
+
+    def add(self, role: str, **counts: int) -> None:
+        unknown = set(counts) - set(COUNTERS)
+        if unknown:
+            raise KeyError(f"unknown usage counters {sorted(unknown)}; expected {COUNTERS}")
+        with self._lock:
+            self._counts.setdefault(role, Counter()).update(counts)
+
+    def get(self, role: str, counter: str) -> int:
+        with self._lock:
+            return self._counts.get(role, Counter())[counter]
+
+    def to_dict(self) -> dict[str, int]:
+        """Flat metrics ``llm.<role>.<counter>`` and ``llm.total.<counter>`` (ready to log to MLflow)."""
+        with self._lock:
+            out: dict[str, int] = {}
+            total: Counter[str] = Counter()
+            for role in sorted(self._counts):
+                for counter in COUNTERS:
+                    out[f"llm.{role}.{counter}"] = self._counts[role][counter]
+                total.update(self._counts[role])
+            out.update({f"llm.total.{counter}": total[counter] for counter in COUNTERS})
+            return out
+
+
+def _retry_after(exc: openai.APIStatusError) -> float:
+    """Seconds from a ``Retry-After`` header (0 when absent or given as a date)."""
+    try:
+        return max(0.0, float(exc.response.headers.get("retry-after", 0)))
+    except ValueError:
+        return 0.0
+
+
+class LLMClient:
+    """Completions for one role. Identical requests are answered from ``cache`` without HTTP calls."""
+
+    def __init__(self, role_cfg: RoleConfig, cache: ResponseCache, stats: UsageStats, *, role: str):
+        if role_cfg.backend != "llm" or not role_cfg.model:
+            raise ValueError(f"role {role!r} is not configured for the llm backend")
+        self.role, self.cfg, self.cache, self.stats = role, role_cfg, cache, stats
+        self.model: str = role_cfg.model
+        self._slots = threading.BoundedSemaphore(role_cfg.concurrency)
+        self._api = openai.OpenAI(base_url=role_cfg.endpoint, api_key=role_cfg.api_key(),
+                                  timeout=role_cfg.timeout_s, max_retries=0)
+
+    def complete(self, messages: list[dict], **params: object) -> str:
+        """The assistant reply to ``messages``; ``params`` override the role's temperature/max_tokens."""
+        request = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, **params}
+        key = cache_key(self.role, self.model, messages, request)
+        entry = self.cache.get(key)
+        if entry is not None:
+            self.stats.add(self.role, cache_hits=1)
+            return entry["content"]
+        self.stats.add(self.role, cache_misses=1)
+        content, usage = self._call(messages, request, key)
+        self.cache.put(key, {"role": self.role, "model": self.model, "messages": messages, "params": request,
+                             "content": content, "usage": usage})
+        return content
+
+    def _error(self, cls: type[LLMError], reason: str) -> LLMError:
+        return cls(self.role, self.cfg.endpoint, self.model, reason)
+
+    def _call(self, messages: list[dict], request: dict, key: str) -> tuple[str, dict[str, int]]:
+        last = ""
+        for attempt in range(self.cfg.max_retries + 1):
+            retry_after = 0.0
+            try:
+                with self._slots:
+                    self.stats.add(self.role, requests=1)
+                    response = self._api.chat.completions.create(model=self.model, messages=messages, **request)
+            except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+                raise self._error(LLMAuthError, f"HTTP {exc.status_code} authentication failed; check the key "
+                                                f"in ${self.cfg.api_key_env} ({exc.message})") from None
+            except openai.NotFoundError as exc:
+                raise self._error(LLMModelNotFoundError, f"HTTP 404 unknown model or route ({exc.message})") from None
+            except openai.APIStatusError as exc:
+                if exc.status_code not in _RETRY_STATUS and exc.status_code < 500:
+                    raise self._error(LLMRequestError, f"HTTP {exc.status_code} ({exc.message})") from None
+                last, retry_after = f"HTTP {exc.status_code} ({exc.message})", _retry_after(exc)
+            except openai.APITimeoutError:
+                last = f"no response within {self.cfg.timeout_s:g}s"
+            except openai.APIConnectionError as exc:
+                last = f"connection failed ({exc.__cause__ or exc})"
+            except json.JSONDecodeError as exc:
+                last = f"malformed response body ({exc})"
+            else:
+                choice = response.choices[0] if getattr(response, "choices", None) else None
+                content = choice.message.content if choice is not None else None
+                if isinstance(content, str):
+                    usage = response.usage
+                    tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0,
+                              "completion_tokens": usage.completion_tokens if usage else 0}
+                    self.stats.add(self.role, **tokens)
+                    return content, tokens
+                last = "malformed response (no message content)"
+            if attempt < self.cfg.max_retries:
+                self.stats.add(self.role, retries=1)
+                time.sleep(self._delay(key, attempt, retry_after))
+        self.stats.add(self.role, failures=1)
+        raise self._error(LLMUnavailableError, f"gave up after {self.cfg.max_retries + 1} attempts; last error: {last}")
+
+    def _delay(self, key: str, attempt: int, retry_after: float) -> float:
+        """Exponential backoff with jitter derived from the request, so reruns wait identically."""
+        fraction = int(hashlib.sha256(f"{key}:{attempt}".encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
+        backoff = self.cfg.backoff_s * 2 ** attempt * (1 + _JITTER * fraction)
+        return min(self.cfg.max_backoff_s, max(backoff, retry_after))

@@ -1,0 +1,153 @@
+"""Caches that let candidates share work: ingested stores (by ingestion policy) and embeddings (by text)."""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import pickle
+import tempfile
+import warnings
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Sequence
+
+import numpy as np
+
+from evolve.benchmarks.types import Conversation
+from evolve.strategy import ingestion_key
+
+if TYPE_CHECKING:
+    from evolve.runtime.embedder import Embedder
+    from evolve.runtime.store import MemoryStore
+
+#: Bump when the ingestion pipeline's output changes for the same inputs; invalidates on-disk stores.
+STORE_FORMAT = 1
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same directory, fsync and ``os.replace``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _text_key(embedder_name: str, text: str) -> str:
+    return hashlib.sha256(f"{embedder_name}\0{text}".encode()).hexdigest()
+
+
+class EmbeddingCache:
+    """Vectors by (embedder name, text hash): in memory, plus ``.npz`` shards in ``directory`` if given."""
+
+    def __init__(self, directory: str | Path | None = None):
+        self.directory = Path(directory) if directory else None
+        self.hits = 0
+        self.misses = 0
+        self._vectors: dict[str, np.ndarray] = {}
+        if self.directory and self.directory.is_dir():
+            for shard in sorted(self.directory.glob("*.npz")):
+                self._load_shard(shard)
+
+    def _load_shard(self, shard: Path) -> None:
+        try:
+            with np.load(shard, allow_pickle=False) as data:
+                for key, vector in zip(data["keys"].tolist(), data["vectors"]):
+                    self._vectors[key] = vector
+        except (OSError, ValueError, KeyError) as exc:
+            warnings.warn(f"{shard}: unreadable embedding shard ignored ({exc})", stacklevel=3)
+
+    def __len__(self) -> int:
+        return len(self._vectors)
+
+    def encode(self, embedder: "Embedder", texts: Sequence[str]) -> np.ndarray:
+        """Rows for ``texts`` in order; only texts never seen with this embedder are encoded."""
+        keys = [_text_key(embedder.name, t) for t in texts]
+        todo = sorted({t for t, k in zip(texts, keys) if k not in self._vectors})
+        self.misses += len(todo)
+        self.hits += len(texts) - sum(1 for k in keys if k not in self._vectors)
+        if todo:
+            vectors = embedder.encode(todo)
+            new_keys = [_text_key(embedder.name, t) for t in todo]
+            self._vectors.update(zip(new_keys, vectors))
+            if self.directory:
+                self._write_shard(new_keys, vectors)
+        if not texts:
+            return np.zeros((0, embedder.dim), dtype=np.float32)
+        return np.stack([self._vectors[k] for k in keys]).astype(np.float32, copy=False)
+
+    def _write_shard(self, keys: list[str], vectors: np.ndarray) -> None:
+        assert self.directory is not None
+        buffer = io.BytesIO()
+        np.savez(buffer, keys=np.array(keys), vectors=np.asarray(vectors, dtype=np.float32))
+        name = hashlib.sha256("".join(keys).encode()).hexdigest()[:32]
+        atomic_write_bytes(self.directory / f"{name}.npz", buffer.getvalue())
+
+
+class IngestionCache:
+    """Ingested :class:`MemoryStore` objects keyed by ingestion policy, conversation content and role names.
+
+    An in-memory LRU of ``max_entries`` stores, backed by pickles in ``directory/stores`` when a directory
+    is given; embeddings are cached alongside in ``directory/embeddings``.
+    """
+
+    def __init__(self, directory: str | Path | None = None, max_entries: int = 32):
+        if max_entries < 1:
+            raise ValueError(f"IngestionCache.max_entries must be >= 1, got {max_entries}")
+        self.directory = Path(directory) if directory else None
+        self.max_entries = max_entries
+        self.hits = 0
+        self.misses = 0
+        self._stores: OrderedDict[str, "MemoryStore"] = OrderedDict()
+        self.embeddings = EmbeddingCache(self.directory / "embeddings" if self.directory else None)
+
+    @staticmethod
+    def key(strategy: dict, conversation: Conversation, extractor_name: str, embedder_name: str) -> str:
+        parts = (str(STORE_FORMAT), ingestion_key(strategy), conversation.content_hash(), extractor_name, embedder_name)
+        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+    def _path(self, key: str) -> Path | None:
+        return self.directory / "stores" / f"{key}.pkl" if self.directory else None
+
+    def get(self, key: str) -> "MemoryStore | None":
+        """The cached store, counting a hit, or ``None``, counting a miss."""
+        store = self._stores.get(key)
+        if store is None:
+            store = self._read(key)
+            if store is not None:
+                self._remember(key, store)
+        else:
+            self._stores.move_to_end(key)
+        if store is None:
+            self.misses += 1
+        else:
+            self.hits += 1
+        return store
+
+    def put(self, key: str, store: "MemoryStore") -> None:
+        self._remember(key, store)
+        path = self._path(key)
+        if path is not None:
+            atomic_write_bytes(path, pickle.dumps(store, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def _remember(self, key: str, store: "MemoryStore") -> None:
+        self._stores[key] = store
+        self._stores.move_to_end(key)
+        while len(self._stores) > self.max_entries:
+            self._stores.popitem(last=False)
+
+    def _read(self, key: str) -> "MemoryStore | None":
+        path = self._path(key)
+        if path is None or not path.exists():
+            return None
+        try:
+            return pickle.loads(path.read_bytes())
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
+            warnings.warn(f"{path}: unreadable cached store ignored ({exc})", stacklevel=3)
+            return None

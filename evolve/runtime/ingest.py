@@ -1,0 +1,201 @@
+"""Ingestion: dialogue windows -> extracted facts -> capped, de-duplicated, lifecycle-marked layered memory."""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Callable, Sequence
+
+import numpy as np
+from scipy import sparse
+
+from evolve.benchmarks.types import Conversation, Session, Turn
+from evolve.policy import Extraction, Lifecycle, Policy
+from evolve.roles import FACT_KINDS, ExtractedFact, Extractor
+from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
+from evolve.runtime.store import MemoryItem, MemoryStore
+from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
+                                 tokens, words)
+
+ROLLUP_FACTS = 3
+ROLLUP_KEYWORDS = 6
+ROLLUP_MAX_WORDS = 80
+
+Embed = Callable[[list[str]], np.ndarray]
+
+
+def timed_turns(session: Session) -> list[Turn]:
+    """The session's turns, each stamped with the session time when it has none of its own."""
+    return [t if t.timestamp is not None else dataclasses.replace(t, timestamp=session.timestamp) for t in session.turns]
+
+
+def windows(turns: Sequence[Turn], size: int, overlap: int) -> list[list[Turn]]:
+    """Consecutive windows of ``size`` turns, each sharing ``overlap`` turns with the previous one."""
+    if size < 1 or not 0 <= overlap < size:
+        raise ValueError(f"extraction window_size={size}, window_overlap={overlap}: need 0 <= overlap < size")
+    out: list[list[Turn]] = []
+    start = 0
+    while start < len(turns):
+        out.append(list(turns[start:start + size]))
+        if start + size >= len(turns):
+            break
+        start += size - overlap
+    return out
+
+
+def _anchored(fact: ExtractedFact, window: Sequence[Turn]) -> ExtractedFact:
+    """Keep only source ids from the window (all of the window if none match) and a known kind."""
+    ids = {t.id for t in window}
+    sources = tuple(s for s in fact.source_ids if s in ids) or tuple(t.id for t in window)
+    kind = fact.kind if fact.kind in FACT_KINDS else "fact"
+    salience = min(1.0, max(0.0, float(fact.salience)))
+    return dataclasses.replace(fact, source_ids=sources, kind=kind, salience=salience)
+
+
+def _cap(facts: list[ExtractedFact], limit: int) -> list[ExtractedFact]:
+    """The ``limit`` most informative facts (lifecycle cues first), in their original order."""
+    ranked = sorted(range(len(facts)), key=lambda i: (facts[i].kind not in LIFECYCLE_KINDS, -facts[i].salience, i))
+    return [facts[i] for i in sorted(ranked[:limit])]
+
+
+def _dedup(facts: list[ExtractedFact], threshold: float) -> list[ExtractedFact]:
+    """Drop repeats and same-speaker facts whose body token-Jaccard with a kept one is >= ``threshold``."""
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    unique = []
+    for fact in facts:
+        key = (fact.text, fact.source_ids)
+        if key not in seen:
+            seen.add(key)
+            unique.append(fact)
+    if len(unique) < 2:
+        return unique
+    sets = [content_set(split_attribution(f.text)[2]) for f in unique]
+    vocab = {t: i for i, t in enumerate(sorted(set().union(*sets)))}
+    rows = [i for i, s in enumerate(sets) for _ in s]
+    cols = [vocab[t] for s in sets for t in s]
+    matrix = sparse.csr_matrix((np.ones(len(rows), dtype=np.float32), (rows, cols)), shape=(len(sets), len(vocab)))
+    overlap = (matrix @ matrix.T).tocsr()
+    sizes = np.array([len(s) for s in sets], dtype=np.float32)
+    speakers = [f.speaker for f in unique]
+    kept = np.zeros(len(unique), dtype=bool)
+    for i in range(len(unique)):
+        start, end = overlap.indptr[i], overlap.indptr[i + 1]
+        cols_i, inter = overlap.indices[start:end], overlap.data[start:end]
+        earlier = (cols_i < i) & kept[cols_i]
+        cols_i, inter = cols_i[earlier], inter[earlier]
+        union = sizes[i] + sizes[cols_i] - inter
+        similar = cols_i[(union > 0) & (inter / np.maximum(union, 1) >= threshold)]
+        kept[i] = not any(speakers[j] == speakers[i] for j in similar)
+    return [f for f, k in zip(unique, kept) if k]
+
+
+def _items(layer: str, facts: Sequence[ExtractedFact]) -> list[MemoryItem]:
+    return [MemoryItem(f"{layer}:{i}", layer, f.text, f.source_ids, f.speaker, f.timestamp, f.kind, f.salience)
+            for i, f in enumerate(facts)]
+
+
+def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, position: dict[str, int]) -> list[MemoryItem]:
+    """Mark supersession and retraction. Only ``items[:actors]`` (the L0 facts) act; every item can be a target."""
+    first = [min(position[s] for s in item.source_ids) for item in items]
+    bodies = [content_set(split_attribution(item.text)[2]) for item in items]
+    superseded: list[str | None] = [None] * len(items)
+    retracted = [False] * len(items)
+
+    def targets(actor: int) -> list[int]:
+        return [j for j in range(len(items)) if first[j] < first[actor] and items[j].speaker == items[actor].speaker
+                and items[j].kind != "retraction"]
+
+    for a in range(actors):
+        kind = items[a].kind
+        if kind == "correction" and policy.supersession:
+            topic = bodies[a] - CUE_STEMS
+            for j in targets(a):
+                if superseded[j] is None and len(bodies[j] & topic) >= 2:
+                    superseded[j] = items[a].id
+        elif kind == "retraction" and policy.forget_guard:
+            topic = retraction_topic(split_attribution(items[a].text)[2])
+            candidates = targets(a)
+            if topic:
+                need = min(2, len(topic))
+                hit = [j for j in candidates if len(bodies[j] & topic) >= need]
+            else:  # "scratch that": the speaker's previous turn
+                latest = max((first[j] for j in candidates), default=None)
+                hit = [j for j in candidates if first[j] == latest]
+            for j in hit:
+                retracted[j] = True
+    return [dataclasses.replace(item, superseded_by=superseded[i], retracted=retracted[i])
+            for i, item in enumerate(items)]
+
+
+def _rollup(session: Session, facts: list[MemoryItem], index: int) -> MemoryItem | None:
+    """One L1 summary: the session's keywords and its most salient facts."""
+    if not facts:
+        return None
+    best = sorted(range(len(facts)), key=lambda i: (-facts[i].salience, i))[:ROLLUP_FACTS]
+    top = [facts[i] for i in sorted(best)]
+    counts: Counter[str] = Counter()
+    for fact in facts:
+        counts.update(t for t in tokens(split_attribution(fact.text)[2]) if t not in STOPWORDS and not t.isdigit())
+    keywords = [w for w, _ in sorted(counts.items(), key=lambda kv: -kv[1])[:ROLLUP_KEYWORDS]]
+    speakers = list(dict.fromkeys(f.speaker for f in facts if f.speaker))
+    when = f" ({format_date(session.timestamp)})" if session.timestamp else ""
+    lines = [f"Session summary{when}: {' and '.join(speakers)} talked about {', '.join(keywords)}."]
+    lines += [f"{f.speaker}: {split_attribution(f.text)[2]}" for f in top]
+    text = " ".join(words(" ".join(lines))[:ROLLUP_MAX_WORDS])
+    sources = tuple(dict.fromkeys(s for f in top for s in f.source_ids))
+    return MemoryItem(f"L1:{index}", "L1", text, sources, None, session.timestamp, "summary", 1.0)
+
+
+def _latest_sessions(sessions: Sequence[Session]) -> list[Session]:
+    """The last session, plus any other session on the same calendar day."""
+    if not sessions:
+        return []
+    last = sessions[-1]
+    if last.timestamp is None:
+        return [last]
+    return [s for s in sessions if s.timestamp is not None and s.timestamp.date() == last.timestamp.date()]
+
+
+def embedding_text(item: MemoryItem) -> str:
+    speaker, _, body = split_attribution(item.text)
+    return f"{speaker}: {body}" if speaker else item.text
+
+
+def build_store(conversation: Conversation, policy: Policy, extractor: Extractor, embed: Embed,
+                embedder_name: str) -> MemoryStore:
+    """Run the whole ingestion pipeline for one conversation."""
+    ex: Extraction = policy.extraction
+    sessions = [dataclasses.replace(s, turns=tuple(timed_turns(s))) for s in conversation.sessions]
+    turns = [t for s in sessions for t in s.turns]
+    position = {t.id: i for i, t in enumerate(turns)}
+    if len(position) != len(turns):
+        raise ValueError(f"conversation {conversation.id}: turn ids are not unique")
+    facts: list[ExtractedFact] = []
+    for session in sessions:
+        for window in windows(session.turns, ex.window_size, ex.window_overlap):
+            extracted = [_anchored(f, window) for f in extractor.extract(window, ex)]
+            facts.extend(_cap(extracted, ex.max_facts_per_window))
+    facts = _dedup(facts, ex.dedup_threshold)
+    if ex.supplement:
+        covered = {s for f in facts for s in f.source_ids}
+        facts += [turn_fact(t, ex) for t in turns if t.id not in covered]
+    facts.sort(key=lambda f: min(position[s] for s in f.source_ids))
+    l0 = _items("L0", facts)
+    sm = _items("SM", [turn_fact(t, ex) for s in _latest_sessions(sessions) for t in s.turns])
+    marked = _lifecycle(l0 + sm, len(l0), policy.lifecycle, position)
+    l0, sm = marked[:len(l0)], marked[len(l0):]
+    l2 = []
+    if policy.features.profile_layer:
+        l2 = [dataclasses.replace(item, id=f"L2:{i}", layer="L2")
+              for i, item in enumerate(x for x in l0 if x.kind in ("profile", "correction"))]
+    l1: list[MemoryItem] = []
+    if policy.features.session_rollups:
+        session_of = {t.id: s.id for s in sessions for t in s.turns}
+        live = [x for x in l0 if x.salience >= policy.lifecycle.prune_threshold and not x.retracted
+                and x.superseded_by is None]
+        for session in sessions:
+            rollup = _rollup(session, [x for x in live if session_of[x.source_ids[0]] == session.id], len(l1))
+            if rollup is not None:
+                l1.append(rollup)
+    items = l0 + l1 + l2 + sm
+    embeddings = embed([embedding_text(item) for item in items])
+    return MemoryStore(conversation.id, items, turns, embeddings, embedder_name)

@@ -1,0 +1,103 @@
+"""The locked memory runtime: everything it does is decided by the strategy it is given."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from evolve.benchmarks.types import Conversation
+from evolve.policy import Policy
+from evolve.roles import AnswerResult, Answerer, ContextItem, Expander, Extractor
+from evolve.runtime.answerer import ExtractiveAnswerer
+from evolve.runtime.assembly import assemble
+from evolve.runtime.cache import IngestionCache
+from evolve.runtime.embedder import Embedder, default_embedder
+from evolve.runtime.expander import RuleExpander, classify_intent
+from evolve.runtime.extractor import RuleExtractor
+from evolve.runtime.ingest import build_store
+from evolve.runtime.retrieval import Hit, Query, filter_hits, retrieve
+from evolve.runtime.store import MemoryStore
+from evolve.runtime.text import count_tokens
+from evolve.strategy import validate_strategy
+
+
+@dataclass(frozen=True)
+class RuntimeResult:
+    """Everything one question went through, stage by stage."""
+
+    intent: str
+    subqueries: list[str]
+    retrieved: list[Hit]
+    filtered: list[tuple[str, str]]
+    packed: list[ContextItem]
+    dropped: list[tuple[str, str]]
+    context_tokens: int
+    token_budget: int
+    answer: AnswerResult
+
+    @property
+    def context_text(self) -> str:
+        """The assembled context as the answerer's prompt would show it (one line per packed item)."""
+        return "\n".join(c.text for c in self.packed)
+
+    def to_trace(self) -> dict:
+        """The retrieval, filtering, assembly and answer fields of a trace record."""
+        return {
+            "intent": self.intent,
+            "subqueries": list(self.subqueries),
+            "retrieved": [h.to_dict() for h in self.retrieved],
+            "filtered": [{"id": i, "reason": r} for i, r in self.filtered],
+            "packed": [{"id": c.id, "layer": c.layer, "tokens": count_tokens(c.text), "source_ids": list(c.source_ids)}
+                       for c in self.packed],
+            "dropped": [{"id": i, "reason": r} for i, r in self.dropped],
+            "context_tokens": self.context_tokens,
+            "token_budget": self.token_budget,
+            "answer": self.answer.text,
+            "answer_support": list(self.answer.support_ids),
+        }
+
+
+class MemoryRuntime:
+    """Ingests conversations into layered memory and answers questions over it, as ``strategy`` dictates.
+
+    Roles default to the deterministic rule extractor/expander, the extractive answerer and the bundled
+    MiniLM embedder; a fresh in-memory :class:`IngestionCache` is used when none is shared.
+    """
+
+    def __init__(self, strategy: dict, *, extractor: Extractor | None = None, expander: Expander | None = None,
+                 answerer: Answerer | None = None, embedder: Embedder | None = None,
+                 cache: IngestionCache | None = None):
+        self.strategy = validate_strategy(strategy)
+        self.policy = Policy.from_strategy(strategy)
+        self.extractor: Extractor = extractor or RuleExtractor()
+        self.expander: Expander = expander or RuleExpander()
+        self.answerer: Answerer = answerer or ExtractiveAnswerer()
+        self.embedder: Embedder = embedder or default_embedder()
+        self.cache = cache if cache is not None else IngestionCache()
+
+    def ingest(self, conversation: Conversation) -> MemoryStore:
+        """The conversation's memory store, from the cache when this ingestion policy has built it before."""
+        key = IngestionCache.key(self.strategy, conversation, self.extractor.name, self.embedder.name)
+        store = self.cache.get(key)
+        if store is None:
+            store = build_store(conversation, self.policy, self.extractor,
+                                lambda texts: self.cache.embeddings.encode(self.embedder, texts), self.embedder.name)
+            self.cache.put(key, store)
+        return store
+
+    def ask(self, store: MemoryStore, question: str, asked_at: datetime | None = None) -> RuntimeResult:
+        """Retrieve, filter, assemble and answer one question."""
+        if store.embedder_name != self.embedder.name:
+            raise ValueError(f"store of conversation {store.conversation_id} was embedded with "
+                             f"{store.embedder_name!r}, runtime uses {self.embedder.name!r}")
+        policy = self.policy
+        intent = classify_intent(question)
+        subqueries = tuple(self.expander.expand(question, policy.expansion))[: policy.expansion.max_subqueries]
+        vector = None
+        if policy.retrieval.weights_for(intent).vector > 0:
+            vector = self.cache.embeddings.encode(self.embedder, [question])[0]
+        hits = retrieve(store, Query(question, intent, subqueries, vector, asked_at), policy)
+        kept, filtered = filter_hits(store, hits, policy)
+        packing = assemble(store, kept, policy)
+        answer = self.answerer.answer(question, packing.packed, policy.answering, intent)
+        return RuntimeResult(intent, list(subqueries), hits, filtered, packing.packed, packing.dropped,
+                             packing.context_tokens, policy.assembly.token_budget, answer)

@@ -1,0 +1,98 @@
+"""Layered memory of one conversation: items, raw turns, BM25 index and item embeddings (built once)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Iterable, Sequence
+
+import bm25s
+import numpy as np
+
+from evolve.benchmarks.types import Turn
+from evolve.runtime.text import content_tokens, split_attribution
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """One memory. ``L0`` facts, ``L1`` session rollups, ``L2`` profile/correction entries, ``SM`` recent turns."""
+
+    id: str
+    layer: str
+    text: str
+    source_ids: tuple[str, ...]
+    speaker: str | None
+    timestamp: datetime | None
+    kind: str
+    salience: float
+    superseded_by: str | None = None
+    retracted: bool = False
+
+
+class MemoryStore:
+    """Immutable after construction; indexes are built here and reused by every question."""
+
+    def __init__(self, conversation_id: str, items: Sequence[MemoryItem], turns: Sequence[Turn],
+                 embeddings: np.ndarray, embedder_name: str):
+        if len(embeddings) != len(items):
+            raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
+        self.conversation_id = conversation_id
+        self.embedder_name = embedder_name
+        self.items: tuple[MemoryItem, ...] = tuple(items)
+        self.turns: dict[str, Turn] = {t.id: t for t in turns}
+        self.turn_order: tuple[str, ...] = tuple(t.id for t in turns)
+        self.turn_position: dict[str, int] = {tid: i for i, tid in enumerate(self.turn_order)}
+        self.position: dict[str, int] = {item.id: i for i, item in enumerate(self.items)}
+        self.embeddings = np.asarray(embeddings, dtype=np.float32)
+        self.token_sets = [frozenset(content_tokens(item.text)) for item in self.items]
+        self.body_sets = [frozenset(content_tokens(split_attribution(item.text)[2])) for item in self.items]
+        self.layers = np.array([item.layer for item in self.items], dtype=object)
+        self.days = np.array([day_number(item.timestamp) for item in self.items], dtype=np.float64)
+        self._by_source: dict[str, list[str]] = {}
+        for item in self.items:
+            for tid in item.source_ids:
+                self._by_source.setdefault(tid, []).append(item.id)
+        self._bm25: bm25s.BM25 | None = None
+        if self.items:
+            self._bm25 = bm25s.BM25()
+            self._bm25.index([content_tokens(item.text) for item in self.items], show_progress=False)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def item(self, item_id: str) -> MemoryItem:
+        return self.items[self.position[item_id]]
+
+    def items_from_sources(self, turn_ids: Iterable[str]) -> list[str]:
+        """Ids of the items deriving from any of ``turn_ids`` (store order, no repeats)."""
+        found = {iid for tid in turn_ids for iid in self._by_source.get(tid, ())}
+        return [item.id for item in self.items if item.id in found]
+
+    def in_layers(self, layers: Iterable[str]) -> list[MemoryItem]:
+        wanted = set(layers)
+        return [item for item in self.items if item.layer in wanted]
+
+    def bm25_scores(self, query_tokens: Sequence[str]) -> np.ndarray:
+        """BM25 score of every item for already-tokenised query terms."""
+        if self._bm25 is None or not query_tokens:
+            return np.zeros(len(self.items), dtype=np.float32)
+        return np.asarray(self._bm25.get_scores(list(query_tokens)), dtype=np.float32)
+
+    def newest_day(self) -> float | None:
+        finite = self.days[np.isfinite(self.days)]
+        return float(finite.max()) if finite.size else None
+
+    def neighbours(self, turn_id: str, width: int) -> list[Turn]:
+        """Up to ``width`` turns on each side of ``turn_id`` within its session, in dialogue order."""
+        at = self.turn_position.get(turn_id)
+        if at is None or width <= 0:
+            return []
+        session = self.turns[turn_id].session_id
+        lo, hi = max(0, at - width), min(len(self.turn_order), at + width + 1)
+        out = [self.turns[self.turn_order[i]] for i in range(lo, hi) if i != at]
+        return [t for t in out if t.session_id == session]
+
+
+def day_number(moment: datetime | None) -> float:
+    """Days since the epoch (fractional), ``nan`` when unknown."""
+    if moment is None:
+        return float("nan")
+    return moment.toordinal() + (moment.hour * 3600 + moment.minute * 60 + moment.second) / 86400.0

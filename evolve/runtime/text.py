@@ -1,0 +1,267 @@
+"""Deterministic text primitives shared by every runtime stage: tokens, sentences, dates, cue phrases."""
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime, timedelta
+from functools import lru_cache
+
+MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
+          "November", "December")
+WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
+
+STOPWORDS = frozenset("""
+a about above after again against all also am an and any are aren't as at be because been before being below
+between both but by can can't cannot could couldn't did didn't do does doesn't doing don't down during each few
+for from further get gets got had hadn't has hasn't have haven't having he he'd he'll he's her here here's hers
+herself him himself his how how's i i'd i'll i'm i've if in into is isn't it it's its itself just let's me more
+most much mustn't my myself no nor not now of off on once only or other ought our ours ourselves out over own
+really said same say says shan't she she'd she'll she's should shouldn't so some such than that that's the their
+theirs them themselves then there there's these they they'd they'll they're they've this those through to too
+under until up very was wasn't we we'd we'll we're we've were weren't what what's when when's where where's which
+while who who's whom why why's will with won't would wouldn't yes you you'd you'll you're you've your yours
+yourself yourselves oh hey hi wow yeah yea okay ok thanks thank lot like well gonna wanna gotta btw lol haha
+way thing things stuff pretty super totally sure
+""".split())
+
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+_WORD = re.compile(r"\S+")
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+")
+_CLAUSE_BREAK = re.compile(r"\s*[,;:]\s+|\s+-+\s+|\s+(?:but|because|so|although|though|while|whereas)\s+", re.I)
+
+
+def normalise(text: str) -> str:
+    return text.replace("\u2019", "'").replace("\u2018", "'").replace("\u201c", '"').replace("\u201d", '"')
+
+
+def tokens(text: str) -> list[str]:
+    """Lower-cased word tokens (apostrophe contractions kept together)."""
+    return _TOKEN.findall(normalise(text).lower())
+
+
+@lru_cache(maxsize=200_000)
+def stem(token: str) -> str:
+    """A light, deterministic suffix stripper: researched/researching/research -> research."""
+    if token.endswith("'s"):
+        token = token[:-2]
+    if token.isdigit() or len(token) <= 3:
+        return token
+    if token.endswith("ies") and len(token) > 4:
+        return token[:-3] + "y"
+    for suffix, min_len in (("ing", 6), ("ed", 5)):
+        if token.endswith(suffix) and len(token) >= min_len:
+            token = token[: -len(suffix)]
+            if len(token) > 2 and token[-1] == token[-2] and token[-1] not in "aeiousl":
+                token = token[:-1]
+            break
+    else:
+        if token.endswith("s") and not token.endswith(("ss", "us", "is")):
+            token = token[:-1]
+    if token.endswith("e") and len(token) > 3:
+        token = token[:-1]
+    return token
+
+
+def content_tokens(text: str) -> list[str]:
+    """Stems of the non-stopword tokens, in order (duplicates kept)."""
+    return [stem(t) for t in tokens(text) if t not in STOPWORDS]
+
+
+def content_set(text: str) -> frozenset[str]:
+    return frozenset(content_tokens(text))
+
+
+def jaccard(a: frozenset[str], b: frozenset[str]) -> float:
+    union = len(a | b)
+    return len(a & b) / union if union else 0.0
+
+
+def words(text: str) -> list[str]:
+    """Whitespace words: the unit of every token budget."""
+    return _WORD.findall(text)
+
+
+def count_tokens(text: str) -> int:
+    return len(words(text))
+
+
+def sentences(text: str) -> list[str]:
+    return [s.strip() for s in _SENTENCE_END.split(normalise(text)) if s and s.strip()]
+
+
+def clauses(sentence: str) -> list[str]:
+    return [c.strip(" ,;:-") for c in _CLAUSE_BREAK.split(sentence) if c and c.strip(" ,;:-")]
+
+
+def specific_count(text: str) -> int:
+    """Names and numbers: capitalised words after the first, and tokens with digits."""
+    ws = words(normalise(text))
+    caps = sum(1 for w in ws[1:] if w[:1].isupper() and w.strip(".,!?;:'\"").lower() not in STOPWORDS)
+    return caps + sum(1 for w in ws if any(ch.isdigit() for ch in w))
+
+
+def salience(content: list[str], doc_freq: dict[str, int] | None = None, specific: int = 0) -> float:
+    """Informativeness in [0, 1): content tokens weighted by rarity (1/df in the window) plus names/numbers."""
+    df = doc_freq or {}
+    info = sum(1.0 / df.get(t, 1) for t in set(content)) + 0.5 * specific
+    return round(1.0 - math.exp(-info / 6.0), 6)
+
+
+# ---------------------------------------------------------------- dates
+
+
+def format_date(moment: datetime) -> str:
+    return f"{moment.day} {MONTHS[moment.month - 1]} {moment.year}"
+
+
+def format_month(year: int, month: int) -> str:
+    year += (month - 1) // 12
+    month = (month - 1) % 12 + 1
+    return f"{MONTHS[month - 1]} {year}"
+
+
+_MONTH_ALT = "|".join(MONTHS)
+DATE_PATTERN = re.compile(
+    rf"(?:the (?:week|weekend) of )?\d{{1,2}} (?:{_MONTH_ALT}),? \d{{4}}"
+    rf"|(?:{_MONTH_ALT}) \d{{1,2}},? \d{{4}}|(?:{_MONTH_ALT}) \d{{4}}|\b(?:19|20)\d{{2}}\b",
+    re.I,
+)
+_NUMBER_WORDS = {"a couple of": 2, "couple of": 2, "a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4,
+                 "five": 5, "six": 6, "seven": 7, "eight": 8, "nine": 9, "ten": 10}
+_NUM = r"(\d+|" + "|".join(_NUMBER_WORDS) + ")"
+_PREP = r"(?:\b(in|on|since|from|until|by|during|before|after|of)\s+)?"
+
+
+def _number(word: str) -> int:
+    return int(word) if word.isdigit() else _NUMBER_WORDS[word.lower()]
+
+
+def _week_of(day: datetime) -> str:
+    return f"the week of {format_date(day - timedelta(days=day.weekday()))}"
+
+
+def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], object]]:
+    def on(day: datetime):
+        return lambda m: f"{m.group(1) or 'on'} {format_date(day)}"
+
+    def month(offset: int):
+        return lambda m: f"{m.group(1) or 'in'} {format_month(ref.year, ref.month + offset)}"
+
+    def year(offset: int):
+        return lambda m: f"{m.group(1) or 'in'} {ref.year + offset}"
+
+    def week(offset_days: int):
+        return lambda m: (f"{m.group(1)} " if m.group(1) else "") + _week_of(ref + timedelta(days=offset_days))
+
+    def ago(m: re.Match[str]) -> str:
+        n, unit, prep = _number(m.group(2)), m.group(3).lower(), m.group(1)
+        if unit.startswith("day"):
+            return f"{prep or 'on'} {format_date(ref - timedelta(days=n))}"
+        if unit.startswith("week"):
+            return (f"{prep} " if prep else "") + _week_of(ref - timedelta(weeks=n))
+        if unit.startswith("month"):
+            return f"{prep or 'in'} {format_month(ref.year, ref.month - n)}"
+        return f"{prep or 'in'} {ref.year - n}"
+
+    def last_weekday(m: re.Match[str]) -> str:
+        target = WEEKDAYS.index(m.group(2).lower())
+        back = (ref.weekday() - target) % 7 or 7
+        return f"{m.group(1) or 'on'} {format_date(ref - timedelta(days=back))}"
+
+    def rule(pattern: str) -> re.Pattern[str]:
+        return re.compile(_PREP + pattern, re.I)
+
+    return [
+        (rule(r"\bthe day before yesterday\b"), on(ref - timedelta(days=2))),
+        (rule(r"\byesterday\b"), on(ref - timedelta(days=1))),
+        (rule(r"\b(?:today|tonight|this morning|this afternoon|this evening)\b"), on(ref)),
+        (rule(r"\btomorrow\b"), on(ref + timedelta(days=1))),
+        (rule(r"\b" + _NUM + r" (days?|weeks?|months?|years?) ago\b"), ago),
+        (rule(r"\blast (" + "|".join(WEEKDAYS) + r")\b"), last_weekday),
+        (rule(r"\blast weekend\b"), week(-7)),
+        (rule(r"\blast week\b"), week(-7)),
+        (rule(r"\bthis week\b"), week(0)),
+        (rule(r"\bnext week\b"), week(7)),
+        (rule(r"\blast month\b"), month(-1)),
+        (rule(r"\bthis month\b"), month(0)),
+        (rule(r"\bnext month\b"), month(1)),
+        (rule(r"\blast year\b"), year(-1)),
+        (rule(r"\bthis year\b"), year(0)),
+        (rule(r"\bnext year\b"), year(1)),
+    ]
+
+
+def resolve_relative_dates(text: str, ref: datetime | None) -> str:
+    """Rewrite relative time expressions ("yesterday", "last week", "3 days ago", ...) as absolute dates."""
+    if ref is None:
+        return text
+    for pattern, repl in _relative_rules(ref):
+        text = pattern.sub(repl, text)  # type: ignore[arg-type]
+    return text
+
+
+def find_date(text: str) -> str | None:
+    """The first absolute date expression in ``text``."""
+    match = DATE_PATTERN.search(text)
+    return match.group(0) if match else None
+
+
+# ---------------------------------------------------------------- attribution
+
+
+_ATTRIBUTION = re.compile(r"^(?P<speaker>[^:()]{1,80}?) said(?: \((?P<date>[^)]*)\))?: (?P<body>.*)$", re.S)
+
+
+def attribute(speaker: str, moment: datetime | None, body: str) -> str:
+    """``Caroline said (8 May 2023): <body>`` -- the text form of every dialogue-derived memory."""
+    when = f" ({format_date(moment)})" if moment else ""
+    return f"{speaker} said{when}: {body}"
+
+
+def split_attribution(text: str) -> tuple[str | None, str | None, str]:
+    """Inverse of :func:`attribute`: ``(speaker, date, body)``; unattributed text gives ``(None, None, text)``."""
+    match = _ATTRIBUTION.match(text)
+    if not match:
+        return None, None, text
+    return match.group("speaker"), match.group("date"), match.group("body")
+
+
+# ---------------------------------------------------------------- fact kinds
+
+RETRACTION_CUES = ("forget what i said about", "forget about what i said", "forget i said", "scratch that",
+                   "never mind about", "nevermind about", "that's not true anymore", "that is not true anymore",
+                   "that's no longer true", "disregard what i said", "ignore what i said", "i take that back",
+                   "i take back what i said")
+CORRECTION_CUES = ("actually", "no longer", "not anymore", "any more", "changed my mind", "now prefer",
+                   "switched to", "moved to", "i now", "these days i", "instead of", "not really into")
+PROFILE_CUES = ("i am a ", "i am an ", "i'm a ", "i'm an ", "i am from", "i'm from", "my favorite", "my favourite",
+                "i love ", "i prefer", "i live in", "i work as", "i work at", "i work in", "my name is", "i enjoy",
+                "my hobby", "my hobbies", "i hate ", "i'm allergic", "i am allergic", "my job")
+#: Stems of cue words; they do not count as topic overlap in supersession and retraction.
+CUE_STEMS = frozenset(content_tokens(" ".join(RETRACTION_CUES + CORRECTION_CUES)))
+
+
+def _has_cue(lowered: str, cues: tuple[str, ...]) -> bool:
+    return any(re.search(r"(?<![a-z])" + re.escape(cue.strip()) + r"(?![a-z])", lowered) for cue in cues)
+
+
+def classify_kind(sentence: str) -> str:
+    """``retraction`` | ``correction`` | ``profile`` | ``fact`` by cue phrase (first match wins)."""
+    lowered = " " + normalise(sentence).lower() + " "
+    if _has_cue(lowered, RETRACTION_CUES):
+        return "retraction"
+    if _has_cue(lowered, CORRECTION_CUES):
+        return "correction"
+    if _has_cue(lowered, PROFILE_CUES):
+        return "profile"
+    return "fact"
+
+
+def retraction_topic(sentence: str) -> frozenset[str]:
+    """Content stems of what a retraction retracts (the words after its cue)."""
+    lowered = normalise(sentence).lower()
+    for cue in RETRACTION_CUES:
+        at = lowered.find(cue)
+        if at >= 0:
+            return frozenset(content_tokens(lowered[at + len(cue):])) - CUE_STEMS
+    return frozenset()
