@@ -10,9 +10,12 @@ from evolve.benchmarks import load_benchmark
 from evolve.benchmarks.types import BenchmarkError
 from evolve.config import ConfigError
 from evolve.judge import TokenF1Judge
+from evolve.llm import ConfigError as LLMConfigError
+from evolve.storage import StoreError
 from evolve.strategy import StrategyError, load_strategy
 
-USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, BenchmarkError, FileNotFoundError)
+USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, BenchmarkError, StoreError,
+                                           FileNotFoundError)
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -86,6 +89,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stores", help="override the stores directory")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     p.set_defaults(func=cmd_run)
+
+    from evolve.cli_workflow import register
+
+    register(sub)
     return parser
 
 

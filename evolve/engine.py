@@ -29,7 +29,7 @@ from evolve.roles_factory import build_roles
 from evolve.runtime import IngestionCache
 from evolve.statistics import paired_comparison
 from evolve.stores import RoundBundle, StoreSet
-from evolve.strategy import derive, load_strategy, policy_hash, strategy_hash
+from evolve.strategy import derive, load_strategy, policy_hash, schema_hash, strategy_hash
 from evolve.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -73,8 +73,9 @@ class Engine:
         self.question_ids = [q.id for q in questions]
         scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
         self.probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
-        self.harness_id = {"benchmark_hash": benchmark.content_hash(), "judge": self.roles.judge.name,
-                           "n_questions": len(self.question_ids)}
+        self.harness_id = {"benchmark": config.benchmark, "benchmark_hash": benchmark.content_hash(),
+                           "judge": self.roles.judge.name, "n_questions": len(self.question_ids),
+                           "schema_hash": schema_hash()}
         self.effects = DimensionEffects.from_dict(self.stores.read_doc("dimension_effects", {}))
         self.tree = HypothesisTree.from_dict(self.stores.read_doc("hypothesis_tree", None) or
                                              HypothesisTree(c0=config.planner.exploration).to_dict())
@@ -172,7 +173,8 @@ class Engine:
                    evaluated: set[str], recent: list[list[str]]) -> CandidateResult:
         cid = f"r{n:03d}-c{i:02d}"
         record: dict[str, Any] = {"key": cid, "candidate_id": cid, "round": n, "direction": direction.to_dict(),
-                                  "symptom": direction.symptom_key, "parent_hash": strategy_hash(current)}
+                                  "symptom": direction.symptom_key, "parent_hash": strategy_hash(current),
+                                  "harness": self.harness_id}
         try:
             proposal = self.evolver.propose(current, direction)
         except EvolverError as exc:

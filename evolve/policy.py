@@ -106,7 +106,7 @@ class Assembly(_Frozen):
 class Answering(_Frozen):
     prompt: Prompt
     max_answer_tokens: int
-    span: Literal["sentence", "clause"]
+    span: Literal["sentence", "clause", "keywords"]
     temporal_dates: bool
 
 

@@ -94,5 +94,5 @@ def test_ingestion_key_tracks_only_ingestion_sections():
 def test_evolvable_dimensions_come_from_schema():
     dims = evolvable_dimensions()
     assert dims["retrieval.top_k"].kind == "integer" and dims["retrieval.top_k"].high == 100
-    assert dims["answering.span"].choices == ("sentence", "clause")
+    assert dims["answering.span"].choices == ("sentence", "clause", "keywords")
     assert not any(p.endswith("prompt.template") or p in ("version", "parent") for p in dims)

@@ -17,6 +17,11 @@ def _asked(word: str, wanted: frozenset[str]) -> bool:
     return bool(stems) and all(s in wanted for s in stems)
 
 
+def _keywords(span: str, wanted: frozenset[str]) -> str:
+    """The content words of ``span`` the question does not already contain, in order."""
+    return " ".join(w for w in span.split() if not _asked(w, wanted) and not all(t in STOPWORDS for t in tokens(w)))
+
+
 def _without_question_words(span: str, wanted: frozenset[str]) -> str:
     """``span`` minus words the question already contains, trimmed of stopwords at both ends."""
     kept = [w for w in span.split() if not _asked(w, wanted)]
@@ -30,7 +35,8 @@ def _without_question_words(span: str, wanted: frozenset[str]) -> str:
 class ExtractiveAnswerer:
     """Picks the sentence or clause (``answering.span``) of the packed context sharing most content words
     with the question (a speaker named in the question adds half a word; ties go to the better-scored item)
-    and answers with it minus the question's own words. Time questions are answered with the supporting
+    and answers with it minus the question's own words (``keywords``: the best clause's remaining
+    content words only). Time questions are answered with the supporting
     item's date when ``temporal_dates`` is on: a date written in it, else the date it was said."""
 
     name = "extractive/v1"
@@ -44,7 +50,7 @@ class ExtractiveAnswerer:
             speaker, body = plain_parts(item.text)
             bonus = 0.5 if speaker and content_set(speaker) <= wanted else 0.0
             units = sentences(body) or [body]
-            if policy.span == "clause":
+            if policy.span in ("clause", "keywords"):
                 units = [c for unit in units for c in clauses(unit)] or units
             for j, unit in enumerate(units):
                 candidates.append(((len(wanted & content_set(unit)) + bonus, item.score, -i, -j), i, unit))
@@ -56,4 +62,6 @@ class ExtractiveAnswerer:
             if date:
                 return AnswerResult(date, (item.id,))
         text = _without_question_words(unit, wanted) or unit
+        if policy.span == "keywords":
+            text = _keywords(text, wanted).strip(_EDGE_PUNCT + " ") or text
         return AnswerResult(" ".join(text.split()[: policy.max_answer_tokens]), (item.id,))

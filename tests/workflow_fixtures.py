@@ -1,0 +1,138 @@
+"""Real stores for the workflow and report tests: one short engine run plus committed accept rounds.
+
+An engine run this small rarely accepts a candidate, so rounds holding ACCEPT / ACCEPT_WITH_MONITOR records
+are committed through :meth:`StoreSet.commit_round` exactly as the engine commits its own, built from a
+real evaluated record of the run. Import the fixtures into a test module with
+``from workflow_fixtures import engine_stores, stores  # noqa: F401``.
+"""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from evolve.benchmarks import load_benchmark
+from evolve.config import RunConfig
+from evolve.decision import AcceptanceRules
+from evolve.diffing import diff_strategies
+from evolve.engine import Engine
+from evolve.gates import change_keys
+from evolve.stores import RoundBundle, StoreSet
+from evolve.strategy import BASELINE_PATH, derive, policy_hash, strategy_hash
+
+BENCHMARK = "synthetic:0"
+_BUILT: dict[str, Path] = {}
+
+
+def run_engine(base: Path) -> Path:
+    """One engine round on 120 synthetic questions; returns the stores directory."""
+    config = RunConfig(benchmark=BENCHMARK, strategy=BASELINE_PATH, stores=base / "stores", rounds=1,
+                       candidates_per_round=2, limit=120, probe_size=20,
+                       acceptance=AcceptanceRules(protected_slices=["temporal"]))
+    Engine(config, track=False, progress=False).run()
+    return config.stores
+
+
+def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, applied: bool = True,
+                        delta: float = 0.05, harness: dict | None = None) -> dict:
+    """Commit the next round with one candidate ``changes`` away from the current strategy, decided ``verdict``."""
+    with StoreSet(root) as stores:
+        n, state = stores.last_committed_round + 1, stores.state
+        parent_hash = state["current_strategy"]
+        parent = stores.get_strategy(parent_hash)
+        records = stores.read_jsonl("candidate_outcomes")
+        template = next(r for r in records if r.get("paired"))
+        summaries = {d["strategy_hash"]: d["summary"] for d in stores.read_jsonl("diagnosis_log")}
+        summaries.update({r["strategy_hash"]: r["summary"] for r in records if r.get("summary")})
+        before = summaries[parent_hash]
+        candidate = derive(parent, changes)
+        cand_hash = strategy_hash(candidate)
+        diff = diff_strategies(parent, candidate)
+        cid = f"r{n:03d}-c00"
+        record = {**template, "key": cid, "candidate_id": cid, "round": n, "parent_hash": parent_hash,
+                  "strategy_hash": cand_hash, "policy_hash": policy_hash(candidate), "changes": changes,
+                  "change_keys": change_keys(parent, candidate), "diff": diff.to_dict(), "diff_text": diff.render(),
+                  "decided_by": "decision", "applied": applied, "harness": harness or state["harness"],
+                  "paired": _paired(template["paired"], delta, verdict),
+                  "summary": _shifted(before, cand_hash, delta), "examples": _examples(template["paired"])}
+        record["decision"] = {"verdict": verdict, "rule": "accept" if verdict == "ACCEPT" else
+                              "protected_slice_regression", "reason": f"accepted: delta={delta:+.4f}"}
+        new_hash = cand_hash if applied else parent_hash
+        after = before["accuracy"] + (delta if applied else 0.0)
+        scoreboard = stores.read_doc("scoreboard")
+        best = max(after, scoreboard["rounds"][-1]["best_accuracy"])
+        scoreboard["rounds"].append({"round": n, "strategy_hash": new_hash, "accuracy": after,
+                                     "observed_accuracy": before["accuracy"], "best_accuracy": best,
+                                     "root_causes": before["root_causes"], "dcr@3": before["dcr@3"],
+                                     "accepted": cid if applied else None, "restored": False,
+                                     "decisions": {cid: verdict}})
+        bundle = RoundBundle(
+            records={"candidate_outcomes": [record],
+                     "diagnosis_log": [{"key": f"r{n:03d}", "round": n, "strategy_hash": parent_hash,
+                                        "summary": before, "digest": {}, "directions": []}]},
+            docs={"scoreboard": scoreboard},
+            journal=[("CANDIDATE", {"candidate_id": cid, "strategy_hash": cand_hash, "parent_hash": parent_hash,
+                                    "diff": record["diff"], "decided_by": "decision"}),
+                     ("ACCEPT", {"candidate_id": cid, "strategy_hash": cand_hash, "decision": record["decision"],
+                                 "applied": applied, "restore_to": parent_hash}),
+                     ("ROUND", {"round": n, "from": parent_hash, "to": new_hash, "accuracy": after,
+                                "harness": state["harness"], "accepted": cid if applied else None})],
+            strategies=[parent, candidate],
+            state={"current_strategy": new_hash, "baseline_strategy": state["baseline_strategy"],
+                   "harness": state["harness"]})
+        stores.commit_round(n, bundle)
+    return record
+
+
+def _paired(template: dict, delta: float, verdict: str) -> dict:
+    per_category = {c: {**row, "acc_candidate": row["acc_baseline"] + delta, "delta": delta}
+                    for c, row in template["per_category"].items()}
+    if verdict == "ACCEPT_WITH_MONITOR":
+        row = per_category["temporal"]
+        per_category["temporal"] = {**row, "acc_candidate": row["acc_baseline"] - 0.05, "delta": -0.05}
+    return {**template, "delta": delta, "acc_candidate": template["acc_baseline"] + delta, "mcnemar_p": 0.012,
+            "ci_low": delta / 3, "ci_high": delta * 1.8, "significant": True, "per_category": per_category,
+            "improved": template["both_wrong"][:2], "regressed": template["both_correct"][:1]}
+
+
+def _shifted(summary: dict, digest: str, delta: float) -> dict:
+    by_cat = {c: a + delta for c, a in summary["accuracy_by_category"].items()}
+    return {**summary, "accuracy": summary["accuracy"] + delta, "accuracy_by_category": by_cat,
+            "strategy_hash": digest}
+
+
+def _examples(paired: dict) -> dict:
+    questions = {q.id: q for q in load_benchmark(BENCHMARK).questions}
+
+    def row(qid: str, fixed: bool) -> dict:
+        q = questions[qid]
+        return {"question_id": qid, "question": q.question, "gold": q.answer, "category": q.category,
+                "baseline_answer": "unknown" if fixed else q.answer, "candidate_answer": q.answer if fixed else "unknown",
+                "baseline_root_cause": "retrieval_gap" if fixed else None,
+                "candidate_root_cause": None if fixed else "kf_filtered"}
+
+    return {"improved": [row(q, True) for q in paired["both_wrong"][:2]],
+            "regressed": [row(q, False) for q in paired["both_correct"][:1]]}
+
+
+def build(base: Path) -> Path:
+    """Engine round 1, then round 2 ACCEPT (applied) and round 3 ACCEPT_WITH_MONITOR (not applied)."""
+    root = run_engine(base)
+    commit_accept_round(root, {"retrieval.top_k": 7}, "ACCEPT", applied=True)
+    commit_accept_round(root, {"assembly.token_budget": 192}, "ACCEPT_WITH_MONITOR", applied=False, delta=0.02)
+    return root
+
+
+@pytest.fixture(scope="session")
+def engine_stores(tmp_path_factory) -> Path:
+    """Shared, read-only stores (built once per session even when several modules import this fixture)."""
+    if "root" not in _BUILT:
+        _BUILT["root"] = build(tmp_path_factory.mktemp("engine"))
+    return _BUILT["root"]
+
+
+@pytest.fixture
+def stores(engine_stores: Path, tmp_path: Path) -> Path:
+    """A private, writable copy of the shared stores."""
+    return Path(shutil.copytree(engine_stores, tmp_path / "stores"))
