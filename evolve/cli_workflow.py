@@ -36,7 +36,8 @@ def cmd_diff(args: argparse.Namespace) -> int:
     a, b = load_strategy(args.a), load_strategy(args.b)
     diff = diff_strategies(a, b)
     if args.format == "json":
-        print(json.dumps({"a": {"path": args.a, "hash": strategy_hash(a)}, "b": {"path": args.b, "hash": strategy_hash(b)},
+        print(json.dumps({"a": {"path": args.a, "hash": strategy_hash(a)},
+                          "b": {"path": args.b, "hash": strategy_hash(b)},
                           "equal": diff.empty, **diff.to_dict()}, indent=2, sort_keys=True))
     else:
         print(f"--- {args.a} ({strategy_hash(a)[:12]})\n+++ {args.b} ({strategy_hash(b)[:12]})")
@@ -67,14 +68,14 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 def _print_change(result: ChangeResult, done: str, stores: str) -> None:
     print(f"{done} {result.target}")
-    print(f"  now serving  {result.served.strategy_hash}  (copy {Path(stores) / result.served.copy})")
+    print(f"  new      {result.served.strategy_hash}  (copy {Path(stores) / result.served.copy})")
     if result.previous is None:
-        print("  replaced     nothing (no serving file before)")
+        print("  old      none (no serving file before)")
     else:
-        print(f"  replaced     {result.previous.strategy_hash}  (restore point {Path(stores) / result.previous.copy})")
+        print(f"  old      {result.previous.strategy_hash}  (restore point {Path(stores) / result.previous.copy})")
     if result.entry is not None:
-        print(f"  journal      entry {result.entry['index']} {result.entry['type']}")
-    _print_diff(result.diff, "diff vs the replaced file")
+        print(f"  journal  entry {result.entry['index']} {result.entry['type']}")
+    _print_diff(result.diff, "diff old -> new")
 
 
 def cmd_promote(args: argparse.Namespace) -> int:

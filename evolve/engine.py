@@ -14,7 +14,7 @@ from typing import Any
 from evolve.benchmarks import load_benchmark
 from evolve.checkpoint import CheckpointRecord
 from evolve.config import RunConfig
-from evolve.critic import CriticPacket, DeterministicCritic
+from evolve.critic import CriticPacket, CriticReview, DeterministicCritic, fixing_groups
 from evolve.decision import Decision, Verdict, decide, probe_screen
 from evolve.diffing import diff_strategies
 from evolve.digest import Digest, digest
@@ -25,7 +25,7 @@ from evolve.harness import EvalRun, Harness
 from evolve.hypotheses import HypothesisTree, reward_of
 from evolve.planner import Direction, Planner, load_bundles
 from evolve.probe import stratified_probe
-from evolve.roles_factory import build_roles
+from evolve.roles_factory import build_roles, roles_config
 from evolve.runtime import IngestionCache
 from evolve.statistics import paired_comparison
 from evolve.stores import RoundBundle, StoreSet
@@ -59,14 +59,17 @@ class Engine:
     def __init__(self, config: RunConfig, *, track: bool = True, progress: bool | None = None):
         self.config = config
         self.rules = config.acceptance
-        self.stores = StoreSet(config.stores)
-        if not self.stores.recovery.clean:
-            log.warning("recovered stores: %s", self.stores.recovery.to_payload())
+        # All input is validated before the stores are opened, so bad input never touches them.
         self.baseline = load_strategy(config.strategy)
         benchmark = load_benchmark(config.benchmark)
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
-        self.roles, self.llm_stats, self.llm_advisors = build_roles(config, self.stores)
+        roles_cfg = roles_config(config)
+        self.stores = StoreSet(config.stores)
+        if not self.stores.recovery.clean:
+            log.warning("recovered stores: %s", self.stores.recovery.to_payload())
+        self.roles, self.llm_stats, self.llm_advisors = build_roles(roles_cfg, config.judge_threshold,
+                                                                    self.stores.cache_dir / "llm")
         self.harness = Harness(benchmark, self.roles, cache=IngestionCache(self.stores.cache_dir / "ingestion"),
                                include_adversarial=config.include_adversarial, progress=progress)
         questions = benchmark.questions[: config.limit] if config.limit else benchmark.questions
@@ -130,6 +133,10 @@ class Engine:
         dg = digest(cur_run.traces)
         budget = self.config.candidates_per_round
         directions = self.planner.plan(dg, current, max(self.config.planner.max_directions, 3 * budget))
+        self._planner_notes: list[str] = []
+        if "planner" in self.llm_advisors:
+            llm_directions = self._llm_directions(dg, current, budget)
+            directions = llm_directions + [d for d in directions if d.key not in {x.key for x in llm_directions}]
         history = self.stores.read_jsonl("candidate_outcomes")
         evaluated = {r["policy_hash"] for r in history} | {policy_hash(current)}
         recent: list[list[str]] = [r["change_keys"] for r in history if r.get("probe")][-10:]
@@ -202,7 +209,11 @@ class Engine:
         packet = CriticPacket(strategy_diff(current, candidate), record["change_keys"], root_cause, category,
                               {k: self.effects.reputation(k) for k in record["change_keys"]}, None, examples,
                               recent[-10:])
-        review = self.critic.review(packet)
+        if "critic" in self.llm_advisors:
+            verdict = self.llm_advisors["critic"].review(packet.to_dict())
+            review = CriticReview(verdict.label, list(verdict.reasons))
+        else:
+            review = self.critic.review(packet)
         self.tree.record_critique(review.label == "actionable")
         record["critic"] = review.to_dict()
         if review.blocks:
@@ -227,6 +238,21 @@ class Engine:
         record.update(paired=report["paired"], dcr=report["dcr"], summary=_brief(run.summary),
                       examples=self._examples(paired.to_dict(), cur_run, run))
         return self._close(result, decision, "decision")
+
+    def _llm_directions(self, dg: Digest, current: dict, budget: int) -> list[Direction]:
+        """The LLM planner's proposals as directions (same gates and critic follow); dropped output is noted."""
+        ranked = dg.ranked()
+        result = self.llm_advisors["planner"].plan(dg.to_dict(), self.effects.to_dict(), self.planner.dims, budget)
+        self._planner_notes = [f"llm planner dropped: {r}" for r in result.dropped_reasons]
+        directions = []
+        for rank, proposal in enumerate(result.proposals):
+            group = self.planner.dims[proposal.path].group
+            symptom = next((sy.key for sy in ranked if group in fixing_groups(sy.root_cause)),
+                           ranked[0].key if ranked else "unresolved/*")
+            _, direction = proposal.key.split("::", 1)
+            directions.append(Direction(proposal.key, proposal.path, direction, symptom, 1.0 - 0.01 * rank,
+                                        f"llm planner: {proposal.why}"))
+        return directions
 
     def _close(self, result: CandidateResult, decision: Decision, decided_by: str) -> CandidateResult:
         result.decision = decision
@@ -296,7 +322,7 @@ class Engine:
             for r in results for stage in ("gates", "critic", "probe", "paired") if r.record.get(stage) is not None]
         bundle.records["diagnosis_log"] = [{
             "key": f"r{n:03d}", "round": n, "strategy_hash": cur_hash, "summary": _brief(cur_run.summary),
-            "digest": dg.to_dict(), "directions": [d.to_dict() for d in directions]}]
+            "digest": dg.to_dict(), "directions": [d.to_dict() for d in directions], "planner_notes": self._planner_notes}]
         histories = self.stores.read_doc("question_histories", {})
         for t in new_run.traces:
             histories.setdefault(t["question_id"], []).append(

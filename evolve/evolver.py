@@ -126,6 +126,11 @@ class Evolver:
             raise EvolverError(f"{direction.key}: no legal move from the current value {current!r} "
                                "(schema bound, already set, or blocked by an invariant)")
         study = self.study(study_name(dim.group))
+        if direction.direction in ("increase", "decrease") and not any(
+                direction.key in t.params and not t.user_attrs.get("abandoned")
+                for t in study.get_trials(deepcopy=False)):
+            # The first move along a direction is its smallest step; TPE chooses step sizes after that.
+            study.enqueue_trial({direction.key: 1})
         trial = study.ask()
         if direction.direction in ("increase", "decrease"):
             k = trial.suggest_int(direction.key, 1, max_steps(dim))
@@ -170,7 +175,11 @@ class Evolver:
         self.apply_pending(pending)
         for summary in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
             study = self.study(summary.study_name)
+            for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                study.ask()  # an enqueued trial never asked: take it so it can be closed below
             for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                # Marked so the replayed round treats the direction as never moved (see ``propose``).
+                self.storage.set_trial_user_attr(trial._trial_id, "abandoned", True)
                 study.tell(trial.number, state=TrialState.FAIL)
         self._round = round_no
         for name, study in self._studies.items():

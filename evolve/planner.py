@@ -239,6 +239,18 @@ class Proposer(Protocol):
                 dims: dict[str, EvolvableDimension]) -> list[Direction]: ...
 
 
+def interleave(directions: list[Direction]) -> list[Direction]:
+    """Round-robin over symptoms, keeping each symptom's internal order and symptoms ordered by their best."""
+    by_symptom: dict[str, list[Direction]] = {}
+    for d in directions:
+        by_symptom.setdefault(d.symptom_key, []).append(d)
+    queues = list(by_symptom.values())
+    out: list[Direction] = []
+    for depth in range(max((len(q) for q in queues), default=0)):
+        out.extend(q[depth] for q in queues if depth < len(q))
+    return out
+
+
 class Planner:
     """Rule-based :class:`Proposer` over the bundle table, dimension effects and (optionally) the UCB1 tree."""
 
@@ -253,7 +265,9 @@ class Planner:
         self.dims = evolvable_dimensions()
 
     def plan(self, digest: Digest, strategy: dict, max_directions: int = 6) -> list[Direction]:
-        return self.propose(digest, strategy, self.effects, self.dims)[:max_directions]
+        """The top directions, interleaved across symptoms (each symptom's best first, then each one's
+        second, ...) so that one round's candidates probe several diagnosed failures instead of one."""
+        return interleave(self.propose(digest, strategy, self.effects, self.dims))[:max_directions]
 
     def propose(self, digest: Digest, strategy: dict, effects: DimensionEffects,
                 dims: dict[str, EvolvableDimension]) -> list[Direction]:

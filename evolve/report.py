@@ -9,6 +9,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from evolve.checkpoint import Checkpoint
@@ -63,7 +64,7 @@ def _svg(fig: Figure) -> str:
     return re.sub(r'<svg([^>]*?) width="[^"]+" height="[^"]+"', r'<svg\1 class="plot"', text, count=1)
 
 
-def _figure(width: float, height: float) -> tuple[Figure, object]:
+def _figure(width: float, height: float) -> tuple[Figure, Axes]:
     fig = Figure(figsize=(width, height), dpi=100)
     ax = fig.add_subplot()
     ax.spines[["top", "right"]].set_visible(False)
@@ -132,7 +133,7 @@ def category_plot(ov: Overview) -> str:
     fig, ax = _figure(5.6, 3.6)
     base = (ov.baseline or {}).get("accuracy_by_category")
     series = [("current", "#0969da", (ov.current or {}).get("accuracy_by_category"))]
-    if ov.best and ov.best["strategy_hash"] != ov.current_hash and ov.best_summary:
+    if ov.best and ov.best["strategy_hash"] not in (ov.current_hash, ov.baseline_hash) and ov.best_summary:
         series.append(("best ever", "#8250df", ov.best_summary["accuracy_by_category"]))
     if not base or not series[0][2]:
         ax.text(0.5, 0.5, "per-category accuracy not recorded", ha="center", transform=ax.transAxes)
@@ -159,7 +160,8 @@ def category_plot(ov: Overview) -> str:
     ax.set_title("Accuracy by category vs baseline" + (" (current is the baseline)" if same else ""),
                  fontsize=10, loc="left")
     ax.set_xlabel("accuracy difference")
-    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    if len(series) > 1:
+        ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return _svg(fig)
 
 
@@ -168,12 +170,14 @@ def category_plot(ov: Overview) -> str:
 CSS = """
 body{font:14px/1.45 -apple-system,'Segoe UI',Helvetica,Arial,sans-serif;color:#24292f;margin:0;background:#f6f8fa}
 main{max-width:1240px;margin:0 auto;padding:24px 28px;background:#fff}
-h1{font-size:22px;margin:0 0 4px} h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:17px;margin:28px 0 10px;border-bottom:1px solid #d0d7de;padding-bottom:4px}
 h3{font-size:15px;margin:22px 0 6px} .muted{color:#57606a} code,pre{font:12px/1.4 ui-monospace,Menlo,Consolas,monospace}
 pre{background:#f6f8fa;border:1px solid #d0d7de;border-radius:6px;padding:8px 10px;overflow-x:auto;white-space:pre-wrap}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin:16px 0}
 .card{border:1px solid #d0d7de;border-radius:8px;padding:10px 14px;flex:1 1 0;min-width:140px}
-.card b{display:block;font-size:20px} .card span{color:#57606a;font-size:12px} .card.small b{font-size:14px;line-height:28px}
+.card b{display:block;font-size:20px} .card span{color:#57606a;font-size:12px}
+.card.small{flex-grow:2} .card.small b{font-size:14px;line-height:28px}
 .cols{display:grid;grid-template-columns:1fr 1fr;gap:18px} .cols>div{min-width:0}
 .plots{display:grid;grid-template-columns:1fr 1fr;gap:12px} .plots .wide{grid-column:1/3}
 svg.plot{width:100%;height:auto} figure{margin:0;border:1px solid #d0d7de;border-radius:8px;padding:8px}
@@ -182,7 +186,8 @@ th,td{border-bottom:1px solid #eaeef2;padding:4px 8px;text-align:left;vertical-a
 th{background:#f6f8fa;font-weight:600} tr:nth-child(even) td{background:#fbfcfd}
 td.num{text-align:right;font-variant-numeric:tabular-nums;white-space:nowrap}
 .badge{display:inline-block;border-radius:10px;padding:0 8px;font-size:11.5px;font-weight:600;color:#fff}
-.ACCEPT{background:#1a7f37}.ACCEPT_WITH_MONITOR{background:#4d9e2f}.FEATURE_FLAG{background:#9a6700}.REJECT{background:#cf222e}
+.ACCEPT{background:#1a7f37}.ACCEPT_WITH_MONITOR{background:#4d9e2f}
+.FEATURE_FLAG{background:#9a6700}.REJECT{background:#cf222e}
 .ok{color:#1a7f37}.fail{color:#cf222e} section.cand{border-top:1px solid #d0d7de;margin-top:18px}
 a{color:#0969da;text-decoration:none} a:hover{text-decoration:underline}
 """
@@ -209,7 +214,8 @@ def _cards(ov: Overview) -> str:
     items = [(str(ov.n_rounds), "rounds"), (fmt_num(base_acc, ".3f"), "baseline accuracy"),
              (fmt_num(ov.current_accuracy, ".3f"), f"current accuracy ({(ov.current_hash or '-')[:12]})")]
     if ov.best:
-        items.append((f"{ov.best['score']:.3f}", f"best ever (round {ov.best['round']}, {ov.best['strategy_hash'][:12]})"))
+        items.append((f"{ov.best['score']:.3f}",
+                      f"best ever (round {ov.best['round']}, {ov.best['strategy_hash'][:12]})"))
     items.append((", ".join(f"{n} {v}" for v, n in sorted(ov.decisions.items())) or "none", "decisions"))
     return '<div class="cards">' + "".join(
         f'<div class="card{" small" if len(v) > 12 else ""}"><b>{_e(v)}</b><span>{_e(k)}</span></div>'
@@ -244,13 +250,15 @@ def _candidate_section(r: dict, view: StoreView) -> str:
     if p:
         right.append(_table(["category", "n", "parent", "candidate", "Δ"],
                             [[_e(c), str(row["n"]), f"{row['acc_baseline']:.3f}", f"{row['acc_candidate']:.3f}",
-                              f"{row['delta']:+.3f}"] for c, row in sorted(p["per_category"].items())], num={1, 2, 3, 4}))
+                              f"{row['delta']:+.3f}"] for c, row in sorted(p["per_category"].items())],
+                            num={1, 2, 3, 4}))
     parts = [head, f"<div class='cols'><div>{''.join(left)}</div><div>{''.join(right)}</div></div>"]
     for side in ("improved", "regressed"):
         examples = (r.get("examples") or {}).get(side, [])
         if examples:
             parts.append(f"<p><b>{side}</b> ({len(examples)} of {len(p[side])} shown)</p>")
-            parts.append(_table(["question", "gold", "parent answer", "candidate answer", "root cause (parent → cand.)"],
+            parts.append(_table(["question", "gold", "parent answer", "candidate answer",
+                                 "root cause (parent → cand.)"],
                                 [[f"{_e(x['question'])}<br><span class='muted'>{_e(x['question_id'])} · "
                                   f"{_e(x['category'])}</span>", _e(x["gold"]), _e(x["baseline_answer"]),
                                   _e(x["candidate_answer"]), f"{_e(x['baseline_root_cause'] or 'correct')} → "
@@ -260,7 +268,8 @@ def _candidate_section(r: dict, view: StoreView) -> str:
         restore += f"<br>candidate <code>{_e(view.strategy_path(r['strategy_hash']))}</code>"
     if d["verdict"] in ("ACCEPT", "ACCEPT_WITH_MONITOR"):
         flag = " --accept-monitor" if d["verdict"] == "ACCEPT_WITH_MONITOR" else ""
-        restore += f"<br>promote: <code>memevolve promote {_e(r['candidate_id'])} --to strategies/serving.yaml{flag}</code>"
+        restore += (f"<br>promote: <code>memevolve promote {_e(r['candidate_id'])} --to "
+                    f"strategies/serving.yaml{flag}</code>")
     parts.append(f"<p class='muted'>{restore}</p></section>")
     return "".join(parts)
 
@@ -275,9 +284,10 @@ def _facts(r: dict) -> str:
         facts.append(f"probe ({probe['n']} q): {probe['acc_baseline']:.3f} → {probe['acc_candidate']:.3f} "
                      f"(Δ {probe['delta']:+.3f})")
     if p:
-        facts.append(f"paired ({p['n']} q): {p['acc_baseline']:.3f} → {p['acc_candidate']:.3f}, Δ {p['delta']:+.4f}, "
-                     f"McNemar p={p['mcnemar_p']:.3g}, CI {fmt_ci(p)}, improved {len(p['improved'])}, regressed "
-                     f"{len(p['regressed'])}, DCR@3 {fmt_num(r.get('dcr'), '.3f')}")
+        facts.append(f"paired ({p['n']} q): {p['acc_baseline']:.3f} → {p['acc_candidate']:.3f}, "
+                     f"Δ {p['delta']:+.4f}, McNemar p={p['mcnemar_p']:.3g}, CI {fmt_ci(p)}, "
+                     f"improved {len(p['improved'])}, regressed {len(p['regressed'])}, "
+                     f"DCR@3 {fmt_num(r.get('dcr'), '.3f')}")
     return "<ul>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>" if facts else ""
 
 
@@ -286,7 +296,8 @@ def _serving_html(view: StoreView) -> str:
     if not entries:
         return "<p class='muted'>No promotion recorded yet (<code>memevolve promote</code>).</p>"
     rows = [[str(e["index"]), _e(e["type"]), _e(e["ts"][:19]), _e(e["payload"].get("candidate_id", "")),
-             f"<code>{_e(str(e['payload']['strategy_hash'])[:12])}</code>", f"<code>{_e(e['payload']['target'])}</code>"]
+             f"<code>{_e(str(e['payload']['strategy_hash'])[:12])}</code>",
+             f"<code>{_e(e['payload']['target'])}</code>"]
             for e in entries]
     status = "".join(f"<li class='{'ok' if s.ok else 'fail'}'><code>{_e(s.target)}</code>: {_e(s.describe())}</li>"
                      for s in drift_report(view))
@@ -305,7 +316,8 @@ def render_html(view: StoreView) -> str:
             f"<figure class='wide'>{trajectory_plot(view.rounds, records)}</figure>",
             f"<figure>{root_cause_plot(view.rounds)}</figure><figure>{category_plot(ov)}</figure></div>",
             "<h2>Serving</h2>", _serving_html(view),
-            f"<h2 id='candidates'>Candidates ({len(records)})</h2>", _candidates_html(records) if records else "<p>none</p>",
+            f"<h2 id='candidates'>Candidates ({len(records)})</h2>",
+            _candidates_html(records) if records else "<p>none</p>",
             "<h2>Evidence per candidate</h2>", *(_candidate_section(r, view) for r in records)]
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>memevolve report</title>"
             f"<style>{CSS}</style></head><body><main>{''.join(body)}</main></body></html>\n")
@@ -329,7 +341,8 @@ def render_markdown(view: StoreView, html_name: str | None = None) -> str:
              f"| baseline | `{(ov.baseline_hash or '-')[:12]}` | {fmt_num(base_acc, '.3f')} |",
              f"| current | `{(ov.current_hash or '-')[:12]}` | {fmt_num(ov.current_accuracy, '.3f')} |"]
     if ov.best:
-        lines.append(f"| best ever (round {ov.best['round']}) | `{ov.best['strategy_hash'][:12]}` | {ov.best['score']:.3f} |")
+        lines.append(f"| best ever (round {ov.best['round']}) | `{ov.best['strategy_hash'][:12]}` | "
+                     f"{ov.best['score']:.3f} |")
     lines += ["", "Decisions: " + (", ".join(f"{n} {v}" for v, n in sorted(ov.decisions.items())) or "none")]
     accepted = [r for r in records if r["decision"]["verdict"] in ("ACCEPT", "ACCEPT_WITH_MONITOR")]
     if accepted:

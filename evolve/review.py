@@ -200,7 +200,8 @@ def _example_lines(record: dict, side: str) -> list[str]:
         lines += [f"  [{ex['question_id']}] ({ex['category']}) {ex['question']}",
                   f"      gold:      {ex['gold']}",
                   f"      parent:    {ex['baseline_answer']!r}  (root cause: {ex['baseline_root_cause'] or 'correct'})",
-                  f"      candidate: {ex['candidate_answer']!r}  (root cause: {ex['candidate_root_cause'] or 'correct'})"]
+                  f"      candidate: {ex['candidate_answer']!r}  "
+                  f"(root cause: {ex['candidate_root_cause'] or 'correct'})"]
     return lines
 
 

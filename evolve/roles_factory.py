@@ -1,6 +1,7 @@
 """Build the runtime roles and judge a run config asks for: deterministic defaults or LLM backends."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from evolve.harness import Roles
@@ -8,11 +9,16 @@ from evolve.judge import TokenF1Judge
 from evolve.llm import ResponseCache, RolesConfig, UsageStats, build_llm_roles
 
 
-def build_roles(config: Any, stores: Any) -> tuple[Roles, UsageStats | None, dict[str, Any]]:
+def roles_config(config: Any) -> RolesConfig:
+    """Validate the run config's ``roles`` (merged over ``MEMEVOLVE_<ROLE>_*`` environment variables)."""
+    return RolesConfig.from_sources(config.roles, source="run config")
+
+
+def build_roles(roles_cfg: RolesConfig, judge_threshold: float, cache_dir: Path
+                ) -> tuple[Roles, UsageStats | None, dict[str, Any]]:
     """``(roles, usage stats or None, {"planner": ..., "critic": ...} LLM objects where configured)``."""
-    roles_cfg = RolesConfig.from_sources(config.roles, source="run config")
     stats = UsageStats()
-    llm = build_llm_roles(roles_cfg, ResponseCache(stores.cache_dir / "llm"), stats)
+    llm = build_llm_roles(roles_cfg, ResponseCache(cache_dir), stats)
     roles = Roles(extractor=llm.get("extractor"), expander=llm.get("expander"), answerer=llm.get("answerer"),
-                  judge=llm.get("judge") or TokenF1Judge(config.judge_threshold))
+                  judge=llm.get("judge") or TokenF1Judge(judge_threshold))
     return roles, (stats if llm else None), {k: llm[k] for k in ("planner", "critic") if k in llm}

@@ -129,3 +129,29 @@ def test_repair_fixes_every_invariant(baseline):
     assert {p: v for p, v in fixed.items() if v != full[p]} == {
         "extraction.window_overlap": 2, "retrieval.candidate_pool": 20, "retrieval.rerank.top_n": 20,
         "retrieval.weights.bm25": 0.25, "assembly.reserved.corrections": 0.45}
+
+
+def test_first_move_is_smallest_step_and_rounds_replay_after_a_crash(tmp_path, baseline):
+    key = "retrieval.top_k::increase"
+    first = Evolver(url(tmp_path), seed=3)
+    first.begin_round(1, [])
+    p1 = first.propose(baseline, direction(key))
+    assert p1.changes == {"retrieval.top_k": baseline["retrieval"]["top_k"] + 1}
+    pending = [{"study": p1.study, "trial": p1.trial_number, "value": 0.04}]
+    first.apply_pending(pending)
+    first.begin_round(2, pending)  # applying the same results twice is a no-op
+    crashed = first.propose(baseline, direction("retrieval.rrf_kappa::increase"))  # never told: process "dies"
+
+    resumed = Evolver(url(tmp_path), seed=3)
+    resumed.begin_round(2, pending)
+    trials = resumed.study(p1.study).get_trials(deepcopy=False)
+    assert trials[p1.trial_number].value == pytest.approx(0.04)
+    assert trials[crashed.trial_number].state == TrialState.FAIL
+    again = resumed.propose(baseline, direction("retrieval.rrf_kappa::increase"))
+
+    fresh = Evolver(url(tmp_path, "other.db"), seed=3)
+    fresh.begin_round(1, [])
+    p = fresh.propose(baseline, direction(key))
+    fresh.apply_pending([{"study": p.study, "trial": p.trial_number, "value": 0.04}])
+    fresh.begin_round(2, [])
+    assert fresh.propose(baseline, direction("retrieval.rrf_kappa::increase")).changes == again.changes

@@ -183,3 +183,16 @@ def test_effects_reputation_and_contract_round_trip():
 def test_effects_from_dict_names_bad_field(entry, message):
     with pytest.raises(ValueError, match=f"effects.json: retrieval.top_k::increase: {message}"):
         DimensionEffects.from_dict({"retrieval.top_k::increase": entry}, "effects.json")
+
+
+def test_interleave_round_robins_over_symptoms():
+    from evolve.planner import Direction, interleave
+
+    def d(key, symptom, priority):
+        path, direction = key.split("::")
+        return Direction(key, path, direction, symptom, priority, "")
+
+    ranked = [d("a.x::increase", "s1", 0.9), d("a.y::increase", "s1", 0.8), d("a.z::increase", "s1", 0.7),
+              d("b.x::increase", "s2", 0.5), d("c.x::increase", "s3", 0.4)]
+    assert [x.key for x in interleave(ranked)] == ["a.x::increase", "b.x::increase", "c.x::increase",
+                                                   "a.y::increase", "a.z::increase"]

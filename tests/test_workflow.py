@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import stat
 from pathlib import Path
 
 import pytest
@@ -35,6 +36,7 @@ def serving(tmp_path: Path) -> Path:
     path = tmp_path / "strategies" / "serving.yaml"
     path.parent.mkdir()
     path.write_bytes(b"# served since the last release\n" + BASELINE_PATH.read_bytes())
+    path.chmod(0o640)
     return path
 
 
@@ -44,9 +46,9 @@ def serving(tmp_path: Path) -> Path:
 def test_diff_exit_codes_paths_and_prompt_text(capsys, tmp_path, baseline_strategy):
     same = tmp_path / "same.yaml"
     same.write_text(dump_yaml(baseline_strategy))  # reformatted, same content
-    assert run(capsys, "diff", BASELINE_PATH, same) == (0, f"--- {BASELINE_PATH} ({strategy_hash(baseline_strategy)[:12]})\n"
-                                                           f"+++ {same} ({strategy_hash(baseline_strategy)[:12]})\n"
-                                                           "no differences\n")
+    digest = strategy_hash(baseline_strategy)[:12]
+    assert run(capsys, "diff", BASELINE_PATH, same) == (
+        0, f"--- {BASELINE_PATH} ({digest})\n+++ {same} ({digest})\nno differences\n")
     changed = set_path(set_path(baseline_strategy, "retrieval.top_k", 7), "answering.prompt.template",
                        baseline_strategy["answering"]["prompt"]["template"] + "Be brief.\n")
     other = tmp_path / "other.yaml"
@@ -85,7 +87,8 @@ def test_candidates_table_and_filters(capsys, engine_stores):
     assert rows[0].split()[:5] == ["r002-c00", "2", "retrieval.top_k", "5→7", "decision"]
     assert "+0.050" in rows[0] and "[+0.017,+0.090]" in rows[0] and "ACCEPT" in rows[0] and rows[0].endswith("yes")
     code, out = run(capsys, "candidates", "--stores", engine_stores, "--round", "1")
-    assert code == 0 and {line.split()[0] for line in out.splitlines()[1:] if line.startswith("r")} == {"r001-c00", "r001-c01"}
+    ids = {line.split()[0] for line in out.splitlines()[1:] if line.startswith("r")}
+    assert code == 0 and ids == {"r001-c00", "r001-c01"}
     with pytest.raises(SystemExit) as exc:  # argparse usage errors exit 2
         main(["candidates", "--stores", str(engine_stores), "--decision", "maybe"])
     assert exc.value.code == 2 and "invalid choice: 'maybe'" in capsys.readouterr().err
@@ -192,6 +195,7 @@ def test_promote_then_rollback_restores_byte_identical_files(capsys, stores, ser
     code, out = run(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
     assert code == 0 and "promoted r002-c00 (ACCEPT)" in out
     assert serving.read_bytes() == stored
+    assert stat.S_IMODE(serving.stat().st_mode) == 0o640  # permissions of the replaced file are kept
     promote_entry = StoreView(stores).journal.entries()[-1]
     assert promote_entry["type"] == "PROMOTE"
     p = promote_entry["payload"]

@@ -61,7 +61,8 @@ def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, a
         new_hash = cand_hash if applied else parent_hash
         after = before["accuracy"] + (delta if applied else 0.0)
         scoreboard = stores.read_doc("scoreboard")
-        best = max(after, scoreboard["rounds"][-1]["best_accuracy"])
+        best_before = scoreboard["rounds"][-1]["best_accuracy"]
+        best = max(after, best_before)
         scoreboard["rounds"].append({"round": n, "strategy_hash": new_hash, "accuracy": after,
                                      "observed_accuracy": before["accuracy"], "best_accuracy": best,
                                      "root_causes": before["root_causes"], "dcr@3": before["dcr@3"],
@@ -79,6 +80,7 @@ def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, a
                      ("ROUND", {"round": n, "from": parent_hash, "to": new_hash, "accuracy": after,
                                 "harness": state["harness"], "accepted": cid if applied else None})],
             strategies=[parent, candidate],
+            checkpoint={"strategy": candidate, "score": after, "meta": {"round": n}} if after > best_before else None,
             state={"current_strategy": new_hash, "baseline_strategy": state["baseline_strategy"],
                    "harness": state["harness"]})
         stores.commit_round(n, bundle)
@@ -108,7 +110,8 @@ def _examples(paired: dict) -> dict:
     def row(qid: str, fixed: bool) -> dict:
         q = questions[qid]
         return {"question_id": qid, "question": q.question, "gold": q.answer, "category": q.category,
-                "baseline_answer": "unknown" if fixed else q.answer, "candidate_answer": q.answer if fixed else "unknown",
+                "baseline_answer": "unknown" if fixed else q.answer,
+                "candidate_answer": q.answer if fixed else "unknown",
                 "baseline_root_cause": "retrieval_gap" if fixed else None,
                 "candidate_root_cause": None if fixed else "kf_filtered"}
 
