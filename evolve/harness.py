@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
+import os
+import pickle
 import sys
+import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
@@ -52,38 +57,23 @@ class EvalRun:
         return out
 
 
-class Harness:
-    """Evaluate strategies on one benchmark with fixed roles and judge; reuses ingested memory across strategies."""
+class _Evaluator:
+    """Turns one conversation's questions into traces; the same code runs in-process and in worker processes."""
 
-    def __init__(self, benchmark: Benchmark, roles: Roles | None = None, *, cache: IngestionCache | None = None,
-                 include_adversarial: bool = False, progress: bool | None = None):
-        self.benchmark = benchmark
-        self.roles = roles or Roles()
-        self.cache = cache or IngestionCache()
+    def __init__(self, benchmark: Benchmark, roles: Roles, cache: IngestionCache, include_adversarial: bool):
+        self.benchmark, self.roles, self.cache = benchmark, roles, cache
         self.include_adversarial = include_adversarial
-        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.questions = {q.id: q for q in benchmark.questions}
         self._turn_ids = {cid: {t.id for t in c.turns()} for cid, c in benchmark.conversations.items()}
 
-    def evaluate(self, strategy: dict, question_ids: Iterable[str] | None = None, desc: str = "eval") -> EvalRun:
-        wanted = set(question_ids) if question_ids is not None else None
-        questions = [q for q in self.benchmark.questions if wanted is None or q.id in wanted]
-        by_conv: dict[str, list[Question]] = defaultdict(list)
-        for q in questions:
-            by_conv[q.conversation_id].append(q)
-        runtime = MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
-                                answerer=self.roles.answerer, cache=self.cache)
-        hits0, misses0 = self.cache.hits, self.cache.misses
-        started = time.perf_counter()
-        traces: list[dict] = []
-        with tqdm(total=len(questions), desc=desc, disable=not self.progress, leave=False) as bar:
-            for cid, conv_questions in by_conv.items():
-                store = runtime.ingest(self.benchmark.conversations[cid])
-                for q in conv_questions:
-                    traces.append(self._trace(q, store, runtime))
-                    bar.update()
-        summary = self._summary(strategy, traces, time.perf_counter() - started,
-                                self.cache.hits - hits0, self.cache.misses - misses0)
-        return EvalRun(traces, summary)
+    def runtime(self, strategy: dict) -> MemoryRuntime:
+        return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
+                             answerer=self.roles.answerer, cache=self.cache)
+
+    def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question]) -> list[dict]:
+        store = runtime.ingest(self.benchmark.conversations[cid])
+        runtime.prefetch([q.question for q in questions])
+        return [self._trace(q, store, runtime) for q in questions]
 
     def _trace(self, q: Question, store, runtime: MemoryRuntime) -> dict:
         result = runtime.ask(store, q.question, q.asked_at)
@@ -103,6 +93,99 @@ class Harness:
         sources = [hit["source_ids"] for hit in trace["retrieved"]]
         trace["evidence_recall"] = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
         return diagnose(trace)
+
+
+_WORKER: _Evaluator | None = None
+
+
+def _init_worker(benchmark: Benchmark, roles: Roles, cache_dir: Path | None, include_adversarial: bool,
+                 parent_pid: int) -> None:
+    global _WORKER
+    _WORKER = _Evaluator(benchmark, roles, IngestionCache(cache_dir), include_adversarial)
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A worker whose parent died (e.g. killed) exits instead of waiting for work forever."""
+    while os.getppid() == parent_pid:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+def _work(strategy: dict, cid: str, question_ids: list[str]) -> tuple[list[dict], int, int]:
+    """Worker task: ``(traces, ingestion cache hits, misses)`` of one conversation."""
+    assert _WORKER is not None, "worker not initialised"
+    hits, misses = _WORKER.cache.hits, _WORKER.cache.misses
+    traces = _WORKER.conversation(_WORKER.runtime(strategy), cid, [_WORKER.questions[q] for q in question_ids])
+    return traces, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
+
+
+class Harness:
+    """Evaluate strategies on one benchmark with fixed roles and judge; reuses ingested memory across strategies.
+
+    With ``workers > 1`` conversations are evaluated in that many worker processes, started on first use and
+    reused by every later evaluation (the embedding model loads once per worker); they share the cache's
+    directory on disk. Traces and their order are identical to ``workers=1``. Roles must be picklable.
+    """
+
+    def __init__(self, benchmark: Benchmark, roles: Roles | None = None, *, cache: IngestionCache | None = None,
+                 include_adversarial: bool = False, progress: bool | None = None, workers: int = 1):
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ValueError(f"Harness workers: expected an integer >= 1, got {workers!r}")
+        self.benchmark = benchmark
+        self.roles = roles or Roles()
+        self.cache = cache or IngestionCache()
+        self.include_adversarial = include_adversarial
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.workers = workers
+        self._evaluator = _Evaluator(benchmark, self.roles, self.cache, include_adversarial)
+        self._pool: ProcessPoolExecutor | None = None
+
+    def evaluate(self, strategy: dict, question_ids: Iterable[str] | None = None, desc: str = "eval") -> EvalRun:
+        wanted = set(question_ids) if question_ids is not None else None
+        questions = [q for q in self.benchmark.questions if wanted is None or q.id in wanted]
+        by_conv: dict[str, list[Question]] = defaultdict(list)
+        for q in questions:
+            by_conv[q.conversation_id].append(q)
+        runtime = self._evaluator.runtime(strategy)  # validates the strategy before any work is handed out
+        hits0, misses0 = self.cache.hits, self.cache.misses
+        started = time.perf_counter()
+        traces: list[dict] = []
+        hits = misses = 0
+        with tqdm(total=len(questions), desc=desc, disable=not self.progress, leave=False) as bar:
+            if self.workers > 1 and len(by_conv) > 1:
+                pool = self._worker_pool()
+                futures = [pool.submit(_work, strategy, cid, [q.id for q in qs]) for cid, qs in by_conv.items()]
+                for future in futures:
+                    part, h, m = future.result()
+                    traces.extend(part)
+                    hits, misses = hits + h, misses + m
+                    bar.update(len(part))
+            else:
+                for cid, conv_questions in by_conv.items():
+                    traces.extend(self._evaluator.conversation(runtime, cid, conv_questions))
+                    bar.update(len(conv_questions))
+        summary = self._summary(strategy, traces, time.perf_counter() - started,
+                                hits + self.cache.hits - hits0, misses + self.cache.misses - misses0)
+        return EvalRun(traces, summary)
+
+    def close(self) -> None:
+        """Stop the worker processes (a later parallel evaluation starts new ones)."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def _worker_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            try:
+                pickle.dumps(self.roles)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                raise ValueError(f"Harness workers={self.workers}: the roles cannot be sent to worker processes "
+                                 f"({exc}); use workers=1") from None
+            initargs = (self.benchmark, self.roles, self.cache.directory, self.include_adversarial, os.getpid())
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=initargs)
+        return self._pool
 
     def _summary(self, strategy: dict, traces: list[dict], wall: float, hits: int, misses: int) -> dict:
         scored = [t for t in traces if t["scored"]]

@@ -306,7 +306,7 @@ def _promote(view: StoreView, store_set: StoreSet | None, ref: str, target: Path
     result.previous = _keep(view.root, old) if old is not None else None
     _keep(view.root, data)
     _write_serving(target, data)
-    result.entry = store_set.journal.append("PROMOTE", {
+    result.entry = store_set.append_journal("PROMOTE", {
         "candidate_id": record["candidate_id"], "verdict": record["decision"]["verdict"],
         **_payload(target, result.served, result.previous)})
     return result
@@ -332,7 +332,7 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
         old = _read_optional(target)
         previous = _keep(view.root, old) if old is not None else None
         _write_serving(target, data)
-        entry = store_set.journal.append("ROLLBACK", {**_payload(target, restore, previous), "undoes": undoes,
+        entry = store_set.append_journal("ROLLBACK", {**_payload(target, restore, previous), "undoes": undoes,
                                                       "to_entry": to_entry})
         return ChangeResult(target, restore, previous, _diff(old, data), entry)
 

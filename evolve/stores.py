@@ -194,6 +194,14 @@ class StoreSet:
             raise StoreError(self.root / name, f"not a document store; expected one of {', '.join(DOC_STORES)}")
         return read_json(self.path(name), default)
 
+    def append_journal(self, kind: str, payload: dict) -> dict:
+        """Append an entry outside a round commit (PROMOTE, ROLLBACK, ...) and move the recorded journal head,
+        so that deleting it later is detected like any committed entry."""
+        self._require_lock()
+        entry = self.journal.append(kind, payload)
+        atomic_write_json(self.state_path, {**self.state, "journal_head": {"index": entry["index"], "hash": entry["hash"]}})
+        return entry
+
     def verify_journal(self) -> VerifyResult:
         """Verify the journal chain and that the head recorded at the last commit is still in it."""
         return self.journal.verify(anchor=self.state.get("journal_head"))

@@ -48,7 +48,7 @@ def test_html_is_self_contained_and_has_three_plots(report):
     for cause in ("ingestion gap", "generation error", "R1", "R3"):
         assert f"<!-- {cause} -->" in causes, cause
     # the current strategy (r002-c00) is recorded 0.05 above the baseline in every category
-    assert categories.count("<!-- +0.050 -->") >= 3 and "<!-- current -->" in categories
+    assert categories.count("<!-- +0.050 -->") == 4 and "<!-- Accuracy by category vs baseline -->" in categories
 
 
 def test_candidate_table_links_every_candidate_to_its_evidence(report, engine_stores):

@@ -21,7 +21,9 @@ if TYPE_CHECKING:
     from evolve.runtime.store import MemoryStore
 
 #: Bump when the ingestion pipeline's output changes for the same inputs; invalidates on-disk stores.
-STORE_FORMAT = 1
+STORE_FORMAT = 2
+#: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
+EMBEDDING_FORMAT = 2
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
@@ -40,22 +42,34 @@ def atomic_write_bytes(path: Path, data: bytes) -> None:
 
 
 def _text_key(embedder_name: str, text: str) -> str:
-    return hashlib.sha256(f"{embedder_name}\0{text}".encode()).hexdigest()
+    return hashlib.sha256(f"{EMBEDDING_FORMAT}\0{embedder_name}\0{text}".encode()).hexdigest()
 
 
 class EmbeddingCache:
-    """Vectors by (embedder name, text hash): in memory, plus ``.npz`` shards in ``directory`` if given."""
+    """Vectors by (embedder name, text hash): in memory, plus ``.npz`` shards in ``directory`` if given.
+
+    Several processes may share ``directory``: before encoding, shards written by others since the last
+    look are loaded, so a text is encoded once per directory (embedders are batch-invariant, so who
+    encodes a text never changes its vector).
+    """
 
     def __init__(self, directory: str | Path | None = None):
         self.directory = Path(directory) if directory else None
         self.hits = 0
         self.misses = 0
         self._vectors: dict[str, np.ndarray] = {}
+        self._shards: set[str] = set()
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Load shards in ``directory`` not loaded yet."""
         if self.directory and self.directory.is_dir():
             for shard in sorted(self.directory.glob("*.npz")):
-                self._load_shard(shard)
+                if shard.name not in self._shards:
+                    self._load_shard(shard)
 
     def _load_shard(self, shard: Path) -> None:
+        self._shards.add(shard.name)
         try:
             with np.load(shard, allow_pickle=False) as data:
                 for key, vector in zip(data["keys"].tolist(), data["vectors"]):
@@ -69,6 +83,8 @@ class EmbeddingCache:
     def encode(self, embedder: "Embedder", texts: Sequence[str]) -> np.ndarray:
         """Rows for ``texts`` in order; only texts never seen with this embedder are encoded."""
         keys = [_text_key(embedder.name, t) for t in texts]
+        if self.directory and any(k not in self._vectors for k in keys):
+            self._refresh()
         todo = sorted({t for t, k in zip(texts, keys) if k not in self._vectors})
         self.misses += len(todo)
         self.hits += len(texts) - sum(1 for k in keys if k not in self._vectors)
@@ -86,8 +102,9 @@ class EmbeddingCache:
         assert self.directory is not None
         buffer = io.BytesIO()
         np.savez(buffer, keys=np.array(keys), vectors=np.asarray(vectors, dtype=np.float32))
-        name = hashlib.sha256("".join(keys).encode()).hexdigest()[:32]
-        atomic_write_bytes(self.directory / f"{name}.npz", buffer.getvalue())
+        name = f'{hashlib.sha256("".join(keys).encode()).hexdigest()[:32]}.npz'
+        atomic_write_bytes(self.directory / name, buffer.getvalue())
+        self._shards.add(name)
 
 
 class IngestionCache:

@@ -19,7 +19,8 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), dim)`` float32 rows, L2-normalised."""
+        """``(len(texts), dim)`` float32 rows, L2-normalised; a row depends on its text only, never on the
+        other texts of the call (caches, batching and parallel workers rely on this)."""
         ...
 
 
@@ -42,6 +43,10 @@ class SentenceTransformerEmbedder:
 
     ``threads`` sets torch's (process-wide) intra-op thread count at load; one thread is several times
     faster than torch's default on a small, shared machine, where spinning worker threads contend.
+
+    Rows are batch-invariant: texts are grouped by token count and each group is encoded on its own, so no
+    padding enters any row and a text's vector is bit-identical to encoding it alone, whatever else is in
+    the call (a padded batch changes the last bits of a row with its batch-mates).
     """
 
     def __init__(self, model_dir: Path, name: str, batch_size: int = 64, threads: int | None = 1):
@@ -75,9 +80,17 @@ class SentenceTransformerEmbedder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.dim), dtype=np.float32)
-        vectors = self._load().encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
-                                      convert_to_numpy=True, show_progress_bar=False)
-        return np.asarray(vectors, dtype=np.float32)
+        model = self._load()
+        texts = list(texts)
+        ids = model.tokenizer(texts, truncation=True, max_length=model.max_seq_length)["input_ids"]
+        groups: dict[int, list[int]] = {}
+        for i, row in enumerate(ids):
+            groups.setdefault(len(row), []).append(i)
+        out = np.empty((len(texts), self.dim), dtype=np.float32)
+        for rows in groups.values():
+            out[rows] = model.encode([texts[i] for i in rows], batch_size=self.batch_size, normalize_embeddings=True,
+                                     convert_to_numpy=True, show_progress_bar=False)
+        return out
 
 
 _DEFAULT: SentenceTransformerEmbedder | None = None

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Sequence
 
 from evolve.benchmarks.types import Conversation
 from evolve.policy import Policy
@@ -83,6 +84,13 @@ class MemoryRuntime:
                                 lambda texts: self.cache.embeddings.encode(self.embedder, texts), self.embedder.name)
             self.cache.put(key, store)
         return store
+
+    def prefetch(self, questions: Sequence[str]) -> None:
+        """Embed in one call every question whose intent uses the vector channel, so :meth:`ask` finds its
+        vector cached (embedders are batch-invariant, so the vectors equal those of one-by-one encoding)."""
+        wanted = [q for q in questions if self.policy.retrieval.weights_for(classify_intent(q)).vector > 0]
+        if wanted:
+            self.cache.embeddings.encode(self.embedder, wanted)
 
     def ask(self, store: MemoryStore, question: str, asked_at: datetime | None = None) -> RuntimeResult:
         """Retrieve, filter, assemble and answer one question."""

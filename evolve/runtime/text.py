@@ -241,20 +241,19 @@ PROFILE_CUES = ("i am a ", "i am an ", "i'm a ", "i'm an ", "i am from", "i'm fr
 CUE_STEMS = frozenset(content_tokens(" ".join(RETRACTION_CUES + CORRECTION_CUES)))
 
 
-def _has_cue(lowered: str, cues: tuple[str, ...]) -> bool:
-    return any(re.search(r"(?<![a-z])" + re.escape(cue.strip()) + r"(?![a-z])", lowered) for cue in cues)
+def _cue_pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
+    """Matches wherever any cue occurs as whole words (not inside a longer word)."""
+    return re.compile(r"(?<![a-z])(?:" + "|".join(re.escape(cue.strip()) for cue in cues) + r")(?![a-z])")
+
+
+_KIND_CUES = (("retraction", _cue_pattern(RETRACTION_CUES)), ("correction", _cue_pattern(CORRECTION_CUES)),
+              ("profile", _cue_pattern(PROFILE_CUES)))
 
 
 def classify_kind(sentence: str) -> str:
     """``retraction`` | ``correction`` | ``profile`` | ``fact`` by cue phrase (first match wins)."""
     lowered = " " + normalise(sentence).lower() + " "
-    if _has_cue(lowered, RETRACTION_CUES):
-        return "retraction"
-    if _has_cue(lowered, CORRECTION_CUES):
-        return "correction"
-    if _has_cue(lowered, PROFILE_CUES):
-        return "profile"
-    return "fact"
+    return next((kind for kind, pattern in _KIND_CUES if pattern.search(lowered)), "fact")
 
 
 def retraction_topic(sentence: str) -> frozenset[str]:

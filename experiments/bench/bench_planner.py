@@ -120,7 +120,7 @@ def run_guided(config: RunConfig, budget: float) -> tuple[MethodResult, Engine]:
     counts = {"probes_total": 0, "full_total": 0, "probes_in_budget": 0, "full_in_budget": 0, "refused_free": 0,
               "cost_in_budget": 0.0, "cost_total": 0.0}
     lines = [f"{'cost':>7} {'round':>5} {'candidate':<11} {'change':<44} {'stage':<9} {'verdict':<19} "
-             f"{'acc':>6} {'best':>6}"]
+             f"{'acc':>6} {'+/- vs cur':>10} {'best':>6}"]
     cost, best_acc, best_hash = 0.0, base_acc, baseline_hash
     round_end: dict[int, float] = {}
     for r in records:
@@ -137,9 +137,11 @@ def run_guided(config: RunConfig, budget: float) -> tuple[MethodResult, Engine]:
                     best_acc, best_hash = r["summary"]["accuracy"], r["strategy_hash"]
                 best.points.append((cost, best_acc))
         round_end[r["round"]] = cost
-        acc = f"{r['summary']['accuracy']:.4f}" if r.get("paired") else ""
+        paired = r.get("paired")
+        acc = f"{r['summary']['accuracy']:.4f}" if paired else ""
+        moved = f"+{len(paired['improved'])}/-{len(paired['regressed'])}" if paired else ""
         lines.append(f"{cost:7.3f} {r['round']:5d} {r['candidate_id']:<11} {r['direction']['key'][:44]:<44} "
-                     f"{r['decided_by'][:9]:<9} {r['decision']['verdict']:<19} {acc:>6} {best_acc:6.4f}"
+                     f"{r['decided_by'][:9]:<9} {r['decision']['verdict']:<19} {acc:>6} {moved:>10} {best_acc:6.4f}"
                      + ("" if cost <= budget + EPS else "  (past budget)"))
     counts["cost_total"] = cost
     current_hash, end = baseline_hash, 0.0
