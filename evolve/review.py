@@ -12,7 +12,8 @@ from typing import Any, Iterable
 
 from evolve.diffing import LINEAGE
 from evolve.journal import Journal, VerifyResult
-from evolve.storage import StoreError, iter_jsonl, read_json, strategy_from_yaml
+from evolve.storage import StoreError, iter_jsonl, read_json
+from evolve.stores import read_stored_strategy, stored_strategy_path
 
 #: Verdict names accepted by ``--decision``.
 DECISIONS = {"accept": "ACCEPT", "accept_with_monitor": "ACCEPT_WITH_MONITOR", "reject": "REJECT",
@@ -21,7 +22,6 @@ DECISIONS = {"accept": "ACCEPT", "accept_with_monitor": "ACCEPT_WITH_MONITOR", "
 CATEGORY_ABBREV = {"multi_hop": "mh", "temporal": "tmp", "open_domain": "od", "single_hop": "sh",
                    "adversarial": "adv"}
 CANDIDATE_ID_RE = re.compile(r"^r\d{3,}-c\d{2,}$")
-_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ReadOnlyJournal(Journal):
@@ -71,18 +71,11 @@ class StoreView:
         return next((r for r in self.records if r["candidate_id"] == candidate_id), None)
 
     def strategy_path(self, digest: str) -> Path:
-        if not _HASH_RE.match(digest or ""):
-            raise StoreError(self.root / "strategies" / str(digest), "not a strategy hash (64 lowercase hex digits)")
-        return self.root / "strategies" / f"{digest}.yaml"
+        return stored_strategy_path(self.root, digest)
 
     def stored_strategy(self, digest: str) -> dict:
         """A stored strategy, checked against its hash (:class:`StoreError` if missing or edited)."""
-        path = self.strategy_path(digest)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise StoreError(path, "no stored strategy with this hash") from None
-        return strategy_from_yaml(text, digest, path)
+        return read_stored_strategy(self.root, digest)
 
     def verify_journal(self) -> VerifyResult:
         """Chain check plus the committed head recorded in ``state.json``."""

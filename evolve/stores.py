@@ -39,6 +39,25 @@ _WAL_RE = re.compile(r"^round-(\d{4,})\.json$")
 _HASH_RE = re.compile(r"^[0-9a-f]{64}$")
 
 
+def stored_strategy_path(root: Path, digest: str) -> Path:
+    """Where the stores under ``root`` keep the strategy with content hash ``digest``."""
+    if not _HASH_RE.match(digest or ""):
+        raise StoreError(Path(root) / "strategies" / str(digest), "not a strategy hash (64 lowercase hex digits)")
+    return Path(root) / "strategies" / f"{digest}.yaml"
+
+
+def read_stored_strategy(root: Path, digest: str) -> dict:
+    """A stored strategy, checked against its hash; needs no lock (files are written once, atomically)."""
+    path = stored_strategy_path(root, digest)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StoreError(path, "no stored strategy with this hash") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(path, f"cannot read stored strategy: {exc}") from None
+    return strategy_from_yaml(text, digest, path)
+
+
 @dataclass
 class RoundBundle:
     """Everything one round changes; committed all-or-nothing by :meth:`StoreSet.commit_round`.
@@ -209,9 +228,7 @@ class StoreSet:
     # ------------------------------------------------------------ strategies
 
     def strategy_path(self, digest: str) -> Path:
-        if not _HASH_RE.match(digest or ""):
-            raise StoreError(self.strategies_dir / str(digest), "not a strategy hash (64 lowercase hex digits)")
-        return self.strategies_dir / f"{digest}.yaml"
+        return stored_strategy_path(self.root, digest)
 
     def put_strategy(self, strategy: dict) -> str:
         """Store ``strategy`` as ``strategies/<hash>.yaml`` (never overwritten) and return its hash."""
@@ -225,14 +242,7 @@ class StoreSet:
 
     def get_strategy(self, digest: str) -> dict:
         """Load a stored strategy; :class:`StoreError` if missing or its content no longer matches its hash."""
-        path = self.strategy_path(digest)
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise StoreError(path, "no stored strategy with this hash") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise StoreError(path, f"cannot read stored strategy: {exc}") from None
-        return strategy_from_yaml(text, digest, path)
+        return read_stored_strategy(self.root, digest)
 
     # ------------------------------------------------------------ commit protocol
 

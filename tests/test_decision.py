@@ -9,6 +9,8 @@ from pydantic import ValidationError
 
 from evolve.decision import AcceptanceRules, Decision, Verdict, decide, probe_screen
 from evolve.probe import stratified_probe
+from test_statistics import outcomes
+
 from evolve.statistics import paired_comparison
 
 RULES = AcceptanceRules()
@@ -16,13 +18,7 @@ RULES = AcceptanceRules()
 
 def report(rows: list[tuple[str, bool, bool, int]], dcr: float = 0.95) -> dict:
     """A real comparison report from ``(category, base_correct, cand_correct, count)`` rows."""
-    base, cand = {}, {}
-    for category, b, c, count in rows:
-        for _ in range(count):
-            qid = f"q{len(base):04d}"
-            base[qid] = {"correct": b, "category": category}
-            cand[qid] = {"correct": c, "category": category}
-    return {"paired": paired_comparison(base, cand, n_resamples=500).to_dict(), "dcr": dcr}
+    return {"paired": paired_comparison(*outcomes(rows), n_resamples=500).to_dict(), "dcr": dcr}
 
 
 #: A clear, significant gain spread over two categories.

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
+from evolve.storage import atomic_write_text
 from evolve.strategy import canonical_json
 
 
@@ -51,16 +50,4 @@ class ResponseCache:
 
     def put(self, key: str, entry: dict) -> None:
         """Store ``entry`` (which gains ``key``) atomically: temp file, fsync, rename."""
-        path = self.path(key)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        data = json.dumps({**entry, "key": key}, sort_keys=True, ensure_ascii=False, indent=1)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{key[:8]}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                fh.write(data)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write_text(self.path(key), json.dumps({**entry, "key": key}, sort_keys=True, ensure_ascii=False, indent=1))

@@ -3,9 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import io
-import os
 import pickle
-import tempfile
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -14,6 +12,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from evolve.benchmarks.types import Conversation
+from evolve.storage import atomic_write_bytes
 from evolve.strategy import ingestion_key
 
 if TYPE_CHECKING:
@@ -24,21 +23,6 @@ if TYPE_CHECKING:
 STORE_FORMAT = 2
 #: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
 EMBEDDING_FORMAT = 2
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` via a temp file in the same directory, fsync and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _text_key(embedder_name: str, text: str) -> str:
