@@ -6,6 +6,7 @@ statistics → decision → stores (+ MLflow). The framework (schema, harness, j
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -29,7 +30,8 @@ from evolve.roles_factory import build_roles, roles_config
 from evolve.runtime import IngestionCache
 from evolve.statistics import paired_comparison
 from evolve.stores import RoundBundle, StoreSet
-from evolve.strategy import derive, load_strategy, policy_hash, schema_hash, strategy_hash
+from evolve.strategy import (derive, evolvable_dimensions, get_path, load_strategy, policy_hash, schema_hash,
+                             strategy_hash)
 from evolve.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -225,10 +227,16 @@ class Engine:
         base_acc = sum(base_probe) / len(base_probe)
         cand_acc = probe_run.summary["accuracy"]
         screened = probe_screen(base_acc, cand_acc, self.rules)
+        base_answers = {t["question_id"]: t["answer"] for t in cur_run.traces if t["question_id"] in probe_ids}
+        changed = sum(t["answer"] != base_answers[t["question_id"]] for t in probe_run.traces)
         record["probe"] = {"n": len(self.probe_ids), "acc_baseline": base_acc, "acc_candidate": cand_acc,
-                           "delta": cand_acc - base_acc}
+                           "delta": cand_acc - base_acc, "answers_changed": changed}
         if screened is not None:
             return self._close(result, screened, "probe")
+        if changed == 0:
+            # The change did not alter a single probe answer: a full evaluation would be spent on noise.
+            return self._close(result, Decision(Verdict.FEATURE_FLAG, "inert: no probe answer changed", "probe-inert"),
+                               "probe")
 
         run = self.harness.evaluate(candidate, self.question_ids, desc=f"{cid} full")
         paired = paired_comparison(cur_run.outcomes(), run.outcomes(), alpha=self.rules.alpha, seed=self.config.seed)
@@ -338,7 +346,7 @@ class Engine:
             "decisions": {r.record["candidate_id"]: r.record["decision"]["verdict"] for r in results}})
         bundle.docs = {"dimension_effects": self.effects.to_dict(), "hypothesis_tree": self.tree.to_dict(),
                        "question_histories": histories, "scoreboard": scoreboard,
-                       "escalations": self._escalations(n, directions, results)}
+                       "escalations": self._escalations(n, current, results)}
         for r in results:
             rec = r.record
             bundle.journal.append(("CANDIDATE", {"candidate_id": rec["candidate_id"], "strategy_hash": rec["strategy_hash"],
@@ -362,12 +370,13 @@ class Engine:
         bundle.state = {"current_strategy": new_hash, "baseline_strategy": strategy_hash(self.baseline),
                         "harness": self.harness_id, "optuna_pending": self._pending}
 
-    def _escalations(self, n: int, directions: list[Direction], results: list[CandidateResult]) -> dict:
+    def _escalations(self, n: int, current: dict, results: list[CandidateResult]) -> dict:
         """Count candidate classes blocked for needing a framework/schema change; escalate at the threshold."""
         doc = self.stores.read_doc("escalations", {"blocked": {}, "escalated": []})
         doc["new"] = []
-        blocked_keys = [r.record["direction"]["key"] for r in results if r.record["decided_by"] in ("planner", "gate:schema", "gate:ranges")]
-        blocked_keys += self.tree.exhausted()
+        blocked_keys = [r.record["direction"]["key"] for r in results
+                        if r.record["decided_by"] in ("planner", "gate:schema", "gate:ranges")]
+        blocked_keys += [key for key in self.tree.exhausted() if at_schema_bound(current, key)]
         for key in dict.fromkeys(blocked_keys):
             entry = doc["blocked"].setdefault(key, {"count": 0, "rounds": []})
             if n not in entry["rounds"]:
@@ -424,10 +433,23 @@ class Engine:
             if rec["strategy_hash"]:
                 t.artifact(child, "candidate.yaml", self.stores.strategy_path(rec["strategy_hash"]).read_text())
                 t.artifact(child, "diff.txt", rec.get("diff_text", ""))
+            t.artifact(child, "gates.json", {"gates": rec.get("gates"), "critic": rec.get("critic"),
+                                             "probe": rec.get("probe"), "decision": rec["decision"]})
             if r.run:
                 t.artifact(child, "summary.json", r.run.summary)
+                t.artifact(child, "traces.jsonl", "".join(json.dumps(x, default=str) + "\n" for x in r.run.traces))
             t.end(child)
         t.end(run_id)
+
+
+def at_schema_bound(strategy: dict, key: str) -> bool:
+    """Whether ``key`` ("path::increase|decrease") wants to go past its schema range: only a schema change helps."""
+    path, _, direction = key.partition("::")
+    dim = evolvable_dimensions().get(path)
+    if dim is None or dim.kind not in ("integer", "number") or direction not in ("increase", "decrease"):
+        return False
+    value = get_path(strategy, path)
+    return value >= dim.high if direction == "increase" else value <= dim.low
 
 
 def _brief(summary: dict) -> dict:

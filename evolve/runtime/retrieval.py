@@ -87,12 +87,12 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     weights = rt.weights_for(query.intent)
     channels = _channel_scores(store, query, policy, eligible)
     fused = np.zeros(len(store), dtype=np.float64)
-    per_item: dict[int, dict[str, dict]] = {}
-    for name, (ranked, scores) in channels.items():
-        weight = getattr(weights, name)
-        for rank, i in enumerate(ranked.tolist(), start=1):
-            fused[i] += weight / (rt.rrf_kappa + rank)
-            per_item.setdefault(i, {})[name] = {"rank": rank, "score": round(float(scores[i]), 6)}
+    ranks: dict[str, np.ndarray] = {}  # channel -> 1-based rank of every item (0: not found by the channel)
+    for name, (ranked, _) in channels.items():
+        positions = np.arange(1, len(ranked) + 1)
+        fused[ranked] += getattr(weights, name) / (rt.rrf_kappa + positions)
+        ranks[name] = np.zeros(len(store), dtype=np.int64)
+        ranks[name][ranked] = positions
     fused *= _decay(store, policy, query.asked_at)
     candidates = np.flatnonzero(fused > 0)
     candidates = candidates[np.lexsort((candidates, -fused[candidates]))]
@@ -108,7 +108,9 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     hits = []
     for rank, i in enumerate(candidates[: rt.top_k_for(query.intent)].tolist(), start=1):
         item = store.items[i]
-        hits.append(Hit(item.id, rank, round(float(final[i]), 8), item.source_ids, per_item.get(i, {})))
+        found = {name: {"rank": int(ranks[name][i]), "score": round(float(scores[i]), 6)}
+                 for name, (_, scores) in channels.items() if ranks[name][i]}
+        hits.append(Hit(item.id, rank, round(float(final[i]), 8), item.source_ids, found))
     return hits
 
 

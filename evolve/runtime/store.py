@@ -63,8 +63,8 @@ class MemoryStore:
 
     def items_from_sources(self, turn_ids: Iterable[str]) -> list[str]:
         """Ids of the items deriving from any of ``turn_ids`` (store order, no repeats)."""
-        found = {iid for tid in turn_ids for iid in self._by_source.get(tid, ())}
-        return [item.id for item in self.items if item.id in found]
+        found = {self.position[iid] for tid in turn_ids for iid in self._by_source.get(tid, ())}
+        return [self.items[i].id for i in sorted(found)]
 
     def in_layers(self, layers: Iterable[str]) -> list[MemoryItem]:
         wanted = set(layers)

@@ -67,7 +67,9 @@ def content_tokens(text: str) -> list[str]:
     return [stem(t) for t in tokens(text) if t not in STOPWORDS]
 
 
+@lru_cache(maxsize=100_000)
 def content_set(text: str) -> frozenset[str]:
+    """The set of :func:`content_tokens` (memoised: the same memory texts recur across questions)."""
     return frozenset(content_tokens(text))
 
 
@@ -81,6 +83,7 @@ def words(text: str) -> list[str]:
     return _WORD.findall(text)
 
 
+@lru_cache(maxsize=100_000)
 def count_tokens(text: str) -> int:
     return len(words(text))
 
@@ -218,6 +221,7 @@ def attribute(speaker: str, moment: datetime | None, body: str) -> str:
     return f"{speaker} said{when}: {body}"
 
 
+@lru_cache(maxsize=100_000)
 def split_attribution(text: str) -> tuple[str | None, str | None, str]:
     """Inverse of :func:`attribute`: ``(speaker, date, body)``; unattributed text gives ``(None, None, text)``."""
     match = _ATTRIBUTION.match(text)
