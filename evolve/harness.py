@@ -139,6 +139,7 @@ class Harness:
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.workers = workers
         self._evaluator = _Evaluator(benchmark, self.roles, self.cache, include_adversarial)
+        self._benchmark_hash = benchmark.content_hash()
         self._pool: ProcessPoolExecutor | None = None
 
     def evaluate(self, strategy: dict, question_ids: Iterable[str] | None = None, desc: str = "eval") -> EvalRun:
@@ -202,7 +203,7 @@ class Harness:
 
         return {
             "strategy_hash": strategy_hash(strategy), "policy_hash": policy_hash(strategy),
-            "benchmark": self.benchmark.name, "benchmark_hash": self.benchmark.content_hash(),
+            "benchmark": self.benchmark.name, "benchmark_hash": self._benchmark_hash,
             "judge": self.roles.judge.name,
             "n_questions": len(traces), "n_scored": len(scored),
             "accuracy": round(mean(t["correct"] for t in scored), 4) if scored else None,

@@ -13,8 +13,6 @@ its path installed has *drifted*. Rollback without ``--to`` undoes the latest ch
 """
 from __future__ import annotations
 
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,19 +125,6 @@ def _read_optional(path: Path) -> bytes | None:
         return None
     except OSError as exc:
         raise StoreError(path, f"cannot read: {exc.strerror}") from None
-
-
-def _write_serving(target: Path, data: bytes) -> None:
-    """Replace the serving file atomically, keeping its permission bits (a new file gets 0644)."""
-    try:
-        mode = stat.S_IMODE(target.stat().st_mode)
-    except FileNotFoundError:
-        mode = 0o644
-    atomic_write_bytes(target, data)
-    try:
-        os.chmod(target, mode)
-    except OSError as exc:
-        raise StoreError(target, f"written, but cannot restore its permissions {oct(mode)}: {exc.strerror}") from None
 
 
 def _keep(root: Path, data: bytes) -> Served:
@@ -305,7 +290,7 @@ def _promote(view: StoreView, store_set: StoreSet | None, ref: str, target: Path
         return result
     result.previous = _keep(view.root, old) if old is not None else None
     _keep(view.root, data)
-    _write_serving(target, data)
+    atomic_write_bytes(target, data)
     result.entry = store_set.append_journal("PROMOTE", {
         "candidate_id": record["candidate_id"], "verdict": record["decision"]["verdict"],
         **_payload(target, result.served, result.previous)})
@@ -331,7 +316,7 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
         _validated(data, view.root / restore.copy)
         old = _read_optional(target)
         previous = _keep(view.root, old) if old is not None else None
-        _write_serving(target, data)
+        atomic_write_bytes(target, data)
         entry = store_set.append_journal("ROLLBACK", {**_payload(target, restore, previous), "undoes": undoes,
                                                       "to_entry": to_entry})
         return ChangeResult(target, restore, previous, _diff(old, data), entry)

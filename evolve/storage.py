@@ -10,6 +10,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import socket
 import tempfile
 from datetime import datetime, timezone
@@ -78,8 +79,15 @@ def ensure_dir(directory: Path) -> Path:
 # ---------------------------------------------------------------- atomic replace
 
 
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` atomically: temp file in the same directory, fsync, rename, fsync dir.
+    An existing file keeps its permission bits; a new one gets the usual ``0o666 & ~umask``.
 
     On any failure the previous file is left untouched and :class:`StoreError` says why.
     """
@@ -87,7 +95,12 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     ensure_dir(path.parent)
     tmp: str | None = None
     try:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()

@@ -384,3 +384,21 @@ def test_sigkill_during_commits_loses_and_duplicates_nothing(tmp_path):
         assert s.verify_journal().ok
         assert max(e["round"] for e in s.journal.entries() if e["round"] is not None) == last
         assert json.loads((root / "state.json").read_text())["journal_head"]["index"] <= s.journal.last()["index"]
+
+
+def test_atomic_write_keeps_permissions_and_new_files_follow_umask(tmp_path):
+    import os
+    import stat
+
+    from evolve.storage import atomic_write_text
+
+    old = os.umask(0o022)
+    try:
+        fresh = tmp_path / "fresh.txt"
+        atomic_write_text(fresh, "a")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o644
+        os.chmod(fresh, 0o600)
+        atomic_write_text(fresh, "b")
+        assert stat.S_IMODE(fresh.stat().st_mode) == 0o600 and fresh.read_text() == "b"
+    finally:
+        os.umask(old)

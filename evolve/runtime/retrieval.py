@@ -40,6 +40,9 @@ def _ranking(scores: np.ndarray, eligible: np.ndarray, depth: int, positive: boo
     if positive:
         mask &= scores > 0
     idx = np.flatnonzero(mask)
+    if idx.size > depth:  # only items scoring at least the depth-th best (ties included) can make the cut
+        values = scores[idx]
+        idx = idx[values >= np.partition(values, idx.size - depth)[idx.size - depth]]
     order = np.lexsort((idx, -scores[idx]))
     return idx[order[:depth]]
 
