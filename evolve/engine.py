@@ -304,10 +304,13 @@ class Engine:
     def _best_ever(self, n: int, strategy: dict, run: EvalRun, bundle: RoundBundle) -> CheckpointRecord | None:
         """Checkpoint a new best; return the best-ever record when the current score fell too far below it."""
         best = self.stores.checkpoint.load()
+        score = run.summary["accuracy"]
         if best is not None and best.fallback_from:
             bundle.journal.append(("RESTORE", {"what": "checkpoint", "fallback_from": best.fallback_from,
-                                               "refused": best.refused, "using": best.strategy_hash}))
-        score = run.summary["accuracy"]
+                                               "refused": [list(r) for r in best.refused],
+                                               "using": best.strategy_hash, "generation": best.generation}))
+            if score <= best.score:  # re-save the intact generation so CURRENT points at a good checkpoint again
+                bundle.checkpoint = {"strategy": best.strategy, "score": best.score, "meta": best.meta}
         if best is None or score > best.score:
             bundle.checkpoint = {"strategy": strategy, "score": score,
                                  "meta": {"round": n, **self.harness_id, "policy_hash": policy_hash(strategy)}}
