@@ -131,3 +131,30 @@ def test_corrupted_checkpoint_is_refused_and_the_engine_falls_back(tmp_path):
     with StoreSet(stores) as s:
         assert s.checkpoint.load().fallback_from is None  # the intact generation was saved again
         assert s.verify_journal().ok
+
+
+def test_full_disk_during_a_run_is_a_clear_error_and_committed_state_survives(tmp_path, populated_stores):
+    import resource
+    import shutil
+    import subprocess
+    import sys
+
+    stores = tmp_path / "stores"
+    shutil.copytree(populated_stores, stores)
+    (stores / "run.lock").unlink(missing_ok=True)
+    committed = {k: v for k, v in snapshot(stores).items() if not k.startswith(("cache", "optuna", "run.lock"))}
+    config = tmp_path / "run.yaml"
+    config.write_text(yaml.safe_dump({"benchmark": "synthetic:0", "limit": 40, "probe_size": 12, "rounds": 2,
+                                      "candidates_per_round": 1, "strategy": str(BASELINE_PATH),
+                                      "stores": str(stores)}))
+    shutil.rmtree(stores / "cache")  # force fresh cache writes, which hit the limit first
+
+    def small_disk() -> None:  # every file this process writes may hold at most 8 KiB
+        resource.setrlimit(resource.RLIMIT_FSIZE, (8192, 8192))
+
+    proc = subprocess.run([sys.executable, "-m", "evolve.cli", "run", "--config", str(config), "--no-tracking"],
+                          preexec_fn=small_disk, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "too large" in proc.stderr and "Traceback" not in proc.stderr
+    after = snapshot(stores)
+    assert {k: after.get(k) for k in committed} == committed
