@@ -44,7 +44,7 @@ class Effect:
     def to_dict(self) -> dict:
         return {"tries": self.tries, "accepts": self.accepts, "reverts": self.reverts,
                 "reverts_by_symptom": dict(sorted(self.reverts_by_symptom.items())),
-                "sum_delta": round(self.sum_delta, 9), "reputation": round(self.reputation, 6)}
+                "sum_delta": self.sum_delta, "reputation": round(self.reputation, 6)}
 
 
 class DimensionEffects:

@@ -86,6 +86,8 @@ class Engine:
                                              HypothesisTree(c0=config.planner.exploration).to_dict())
         self.planner = Planner(load_bundles(), self.effects, self.tree, use_tree=config.planner.use_tree)
         self.evolver = Evolver(f"sqlite:///{self.stores.optuna_path}", config.seed)
+        # Results committed by a round whose process died before telling Optuna are in state.json: tell them now.
+        self.evolver.apply_pending(self.stores.state.get("optuna_pending", []))
         self.critic = DeterministicCritic()
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
         self._current_run: EvalRun | None = None

@@ -66,7 +66,7 @@ class Hypothesis:
         return "confirmed" if self.accepts else "active"
 
     def to_dict(self, refute_after: int) -> dict:
-        return {"visits": self.visits, "total_reward": round(self.total_reward, 9), "best_delta": self.best_delta,
+        return {"visits": self.visits, "total_reward": self.total_reward, "best_delta": self.best_delta,
                 "accepts": self.accepts, "no_gain_reverts": self.no_gain_reverts, "at_bound": self.at_bound,
                 "status": self.status(refute_after)}
 
