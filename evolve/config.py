@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -10,7 +11,7 @@ from evolve.decision import AcceptanceRules
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class PlannerConfig(_Strict):
@@ -32,6 +33,9 @@ class RunConfig(_Strict):
     probe_size: int = Field(80, ge=10)
     judge_threshold: float = Field(0.5, gt=0, le=1)
     include_adversarial: bool = False
+    on_role_error: Literal["stop", "mark"] = Field(
+        "stop", description="a failing role (e.g. LLM endpoint) stops the run, or marks the question unscored")
+    workers: int = Field(1, ge=1, description="evaluate conversations in this many processes (pays on idle cores)")
     max_reverts: int = Field(2, ge=1, description="replay-stability gate: reverts per symptom before refusal")
     escalation_threshold: int = Field(3, ge=1)
     acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
@@ -63,10 +67,12 @@ def load_config(path: str | Path) -> RunConfig:
         data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ConfigError(f"{path}: cannot read run config: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: <root>: a run config must be a mapping, got {type(data).__name__}")
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
         raise ConfigError(f"{path}: {where}: {first['msg']}") from None
     return config.resolve(Path.cwd())

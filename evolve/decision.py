@@ -43,7 +43,7 @@ class Verdict(str, Enum):
 class AcceptanceRules(BaseModel):
     """Thresholds of the decision contract."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     alpha: float = Field(0.05, gt=0, lt=1)
     rho_min: float = Field(0.9, ge=0, le=1, description="DCR@3 floor")

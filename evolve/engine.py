@@ -71,9 +71,10 @@ class Engine:
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())
         self.roles, self.llm_stats, self.llm_advisors = build_roles(roles_cfg, config.judge_threshold,
-                                                                    self.stores.cache_dir / "llm")
+                                                                    self.stores.cache_dir / "llm", config.on_role_error)
         self.harness = Harness(benchmark, self.roles, cache=IngestionCache(self.stores.cache_dir / "ingestion"),
-                               include_adversarial=config.include_adversarial, progress=progress)
+                               include_adversarial=config.include_adversarial, progress=progress,
+                               workers=config.workers)
         questions = benchmark.questions[: config.limit] if config.limit else benchmark.questions
         self.question_ids = [q.id for q in questions]
         scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
@@ -102,6 +103,7 @@ class Engine:
                 self.round(self.stores.last_committed_round + 1)
             return self.summary()
         finally:
+            self.harness.close()
             self.stores.close()
 
     def summary(self) -> dict:

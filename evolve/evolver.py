@@ -18,6 +18,7 @@ directed loop against blind TPE.
 """
 from __future__ import annotations
 
+import functools
 import math
 import zlib
 from dataclasses import dataclass
@@ -26,9 +27,11 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from evolve.planner import Direction, max_steps, move_values
+from evolve.storage import StoreError
 from evolve.strategy import (EvolvableDimension, StrategyError, derive, evolvable_dimensions, get_path,
                              validate_strategy)
 
@@ -79,10 +82,25 @@ def _repair(strategy: dict, changes: dict[str, Any], dims: dict[str, EvolvableDi
     return out
 
 
+def _db_errors(method):
+    """Turn an Optuna storage failure (disk full, unwritable, corrupt database) into a StoreError naming it."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            cause = exc.__cause__ or exc
+            raise StoreError(self.storage_url.removeprefix("sqlite:///"),
+                             f"Optuna study database: {str(cause).splitlines()[0]}") from None
+    return wrapper
+
+
 class Evolver:
     """Directed and blind proposals backed by persistent TPE studies in ``storage_url``."""
 
+    @_db_errors
     def __init__(self, storage_url: str, seed: int, n_startup_trials: int = 5):
+        self.storage_url = storage_url
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         if storage_url.startswith("sqlite:///"):
             Path(storage_url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
@@ -97,6 +115,7 @@ class Evolver:
         seed = zlib.crc32(f"{self.seed}:{name}:{salt}".encode())
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials)
 
+    @_db_errors
     def study(self, name: str) -> optuna.Study:
         """The named study, created on first use and reloaded with its trials afterwards."""
         if name not in self._studies:
@@ -112,6 +131,7 @@ class Evolver:
 
     # ------------------------------------------------------------ directed proposals
 
+    @_db_errors
     def propose(self, strategy: dict, direction: Direction) -> Proposal:
         """A one-dimension change that moves ``direction.path`` the planned way; ask one trial for it."""
         dim = self.dims.get(direction.path)
@@ -144,6 +164,7 @@ class Evolver:
 
     # ------------------------------------------------------------ blind search
 
+    @_db_errors
     def blind_trial(self, strategy: dict) -> Proposal:
         """Sample every evolvable dimension over its full schema range; invariants repaired."""
         study = self.study(BLIND_STUDY)
@@ -169,6 +190,7 @@ class Evolver:
 
     # ------------------------------------------------------------ rounds
 
+    @_db_errors
     def begin_round(self, round_no: int, pending: list[dict]) -> None:
         """Make round ``round_no`` replayable: apply results committed but not yet told, fail trials left
         RUNNING by an interrupted round, and reseed every sampler from (seed, study, round)."""
@@ -185,6 +207,7 @@ class Evolver:
         for name, study in self._studies.items():
             study.sampler = self._sampler(name, f"round{round_no}")
 
+    @_db_errors
     def apply_pending(self, pending: list[dict]) -> None:
         """Tell committed results ``[{study, trial, value}]`` (value None = FAIL); trials already finished are skipped."""
         for item in pending:
@@ -199,12 +222,14 @@ class Evolver:
 
     # ------------------------------------------------------------ results
 
+    @_db_errors
     def tell(self, proposal: Proposal, value: float) -> None:
         """Report the candidate's paired accuracy delta (higher is better)."""
         if not math.isfinite(value):
             raise EvolverError(f"{proposal.study} trial {proposal.trial_number}: value must be finite, got {value!r}")
         self.study(proposal.study).tell(proposal.trial_number, float(value))
 
+    @_db_errors
     def fail(self, proposal: Proposal) -> None:
         """Close a proposal that was refused or never evaluated, so no trial stays RUNNING."""
         self.study(proposal.study).tell(proposal.trial_number, state=TrialState.FAIL)

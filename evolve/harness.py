@@ -8,19 +8,21 @@ import pickle
 import sys
 import threading
 import time
+import traceback
 from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Iterable
+from typing import Iterable, Literal
 
 from tqdm import tqdm
 
 from evolve.benchmarks.types import Benchmark, Question
 from evolve.diagnosis import dcr, diagnose, root_cause_counts
 from evolve.judge import TokenF1Judge, evidence_recall
-from evolve.roles import Answerer, Expander, Extractor, Judge
+from evolve.roles import Answerer, Expander, Extractor, Judge, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.storage import atomic_write_json, atomic_write_text
 from evolve.strategy import policy_hash, strategy_hash
@@ -36,6 +38,9 @@ class Roles:
     expander: Expander | None = None
     answerer: Answerer | None = None
     judge: Judge = field(default_factory=TokenF1Judge)
+    #: When a role fails (:class:`RoleError`): "stop" the evaluation, or "mark" the question as failed (its
+    #: trace carries the error and it is left out of scoring, so a paired comparison sees it as missing).
+    on_error: Literal["stop", "mark"] = "stop"
 
 
 @dataclass
@@ -71,13 +76,33 @@ class _Evaluator:
                              answerer=self.roles.answerer, cache=self.cache)
 
     def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question]) -> list[dict]:
-        store = runtime.ingest(self.benchmark.conversations[cid])
+        try:
+            store = runtime.ingest(self.benchmark.conversations[cid])
+        except RoleError as exc:
+            if self.roles.on_error == "stop":
+                raise
+            return [self._failed(q, "ingestion", exc) for q in questions]
         runtime.prefetch([q.question for q in questions])
         return [self._trace(q, store, runtime) for q in questions]
 
+    def _failed(self, q: Question, stage: str, exc: Exception) -> dict:
+        """The trace of a question a role failed on: recorded, never scored."""
+        return {"question_id": q.id, "conversation_id": q.conversation_id, "category": q.category,
+                "question": q.question, "gold_answer": q.answer, "gold_evidence": list(q.evidence),
+                "evidence_known": False, "stored_ids": [], "intent": None, "subqueries": [], "retrieved": [],
+                "filtered": [], "packed": [], "dropped": [], "context_tokens": 0, "token_budget": 0, "answer": "",
+                "answer_support": [], "judge": None, "correct": False, "f1": 0.0, "scored": False,
+                "evidence_recall": {str(k): 0.0 for k in RECALL_KS}, "root_cause": None, "stages": [],
+                "error": {"stage": stage, "type": type(exc).__name__, "message": str(exc)}}
+
     def _trace(self, q: Question, store, runtime: MemoryRuntime) -> dict:
-        result = runtime.ask(store, q.question, q.asked_at)
-        judgment = self.roles.judge.judge(q.question, q.answer, result.answer.text)
+        try:
+            result = runtime.ask(store, q.question, q.asked_at)
+            judgment = self.roles.judge.judge(q.question, q.answer, result.answer.text)
+        except RoleError as exc:
+            if self.roles.on_error == "stop":
+                raise
+            return self._failed(q, "question", exc)
         known = [e for e in q.evidence if e in self._turn_ids[q.conversation_id]]
         trace = {
             "question_id": q.id, "conversation_id": q.conversation_id, "category": q.category,
@@ -112,12 +137,32 @@ def _exit_with_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
+class _WorkerError(Exception):
+    """An exception raised in a worker, sent as (class, args, attributes, traceback): exceptions whose
+    ``__init__`` takes other arguments than ``args`` (``StoreError``, ``StrategyError``) do not unpickle."""
+
+    def __init__(self, cls: type, args: tuple, state: dict, trace: str):
+        super().__init__(cls, args, state, trace)
+
+    def rebuild(self) -> BaseException:
+        """The worker's exception as it was raised there, with the worker traceback as a note."""
+        cls, args, state, trace = self.args
+        exc = cls.__new__(cls)
+        exc.args = args
+        exc.__dict__.update(state)
+        exc.add_note(f"raised in a harness worker process:\n{trace}")
+        return exc
+
+
 def _work(strategy: dict, cid: str, question_ids: list[str]) -> tuple[list[dict], int, int]:
     """Worker task: ``(traces, ingestion cache hits, misses)`` of one conversation."""
     assert _WORKER is not None, "worker not initialised"
-    hits, misses = _WORKER.cache.hits, _WORKER.cache.misses
-    traces = _WORKER.conversation(_WORKER.runtime(strategy), cid, [_WORKER.questions[q] for q in question_ids])
-    return traces, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
+    try:
+        hits, misses = _WORKER.cache.hits, _WORKER.cache.misses
+        traces = _WORKER.conversation(_WORKER.runtime(strategy), cid, [_WORKER.questions[q] for q in question_ids])
+        return traces, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
+    except Exception as exc:
+        raise _WorkerError(type(exc), exc.args, dict(vars(exc)), "".join(traceback.format_exception(exc))) from None
 
 
 class Harness:
@@ -125,7 +170,8 @@ class Harness:
 
     With ``workers > 1`` conversations are evaluated in that many worker processes, started on first use and
     reused by every later evaluation (the embedding model loads once per worker); they share the cache's
-    directory on disk. Traces and their order are identical to ``workers=1``. Roles must be picklable.
+    directory on disk. Traces, their order and the exceptions raised are those of ``workers=1``. Roles must be
+    picklable; workers are spawned, so a script using them needs the ``if __name__ == "__main__":`` guard.
     """
 
     def __init__(self, benchmark: Benchmark, roles: Roles | None = None, *, cache: IngestionCache | None = None,
@@ -158,7 +204,13 @@ class Harness:
                 pool = self._worker_pool()
                 futures = [pool.submit(_work, strategy, cid, [q.id for q in qs]) for cid, qs in by_conv.items()]
                 for future in futures:
-                    part, h, m = future.result()
+                    try:
+                        part, h, m = future.result()
+                    except _WorkerError as exc:
+                        raise exc.rebuild() from None
+                    except BrokenProcessPool:
+                        self._pool = None  # a worker died; the next parallel evaluation starts new ones
+                        raise
                     traces.extend(part)
                     hits, misses = hits + h, misses + m
                     bar.update(len(part))
@@ -217,6 +269,7 @@ class Harness:
             "dcr@3": round(dcr(traces, 3), 4),
             "adversarial": {"n": len(adversarial), "scored": bool(adversarial and adversarial[0]["scored"]),
                             "evidence_recall@10": recall(adversarial, 10)},
+            "role_failures": sum(1 for t in traces if "error" in t),
             "ingestion_cache": {"hits": hits, "misses": misses},
             "wall_time_s": round(wall, 3),
         }

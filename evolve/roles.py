@@ -9,6 +9,10 @@ from typing import Protocol, Sequence
 from evolve.benchmarks.types import Turn
 from evolve.policy import Answering, Expansion, Extraction
 
+class RoleError(RuntimeError):
+    """A role implementation could not produce its output (e.g. an LLM endpoint kept failing)."""
+
+
 #: Fact kinds an extractor may emit; the runtime routes them to memory layers.
 FACT_KINDS = ("fact", "profile", "correction", "retraction")
 

@@ -288,6 +288,7 @@ class StoreSet:
                 self._keys.pop(name, None)
         temps = remove_stale_temps(self.root) + remove_stale_temps(self.rounds_dir)
         temps += remove_stale_temps(self.strategies_dir) + remove_stale_temps(self.checkpoint.dir, recursive=True)
+        temps += remove_stale_temps(self.cache_dir, recursive=True)
         report.removed_temps = [str(p.relative_to(self.root)) for p in temps]
         last = self.last_committed_round
         for number, path in self._pending_wals(include_stale=True):

@@ -87,3 +87,30 @@ def test_same_model_for_planner_and_judge_is_refused(tmp_path):
     with pytest.raises(ConfigError, match="judge"):
         Engine(RunConfig(benchmark="synthetic:0", limit=10, stores=tmp_path / "s", roles=roles), track=False)
     assert not (tmp_path / "s").exists()  # refused before the stores were touched
+
+
+@pytest.mark.parametrize("on_error", ["stop", "mark"])
+def test_a_failing_role_stops_or_marks_questions(on_error, tmp_path):
+    from evolve.benchmarks import load_benchmark
+    from evolve.harness import Harness
+    from evolve.llm import LLMError, RolesConfig
+    from evolve.roles_factory import build_roles
+    from evolve.strategy import BASELINE_PATH, load_strategy
+
+    with LoopbackLLMServer(scripted) as server:
+        cfg = RolesConfig.from_sources({"answerer": {"backend": "llm", "base_url": server.base_url,
+                                                     "model": "test-model", "max_retries": 0}}, env={})
+        roles, stats, _ = build_roles(cfg, 0.5, tmp_path / "llm", on_error)
+        bench = load_benchmark("synthetic:0")
+        ids = [q.id for q in bench.questions if q.category != "adversarial"][:4]
+        server.fail_next("500", n=100)
+        harness = Harness(bench, roles, progress=False)
+        if on_error == "stop":
+            with pytest.raises(LLMError, match="answerer"):
+                harness.evaluate(load_strategy(BASELINE_PATH), ids)
+            return
+        run = harness.evaluate(load_strategy(BASELINE_PATH), ids)
+    assert run.summary["role_failures"] == 4 and run.outcomes() == {}
+    assert all(t["error"]["stage"] == "question" and "answerer" in t["error"]["message"] for t in run.traces)
+    assert stats.to_dict()["llm.answerer.failures"] == 4
+    assert not list((tmp_path / "llm").rglob("*.json"))  # nothing half-written to the response cache

@@ -11,6 +11,7 @@ import openai
 
 from evolve.llm.cache import ResponseCache, cache_key
 from evolve.llm.config import RoleConfig
+from evolve.roles import RoleError
 
 #: Counters kept per role by :class:`UsageStats`.
 COUNTERS = ("requests", "retries", "failures", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses")
@@ -18,7 +19,7 @@ _RETRY_STATUS = frozenset({408, 409, 429})
 _JITTER = 0.25  # at most +25 % of a backoff delay
 
 
-class LLMError(RuntimeError):
+class LLMError(RoleError):
     """An LLM call failed; says which role, endpoint and model."""
 
     def __init__(self, role: str, base_url: str, model: str, reason: str):

@@ -96,7 +96,8 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
         fused[ranked] += getattr(weights, name) / (rt.rrf_kappa + positions)
         ranks[name] = np.zeros(len(store), dtype=np.int64)
         ranks[name][ranked] = positions
-    fused *= _decay(store, policy, query.asked_at)
+    if rt.time_decay.enabled:
+        fused *= _decay(store, policy, query.asked_at)
     candidates = np.flatnonzero(fused > 0)
     candidates = candidates[np.lexsort((candidates, -fused[candidates]))]
     final = fused
@@ -108,12 +109,13 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
             for i in candidates[: rt.rerank.top_n].tolist():
                 final[i] += w * len(wanted & store.token_sets[i]) / len(wanted)
         candidates = candidates[np.lexsort((candidates, -final[candidates]))]
+    top = candidates[: rt.top_k_for(query.intent)]
+    columns = {name: (ranks[name][top].tolist(), scores[top].tolist()) for name, (_, scores) in channels.items()}
     hits = []
-    for rank, i in enumerate(candidates[: rt.top_k_for(query.intent)].tolist(), start=1):
+    for j, (i, score) in enumerate(zip(top.tolist(), final[top].tolist())):
         item = store.items[i]
-        found = {name: {"rank": int(ranks[name][i]), "score": round(float(scores[i]), 6)}
-                 for name, (_, scores) in channels.items() if ranks[name][i]}
-        hits.append(Hit(item.id, rank, round(float(final[i]), 8), item.source_ids, found))
+        found = {name: {"rank": r[j], "score": round(s[j], 6)} for name, (r, s) in columns.items() if r[j]}
+        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found))
     return hits
 
 

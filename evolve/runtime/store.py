@@ -71,10 +71,22 @@ class MemoryStore:
         return [item for item in self.items if item.layer in wanted]
 
     def bm25_scores(self, query_tokens: Sequence[str]) -> np.ndarray:
-        """BM25 score of every item for already-tokenised query terms."""
-        if self._bm25 is None or not query_tokens:
-            return np.zeros(len(self.items), dtype=np.float32)
-        return np.asarray(self._bm25.get_scores(list(query_tokens)), dtype=np.float32)
+        """BM25 score of every item for already-tokenised query terms.
+
+        Sums bm25s's precomputed Lucene term scores as ``BM25.get_scores`` does, term by term in float32, with
+        fancy indexing instead of its much slower ``np.add.at`` (same sums: a term's postings name an item once).
+        """
+        scores = np.zeros(len(self.items), dtype=np.float32)
+        if self._bm25 is None:
+            return scores
+        vocab, index = self._bm25.vocab_dict, self._bm25.scores
+        data, indices, indptr = index["data"], index["indices"], index["indptr"]
+        for token in query_tokens:
+            tid = vocab.get(token)
+            if tid is not None:
+                start, end = indptr[tid], indptr[tid + 1]
+                scores[indices[start:end]] += data[start:end]
+        return scores
 
     def newest_day(self) -> float | None:
         finite = self.days[np.isfinite(self.days)]
