@@ -3,7 +3,6 @@ determinism, speed, and that every evolvable policy field changes behaviour."""
 from __future__ import annotations
 
 import json
-import time
 from datetime import datetime, timedelta
 
 import numpy as np
@@ -416,15 +415,12 @@ def _synthetic(turns: int) -> Conversation:
     return conversation("synthetic", sessions)
 
 
-def test_four_hundred_turns_take_seconds(baseline_strategy, embedder):
+def test_four_hundred_turn_conversation_ingests_and_answers(baseline_strategy, embedder):
+    # Speed is measured by experiments/bench/bench_eval.py, not asserted here.
     big = _synthetic(400)
     runtime = MemoryRuntime(set_path(baseline_strategy, "extraction.resolve_relative_dates", True),
                             embedder=embedder, cache=IngestionCache())
-    started = time.perf_counter()
     store = runtime.ingest(big)
-    ingested = time.perf_counter() - started
     results = [runtime.ask(store, f"When did Ana go to {place} for pottery?") for place in ("Lisbon", "Oslo", "Kyoto")]
-    asked = time.perf_counter() - started - ingested
     assert len(big.turns()) == 400 and len(store) > 400
     assert all(r.retrieved for r in results)
-    assert ingested < 60 and asked < 3, f"ingest {ingested:.1f}s, 3 questions {asked:.2f}s"
