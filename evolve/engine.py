@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from evolve.benchmarks import load_benchmark
@@ -29,6 +29,7 @@ from evolve.probe import stratified_probe
 from evolve.roles_factory import build_roles, roles_config
 from evolve.runtime import IngestionCache
 from evolve.statistics import paired_comparison
+from evolve.storage import canonical_hash
 from evolve.stores import RoundBundle, StoreSet
 from evolve.strategy import (derive, evolvable_dimensions, get_path, load_strategy, policy_hash, schema_hash,
                              strategy_hash)
@@ -48,7 +49,6 @@ class CandidateResult:
     proposal: Proposal | None
     run: EvalRun | None = None
     decision: Decision | None = None
-    traces_by_id: dict[str, dict] = field(default_factory=dict)
 
     @property
     def delta(self) -> float:
@@ -163,7 +163,7 @@ class Engine:
         for r in results:
             r.record["applied"] = r is winner
         new_current, new_run = (winner.strategy, winner.run) if winner else (current, cur_run)
-        self._learn(results, winner)
+        pending = self._learn(results, winner)
 
         bundle = RoundBundle()
         restored = self._best_ever(n, new_current, new_run, bundle)
@@ -171,6 +171,7 @@ class Engine:
             new_current = restored.strategy
             new_run = self.harness.evaluate(new_current, self.question_ids, desc=f"round {n} restore")
         self._fill_bundle(bundle, n, current, cur_run, new_current, new_run, dg, directions, results, winner, restored)
+        bundle.state["optuna_pending"] = pending  # told to Optuna after the commit, replayed on resume
         self.stores.commit_round(n, bundle)
         self.evolver.apply_pending(bundle.state["optuna_pending"])
         self._current_run = new_run
@@ -286,8 +287,8 @@ class Engine:
 
     # ------------------------------------------------------------------ learning and best-ever
 
-    def _learn(self, results: list[CandidateResult], winner: CandidateResult | None) -> None:
-        """Dimension effects, hypothesis tree and Optuna feedback from this round's evaluated candidates."""
+    def _learn(self, results: list[CandidateResult], winner: CandidateResult | None) -> list[dict]:
+        """Update dimension effects and the hypothesis tree; return the Optuna results to tell after commit."""
         pending = []
         for r in results:
             if r.proposal is None:
@@ -303,7 +304,7 @@ class Engine:
                 pending.append({"study": r.proposal.study, "trial": r.proposal.trial_number, "value": delta})
             else:
                 pending.append({"study": r.proposal.study, "trial": r.proposal.trial_number, "value": None})
-        self._pending = pending
+        return pending
 
     def _best_ever(self, n: int, strategy: dict, run: EvalRun, bundle: RoundBundle) -> CheckpointRecord | None:
         """Checkpoint a new best; return the best-ever record when the current score fell too far below it."""
@@ -375,7 +376,7 @@ class Engine:
                                          "accuracy": new_run.summary["accuracy"], "harness": self.harness_id,
                                          "accepted": winner.record["candidate_id"] if winner else None}))
         bundle.state = {"current_strategy": new_hash, "baseline_strategy": strategy_hash(self.baseline),
-                        "harness": self.harness_id, "optuna_pending": self._pending}
+                        "harness": self.harness_id}
 
     def _escalations(self, n: int, current: dict, results: list[CandidateResult]) -> dict:
         """Count candidate classes blocked for needing a framework/schema change; escalate at the threshold."""
@@ -474,6 +475,4 @@ def _metrics(summary: dict) -> dict[str, float]:
 
 
 def _report_hash(record: dict) -> str:
-    from evolve.storage import canonical_hash
-
     return canonical_hash({k: record.get(k) for k in ("paired", "dcr", "probe", "gates", "critic", "decision")})
