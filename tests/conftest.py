@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.strategy import BASELINE_PATH, load_strategy
+from evolve.strategy.artifact import BASELINE_PATH, load_strategy
 
 
 @pytest.fixture(scope="session")

@@ -13,13 +13,13 @@ from pathlib import Path
 import pytest
 
 from evolve.benchmarks import load_benchmark
-from evolve.config import RunConfig
-from evolve.decision import AcceptanceRules
-from evolve.diffing import diff_strategies
-from evolve.engine import Engine
-from evolve.gates import change_keys
-from evolve.stores import RoundBundle, StoreSet
-from evolve.strategy import BASELINE_PATH, derive, policy_hash, strategy_hash
+from evolve.loop.config import RunConfig
+from evolve.verify.decision import AcceptanceRules
+from evolve.strategy.diff import diff_strategies
+from evolve.loop.engine import Engine
+from evolve.verify.gates import change_keys
+from evolve.state.stores import RoundBundle, StoreSet
+from evolve.strategy.artifact import BASELINE_PATH, derive, policy_hash, strategy_hash
 
 BENCHMARK = "synthetic:0"
 _BUILT: dict[str, Path] = {}

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from evolve.benchmarks.locomo import CODE_BY_CATEGORY, NOT_MENTIONED, format_locomo_date
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
-from evolve.storage import atomic_write_text
+from evolve.state.files import atomic_write_text
 
 PERSONAS = ("Alice", "Priya", "Marco", "Hannah", "Diego", "Yuki", "Omar", "Sofia", "Liam", "Grace",
             "Noah", "Zara", "Tomas", "Ingrid", "Kwame", "Mei", "Rafael", "Leila", "Jonas", "Amara")

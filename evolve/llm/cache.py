@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from evolve.storage import atomic_write_text
-from evolve.strategy import canonical_json
+from evolve.state.files import atomic_write_text
+from evolve.strategy.artifact import canonical_json
 
 
 class CacheError(RuntimeError):

@@ -11,7 +11,7 @@ import openai
 
 from evolve.llm.cache import ResponseCache, cache_key
 from evolve.llm.config import RoleConfig
-from evolve.roles import RoleError
+from evolve.runtime.roles import RoleError
 
 #: Counters kept per role by :class:`UsageStats`.
 COUNTERS = ("requests", "retries", "failures", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses")

@@ -1,8 +1,8 @@
-"""LLM implementations of the runtime roles (``evolve.roles``) and of the optimizer's judge, planner and critic.
+"""LLM implementations of the runtime roles (``evolve.runtime.roles``) and of the optimizer's judge, planner and critic.
 
 Runtime roles fill the strategy's own prompt templates; a short system message carries the policy
 knobs and the reply format the parser relies on. Judge, planner and critic use the framework's
-versioned prompts in ``evolve/llm/prompts/``.
+versioned prompts in ``evolve/data/prompts/``.
 """
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ from typing import Any, Callable, Collection, Literal, Sequence, TypeVar, get_ar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
 
 from evolve.benchmarks.types import Turn
+from evolve.data import PROMPTS_DIR
 from evolve.llm.cache import ResponseCache
 from evolve.llm.client import LLMClient, UsageStats
 from evolve.llm.config import RolesConfig
-from evolve.policy import Answering, Expansion, Extraction
-from evolve.roles import FACT_KINDS, AnswerResult, ContextItem, ExtractedFact, Judgment
-from evolve.strategy import EvolvableDimension, evolvable_dimensions
+from evolve.strategy.policy import Answering, Expansion, Extraction
+from evolve.runtime.roles import FACT_KINDS, AnswerResult, ContextItem, ExtractedFact, Judgment
+from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions
 
-PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 JUDGE_PROMPT, PLANNER_PROMPT, CRITIC_PROMPT, REPAIR_PROMPT = "judge.v1", "planner.v1", "critic.v1", "repair.v1"
 CriticLabel = Literal["actionable", "risky", "duplicate", "out_of_scope"]
 CRITIC_LABELS: tuple[str, ...] = get_args(CriticLabel)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from evolve.policy import Answering
-from evolve.roles import AnswerResult, ContextItem
+from evolve.strategy.policy import Answering
+from evolve.runtime.roles import AnswerResult, ContextItem
 from evolve.runtime.render import plain_parts
 from evolve.runtime.text import (STOPWORDS, clauses, content_set, content_tokens, find_date, format_date, sentences,
                                  tokens)

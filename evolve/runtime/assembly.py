@@ -4,8 +4,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evolve.benchmarks.types import Turn
-from evolve.policy import Policy
-from evolve.roles import ContextItem
+from evolve.strategy.policy import Policy
+from evolve.runtime.roles import ContextItem
 from evolve.runtime.retrieval import Hit
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.render import render

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from evolve.benchmarks.types import Conversation
-from evolve.storage import atomic_write_bytes
-from evolve.strategy import ingestion_key
+from evolve.state.files import atomic_write_bytes
+from evolve.strategy.artifact import ingestion_key
 
 if TYPE_CHECKING:
     from evolve.runtime.embedder import Embedder

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import re
 
-from evolve.policy import Expansion
+from evolve.strategy.policy import Expansion
 from evolve.runtime.text import DATE_PATTERN, MONTHS, STOPWORDS, WEEKDAYS, normalise, tokens
 
 _TEMPORAL = re.compile(r"^\s*when\b|\bwhat (?:date|day|year|month|time)\b|\bwhich (?:date|day|year|month)\b"

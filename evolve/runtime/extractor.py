@@ -5,8 +5,8 @@ from collections import Counter
 from typing import Sequence
 
 from evolve.benchmarks.types import Turn
-from evolve.policy import Extraction
-from evolve.roles import ExtractedFact
+from evolve.strategy.policy import Extraction
+from evolve.runtime.roles import ExtractedFact
 from evolve.runtime.text import (attribute, classify_kind, content_tokens, resolve_relative_dates, salience,
                                  sentences, specific_count)
 

@@ -9,8 +9,8 @@ import numpy as np
 from scipy import sparse
 
 from evolve.benchmarks.types import Conversation, Session, Turn
-from evolve.policy import Extraction, Lifecycle, Policy
-from evolve.roles import FACT_KINDS, ExtractedFact, Extractor
+from evolve.strategy.policy import Extraction, Lifecycle, Policy
+from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,

@@ -6,7 +6,7 @@ from datetime import datetime
 
 import numpy as np
 
-from evolve.policy import Policy
+from evolve.strategy.policy import Policy
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
 

@@ -6,8 +6,8 @@ from datetime import datetime
 from typing import Sequence
 
 from evolve.benchmarks.types import Conversation
-from evolve.policy import Policy
-from evolve.roles import AnswerResult, Answerer, ContextItem, Expander, Extractor
+from evolve.strategy.policy import Policy
+from evolve.runtime.roles import AnswerResult, Answerer, ContextItem, Expander, Extractor
 from evolve.runtime.answerer import ExtractiveAnswerer
 from evolve.runtime.assembly import assemble
 from evolve.runtime.cache import IngestionCache
@@ -18,7 +18,7 @@ from evolve.runtime.ingest import build_store
 from evolve.runtime.retrieval import Hit, Query, filter_hits, retrieve
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import count_tokens
-from evolve.strategy import validate_strategy
+from evolve.strategy.artifact import validate_strategy
 
 
 @dataclass(frozen=True)

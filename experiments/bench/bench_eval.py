@@ -35,13 +35,13 @@ import bm25s
 import numpy as np
 
 from evolve.benchmarks import Benchmark, Question, load_benchmark
-from evolve.harness import EvalRun, Harness
-from evolve.judge import evidence_recall
+from evolve.observe.harness import EvalRun, Harness
+from evolve.observe.judge import evidence_recall
 from evolve.runtime import IngestionCache, MemoryRuntime, classify_intent
 from evolve.runtime.retrieval import Query, retrieve
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import content_tokens
-from evolve.strategy import get_path, load_strategy, set_path
+from evolve.strategy.artifact import get_path, load_strategy, set_path
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BENCH = "locomo:../shared/data/locomo/locomo_dev4.json"

@@ -33,16 +33,16 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from evolve.benchmarks import load_benchmark  # noqa: E402
-from evolve.config import RunConfig  # noqa: E402
-from evolve.decision import AcceptanceRules  # noqa: E402
-from evolve.engine import Engine  # noqa: E402
-from evolve.evolver import Evolver  # noqa: E402
-from evolve.harness import EvalRun, Harness  # noqa: E402
-from evolve.roles_factory import build_roles, roles_config  # noqa: E402
+from evolve.loop.config import RunConfig  # noqa: E402
+from evolve.verify.decision import AcceptanceRules  # noqa: E402
+from evolve.loop.engine import Engine  # noqa: E402
+from evolve.improve.evolver import Evolver  # noqa: E402
+from evolve.observe.harness import EvalRun, Harness  # noqa: E402
+from evolve.loop.backends import build_roles, roles_config  # noqa: E402
 from evolve.runtime import IngestionCache  # noqa: E402
-from evolve.statistics import paired_comparison  # noqa: E402
-from evolve.storage import atomic_write_text  # noqa: E402
-from evolve.strategy import (StrategyError, derive, get_path, ingestion_key, load_strategy,  # noqa: E402
+from evolve.verify.statistics import paired_comparison  # noqa: E402
+from evolve.state.files import atomic_write_text  # noqa: E402
+from evolve.strategy.artifact import (StrategyError, derive, get_path, ingestion_key, load_strategy,  # noqa: E402
                              strategy_hash)
 
 HERE = Path(__file__).resolve().parent

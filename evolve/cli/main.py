@@ -1,0 +1,110 @@
+"""Command-line interface: ``memevolve eval|run|...``. Usage errors and bad input exit with code 2."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evolve.benchmarks import load_benchmark
+from evolve.data import BASELINE_PATH
+from evolve.benchmarks.types import BenchmarkError
+from evolve.loop.config import ConfigError
+from evolve.observe.judge import TokenF1Judge
+from evolve.llm import ConfigError as LLMConfigError
+from evolve.state.files import StoreError
+from evolve.strategy.artifact import StrategyError, load_strategy
+
+USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, BenchmarkError, StoreError,
+                                           FileNotFoundError)
+
+
+def _table(rows: list[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def print_summary(summary: dict) -> None:
+    rows = [("category", "n", "accuracy", "F1", "recall@10")]
+    for cat, n in summary["n_by_category"].items():
+        rows.append((cat, str(n), _fmt(summary["accuracy_by_category"][cat]), _fmt(summary["f1_by_category"][cat]),
+                     _fmt(summary["evidence_recall_by_category"][cat]["10"])))
+    rows.append(("all", str(summary["n_scored"]), _fmt(summary["accuracy"]), _fmt(summary["f1"]),
+                 _fmt(summary["evidence_recall"]["10"])))
+    print(_table(rows))
+    causes = ", ".join(f"{k}={v}" for k, v in sorted(summary["root_causes"].items())) or "none"
+    print(f"judge {summary['judge']} | root causes: {causes} | DCR@3 {summary['dcr@3']:.3f} | "
+          f"strategy {summary['strategy_hash'][:12]} | {summary['wall_time_s']:.1f}s")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from evolve.observe.harness import Harness, Roles
+
+    strategy = load_strategy(args.strategy)
+    bench = load_benchmark(args.bench)
+    for warning in bench.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    ids = [q.id for q in bench.questions[: args.limit]] if args.limit else None
+    harness = Harness(bench, Roles(judge=TokenF1Judge(args.judge_threshold)), include_adversarial=args.include_adversarial)
+    run = harness.evaluate(strategy, ids)
+    out = run.write(args.out)
+    print_summary(run.summary)
+    print(f"wrote {out / 'summary.json'} and {out / 'traces.jsonl'}")
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from evolve.loop.config import load_config
+    from evolve.loop.engine import Engine
+
+    config = load_config(args.config)
+    if args.rounds:
+        config = config.model_copy(update={"rounds": args.rounds})
+    if args.stores:
+        config = config.model_copy(update={"stores": Path(args.stores).resolve()})
+    result = Engine(config, track=not args.no_tracking).run()
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="memevolve", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("eval", help="score one strategy on a benchmark, with traces and root causes")
+    p.add_argument("--strategy", default=str(BASELINE_PATH), help="strategy file (default: the packaged baseline)")
+    p.add_argument("--bench", default="synthetic", help="locomo:PATH | longmemeval:PATH | synthetic[:SEED]")
+    p.add_argument("--limit", type=int, help="evaluate only the first N questions")
+    p.add_argument("--out", default="runs/eval")
+    p.add_argument("--judge-threshold", type=float, default=0.5)
+    p.add_argument("--include-adversarial", action="store_true")
+    p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("run", help="run Observe-Improve-Verify rounds from a run config")
+    p.add_argument("--config", default="experiments/nightly.yaml")
+    p.add_argument("--rounds", type=int)
+    p.add_argument("--stores", help="override the stores directory")
+    p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    p.set_defaults(func=cmd_run)
+
+    from evolve.cli.workflow import register
+
+    register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except USER_ERRORS as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # output piped into e.g. `head`
+        sys.stderr.close()
+        return 0
+

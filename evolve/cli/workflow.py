@@ -1,0 +1,198 @@
+"""Engineer workflow subcommands: diff, candidates, show, promote, rollback, journal verify, serving, report.
+
+Exit codes: 0 success, 1 different / refused / verification failed, 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evolve.strategy.diff import StrategyDiff, diff_strategies
+from evolve.ops.review import DECISIONS, StoreView, candidates_table, render_record, select
+from evolve.ops.serving import ChangeResult, Refused, drift_report, promote, rollback, serving_status
+from evolve.state.files import StoreError
+from evolve.strategy.artifact import load_strategy, strategy_hash
+
+DEFAULT_STORES = "stores"
+DEFAULT_SERVING = "strategies/serving.yaml"
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def _print_diff(diff: StrategyDiff | None, what: str) -> None:
+    if diff is None:
+        print(f"{what}: (previous file is not YAML)")
+    elif diff.empty:
+        print(f"{what}: no differences")
+    else:
+        print(f"{what}:\n{_indent(diff.render())}")
+
+
+def cmd_diff(args: argparse.Namespace) -> int:
+    a, b = load_strategy(args.a), load_strategy(args.b)
+    diff = diff_strategies(a, b)
+    if args.format == "json":
+        print(json.dumps({"a": {"path": args.a, "hash": strategy_hash(a)},
+                          "b": {"path": args.b, "hash": strategy_hash(b)},
+                          "equal": diff.empty, **diff.to_dict()}, indent=2, sort_keys=True))
+    else:
+        print(f"--- {args.a} ({strategy_hash(a)[:12]})\n+++ {args.b} ({strategy_hash(b)[:12]})")
+        print(diff.render() if not diff.empty else "no differences")
+    return 0 if diff.empty else 1
+
+
+def cmd_candidates(args: argparse.Namespace) -> int:
+    view = StoreView(args.stores)
+    records = select(view.records, args.round, args.decision)
+    if not records:
+        print("no candidates match")
+        return 0
+    print(candidates_table(records))
+    print(f"\n{len(records)} candidate(s); full record: memevolve show ID --stores {args.stores}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    view = StoreView(args.stores)
+    record = view.record(args.candidate_id)
+    if record is None:
+        print(f"error: no candidate {args.candidate_id!r} in {view.root / 'candidate_outcomes.jsonl'}", file=sys.stderr)
+        return 2
+    print(render_record(record, view))
+    return 0
+
+
+def _print_change(result: ChangeResult, done: str, stores: str) -> None:
+    print(f"{done} {result.target}")
+    print(f"  new      {result.served.strategy_hash}  (copy {Path(stores) / result.served.copy})")
+    if result.previous is None:
+        print("  old      none (no serving file before)")
+    else:
+        print(f"  old      {result.previous.strategy_hash}  (restore point {Path(stores) / result.previous.copy})")
+    if result.entry is not None:
+        print(f"  journal  entry {result.entry['index']} {result.entry['type']}")
+    _print_diff(result.diff, "diff old -> new")
+
+
+def cmd_promote(args: argparse.Namespace) -> int:
+    try:
+        result = promote(args.stores, args.candidate, args.to, accept_monitor=args.accept_monitor,
+                         dry_run=args.dry_run)
+    except Refused as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    rec = result.record
+    label = f"{rec['candidate_id']} ({rec['decision']['verdict']})"
+    _print_change(result, f"dry run, nothing written: would promote {label} to" if args.dry_run
+                  else f"promoted {label} to", args.stores)
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace) -> int:
+    try:
+        result = rollback(args.stores, args.target, args.to)
+    except Refused as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    _print_change(result, "rolled back", args.stores)
+    return 0
+
+
+def cmd_journal_verify(args: argparse.Namespace) -> int:
+    view = StoreView(args.stores)
+    result = view.verify_journal()
+    if not result.ok:
+        print(f"verification failed at entry {result.first_bad_index}: {result.reason}")
+        return 1
+    print(f"ok: {result.n} entries")
+    statuses = drift_report(view)
+    for status in statuses:
+        print(f"serving {status.target}: {status.describe()}")
+    return 0 if all(s.ok for s in statuses) else 1
+
+
+def cmd_serving(args: argparse.Namespace) -> int:
+    from evolve.runtime import MemoryRuntime
+
+    strategy = load_strategy(args.path)
+    runtime = MemoryRuntime(strategy)
+    try:
+        entries = StoreView(args.stores).journal.entries()
+    except StoreError as exc:
+        print(f"note: {exc}")
+        entries = []
+    status = serving_status(entries, args.path)
+    print(f"serving {status.target}")
+    print(f"  strategy     {strategy_hash(strategy)}  (name {strategy.get('name', '-')}, version "
+          f"{strategy.get('version', '-')})")
+    print(f"  file sha256  {status.current.file_sha256}")
+    print(f"  runtime      loaded: MemoryRuntime with embedder {runtime.embedder.name}")
+    print(f"  {status.describe()}")
+    return 0 if status.ok else 1
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from evolve.ops.report import write_report
+
+    write_report(StoreView(args.stores), args.out, args.markdown)
+    print(f"wrote {args.out}" + (f" and {args.markdown}" if args.markdown else ""))
+    return 0
+
+
+def _stores_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--stores", default=DEFAULT_STORES, help=f"stores directory (default {DEFAULT_STORES})")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the workflow subcommands to ``sub``."""
+    p = sub.add_parser("diff", help="path-level diff of two strategy files (exit 1 if they differ)")
+    p.add_argument("a")
+    p.add_argument("b")
+    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.set_defaults(func=cmd_diff)
+
+    p = sub.add_parser("candidates", help="table of recorded candidates with their evidence summary")
+    _stores_arg(p)
+    p.add_argument("--round", type=int)
+    p.add_argument("--decision", choices=sorted(DECISIONS))
+    p.set_defaults(func=cmd_candidates)
+
+    p = sub.add_parser("show", help="the complete record of one candidate")
+    p.add_argument("candidate_id")
+    _stores_arg(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("promote", help="serve a strategy with a recorded ACCEPT decision")
+    p.add_argument("candidate", metavar="CANDIDATE_ID|PATH")
+    p.add_argument("--to", required=True, help=f"serving file, e.g. {DEFAULT_SERVING}")
+    _stores_arg(p)
+    p.add_argument("--accept-monitor", action="store_true", help="also allow ACCEPT_WITH_MONITOR decisions")
+    p.add_argument("--dry-run", action="store_true", help="check and show the diff; write nothing")
+    p.set_defaults(func=cmd_promote)
+
+    p = sub.add_parser("rollback", help="re-serve the previous serving file (or one a journal entry installed)")
+    p.add_argument("--to", type=int, metavar="ENTRY_INDEX", help="journal index of a PROMOTE/ROLLBACK entry")
+    _stores_arg(p)
+    p.add_argument("--target", default=DEFAULT_SERVING)
+    p.set_defaults(func=cmd_rollback)
+
+    p = sub.add_parser("journal", help="journal checks")
+    jsub = p.add_subparsers(dest="journal_command", required=True)
+    v = jsub.add_parser("verify", help="verify the hash chain and check serving files for drift")
+    _stores_arg(v)
+    v.set_defaults(func=cmd_journal_verify)
+
+    p = sub.add_parser("serving", help="load the serving strategy and say which journal entry put it there")
+    p.add_argument("--path", default=DEFAULT_SERVING)
+    _stores_arg(p)
+    p.set_defaults(func=cmd_serving)
+
+    p = sub.add_parser("report", help="self-contained HTML report (plus an optional Markdown summary)")
+    _stores_arg(p)
+    p.add_argument("--out", required=True)
+    p.add_argument("--markdown", metavar="PATH")
+    p.set_defaults(func=cmd_report)

@@ -1,0 +1,13 @@
+"""Framework data shipped inside the package: the strategy schema, the baseline strategy, the planner's bundle
+table and the framework prompts. Read through :mod:`importlib.resources`, so an installed wheel finds them."""
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+#: The package's data folder (a directory on disk for every regular or editable install; zip imports unsupported).
+DATA = Path(str(files(__name__)))
+SCHEMA_PATH = DATA / "strategy.schema.json"
+BASELINE_PATH = DATA / "baseline.yaml"
+BUNDLES_PATH = DATA / "bundles.yaml"
+PROMPTS_DIR = DATA / "prompts"

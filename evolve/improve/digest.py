@@ -1,0 +1,232 @@
+"""Digester: turn per-question trace records into ranked symptoms the planner can act on.
+
+A *symptom* is one ``root_cause/category`` cell of the failure table (``Symptom.key``), with
+its severity (count and shares) and the evidence behind it. Aggregate symptoms (category
+``*``) summarise one root cause over all categories. Each symptom carries *qualifiers*:
+the share of its failures that show a sub-pattern the bundle table can target
+(``kf_filtered[budget]``, ``generation_error[near_miss]``, ...; see :data:`QUALIFIERS`).
+"""
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from statistics import fmean
+from typing import Any, Iterable
+
+from evolve.observe.diagnosis import ROOT_CAUSES
+
+#: Sub-patterns per root cause, each the share of that symptom's failures showing it:
+#: kf_filtered[<reason>] — a gold-derived item was filtered or dropped for <reason>;
+#: retrieval_gap[no_subqueries] — the question was searched without any sub-query;
+#: generation_error[near_miss] — answer partly overlaps gold (token F1 >= NEAR_MISS_F1);
+#: generation_error[wrong_support] — the answer did not cite any gold-derived packed item.
+QUALIFIERS: dict[str, tuple[str, ...]] = {
+    "kf_filtered": ("budget", "superseded", "retracted", "pruned", "conflict"),
+    "retrieval_gap": ("no_subqueries",),
+    "generation_error": ("near_miss", "wrong_support"),
+}
+NEAR_MISS_F1 = 0.3
+WILDCARD = "*"
+_REQUIRED = ("question_id", "category", "correct")
+
+
+class DigestError(ValueError):
+    """A trace record lacks a field the digest needs or has an impossible value."""
+
+
+@dataclass(frozen=True)
+class Symptom:
+    """One failure cell. ``share_of_failures`` = count / scored failures; ``share_of_category`` =
+    count / scored questions of the category (all scored questions for category ``*``)."""
+
+    root_cause: str
+    category: str
+    count: int
+    share_of_failures: float
+    share_of_category: float
+    evidence: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        return f"{self.root_cause}/{self.category}"
+
+    @property
+    def qualifiers(self) -> dict[str, float]:
+        return dict(self.evidence.get("qualifiers", {}))
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "root_cause": self.root_cause, "category": self.category, "count": self.count,
+                "share_of_failures": self.share_of_failures, "share_of_category": self.share_of_category,
+                "evidence": self.evidence}
+
+
+@dataclass(frozen=True)
+class Digest:
+    """Symptoms per ``root_cause/category`` and per root cause (``*``), most severe first, plus run-wide signals."""
+
+    n_questions: int
+    n_failures: int
+    symptoms: tuple[Symptom, ...]
+    aggregates: tuple[Symptom, ...]
+    signals: dict
+
+    @property
+    def accuracy(self) -> float:
+        return 1.0 - self.n_failures / self.n_questions if self.n_questions else 0.0
+
+    def ranked(self) -> list[Symptom]:
+        """Aggregate and per-category symptoms together, most severe first (aggregates before equal cells)."""
+        return sorted(self.aggregates + self.symptoms,
+                      key=lambda s: (-s.count, s.category != WILDCARD, -s.share_of_category, s.key))
+
+    def symptom(self, key: str) -> Symptom:
+        for s in self.aggregates + self.symptoms:
+            if s.key == key:
+                return s
+        raise KeyError(key)
+
+    def to_dict(self) -> dict:
+        return {"n_questions": self.n_questions, "n_failures": self.n_failures, "accuracy": self.accuracy,
+                "signals": self.signals, "symptoms": [s.to_dict() for s in self.symptoms],
+                "aggregates": [s.to_dict() for s in self.aggregates]}
+
+
+# ---------------------------------------------------------------- per-record facts
+
+
+def _where(record: dict, index: int) -> str:
+    return f"trace record {index} (question_id {record.get('question_id', '?')!r})"
+
+
+def _check(record: Any, index: int) -> None:
+    if not isinstance(record, dict):
+        raise DigestError(f"trace record {index}: expected an object, got {type(record).__name__}")
+    for name in _REQUIRED:
+        if name not in record:
+            raise DigestError(f"{_where(record, index)}: missing field {name!r}")
+    cause = record.get("root_cause")
+    if not record["correct"] and record.get("scored", True):
+        if cause is None:
+            raise DigestError(f"{_where(record, index)}: root_cause: a wrong answer needs a root cause")
+        if cause not in ROOT_CAUSES:
+            raise DigestError(f"{_where(record, index)}: root_cause: unknown value {cause!r}")
+
+
+def _gold_ids(record: dict) -> set[str]:
+    """Ids of retrieved items that derive from a gold turn."""
+    gold = set(record.get("gold_evidence") or ())
+    return {hit["id"] for hit in record.get("retrieved") or () if gold & set(hit.get("source_ids") or ())}
+
+
+def _gold_rank(record: dict) -> int | None:
+    """Best (lowest) retrieval rank of a gold-derived item, if any was retrieved."""
+    gold = set(record.get("gold_evidence") or ())
+    ranks = [hit["rank"] for hit in record.get("retrieved") or () if gold & set(hit.get("source_ids") or ())]
+    return min(ranks) if ranks else None
+
+
+def _loss_reasons(record: dict) -> set[str]:
+    """Why gold-derived retrieved items did not reach the context (filter and drop reasons)."""
+    ids = _gold_ids(record)
+    lost = list(record.get("filtered") or ()) + list(record.get("dropped") or ())
+    return {item["reason"] for item in lost if item.get("id") in ids and item.get("reason")}
+
+
+def _fill(record: dict) -> float | None:
+    budget = record.get("token_budget")
+    return record.get("context_tokens", 0) / budget if budget else None
+
+
+def _qualifier_hits(record: dict) -> set[str]:
+    cause = record["root_cause"]
+    if cause == "kf_filtered":
+        return _loss_reasons(record) & set(QUALIFIERS[cause])
+    if cause == "retrieval_gap":
+        return set() if record.get("subqueries") else {"no_subqueries"}
+    if cause == "generation_error":
+        hits = set()
+        if record.get("f1", 0.0) >= NEAR_MISS_F1:
+            hits.add("near_miss")
+        gold = set(record.get("gold_evidence") or ())
+        gold_packed = {p["id"] for p in record.get("packed") or () if gold & set(p.get("source_ids") or ())}
+        if not gold_packed & set(record.get("answer_support") or ()):
+            hits.add("wrong_support")
+        return hits
+    return set()
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    kept = [v for v in values if v is not None]
+    return round(fmean(kept), 6) if kept else None
+
+
+# ---------------------------------------------------------------- symptoms
+
+
+def _evidence(failures: list[dict]) -> dict:
+    n = len(failures)
+    hits = Counter(q for r in failures for q in _qualifier_hits(r))
+    reasons = Counter(reason for r in failures for reason in _loss_reasons(r))
+    ranks = [_gold_rank(r) for r in failures]
+    retrieved_n = [len(r.get("retrieved") or ()) for r in failures]
+    low = [rank > n_ret / 2 for rank, n_ret in zip(ranks, retrieved_n) if rank is not None]
+    evidence: dict[str, Any] = {
+        "question_ids": sorted(r["question_id"] for r in failures)[:20],
+        "qualifiers": {q: round(hits[q] / n, 6) for q in QUALIFIERS.get(failures[0]["root_cause"], ())},
+        "categories": dict(Counter(r["category"] for r in failures).most_common()),
+        "intents": dict(Counter(r.get("intent") or "unknown" for r in failures).most_common()),
+        "gold_rank_mean": _mean(ranks),
+        "gold_rank_low_share": round(sum(low) / len(low), 6) if low else None,
+        "context_fill_mean": _mean(_fill(r) for r in failures),
+        "f1_mean": _mean(r.get("f1") for r in failures),
+    }
+    if reasons:
+        evidence["loss_reasons"] = dict(reasons.most_common())
+    return evidence
+
+
+def _symptom(cause: str, category: str, failures: list[dict], n_failures: int, n_in_category: int) -> Symptom:
+    count = len(failures)
+    evidence = _evidence(failures)
+    if category == WILDCARD:
+        top, top_n = next(iter(evidence["categories"].items()))
+        evidence["concentration"] = {"category": top, "share": round(top_n / count, 6)}
+    return Symptom(cause, category, count, round(count / n_failures, 6),
+                   round(count / n_in_category, 6) if n_in_category else 0.0, evidence)
+
+
+def _signals(scored: list[dict], failures: list[dict]) -> dict:
+    n = len(scored)
+    budget_drops = sum(1 for r in scored if any(d.get("reason") == "budget" for d in r.get("dropped") or ()))
+    recall = {k: _mean((r.get("evidence_recall") or {}).get(k) for r in scored) for k in ("1", "5", "10")}
+    return {
+        "root_causes": dict(Counter(r["root_cause"] for r in failures).most_common()),
+        "gold_rank_mean": _mean(_gold_rank(r) for r in failures),
+        "budget_drop_share": round(budget_drops / n, 6) if n else 0.0,
+        "context_tokens_mean": _mean(r.get("context_tokens") for r in scored),
+        "token_budget_mean": _mean(r.get("token_budget") for r in scored),
+        "context_fill_mean": _mean(_fill(r) for r in scored),
+        "evidence_recall_mean": recall,
+    }
+
+
+def digest(traces: list[dict]) -> Digest:
+    """Symptoms of the scored failures in ``traces`` (unscored, e.g. adversarial, questions are ignored)."""
+    for index, record in enumerate(traces):
+        _check(record, index)
+    scored = [r for r in traces if r.get("scored", True)]
+    failures = [r for r in scored if not r["correct"]]
+    per_category = Counter(r["category"] for r in scored)
+    cells: dict[tuple[str, str], list[dict]] = {}
+    by_cause: dict[str, list[dict]] = {}
+    for r in failures:
+        cells.setdefault((r["root_cause"], r["category"]), []).append(r)
+        by_cause.setdefault(r["root_cause"], []).append(r)
+    symptoms = [_symptom(c, cat, rs, len(failures), per_category[cat]) for (c, cat), rs in cells.items()]
+    aggregates = [_symptom(c, WILDCARD, rs, len(failures), len(scored)) for c, rs in by_cause.items()]
+
+    def order(s: Symptom) -> tuple:
+        return -s.count, -s.share_of_category, s.key
+
+    return Digest(len(scored), len(failures), tuple(sorted(symptoms, key=order)),
+                  tuple(sorted(aggregates, key=order)), _signals(scored, failures))

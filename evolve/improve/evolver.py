@@ -1,0 +1,235 @@
+"""Evolver: concrete values for planned directions, searched by persistent Optuna TPE studies.
+
+One study per dimension group (``memevolve-<group>``, e.g. ``memevolve-retrieval``) lives in an
+Optuna RDB storage, so the search state survives restarts; every proposal is one trial, told the
+candidate's paired accuracy delta (or failed if it was refused or never evaluated).
+
+Parameter encoding. A numeric ``increase``/``decrease`` samples one integer parameter named
+after the direction key (``retrieval.top_k::increase``): the move's *magnitude in schema steps*,
+``k in [1, floor(max_step / step)]``. Its distribution never changes, so TPE's history stays
+comparable across trials whatever the current value; the move applied is the ``k``-th legal
+value away from the current one (:func:`evolve.improve.planner.move_values`), and magnitudes beyond the
+remaining headroom (schema bound or an invariant) collapse onto the farthest legal value. Boolean,
+enum and ``set:`` directions are deterministic: their trial only records the move (user attrs).
+
+``blind_trial`` samples every evolvable dimension over its full schema range (on the ``step``
+grid) in one study ``memevolve-blind`` and repairs cross-field invariants, for comparing the
+directed loop against blind TPE.
+"""
+from __future__ import annotations
+
+import functools
+import math
+import zlib
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import optuna
+import sqlalchemy.exc
+from optuna.trial import TrialState
+
+from evolve.improve.planner import Direction, max_steps, move_values
+from evolve.state.files import StoreError
+from evolve.strategy.artifact import (EvolvableDimension, StrategyError, derive, evolvable_dimensions, get_path,
+                             validate_strategy)
+
+BLIND_STUDY = "memevolve-blind"
+BLIND_KEY = "blind"
+
+
+class EvolverError(ValueError):
+    """A direction cannot be turned into a legal proposal."""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    changes: dict[str, Any]
+    key: str
+    study: str
+    trial_number: int
+
+
+def study_name(group: str) -> str:
+    return f"memevolve-{group}"
+
+
+def _grid_high(dim: EvolvableDimension) -> int | float:
+    """Largest value of the ``low + n * step`` grid inside the schema range."""
+    low, high, step = (Decimal(str(v)) for v in (dim.low, dim.high, dim.step))
+    top = low + ((high - low) // step) * step
+    return int(top) if dim.kind == "integer" else float(top)
+
+
+def _repair(strategy: dict, changes: dict[str, Any], dims: dict[str, EvolvableDimension]) -> dict[str, Any]:
+    """Adjust a full assignment of evolvable values so every cross-field invariant holds."""
+    out = dict(changes)
+
+    def value(path: str) -> Any:
+        return out[path] if path in out else get_path(strategy, path)
+
+    out["extraction.window_overlap"] = min(value("extraction.window_overlap"), value("extraction.window_size") - 1)
+    out["retrieval.candidate_pool"] = max(value("retrieval.candidate_pool"), value("retrieval.top_k"))
+    out["retrieval.rerank.top_n"] = min(value("retrieval.rerank.top_n"), value("retrieval.top_k"))
+    weights = [f"retrieval.weights.{c}" for c in ("bm25", "vector", "subquery")]
+    if sum(value(p) for p in weights) <= 0:
+        out["retrieval.weights.bm25"] = dims["retrieval.weights.bm25"].step
+    profile, corrections = value("assembly.reserved.profile"), value("assembly.reserved.corrections")
+    if profile + corrections >= 1:
+        step = dims["assembly.reserved.corrections"].step
+        out["assembly.reserved.corrections"] = round(max(0.0, 1 - profile - step), 10)
+    return out
+
+
+def _db_errors(method):
+    """Turn an Optuna storage failure (disk full, unwritable, corrupt database) into a StoreError naming it."""
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except (sqlalchemy.exc.SQLAlchemyError, optuna.exceptions.StorageInternalError) as exc:
+            cause = exc.__cause__ or exc
+            raise StoreError(self.storage_url.removeprefix("sqlite:///"),
+                             f"Optuna study database: {str(cause).splitlines()[0]}") from None
+    return wrapper
+
+
+class Evolver:
+    """Directed and blind proposals backed by persistent TPE studies in ``storage_url``."""
+
+    @_db_errors
+    def __init__(self, storage_url: str, seed: int, n_startup_trials: int = 5):
+        self.storage_url = storage_url
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        if storage_url.startswith("sqlite:///"):
+            Path(storage_url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+        self.storage = optuna.storages.RDBStorage(storage_url)
+        self.seed, self.n_startup_trials = int(seed), int(n_startup_trials)
+        self.dims = evolvable_dimensions()
+        self._studies: dict[str, optuna.Study] = {}
+        self._round: int | None = None
+
+    def _sampler(self, name: str, salt: int | str) -> optuna.samplers.TPESampler:
+        # Re-seeding by trial count (or round) keeps a reopened study from replaying the samples it already drew.
+        seed = zlib.crc32(f"{self.seed}:{name}:{salt}".encode())
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials)
+
+    @_db_errors
+    def study(self, name: str) -> optuna.Study:
+        """The named study, created on first use and reloaded with its trials afterwards."""
+        if name not in self._studies:
+            study = optuna.create_study(study_name=name, storage=self.storage, load_if_exists=True,
+                                        sampler=self._sampler(name, 0), direction="maximize")
+            n_trials = len(study.get_trials(deepcopy=False))
+            if self._round is not None:
+                study.sampler = self._sampler(name, f"round{self._round}")
+            elif n_trials:
+                study.sampler = self._sampler(name, n_trials)
+            self._studies[name] = study
+        return self._studies[name]
+
+    # ------------------------------------------------------------ directed proposals
+
+    @_db_errors
+    def propose(self, strategy: dict, direction: Direction) -> Proposal:
+        """A one-dimension change that moves ``direction.path`` the planned way; ask one trial for it."""
+        dim = self.dims.get(direction.path)
+        if dim is None:
+            raise EvolverError(f"{direction.key}: {direction.path!r} is not an evolvable schema path")
+        try:
+            values = move_values(strategy, dim, direction.direction)
+        except ValueError as exc:
+            raise EvolverError(f"{direction.key}: {exc}") from None
+        current = get_path(strategy, dim.path)
+        if not values:
+            raise EvolverError(f"{direction.key}: no legal move from the current value {current!r} "
+                               "(schema bound, already set, or blocked by an invariant)")
+        study = self.study(study_name(dim.group))
+        if direction.direction in ("increase", "decrease") and not any(
+                direction.key in t.params and not t.user_attrs.get("abandoned")
+                for t in study.get_trials(deepcopy=False)):
+            # The first move along a direction is its smallest step; TPE chooses step sizes after that.
+            study.enqueue_trial({direction.key: 1})
+        trial = study.ask()
+        if direction.direction in ("increase", "decrease"):
+            k = trial.suggest_int(direction.key, 1, max_steps(dim))
+            value = values[min(k, len(values)) - 1]
+        else:
+            value = values[0]
+        for name, attr in (("key", direction.key), ("symptom", direction.symptom_key), ("from", current),
+                           ("to", value)):
+            trial.set_user_attr(name, attr)
+        return Proposal({dim.path: value}, direction.key, study.study_name, trial.number)
+
+    # ------------------------------------------------------------ blind search
+
+    @_db_errors
+    def blind_trial(self, strategy: dict) -> Proposal:
+        """Sample every evolvable dimension over its full schema range; invariants repaired."""
+        study = self.study(BLIND_STUDY)
+        trial = study.ask()
+        sampled: dict[str, Any] = {}
+        for path, dim in self.dims.items():
+            if dim.kind == "boolean":
+                sampled[path] = trial.suggest_categorical(path, [False, True])
+            elif dim.kind == "enum":
+                sampled[path] = trial.suggest_categorical(path, list(dim.choices))
+            elif dim.kind == "integer":
+                sampled[path] = trial.suggest_int(path, dim.low, _grid_high(dim), step=dim.step)
+            else:
+                sampled[path] = round(trial.suggest_float(path, dim.low, _grid_high(dim), step=dim.step), 10)
+        changes = _repair(strategy, sampled, self.dims)
+        try:
+            validate_strategy(derive(strategy, changes), source=f"{BLIND_STUDY} trial {trial.number}")
+        except StrategyError:
+            study.tell(trial.number, state=TrialState.FAIL)
+            raise
+        trial.set_user_attr("repaired", sorted(p for p in changes if changes[p] != sampled.get(p)))
+        return Proposal(changes, BLIND_KEY, study.study_name, trial.number)
+
+    # ------------------------------------------------------------ rounds
+
+    @_db_errors
+    def begin_round(self, round_no: int, pending: list[dict]) -> None:
+        """Make round ``round_no`` replayable: apply results committed but not yet told, fail trials left
+        RUNNING by an interrupted round, and reseed every sampler from (seed, study, round)."""
+        self.apply_pending(pending)
+        for summary in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
+            study = self.study(summary.study_name)
+            for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+                study.ask()  # an enqueued trial never asked: take it so it can be closed below
+            for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                # Marked so the replayed round treats the direction as never moved (see ``propose``).
+                self.storage.set_trial_user_attr(trial._trial_id, "abandoned", True)
+                study.tell(trial.number, state=TrialState.FAIL)
+        self._round = round_no
+        for name, study in self._studies.items():
+            study.sampler = self._sampler(name, f"round{round_no}")
+
+    @_db_errors
+    def apply_pending(self, pending: list[dict]) -> None:
+        """Tell committed results ``[{study, trial, value}]`` (value None = FAIL); trials already finished are skipped."""
+        for item in pending:
+            study = self.study(item["study"])
+            states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
+            if states.get(item["trial"]) != TrialState.RUNNING:
+                continue
+            if item["value"] is None:
+                study.tell(item["trial"], state=TrialState.FAIL)
+            else:
+                study.tell(item["trial"], float(item["value"]))
+
+    # ------------------------------------------------------------ results
+
+    @_db_errors
+    def tell(self, proposal: Proposal, value: float) -> None:
+        """Report the candidate's paired accuracy delta (higher is better)."""
+        if not math.isfinite(value):
+            raise EvolverError(f"{proposal.study} trial {proposal.trial_number}: value must be finite, got {value!r}")
+        self.study(proposal.study).tell(proposal.trial_number, float(value))
+
+    @_db_errors
+    def fail(self, proposal: Proposal) -> None:
+        """Close a proposal that was refused or never evaluated, so no trial stays RUNNING."""
+        self.study(proposal.study).tell(proposal.trial_number, state=TrialState.FAIL)

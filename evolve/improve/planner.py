@@ -1,0 +1,309 @@
+"""Planner: map digested symptoms to ranked mutation directions (``path::direction``).
+
+The symptom-triggered bundle table (``bundles.yaml``) lists, per ``root_cause[qualifier]/category``,
+the directions worth trying, most promising first. A ``*`` category matches the aggregate
+(all-category) symptom of that root cause; a ``[qualifier]`` entry applies when at least
+``min_qualifier_share`` of the symptom's failures show that sub-pattern (see
+:data:`evolve.improve.digest.QUALIFIERS`).
+
+Priority of a direction reached through symptom ``s`` at position ``i`` of its candidate list::
+
+    s.share_of_failures * factor / (1 + 0.25 * i)        # severity, decayed down the bundle order
+      + effects.reputation(key)                          # track record (reverts lower it)
+      - revert_penalty * effects.reverts(key, s.key)     # reverted for this very symptom
+
+``factor`` = 1.25 for a category-specific entry, x1.25 again for a qualified one, times the
+qualifier's share. With the hypothesis tree enabled, ``i`` is the UCB1 rank instead of the
+bundle position and refuted/exhausted hypotheses are skipped. Directions that cannot move the
+current value (at the schema bound, already enabled, blocked by an invariant) are dropped, and
+so are moves of a path whose switch (:data:`REQUIRES`) is off.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Protocol
+
+import yaml
+
+from evolve.benchmarks.types import CATEGORIES
+from evolve.data import BUNDLES_PATH
+from evolve.observe.diagnosis import ROOT_CAUSES
+from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
+from evolve.improve.effects import SET_PREFIX, DimensionEffects, split_key
+from evolve.improve.hypotheses import HypothesisTree
+from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions, get_path, invariant_violations, set_path
+
+SPECIFICITY = 1.25
+POSITION_DECAY = 0.25
+#: Paths that only affect behaviour while a switch is on; moving them while it is off changes nothing.
+REQUIRES = {
+    "retrieval.time_decay.half_life_days": "retrieval.time_decay.enabled",
+    "retrieval.rerank.top_n": "retrieval.rerank.enabled",
+    "retrieval.rerank.overlap_weight": "retrieval.rerank.enabled",
+    "assembly.reserved.profile": "features.profile_layer",
+    "assembly.reserved.corrections": "features.profile_layer",
+}
+_BUNDLE_KEY = re.compile(r"^(?P<cause>[a-z_]+)(?:\[(?P<qualifier>[a-z_]+)\])?/(?P<category>[a-z_]+|\*)$")
+
+
+class BundleError(ValueError):
+    """The bundle table is malformed; the message names the file, line and entry."""
+
+
+# ---------------------------------------------------------------- legal moves
+
+
+def direction_value(dim: EvolvableDimension, direction: str) -> Any:
+    """The target value of a ``set:<value>`` direction, typed for ``dim``; ValueError if illegal."""
+    raw = direction[len(SET_PREFIX):]
+    if dim.kind == "enum":
+        if raw not in dim.choices:
+            raise ValueError(f"{dim.path}: {raw!r} is not one of {', '.join(dim.choices)}")
+        return raw
+    if dim.kind == "boolean":
+        raise ValueError(f"{dim.path}: booleans move by enable/disable, not set:")
+    try:
+        value = Decimal(raw)
+    except ArithmeticError:
+        raise ValueError(f"{dim.path}: set value {raw!r} is not a number") from None
+    if dim.kind == "integer" and value != value.to_integral_value():
+        raise ValueError(f"{dim.path}: set value {raw!r} is not an integer")
+    if not dim.low <= value <= dim.high:
+        raise ValueError(f"{dim.path}: set value {raw} outside [{dim.low}, {dim.high}]")
+    return int(value) if dim.kind == "integer" else float(value)
+
+
+def check_direction(dim: EvolvableDimension, direction: str) -> None:
+    """ValueError unless ``direction`` is legal for the dimension's kind."""
+    legal = {"integer": ("increase", "decrease"), "number": ("increase", "decrease"),
+             "boolean": ("enable", "disable"), "enum": ()}[dim.kind]
+    if direction.startswith(SET_PREFIX):
+        direction_value(dim, direction)
+    elif direction not in legal:
+        allowed = ", ".join(legal + (() if dim.kind == "boolean" else ("set:<value>",)))
+        raise ValueError(f"{dim.path}: direction {direction!r} is not legal for a {dim.kind} dimension "
+                         f"(allowed: {allowed})")
+
+
+def _typed(dim: EvolvableDimension, value: float) -> int | float:
+    return int(round(value)) if dim.kind == "integer" else round(float(value), 10)
+
+
+def max_steps(dim: EvolvableDimension) -> int:
+    """How many ``step``s fit in one move of at most ``max_step``."""
+    return int(math.floor(dim.max_step / dim.step + 1e-9))
+
+
+def move_values(strategy: dict, dim: EvolvableDimension, direction: str) -> list:
+    """Values ``direction`` can move ``dim`` to from its current value, nearest first: within the
+    schema range, at most ``max_step`` away (in multiples of ``step``), and breaking no invariant.
+    ValueError if the direction is not legal for the dimension's kind."""
+    check_direction(dim, direction)
+    current = get_path(strategy, dim.path)
+    if direction == "enable":
+        values = [True] if current is False else []
+    elif direction == "disable":
+        values = [False] if current is True else []
+    elif direction.startswith(SET_PREFIX):
+        target = direction_value(dim, direction)
+        values = [target] if target != current else []
+    else:
+        sign = 1 if direction == "increase" else -1
+        values = []
+        for k in range(1, max_steps(dim) + 1):
+            value = _typed(dim, min(dim.high, max(dim.low, current + sign * k * dim.step)))
+            if value != current and value not in values:
+                values.append(value)
+    return [v for v in values if not invariant_violations(set_path(strategy, dim.path, v))]
+
+
+# ---------------------------------------------------------------- bundle table
+
+
+@dataclass(frozen=True)
+class BundleTable:
+    """Validated ``root_cause[qualifier]/category -> [path::direction, ...]``."""
+
+    entries: dict[str, tuple[str, ...]]
+
+    def lookup(self, symptom: Symptom, min_qualifier_share: float) -> list[tuple[str, float, str]]:
+        """``(key, factor, table_key)`` for every direction the symptom triggers, in table order, deduplicated."""
+        specific = symptom.category != WILDCARD
+        base = SPECIFICITY if specific else 1.0
+        qualified = sorted(((share, q) for q, share in symptom.qualifiers.items() if share >= min_qualifier_share),
+                           key=lambda t: (-t[0], t[1]))
+        sources = [(f"{symptom.root_cause}[{q}]/{symptom.category}", base * SPECIFICITY * share)
+                   for share, q in qualified]
+        sources.append((symptom.key, base))
+        out: dict[str, tuple[str, float, str]] = {}
+        for table_key, factor in sources:
+            for key in self.entries.get(table_key, ()):
+                out.setdefault(key, (key, factor, table_key))
+        return list(out.values())
+
+
+def _validate_key(table_key: str) -> None:
+    match = _BUNDLE_KEY.match(table_key)
+    if not match:
+        raise ValueError("expected '<root_cause>[<qualifier>]/<category or *>' (qualifier optional)")
+    cause, qualifier, category = match["cause"], match["qualifier"], match["category"]
+    if cause not in ROOT_CAUSES:
+        raise ValueError(f"unknown root cause {cause!r} (known: {', '.join(ROOT_CAUSES)})")
+    if qualifier is not None and qualifier not in QUALIFIERS.get(cause, ()):
+        known = ", ".join(QUALIFIERS.get(cause, ())) or "none"
+        raise ValueError(f"unknown qualifier {qualifier!r} for {cause} (known: {known})")
+    if category != WILDCARD and category not in CATEGORIES:
+        raise ValueError(f"unknown category {category!r} (known: {', '.join(CATEGORIES)}, *)")
+
+
+def _validate_entry(entry: str, dims: dict[str, EvolvableDimension]) -> None:
+    path, direction = split_key(entry)
+    if path not in dims:
+        raise ValueError(f"{path!r} is not an evolvable schema path")
+    check_direction(dims[path], direction)
+
+
+def parse_bundles(text: str, source: str = "<bundles>",
+                  dims: dict[str, EvolvableDimension] | None = None) -> BundleTable:
+    """Parse and validate a bundle table against the schema's evolvable dimensions."""
+    dims = dims or evolvable_dimensions()
+    try:
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        raise BundleError(f"{source}:{mark.line + 1 if mark else '?'}: malformed YAML: "
+                          f"{getattr(exc, 'problem', exc)}") from None
+    if not isinstance(root, yaml.MappingNode):
+        raise BundleError(f"{source}: expected a mapping of '<root_cause>/<category>' to direction lists")
+    entries: dict[str, tuple[str, ...]] = {}
+    for key_node, value_node in root.value:
+        table_key, line = str(key_node.value), key_node.start_mark.line + 1
+        try:
+            _validate_key(table_key)
+        except ValueError as exc:
+            raise BundleError(f"{source}:{line}: {table_key}: {exc}") from None
+        if table_key in entries:
+            raise BundleError(f"{source}:{line}: {table_key}: duplicate key")
+        if not isinstance(value_node, yaml.SequenceNode) or not value_node.value:
+            raise BundleError(f"{source}:{line}: {table_key}: expected a non-empty list of '<path>::<direction>'")
+        keys: list[str] = []
+        for item in value_node.value:
+            item_line = item.start_mark.line + 1
+            if not isinstance(item, yaml.ScalarNode):
+                raise BundleError(f"{source}:{item_line}: {table_key}: expected a '<path>::<direction>' string")
+            try:
+                _validate_entry(item.value, dims)
+            except ValueError as exc:
+                raise BundleError(f"{source}:{item_line}: {table_key}: {item.value}: {exc}") from None
+            if item.value in keys:
+                raise BundleError(f"{source}:{item_line}: {table_key}: {item.value}: listed twice")
+            keys.append(item.value)
+        entries[table_key] = tuple(keys)
+    return BundleTable(entries)
+
+
+def load_bundles(path: str | Path = BUNDLES_PATH) -> BundleTable:
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise BundleError(f"{path}: cannot read: {exc.strerror}") from None
+    return parse_bundles(text, str(path))
+
+
+# ---------------------------------------------------------------- planning
+
+
+@dataclass(frozen=True)
+class Direction:
+    key: str
+    path: str
+    direction: str
+    symptom_key: str
+    priority: float
+    why: str
+
+    def to_dict(self) -> dict:
+        return {"key": self.key, "path": self.path, "direction": self.direction, "symptom_key": self.symptom_key,
+                "priority": self.priority, "why": self.why}
+
+
+class Proposer(Protocol):
+    """Anything that turns a digest into ranked directions (rule-based here; an LLM planner fits the same seam)."""
+
+    def propose(self, digest: Digest, strategy: dict, effects: DimensionEffects,
+                dims: dict[str, EvolvableDimension]) -> list[Direction]: ...
+
+
+def interleave(directions: list[Direction]) -> list[Direction]:
+    """Round-robin over symptoms, keeping each symptom's internal order and symptoms ordered by their best."""
+    by_symptom: dict[str, list[Direction]] = {}
+    for d in directions:
+        by_symptom.setdefault(d.symptom_key, []).append(d)
+    queues = list(by_symptom.values())
+    out: list[Direction] = []
+    for depth in range(max((len(q) for q in queues), default=0)):
+        out.extend(q[depth] for q in queues if depth < len(q))
+    return out
+
+
+class Planner:
+    """Rule-based :class:`Proposer` over the bundle table, dimension effects and (optionally) the UCB1 tree."""
+
+    def __init__(self, table: BundleTable, effects: DimensionEffects, tree: HypothesisTree | None = None,
+                 use_tree: bool = False, max_symptoms: int = 8, min_qualifier_share: float = 0.25,
+                 revert_penalty: float = 0.25):
+        if use_tree and tree is None:
+            raise ValueError("Planner: use_tree=True needs a HypothesisTree")
+        self.table, self.effects, self.tree, self.use_tree = table, effects, tree, use_tree
+        self.max_symptoms, self.min_qualifier_share = max_symptoms, min_qualifier_share
+        self.revert_penalty = revert_penalty
+        self.dims = evolvable_dimensions()
+
+    def plan(self, digest: Digest, strategy: dict, max_directions: int = 6) -> list[Direction]:
+        """The top directions, interleaved across symptoms (each symptom's best first, then each one's
+        second, ...) so that one round's candidates probe several diagnosed failures instead of one."""
+        return interleave(self.propose(digest, strategy, self.effects, self.dims))[:max_directions]
+
+    def propose(self, digest: Digest, strategy: dict, effects: DimensionEffects,
+                dims: dict[str, EvolvableDimension]) -> list[Direction]:
+        """All triggered, movable directions, highest priority first (each key once, via its best symptom).
+
+        With the tree enabled, hypotheses found at their bound are marked exhausted in it (and un-marked
+        once movable again)."""
+        best: dict[str, Direction] = {}
+        for symptom in digest.ranked()[: self.max_symptoms]:
+            movable: dict[str, tuple[float, str]] = {}  # key -> (factor, table key), in table order
+            for key, factor, table_key in self.table.lookup(symptom, self.min_qualifier_share):
+                path, direction = split_key(key)
+                if path in REQUIRES and not get_path(strategy, REQUIRES[path]):
+                    continue
+                can_move = bool(move_values(strategy, dims[path], direction))
+                if self.use_tree:
+                    self.tree.mark_bound(key, not can_move, parent=symptom.key)
+                if can_move:
+                    movable[key] = (factor, table_key)
+            order = self.tree.select(list(movable), parent=symptom.key) if self.use_tree else list(movable)
+            for position, key in enumerate(order):
+                factor, table_key = movable[key]
+                direction = self._direction(symptom, key, factor, table_key, position, effects)
+                if key not in best or direction.priority > best[key].priority:
+                    best[key] = direction
+        return sorted(best.values(), key=lambda d: (-d.priority, d.key))
+
+    def _direction(self, symptom: Symptom, key: str, factor: float, table_key: str, position: int,
+                   effects: DimensionEffects) -> Direction:
+        severity = symptom.share_of_failures * factor / (1 + POSITION_DECAY * position)
+        reputation = effects.reputation(key)
+        reverts = effects.reverts(key, symptom.key)
+        priority = round(severity + reputation - self.revert_penalty * reverts, 6)
+        rank_kind = "UCB rank" if self.use_tree else "bundle position"
+        why = (f"{symptom.key}: {symptom.count} failures ({symptom.share_of_failures:.0%} of failures, "
+               f"{symptom.share_of_category:.0%} of {symptom.category}); via {table_key}, {rank_kind} {position + 1}; "
+               f"reputation {reputation:+.3f}; {reverts} revert(s) for this symptom")
+        path, direction = split_key(key)
+        return Direction(key, path, direction, symptom.key, priority, why)

@@ -1,0 +1,79 @@
+"""Run configuration (``experiments/*.yaml``): what to evolve, on which harness, under which acceptance rules."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from evolve.data import BASELINE_PATH
+from evolve.verify.decision import AcceptanceRules
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class PlannerConfig(_Strict):
+    use_tree: bool = True
+    exploration: float = Field(1.0, ge=0, description="UCB1 exploration constant c0")
+    max_directions: int = Field(6, ge=1)
+
+
+class RunConfig(_Strict):
+    """Everything a nightly run needs."""
+
+    benchmark: str = "synthetic:0"
+    strategy: Path = BASELINE_PATH
+    stores: Path = Path("stores")
+    rounds: int = Field(4, ge=1)
+    candidates_per_round: int = Field(4, ge=1)
+    seed: int = 0
+    limit: int | None = Field(None, ge=1, description="evaluate only the first N questions")
+    probe_size: int = Field(80, ge=10)
+    judge_threshold: float = Field(0.5, gt=0, le=1)
+    include_adversarial: bool = False
+    on_role_error: Literal["stop", "mark"] = Field(
+        "stop", description="a failing role (e.g. LLM endpoint) stops the run, or marks the question unscored")
+    workers: int = Field(1, ge=1, description="evaluate conversations in this many processes (pays on idle cores)")
+    max_reverts: int = Field(2, ge=1, description="replay-stability gate: reverts per symptom before refusal")
+    escalation_threshold: int = Field(3, ge=1)
+    acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
+    planner: PlannerConfig = Field(default_factory=PlannerConfig)
+    tracking_uri: str | None = None
+    experiment: str = "memevolve"
+    roles: dict = Field(default_factory=dict, description="per-role backend settings (see README, LLM roles)")
+
+    def resolve(self, base: Path) -> "RunConfig":
+        """Make relative paths absolute against ``base``."""
+        def fix(p: Path) -> Path:
+            return p if p.is_absolute() else (base / p).resolve()
+
+        bench = self.benchmark
+        scheme, _, rest = bench.partition(":")
+        if scheme in ("locomo", "longmemeval") and rest and not Path(rest).is_absolute():
+            bench = f"{scheme}:{(base / rest).resolve()}"
+        return self.model_copy(update={"strategy": fix(self.strategy), "stores": fix(self.stores), "benchmark": bench})
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read a run config; relative paths resolve against the working directory."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ConfigError(f"{path}: cannot read run config: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: <root>: a run config must be a mapping, got {type(data).__name__}")
+    try:
+        config = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "<root>"
+        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+    return config.resolve(Path.cwd())

@@ -1,0 +1,70 @@
+"""MLflow tracking: one run per round, one nested run per candidate. Local SQLite store by default."""
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+from mlflow.entities import Metric, Param, RunTag
+from mlflow.tracking import MlflowClient
+
+_MAX_PARAM = 6000
+
+
+def default_dir() -> Path:
+    """Where runs are tracked by default: ``experiments/`` under the working directory."""
+    return Path.cwd() / "experiments"
+
+
+def default_tracking_uri() -> str:
+    """``MLFLOW_TRACKING_URI`` if set, else a SQLite store ``experiments/mlflow.db`` under the working directory."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{default_dir() / 'mlflow.db'}"
+
+
+def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
+    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+class Tracker:
+    """Thin wrapper over :class:`MlflowClient` with the run layout the engine uses."""
+
+    def __init__(self, uri: str | None = None, experiment: str = "memevolve", artifact_root: str | Path | None = None):
+        logging.getLogger("alembic").setLevel(logging.WARNING)
+        logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
+        self.uri = uri or default_tracking_uri()
+        if self.uri.startswith("sqlite:///"):
+            Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        self.client = MlflowClient(tracking_uri=self.uri)
+        found = self.client.get_experiment_by_name(experiment)
+        if found is not None:
+            self.experiment_id = found.experiment_id
+        else:
+            root = Path(artifact_root) if artifact_root else default_dir() / "mlartifacts"
+            location = root.resolve().as_uri() if "://" not in str(root) else str(root)
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+
+    def start(self, name: str, tags: Mapping[str, str] | None = None, parent_run_id: str | None = None) -> str:
+        tags = dict(tags or {})
+        if parent_run_id:
+            tags["mlflow.parentRunId"] = parent_run_id
+        return self.client.create_run(self.experiment_id, run_name=name, tags=tags).info.run_id
+
+    def log(self, run_id: str, *, params: Mapping[str, Any] | None = None, metrics: Mapping[str, Any] | None = None,
+            tags: Mapping[str, Any] | None = None, step: int = 0) -> None:
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, v, int(time.time() * 1000), step) for k, v in _numeric(metrics or {}).items()],
+            params=[Param(k[:250], str(v)[:_MAX_PARAM]) for k, v in (params or {}).items()],
+            tags=[RunTag(k, str(v)[:_MAX_PARAM]) for k, v in (tags or {}).items()],
+        )
+
+    def artifact(self, run_id: str, name: str, content: str | dict) -> None:
+        if isinstance(content, dict):
+            self.client.log_dict(run_id, content, name)
+        else:
+            self.client.log_text(run_id, content, name)
+
+    def end(self, run_id: str, status: str = "FINISHED") -> None:
+        self.client.set_terminated(run_id, status)

@@ -1,0 +1,275 @@
+"""The fixed benchmark harness: runs the locked runtime over a benchmark and produces traces and a summary."""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import pickle
+import sys
+import threading
+import time
+import traceback
+from collections import defaultdict
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import mean
+from typing import Iterable, Literal
+
+from tqdm import tqdm
+
+from evolve.benchmarks.types import Benchmark, Question
+from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
+from evolve.observe.judge import TokenF1Judge, evidence_recall
+from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, RoleError
+from evolve.runtime import IngestionCache, MemoryRuntime
+from evolve.state.files import atomic_write_json, atomic_write_text
+from evolve.strategy.artifact import policy_hash, strategy_hash
+
+RECALL_KS = (1, 5, 10)
+
+
+@dataclass
+class Roles:
+    """Which implementation plays each runtime role; ``None`` means the deterministic default."""
+
+    extractor: Extractor | None = None
+    expander: Expander | None = None
+    answerer: Answerer | None = None
+    judge: Judge = field(default_factory=TokenF1Judge)
+    #: When a role fails (:class:`RoleError`): "stop" the evaluation, or "mark" the question as failed (its
+    #: trace carries the error and it is left out of scoring, so a paired comparison sees it as missing).
+    on_error: Literal["stop", "mark"] = "stop"
+
+
+@dataclass
+class EvalRun:
+    """Traces (one per question) and the run summary of one strategy on one harness."""
+
+    traces: list[dict]
+    summary: dict
+
+    def outcomes(self) -> dict[str, dict]:
+        """``{question_id: {correct, category}}`` over scored questions, for paired statistics."""
+        return {t["question_id"]: {"correct": t["correct"], "category": t["category"]} for t in self.traces if t["scored"]}
+
+    def write(self, out_dir: str | Path) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(out / "traces.jsonl", "".join(json.dumps(t, default=str) + "\n" for t in self.traces))
+        atomic_write_json(out / "summary.json", self.summary)
+        return out
+
+
+class _Evaluator:
+    """Turns one conversation's questions into traces; the same code runs in-process and in worker processes."""
+
+    def __init__(self, benchmark: Benchmark, roles: Roles, cache: IngestionCache, include_adversarial: bool):
+        self.benchmark, self.roles, self.cache = benchmark, roles, cache
+        self.include_adversarial = include_adversarial
+        self.questions = {q.id: q for q in benchmark.questions}
+        self._turn_ids = {cid: {t.id for t in c.turns()} for cid, c in benchmark.conversations.items()}
+
+    def runtime(self, strategy: dict) -> MemoryRuntime:
+        return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
+                             answerer=self.roles.answerer, cache=self.cache)
+
+    def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question]) -> list[dict]:
+        try:
+            store = runtime.ingest(self.benchmark.conversations[cid])
+        except RoleError as exc:
+            if self.roles.on_error == "stop":
+                raise
+            return [self._failed(q, "ingestion", exc) for q in questions]
+        runtime.prefetch([q.question for q in questions])
+        return [self._trace(q, store, runtime) for q in questions]
+
+    def _failed(self, q: Question, stage: str, exc: Exception) -> dict:
+        """The trace of a question a role failed on: recorded, never scored."""
+        return {"question_id": q.id, "conversation_id": q.conversation_id, "category": q.category,
+                "question": q.question, "gold_answer": q.answer, "gold_evidence": list(q.evidence),
+                "evidence_known": False, "stored_ids": [], "intent": None, "subqueries": [], "retrieved": [],
+                "filtered": [], "packed": [], "dropped": [], "context_tokens": 0, "token_budget": 0, "answer": "",
+                "answer_support": [], "judge": None, "correct": False, "f1": 0.0, "scored": False,
+                "evidence_recall": {str(k): 0.0 for k in RECALL_KS}, "root_cause": None, "stages": [],
+                "error": {"stage": stage, "type": type(exc).__name__, "message": str(exc)}}
+
+    def _trace(self, q: Question, store, runtime: MemoryRuntime) -> dict:
+        try:
+            result = runtime.ask(store, q.question, q.asked_at)
+            judgment = self.roles.judge.judge(q.question, q.answer, result.answer.text)
+        except RoleError as exc:
+            if self.roles.on_error == "stop":
+                raise
+            return self._failed(q, "question", exc)
+        known = [e for e in q.evidence if e in self._turn_ids[q.conversation_id]]
+        trace = {
+            "question_id": q.id, "conversation_id": q.conversation_id, "category": q.category,
+            "question": q.question, "gold_answer": q.answer,
+            "gold_evidence": list(q.evidence), "evidence_known": bool(known),
+            "stored_ids": store.items_from_sources(known),
+            **result.to_trace(),
+            "judge": {"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
+                      "votes": list(judgment.votes)},
+            "correct": judgment.correct, "f1": judgment.score,
+            "scored": self.include_adversarial or q.category != "adversarial",
+        }
+        sources = [hit["source_ids"] for hit in trace["retrieved"]]
+        trace["evidence_recall"] = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
+        return diagnose(trace)
+
+
+_WORKER: _Evaluator | None = None
+
+
+def _init_worker(benchmark: Benchmark, roles: Roles, cache_dir: Path | None, include_adversarial: bool,
+                 parent_pid: int) -> None:
+    global _WORKER
+    _WORKER = _Evaluator(benchmark, roles, IngestionCache(cache_dir), include_adversarial)
+    threading.Thread(target=_exit_with_parent, args=(parent_pid,), daemon=True).start()
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """A worker whose parent died (e.g. killed) exits instead of waiting for work forever."""
+    while os.getppid() == parent_pid:
+        time.sleep(1.0)
+    os._exit(1)
+
+
+class _WorkerError(Exception):
+    """An exception raised in a worker, sent as (class, args, attributes, traceback): exceptions whose
+    ``__init__`` takes other arguments than ``args`` (``StoreError``, ``StrategyError``) do not unpickle."""
+
+    def __init__(self, cls: type, args: tuple, state: dict, trace: str):
+        super().__init__(cls, args, state, trace)
+
+    def rebuild(self) -> BaseException:
+        """The worker's exception as it was raised there, with the worker traceback as a note."""
+        cls, args, state, trace = self.args
+        exc = cls.__new__(cls)
+        exc.args = args
+        exc.__dict__.update(state)
+        exc.add_note(f"raised in a harness worker process:\n{trace}")
+        return exc
+
+
+def _work(strategy: dict, cid: str, question_ids: list[str]) -> tuple[list[dict], int, int]:
+    """Worker task: ``(traces, ingestion cache hits, misses)`` of one conversation."""
+    assert _WORKER is not None, "worker not initialised"
+    try:
+        hits, misses = _WORKER.cache.hits, _WORKER.cache.misses
+        traces = _WORKER.conversation(_WORKER.runtime(strategy), cid, [_WORKER.questions[q] for q in question_ids])
+        return traces, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
+    except Exception as exc:
+        raise _WorkerError(type(exc), exc.args, dict(vars(exc)), "".join(traceback.format_exception(exc))) from None
+
+
+class Harness:
+    """Evaluate strategies on one benchmark with fixed roles and judge; reuses ingested memory across strategies.
+
+    With ``workers > 1`` conversations are evaluated in that many worker processes, started on first use and
+    reused by every later evaluation (the embedding model loads once per worker); they share the cache's
+    directory on disk. Traces, their order and the exceptions raised are those of ``workers=1``. Roles must be
+    picklable; workers are spawned, so a script using them needs the ``if __name__ == "__main__":`` guard.
+    """
+
+    def __init__(self, benchmark: Benchmark, roles: Roles | None = None, *, cache: IngestionCache | None = None,
+                 include_adversarial: bool = False, progress: bool | None = None, workers: int = 1):
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            raise ValueError(f"Harness workers: expected an integer >= 1, got {workers!r}")
+        self.benchmark = benchmark
+        self.roles = roles or Roles()
+        self.cache = cache or IngestionCache()
+        self.include_adversarial = include_adversarial
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.workers = workers
+        self._evaluator = _Evaluator(benchmark, self.roles, self.cache, include_adversarial)
+        self._benchmark_hash = benchmark.content_hash()
+        self._pool: ProcessPoolExecutor | None = None
+
+    def evaluate(self, strategy: dict, question_ids: Iterable[str] | None = None, desc: str = "eval") -> EvalRun:
+        wanted = set(question_ids) if question_ids is not None else None
+        questions = [q for q in self.benchmark.questions if wanted is None or q.id in wanted]
+        by_conv: dict[str, list[Question]] = defaultdict(list)
+        for q in questions:
+            by_conv[q.conversation_id].append(q)
+        runtime = self._evaluator.runtime(strategy)  # validates the strategy before any work is handed out
+        hits0, misses0 = self.cache.hits, self.cache.misses
+        started = time.perf_counter()
+        traces: list[dict] = []
+        hits = misses = 0
+        with tqdm(total=len(questions), desc=desc, disable=not self.progress, leave=False) as bar:
+            if self.workers > 1 and len(by_conv) > 1:
+                pool = self._worker_pool()
+                futures = [pool.submit(_work, strategy, cid, [q.id for q in qs]) for cid, qs in by_conv.items()]
+                for future in futures:
+                    try:
+                        part, h, m = future.result()
+                    except _WorkerError as exc:
+                        raise exc.rebuild() from None
+                    except BrokenProcessPool:
+                        self._pool = None  # a worker died; the next parallel evaluation starts new ones
+                        raise
+                    traces.extend(part)
+                    hits, misses = hits + h, misses + m
+                    bar.update(len(part))
+            else:
+                for cid, conv_questions in by_conv.items():
+                    traces.extend(self._evaluator.conversation(runtime, cid, conv_questions))
+                    bar.update(len(conv_questions))
+        summary = self._summary(strategy, traces, time.perf_counter() - started,
+                                hits + self.cache.hits - hits0, misses + self.cache.misses - misses0)
+        return EvalRun(traces, summary)
+
+    def close(self) -> None:
+        """Stop the worker processes (a later parallel evaluation starts new ones)."""
+        if self._pool is not None:
+            self._pool.shutdown(cancel_futures=True)
+            self._pool = None
+
+    def _worker_pool(self) -> ProcessPoolExecutor:
+        if self._pool is None:
+            try:
+                pickle.dumps(self.roles)
+            except (pickle.PicklingError, TypeError, AttributeError) as exc:
+                raise ValueError(f"Harness workers={self.workers}: the roles cannot be sent to worker processes "
+                                 f"({exc}); use workers=1") from None
+            initargs = (self.benchmark, self.roles, self.cache.directory, self.include_adversarial, os.getpid())
+            self._pool = ProcessPoolExecutor(self.workers, mp_context=multiprocessing.get_context("spawn"),
+                                             initializer=_init_worker, initargs=initargs)
+        return self._pool
+
+    def _summary(self, strategy: dict, traces: list[dict], wall: float, hits: int, misses: int) -> dict:
+        scored = [t for t in traces if t["scored"]]
+        known = [t for t in scored if t["evidence_known"]]
+        by_cat: dict[str, list[dict]] = defaultdict(list)
+        for t in scored:
+            by_cat[t["category"]].append(t)
+        causes, causes_by_cat = root_cause_counts(traces)
+        adversarial = [t for t in traces if t["category"] == "adversarial"]
+
+        def recall(ts: list[dict], k: int) -> float | None:
+            ts = [t for t in ts if t["evidence_known"]]
+            return round(mean(t["evidence_recall"][str(k)] for t in ts), 4) if ts else None
+
+        return {
+            "strategy_hash": strategy_hash(strategy), "policy_hash": policy_hash(strategy),
+            "benchmark": self.benchmark.name, "benchmark_hash": self._benchmark_hash,
+            "judge": self.roles.judge.name,
+            "n_questions": len(traces), "n_scored": len(scored),
+            "accuracy": round(mean(t["correct"] for t in scored), 4) if scored else None,
+            "f1": round(mean(t["f1"] for t in scored), 4) if scored else None,
+            "accuracy_by_category": {c: round(mean(t["correct"] for t in ts), 4) for c, ts in sorted(by_cat.items())},
+            "f1_by_category": {c: round(mean(t["f1"] for t in ts), 4) for c, ts in sorted(by_cat.items())},
+            "n_by_category": {c: len(ts) for c, ts in sorted(by_cat.items())},
+            "evidence_recall": {str(k): recall(known, k) for k in RECALL_KS},
+            "evidence_recall_by_category": {c: {str(k): recall(ts, k) for k in RECALL_KS} for c, ts in sorted(by_cat.items())},
+            "root_causes": causes, "root_causes_by_category": causes_by_cat,
+            "dcr@3": round(dcr(traces, 3), 4),
+            "adversarial": {"n": len(adversarial), "scored": bool(adversarial and adversarial[0]["scored"]),
+                            "evidence_recall@10": recall(adversarial, 10)},
+            "role_failures": sum(1 for t in traces if "error" in t),
+            "ingestion_cache": {"hits": hits, "misses": misses},
+            "wall_time_s": round(wall, 3),
+        }

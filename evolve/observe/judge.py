@@ -1,0 +1,56 @@
+"""Deterministic judging: token F1 / exact match for answers, evidence recall@k for retrieval."""
+from __future__ import annotations
+
+import re
+import string
+from collections import Counter
+from typing import Iterable, Sequence
+
+from evolve.runtime.roles import Judgment
+
+_ARTICLES = re.compile(r"\b(a|an|the|and)\b")
+_PUNCT = str.maketrans("", "", string.punctuation)
+
+
+def normalize(text: str) -> list[str]:
+    """LoCoMo/SQuAD-style normalisation: lower case, no punctuation, no articles."""
+    text = _ARTICLES.sub(" ", str(text).lower().replace(",", " ").translate(_PUNCT))
+    return text.split()
+
+
+def token_f1(prediction: str, gold: str) -> float:
+    pred, ref = normalize(prediction), normalize(gold)
+    if not pred or not ref:
+        return float(pred == ref)
+    common = sum((Counter(pred) & Counter(ref)).values())
+    if common == 0:
+        return 0.0
+    precision, recall = common / len(pred), common / len(ref)
+    return 2 * precision * recall / (precision + recall)
+
+
+def exact_match(prediction: str, gold: str) -> bool:
+    return normalize(prediction) == normalize(gold)
+
+
+def evidence_recall(gold: Iterable[str], retrieved_sources: Sequence[Iterable[str]], k: int) -> float:
+    """Share of gold turn ids covered by the source ids of the top-``k`` retrieved items."""
+    gold = set(gold)
+    if not gold:
+        return 0.0
+    covered = set().union(*map(set, retrieved_sources[:k])) if retrieved_sources[:k] else set()
+    return len(gold & covered) / len(gold)
+
+
+class TokenF1Judge:
+    """Correct when token F1 against the gold answer reaches ``threshold`` (exact match always counts)."""
+
+    def __init__(self, threshold: float = 0.5):
+        if not 0 < threshold <= 1:
+            raise ValueError(f"judge threshold must be in (0, 1], got {threshold}")
+        self.threshold = threshold
+        self.name = f"token-f1@{threshold:g}"
+
+    def judge(self, question: str, gold: str, answer: str) -> Judgment:
+        f1 = token_f1(answer, gold)
+        return Judgment(correct=f1 >= self.threshold or exact_match(answer, gold), score=f1, judge=self.name)

@@ -1,0 +1,1 @@
+"""Engineer workflow over the stores: review candidates, promote to and roll back serving, and report."""

@@ -1,0 +1,362 @@
+"""The serving strategy file: promotion of recorded accepts, rollback, and drift detection.
+
+The serving file (e.g. ``strategies/serving.yaml``) is what production loads. Every change to it goes
+through :func:`promote` or :func:`rollback`, which, under the stores' run lock,
+
+* keep byte-exact copies of the old and the new file under ``<stores>/serving/<sha256 of bytes>.yaml``,
+* replace the serving file atomically, and
+* append a ``PROMOTE`` / ``ROLLBACK`` journal entry with the strategy hash, byte hash and copy of both.
+
+The journal is thereby the serving history. A serving file whose bytes differ from what the last entry for
+its path installed has *drifted*. Rollback without ``--to`` undoes the latest change not yet undone
+(stack order); ``--to N`` re-serves exactly the file that journal entry ``N`` installed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from evolve.strategy.diff import StrategyDiff, diff_strategies
+from evolve.ops.review import CANDIDATE_ID_RE, StoreView
+from evolve.state.files import StoreError, atomic_write_bytes, ensure_dir, sha256_hex
+from evolve.state.stores import StoreSet
+from evolve.strategy.artifact import StrategyError, parse_strategy, policy_hash, schema_hash, strategy_hash
+
+SERVING_DIR = "serving"
+SERVING_TYPES = ("PROMOTE", "ROLLBACK")
+PROMOTABLE = ("ACCEPT", "ACCEPT_WITH_MONITOR")
+
+
+class Refused(Exception):
+    """An action was refused; the message says why (CLI exit code 1)."""
+
+
+@dataclass(frozen=True)
+class Served:
+    """One version of a serving file: strategy hash (``None`` if not a YAML mapping), byte hash, stored copy."""
+
+    strategy_hash: str | None
+    file_sha256: str
+    copy: str  # relative to the stores root
+
+    @classmethod
+    def of(cls, data: bytes) -> "Served":
+        sha = sha256_hex(data)
+        return cls(_strategy_hash_of(data), sha, f"{SERVING_DIR}/{sha}.yaml")
+
+
+@dataclass
+class ChangeResult:
+    """What a promote or rollback did (``entry`` is ``None`` for a dry run)."""
+
+    target: Path
+    served: Served
+    previous: Served | None
+    diff: StrategyDiff | None
+    entry: dict | None
+    record: dict | None = None
+
+
+@dataclass(frozen=True)
+class ServingStatus:
+    """A serving file against the journal: ``tracked``, ``untracked``, ``drift`` or ``missing``."""
+
+    target: Path
+    state: str
+    entry: dict | None
+    current: Served | None
+
+    @property
+    def ok(self) -> bool:
+        return self.state in ("tracked", "untracked")
+
+    def describe(self) -> str:
+        e = self.entry
+        if self.state == "untracked":
+            return "untracked: no PROMOTE/ROLLBACK journal entry for this file"
+        installed = f"entry {e['index']} {e['type']} ({e['ts']})"
+        if self.state == "tracked":
+            return f"tracked: put there by {installed}: {_what(e)}"
+        if self.state == "missing":
+            return f"drift: the file is missing; {installed} installed strategy {e['payload']['strategy_hash']}"
+        same = self.current.strategy_hash == e["payload"]["strategy_hash"]
+        what = "bytes differ but the strategy content is the same" if same else \
+            f"strategy {self.current.strategy_hash or '(not a YAML mapping)'} is not the installed " \
+            f"{e['payload']['strategy_hash']}"
+        return f"drift: the file differs from what {installed} installed ({what})"
+
+
+# ---------------------------------------------------------------- helpers
+
+
+def _what(entry: dict) -> str:
+    """What a PROMOTE/ROLLBACK entry did, in words."""
+    p = entry["payload"]
+    if entry["type"] == "PROMOTE":
+        return f"promotion of {p['candidate_id']} ({p['verdict']})"
+    if p.get("undoes") is not None:
+        return f"rollback undoing entry {p['undoes']}"
+    return f"rollback to the file entry {p['to_entry']} served"
+
+
+def _strategy_hash_of(data: bytes) -> str | None:
+    try:
+        loaded = yaml.safe_load(data)
+        return strategy_hash(loaded) if isinstance(loaded, dict) else None
+    except (yaml.YAMLError, TypeError, ValueError):  # not YAML, or values JSON cannot hold (dates, NaN)
+        return None
+
+
+def _validated(data: bytes, source: Path) -> dict:
+    try:
+        return parse_strategy(data.decode("utf-8"), str(source))
+    except UnicodeDecodeError as exc:
+        raise Refused(f"refused: {source} is not UTF-8 text (byte {exc.start})") from None
+    except StrategyError as exc:
+        raise Refused(f"refused: not a valid strategy under the current schema: {exc}") from None
+
+
+def _read_optional(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise StoreError(path, f"cannot read: {exc.strerror}") from None
+
+
+def _keep(root: Path, data: bytes) -> Served:
+    """Store a byte-exact copy (content-addressed, never overwritten) and describe it."""
+    served = Served.of(data)
+    path = root / served.copy
+    if not path.exists() or sha256_hex(path.read_bytes()) != served.file_sha256:
+        ensure_dir(path.parent)
+        atomic_write_bytes(path, data)
+    return served
+
+
+def _payload(target: Path, served: Served, previous: Served | None) -> dict:
+    before = (None, None, None) if previous is None else (previous.strategy_hash, previous.file_sha256, previous.copy)
+    return {"target": str(target), "strategy_hash": served.strategy_hash, "file_sha256": served.file_sha256,
+            "copy": served.copy, **dict(zip(("previous_hash", "previous_file_sha256", "previous_copy"), before))}
+
+
+def _diff(old: bytes | None, new: bytes) -> StrategyDiff | None:
+    try:
+        before = yaml.safe_load(old) if old is not None else None
+    except yaml.YAMLError:
+        return None
+    return diff_strategies(before if isinstance(before, dict) else {}, yaml.safe_load(new))
+
+
+def _require_journal(view: StoreView) -> None:
+    result = view.verify_journal()
+    if not result.ok:
+        raise Refused(f"refused: journal verification failed at entry {result.first_bad_index}: {result.reason}; "
+                      "the serving history cannot be trusted")
+
+
+def serving_entries(entries: list[dict], target: Path) -> list[dict]:
+    """PROMOTE/ROLLBACK entries for ``target`` (an absolute path), oldest first."""
+    return [e for e in entries if e["type"] in SERVING_TYPES and e["payload"].get("target") == str(target)]
+
+
+def undo_stack(entries: list[dict], target: Path) -> list[dict]:
+    """Changes to ``target`` not yet undone: promotions and ``--to`` rollbacks, minus undone ones."""
+    stack: list[dict] = []
+    for e in serving_entries(entries, target):
+        undoes = e["payload"].get("undoes")
+        if undoes is None:
+            stack.append(e)
+        elif stack and stack[-1]["index"] == undoes:
+            stack.pop()
+    return stack
+
+
+def serving_status(entries: list[dict], target: str | Path) -> ServingStatus:
+    target = Path(target).resolve()
+    mine = serving_entries(entries, target)
+    data = _read_optional(target)
+    current = Served.of(data) if data is not None else None
+    if not mine:
+        return ServingStatus(target, "untracked", None, current)
+    last = mine[-1]
+    if current is None:
+        return ServingStatus(target, "missing", last, None)
+    state = "tracked" if current.file_sha256 == last["payload"]["file_sha256"] else "drift"
+    return ServingStatus(target, state, last, current)
+
+
+def drift_report(view: StoreView) -> list[ServingStatus]:
+    """Status of every serving file the journal knows about."""
+    entries = view.journal.entries()
+    targets = dict.fromkeys(e["payload"]["target"] for e in entries if e["type"] in SERVING_TYPES)
+    return [serving_status(entries, t) for t in targets]
+
+
+# ---------------------------------------------------------------- promotion
+
+
+def _resolve(view: StoreView, ref: str) -> tuple[dict, bytes, Path, dict]:
+    """The record, exact bytes, source file and validated strategy that ``ref`` (id or path) names."""
+    record = view.record(ref)
+    if record is not None:
+        if not record["strategy_hash"]:
+            raise Refused(f"refused: {ref} produced no strategy ({record['decision']['reason']})")
+        source = view.strategy_path(record["strategy_hash"])
+        data = _read_optional(source)
+        if data is None:
+            raise Refused(f"refused: {source} (the stored strategy of {ref}) is missing")
+        actual = _strategy_hash_of(data)
+        if actual != record["strategy_hash"]:
+            raise Refused(f"refused: {source} hashes to {actual}, but {ref} recorded {record['strategy_hash']} "
+                          "(the stored file was edited)")
+        return record, data, source, _validated(data, source)
+    source = Path(ref)
+    if not source.is_file():
+        if CANDIDATE_ID_RE.match(ref):
+            raise Refused(f"refused: no candidate {ref} in {view.root / 'candidate_outcomes.jsonl'}; only recorded "
+                          "ACCEPT decisions can be promoted")
+        raise FileNotFoundError(f"{ref}: neither a candidate id in {view.root} nor an existing file")
+    data = source.read_bytes()
+    strategy = _validated(data, source)
+    digest = strategy_hash(strategy)
+    matches = [r for r in view.records if r["strategy_hash"] == digest]
+    if not matches:
+        raise Refused(_no_record_reason(view, source, strategy, digest))
+    accepted = [r for r in matches if r["decision"]["verdict"] in PROMOTABLE]
+    return (accepted or matches)[-1], data, source, strategy
+
+
+def _no_record_reason(view: StoreView, source: Path, strategy: dict, digest: str) -> str:
+    if digest == view.state.get("baseline_strategy"):
+        return (f"refused: {source} is the baseline strategy ({digest[:12]}); only strategies with a recorded "
+                "ACCEPT decision can be promoted (use `memevolve rollback` to serve an earlier file again)")
+    same_policy = [r["candidate_id"] for r in view.records if r.get("policy_hash") == policy_hash(strategy)]
+    hint = (f"; its policy equals {same_policy[-1]} but parent/name/version differ: promote by candidate id"
+            if same_policy else " (edited after it was recorded, or from other stores)")
+    return (f"refused: no candidate in {view.root / 'candidate_outcomes.jsonl'} has strategy hash {digest}: "
+            f"{source} was never evaluated{hint}; only recorded ACCEPT decisions can be promoted")
+
+
+def _check_decision(record: dict, accept_monitor: bool) -> None:
+    d, cid = record["decision"], record["candidate_id"]
+    if d["verdict"] == "ACCEPT_WITH_MONITOR" and not accept_monitor:
+        raise Refused(f"refused: {cid} is ACCEPT_WITH_MONITOR ({d['reason']}); pass --accept-monitor to promote it")
+    if d["verdict"] not in PROMOTABLE:
+        raise Refused(f"refused: {cid} was not accepted: {d['verdict']} by {record['decided_by']} ({d['reason']}); "
+                      "only recorded ACCEPT decisions can be promoted")
+
+
+def _check_harness(view: StoreView, record: dict) -> None:
+    cid, recorded = record["candidate_id"], record.get("harness")
+    if not recorded:
+        raise Refused(f"refused: {cid} has no recorded harness identity (recorded by an older version); "
+                      "re-verify it with `memevolve run`")
+    current_schema = schema_hash()
+    if recorded.get("schema_hash") != current_schema:
+        raise Refused(f"refused: {cid} was verified under schema {str(recorded.get('schema_hash'))[:12]}, but the "
+                      f"current schema is {current_schema[:12]}; re-verify it under the current schema")
+    stores_harness = view.harness or {}
+    differs = sorted(k for k in {*recorded, *stores_harness} if recorded.get(k) != stores_harness.get(k))
+    if differs:
+        shown = ", ".join(f"{k} {recorded.get(k)!r} vs {stores_harness.get(k)!r}" for k in differs)
+        raise Refused(f"refused: {cid} was verified on a different harness than the stores' current one "
+                      f"({shown}); re-verify it on the current harness")
+
+
+def promote(stores: str | Path, ref: str, target: str | Path, *, accept_monitor: bool = False,
+            dry_run: bool = False) -> ChangeResult:
+    """Serve the strategy of a recorded accept (candidate id or file) at ``target``; :class:`Refused` if not allowed."""
+    target = Path(target).resolve()
+    if dry_run:
+        return _promote(StoreView(stores), None, ref, target, accept_monitor)
+    StoreView(stores)  # refuse a non-stores directory before the lock creates one
+    with StoreSet(stores) as store_set:
+        return _promote(StoreView(stores), store_set, ref, target, accept_monitor)
+
+
+def _promote(view: StoreView, store_set: StoreSet | None, ref: str, target: Path, accept_monitor: bool) -> ChangeResult:
+    _require_journal(view)
+    record, data, _, _ = _resolve(view, ref)
+    _check_decision(record, accept_monitor)
+    _check_harness(view, record)
+    old = _read_optional(target)
+    result = ChangeResult(target, Served.of(data), Served.of(old) if old is not None else None, _diff(old, data),
+                          None, record)
+    if store_set is None:
+        return result
+    result.previous = _keep(view.root, old) if old is not None else None
+    _keep(view.root, data)
+    atomic_write_bytes(target, data)
+    result.entry = store_set.append_journal("PROMOTE", {
+        "candidate_id": record["candidate_id"], "verdict": record["decision"]["verdict"],
+        **_payload(target, result.served, result.previous)})
+    return result
+
+
+# ---------------------------------------------------------------- rollback
+
+
+def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None) -> ChangeResult:
+    """Re-serve the previous serving file (or the one journal entry ``to_entry`` installed), verified byte-exact."""
+    target = Path(target).resolve()
+    StoreView(stores)
+    with StoreSet(stores) as store_set:
+        view = StoreView(stores)
+        _require_journal(view)
+        entries = view.journal.entries()
+        if to_entry is None:
+            restore, undoes = _undo_target(entries, target)
+        else:
+            restore, undoes = _entry_target(entries, target, to_entry), None
+        data = _verified_copy(view.root, restore)
+        _validated(data, view.root / restore.copy)
+        old = _read_optional(target)
+        previous = _keep(view.root, old) if old is not None else None
+        atomic_write_bytes(target, data)
+        entry = store_set.append_journal("ROLLBACK", {**_payload(target, restore, previous), "undoes": undoes,
+                                                      "to_entry": to_entry})
+        return ChangeResult(target, restore, previous, _diff(old, data), entry)
+
+
+def _undo_target(entries: list[dict], target: Path) -> tuple[Served, int]:
+    stack = undo_stack(entries, target)
+    if not stack:
+        why = "every change to it in the journal is already undone" if serving_entries(entries, target) else \
+            "the journal has no promotion of it"
+        raise Refused(f"refused: nothing to roll back for {target}: {why} (use --to ENTRY_INDEX)")
+    last = stack[-1]
+    p = last["payload"]
+    if p["previous_file_sha256"] is None:
+        raise Refused(f"refused: entry {last['index']} ({last['type']}) created {target}; there is no earlier "
+                      "serving file to restore")
+    return Served(p["previous_hash"], p["previous_file_sha256"], p["previous_copy"]), last["index"]
+
+
+def _entry_target(entries: list[dict], target: Path, index: int) -> Served:
+    if not 0 <= index < len(entries):
+        raise Refused(f"refused: no journal entry {index} (the journal has {len(entries)} entries)")
+    e = entries[index]
+    if e["type"] not in SERVING_TYPES:
+        raise Refused(f"refused: entry {index} is a {e['type']} entry; only PROMOTE/ROLLBACK entries record a "
+                      "served file")
+    if e["payload"]["target"] != str(target):
+        raise Refused(f"refused: entry {index} served {e['payload']['target']}, not {target} (pass --target)")
+    p = e["payload"]
+    return Served(p["strategy_hash"], p["file_sha256"], p["copy"])
+
+
+def _verified_copy(root: Path, served: Served) -> bytes:
+    path = root / served.copy
+    data = _read_optional(path)
+    if data is None:
+        raise Refused(f"refused: restore point {path} is missing")
+    if sha256_hex(data) != served.file_sha256:
+        raise Refused(f"refused: restore point {path} does not match its recorded sha256 {served.file_sha256} "
+                      "(edited or corrupted)")
+    if _strategy_hash_of(data) != served.strategy_hash:
+        raise Refused(f"refused: restore point {path} does not hash to the recorded strategy {served.strategy_hash}")
+    return data

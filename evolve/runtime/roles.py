@@ -1,0 +1,77 @@
+"""The runtime's pluggable roles. Deterministic defaults live in ``evolve.runtime``; LLM-backed
+implementations (``evolve.llm``) satisfy the same protocols and are chosen by run configuration."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol, Sequence
+
+from evolve.benchmarks.types import Turn
+from evolve.strategy.policy import Answering, Expansion, Extraction
+
+class RoleError(RuntimeError):
+    """A role implementation could not produce its output (e.g. an LLM endpoint kept failing)."""
+
+
+#: Fact kinds an extractor may emit; the runtime routes them to memory layers.
+FACT_KINDS = ("fact", "profile", "correction", "retraction")
+
+
+@dataclass(frozen=True)
+class ExtractedFact:
+    text: str
+    source_ids: tuple[str, ...]
+    speaker: str
+    timestamp: datetime | None
+    kind: str = "fact"  # one of FACT_KINDS
+    salience: float = 1.0  # 0..1, compared with lifecycle.prune_threshold
+
+
+@dataclass(frozen=True)
+class ContextItem:
+    """One packed piece of context, as the answerer sees it."""
+
+    id: str
+    text: str
+    layer: str  # L0 | L1 | L2 | SM | RAW
+    source_ids: tuple[str, ...]
+    timestamp: datetime | None = None
+    score: float = 0.0
+
+
+@dataclass(frozen=True)
+class AnswerResult:
+    text: str
+    support_ids: tuple[str, ...] = ()  # context item ids the answer came from
+
+
+@dataclass(frozen=True)
+class Judgment:
+    correct: bool
+    score: float  # judge-specific, e.g. token F1
+    judge: str  # name of the judge that produced this
+    votes: tuple[bool, ...] = field(default=())
+
+
+class Extractor(Protocol):
+    name: str
+
+    def extract(self, window: Sequence[Turn], policy: Extraction) -> list[ExtractedFact]: ...
+
+
+class Expander(Protocol):
+    name: str
+
+    def expand(self, question: str, policy: Expansion) -> list[str]: ...
+
+
+class Answerer(Protocol):
+    name: str
+
+    def answer(self, question: str, context: Sequence[ContextItem], policy: Answering, intent: str) -> AnswerResult: ...
+
+
+class Judge(Protocol):
+    name: str
+
+    def judge(self, question: str, gold: str, answer: str) -> Judgment: ...

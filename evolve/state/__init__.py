@@ -1,0 +1,1 @@
+"""Persistent optimizer state: crash-safe files, the stores and their round commit, journal and checkpoint."""

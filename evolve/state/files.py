@@ -1,0 +1,347 @@
+"""Crash-safe file primitives: atomic replace, durable appends, torn-tail repair and the run lock.
+
+Every write of persistent state goes through here so that a crash (or ``kill -9``) at any
+instant leaves either the old or the new content of a file, never a mix.
+"""
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import logging
+import os
+import stat
+import socket
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterator
+
+import filelock
+import yaml
+
+from evolve.strategy.artifact import canonical_json, dump_yaml, strategy_hash
+
+log = logging.getLogger(__name__)
+
+TEMP_SUFFIX = ".tmp"
+_MISSING: Any = object()
+_CAUSES = {
+    errno.ENOSPC: "disk full",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted",
+    errno.EROFS: "read-only file system",
+    errno.ENOTDIR: "a parent path is not a directory",
+    errno.EISDIR: "path is a directory",
+    errno.EFBIG: "file too large (file size limit exceeded)",
+}
+
+
+class StoreError(RuntimeError):
+    """A persistent store could not be read or written; names the file and the cause."""
+
+    def __init__(self, path: str | Path, cause: str):
+        self.path, self.cause = str(path), cause
+        super().__init__(f"{path}: {cause}")
+
+
+def os_error(path: str | Path, exc: OSError, action: str) -> StoreError:
+    """A :class:`StoreError` that says in words why ``action`` on ``path`` failed."""
+    cause = _CAUSES.get(exc.errno or 0, exc.strerror or str(exc))
+    return StoreError(path, f"cannot {action}: {cause} (errno {exc.errno}: {exc.strerror})")
+
+
+def now_iso() -> str:
+    """Current time, ISO 8601 UTC with microseconds."""
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename or file creation inside ``directory`` durable."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(directory: Path) -> Path:
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise StoreError(directory, "cannot create directory: a file is in the way (not a directory)") from None
+    except OSError as exc:
+        raise os_error(directory, exc, "create directory") from None
+    return directory
+
+
+# ---------------------------------------------------------------- atomic replace
+
+
+def _umask() -> int:
+    current = os.umask(0)
+    os.umask(current)
+    return current
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` atomically: temp file in the same directory, fsync, rename, fsync dir.
+    An existing file keeps its permission bits; a new one gets the usual ``0o666 & ~umask``.
+
+    On any failure the previous file is left untouched and :class:`StoreError` says why.
+    """
+    path = Path(path)
+    ensure_dir(path.parent)
+    tmp: str | None = None
+    try:
+        try:
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o666 & ~_umask()
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=TEMP_SUFFIX)
+        os.fchmod(fd, mode)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+        tmp = None
+        fsync_dir(path.parent)
+    except OSError as exc:
+        raise os_error(path, exc, "write") from None
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def dumps_json(data: Any, source: str | Path) -> str:
+    """Stable, human-readable JSON; :class:`StoreError` if ``data`` is not JSON-serialisable."""
+    try:
+        return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as exc:
+        raise StoreError(source, f"cannot serialise to JSON: {exc}") from None
+
+
+def atomic_write_json(path: str | Path, data: Any) -> None:
+    atomic_write_text(path, dumps_json(data, path))
+
+
+def read_json(path: str | Path, default: Any = _MISSING) -> Any:
+    """Parse a JSON file; ``default`` if it does not exist (error if no default); error naming the file if corrupt."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        if default is _MISSING:
+            raise StoreError(path, "file does not exist") from None
+        return default
+    except UnicodeDecodeError as exc:
+        raise StoreError(path, f"corrupt JSON: not UTF-8 text (byte {exc.start})") from None
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise StoreError(path, f"corrupt JSON at line {exc.lineno} column {exc.colno}: {exc.msg}") from None
+
+
+# ---------------------------------------------------------------- append-only JSONL
+
+
+def append_lines(path: Path, lines: list[str]) -> None:
+    """Durably append complete lines (each without its newline) in a single write."""
+    if not lines:
+        return
+    created = not path.exists()
+    data = "".join(line + "\n" for line in lines).encode("utf-8")
+    try:
+        with open(path, "ab") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if created:
+            fsync_dir(path.parent)
+    except OSError as exc:
+        raise os_error(path, exc, "append to") from None
+
+
+def repair_torn_tail(path: Path) -> bytes:
+    """Truncate an unterminated last line left by a crash mid-append; return the bytes removed (logged)."""
+    try:
+        with open(path, "r+b") as fh:
+            size = fh.seek(0, os.SEEK_END)
+            if size == 0:
+                return b""
+            fh.seek(size - 1)
+            if fh.read(1) == b"\n":
+                return b""
+            keep = size
+            chunk = 4096
+            while keep > 0:  # scan backwards for the last newline
+                start = max(0, keep - chunk)
+                fh.seek(start)
+                block = fh.read(keep - start)
+                pos = block.rfind(b"\n")
+                if pos >= 0:
+                    keep = start + pos + 1
+                    break
+                keep = start
+            fh.seek(keep)
+            torn = fh.read()
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+    except FileNotFoundError:
+        return b""
+    except OSError as exc:
+        raise os_error(path, exc, "repair torn last line of") from None
+    log.warning("%s: dropped a torn last line from an interrupted append (%d bytes): %r",
+                path, len(torn), torn[:200])
+    return torn
+
+
+def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
+    """``(line_no, record)`` for each line; :class:`StoreError` naming file and line if one is not a JSON object."""
+    try:
+        fh = open(path, "rb")
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
+    with fh:
+        for line_no, raw in enumerate(fh, 1):
+            if not raw.endswith(b"\n"):
+                raise StoreError(path, f"line {line_no}: torn last line (interrupted append not yet repaired)")
+            try:
+                record = json.loads(raw)
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                raise StoreError(path, f"line {line_no}: corrupt JSON: {exc}") from None
+            if not isinstance(record, dict):
+                raise StoreError(path, f"line {line_no}: expected a JSON object, got {type(record).__name__}")
+            yield line_no, record
+
+
+def remove_stale_temps(directory: Path, recursive: bool = False) -> list[Path]:
+    """Delete temp files left by writes interrupted before their rename; return them."""
+    if not directory.is_dir():
+        return []
+    pattern = f".*{TEMP_SUFFIX}"
+    found = sorted(directory.rglob(pattern) if recursive else directory.glob(pattern))
+    for tmp in found:
+        try:
+            tmp.unlink()
+        except OSError as exc:
+            raise os_error(tmp, exc, "remove stale temp file") from None
+    return found
+
+
+# ---------------------------------------------------------------- strategies as content-addressed YAML
+
+
+def strategy_to_yaml(strategy: dict, source: str | Path = "<strategy>") -> str:
+    """Canonical YAML that is known to load back to a strategy with the same hash."""
+    text = dump_yaml(strategy)
+    if strategy_hash(yaml.safe_load(text)) != strategy_hash(strategy):
+        raise StoreError(source, "strategy does not round-trip through YAML unchanged; refusing to store it")
+    return text
+
+
+def strategy_from_yaml(text: str, expected_hash: str, source: str | Path) -> dict:
+    """Load stored strategy YAML and check it still hashes to ``expected_hash``."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise StoreError(source, f"corrupt strategy YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise StoreError(source, f"corrupt strategy: expected a mapping, got {type(data).__name__}")
+    actual = strategy_hash(data)
+    if actual != expected_hash:
+        raise StoreError(source, f"strategy hash mismatch: expected {expected_hash}, content hashes to {actual}")
+    return data
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_hash(data: Any) -> str:
+    """SHA-256 of the canonical JSON form of ``data``."""
+    return sha256_hex(canonical_json(data).encode("utf-8"))
+
+
+# ---------------------------------------------------------------- run lock
+
+
+class RunLock:
+    """Exclusive, non-blocking lock on a store root so two runs cannot write the same stores.
+
+    The holder's pid, host and start time are recorded beside the lock file so a refused run
+    can say who holds it. The OS releases the lock if the holder dies, so no stale-lock cleanup is needed.
+    """
+
+    LOCK_NAME = "run.lock"
+    OWNER_NAME = "run.lock.owner"
+
+    def __init__(self, root: str | Path, timeout: float = 0.0):
+        self.root = Path(root)
+        self.path = self.root / self.LOCK_NAME
+        self.owner_path = self.root / self.OWNER_NAME
+        self.timeout = timeout
+        self._lock: filelock.BaseFileLock | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._lock is not None
+
+    def acquire(self) -> "RunLock":
+        if self._lock is not None:
+            return self
+        ensure_dir(self.root)
+        lock = filelock.FileLock(str(self.path), timeout=self.timeout, thread_local=False)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise StoreError(self.path, f"store is locked by another run ({self._holder()}); "
+                                        "wait for it to finish or use a different store root") from None
+        except OSError as exc:
+            raise os_error(self.path, exc, "take the run lock") from None
+        self._lock = lock
+        try:
+            atomic_write_json(self.owner_path, {"pid": os.getpid(), "host": socket.gethostname(),
+                                                "acquired_at": now_iso()})
+        except StoreError:
+            self.release()
+            raise
+        return self
+
+    def release(self) -> None:
+        if self._lock is None:
+            return
+        try:
+            self.owner_path.unlink(missing_ok=True)
+        finally:
+            self._lock.release()
+            self._lock = None
+
+    def _holder(self) -> str:
+        try:
+            owner = read_json(self.owner_path, None)
+        except StoreError:
+            owner = None
+        if not isinstance(owner, dict) or "pid" not in owner:
+            return "holder pid unknown"
+        return f"holder pid {owner['pid']} on {owner.get('host', '?')} since {owner.get('acquired_at', '?')}"
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()

@@ -1,0 +1,188 @@
+"""Tamper-evident, append-only decision journal (hash-chained JSONL).
+
+Each line is the canonical JSON of one entry::
+
+    {"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"}
+
+``payload_hash`` is the SHA-256 of the payload's canonical JSON; ``hash`` is the SHA-256 of the
+entry without ``hash``; ``prev_hash`` is the previous entry's ``hash`` (64 zeros for the first), so
+editing, deleting, inserting or reordering any line breaks the chain at that line.
+``seq`` is the entry's position within a round commit (``None`` for entries appended directly).
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from evolve.state.files import (
+    StoreError, append_lines, canonical_hash, ensure_dir, iter_jsonl, now_iso, os_error, repair_torn_tail,
+)
+from evolve.strategy.artifact import canonical_json
+
+#: Every entry type the journal accepts.
+ENTRY_TYPES = (
+    "ROUND",       # a round started or finished (summary)
+    "CANDIDATE",   # a candidate strategy was proposed or evaluated
+    "ACCEPT",      # a candidate passed verification
+    "REJECT",      # a candidate failed a gate, the critic or verification
+    "RESTORE",     # state restored from a checkpoint generation (e.g. after corruption)
+    "PROMOTE",     # a strategy became the new best-ever
+    "ROLLBACK",    # the current strategy was rolled back to the best-ever
+    "ESCALATE",    # a problem needs a human decision
+    "FLAG",        # an anomaly worth attention that needs no decision
+    "RECOVER",     # crash recovery finished an interrupted round or repaired a store
+    "RUN",         # a run started or stopped
+)
+GENESIS_HASH = "0" * 64
+ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})
+
+
+@dataclass(frozen=True)
+class VerifyResult:
+    """Outcome of :meth:`Journal.verify`; ``first_bad_index`` is the 0-based line of the first broken entry."""
+
+    ok: bool
+    n: int
+    first_bad_index: int | None = None
+    reason: str | None = None
+
+
+def entry_hash(entry: dict) -> str:
+    return canonical_hash({k: v for k, v in entry.items() if k != "hash"})
+
+
+class Journal:
+    """Append-only hash-chained journal at ``path``; a torn last line from a crash is truncated on open."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        ensure_dir(self.path.parent)
+        #: Bytes of an unterminated last line dropped on open (empty if the file was clean).
+        self.repaired_tail: bytes = repair_torn_tail(self.path)
+        self._last_entry()  # fail now, naming the line, if the head is unreadable
+
+    def append(self, type: str, payload: dict, round: int | None = None, seq: int | None = None) -> dict:
+        """Append one entry (fsynced) and return it."""
+        if type not in ENTRY_TYPES:
+            raise ValueError(f"unknown journal entry type {type!r}; expected one of {', '.join(ENTRY_TYPES)}")
+        if not isinstance(payload, dict):
+            raise ValueError(f"journal payload must be a dict, got {payload.__class__.__name__}")
+        last = self._last_entry()
+        entry: dict[str, Any] = {
+            "index": 0 if last is None else last["index"] + 1,
+            "type": type,
+            "ts": now_iso(),
+            "round": round,
+            "seq": seq,
+            "payload": payload,
+            "payload_hash": self._payload_hash(payload),
+            "prev_hash": GENESIS_HASH if last is None else last["hash"],
+        }
+        entry["hash"] = entry_hash(entry)
+        append_lines(self.path, [canonical_json(entry)])
+        return entry
+
+    def entries(self) -> list[dict]:
+        return [entry for _, entry in iter_jsonl(self.path)]
+
+    def last(self) -> dict | None:
+        return self._last_entry()
+
+    def find(self, type: str | None = None, **payload_match: Any) -> list[dict]:
+        """Entries of ``type`` (any if ``None``) whose payload has every given key/value."""
+        return [e for e in self.entries()
+                if (type is None or e["type"] == type)
+                and all(k in e["payload"] and e["payload"][k] == v for k, v in payload_match.items())]
+
+    def verify(self, anchor: dict | None = None) -> VerifyResult:
+        """Check every line and the chain; ``anchor`` ``{"index", "hash"}`` (a recorded head) must still be present."""
+        prev, n = GENESIS_HASH, 0
+        try:
+            with open(self.path, "rb") as fh:
+                lines = fh.read().split(b"\n")
+        except FileNotFoundError:
+            lines = [b""]
+        except OSError as exc:
+            raise os_error(self.path, exc, "read") from None
+        if lines[-1] != b"":
+            return VerifyResult(False, len(lines), len(lines) - 1, f"line {len(lines)}: torn (no trailing newline)")
+        hashes: list[str] = []
+        for i, raw in enumerate(lines[:-1]):
+            reason = self._check_line(raw, i, prev)
+            if reason:
+                return VerifyResult(False, len(lines) - 1, i, f"entry {i} (line {i + 1}): {reason}")
+            prev = json.loads(raw)["hash"]
+            hashes.append(prev)
+            n += 1
+        if anchor is not None:
+            at = anchor["index"]
+            if at >= n:
+                return VerifyResult(False, n, n, f"journal ends at entry {n - 1} but entry {at} was recorded "
+                                                 "as committed (entries removed from the end)")
+            if hashes[at] != anchor["hash"]:
+                return VerifyResult(False, n, at, f"entry {at}: hash differs from the recorded committed head")
+        return VerifyResult(True, n)
+
+    # ------------------------------------------------------------ internals
+
+    def _payload_hash(self, payload: dict) -> str:
+        try:
+            return canonical_hash(payload)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(self.path, f"journal payload is not JSON-serialisable: {exc}") from None
+
+    @staticmethod
+    def _check_line(raw: bytes, i: int, prev: str) -> str | None:
+        try:
+            entry = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return "not valid JSON (edited or corrupted)"
+        if not isinstance(entry, dict) or set(entry) != ENTRY_FIELDS:
+            return "wrong set of fields (edited)"
+        if canonical_json(entry).encode("utf-8") != raw:
+            return "line is not in canonical form (edited)"
+        if entry["index"] != i:
+            return f"index is {entry['index']}, expected {i} (a line was deleted, inserted or reordered)"
+        if entry["prev_hash"] != prev:
+            return "prev_hash does not match the previous entry's hash (chain broken)"
+        if entry["type"] not in ENTRY_TYPES:
+            return f"unknown entry type {entry['type']!r}"
+        if entry["payload_hash"] != canonical_hash(entry["payload"]):
+            return "payload does not match payload_hash (payload edited)"
+        if entry["hash"] != entry_hash(entry):
+            return "hash does not match the entry's content (entry edited)"
+        return None
+
+    def _last_entry(self) -> dict | None:
+        """Parse the last line without reading the whole file."""
+        try:
+            with open(self.path, "rb") as fh:
+                size = fh.seek(0, os.SEEK_END)
+                if size == 0:
+                    return None
+                start = size - 1
+                while start > 0:
+                    step = min(4096, start)
+                    fh.seek(start - step)
+                    block = fh.read(step)
+                    pos = block.rfind(b"\n")
+                    if pos >= 0:
+                        start = start - step + pos + 1
+                        break
+                    start -= step
+                fh.seek(start)
+                raw = fh.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise os_error(self.path, exc, "read") from None
+        try:
+            entry = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise StoreError(self.path, f"last entry is corrupt ({exc}); run verify() to locate tampering") from None
+        if not isinstance(entry, dict) or not {"index", "hash"} <= set(entry):
+            raise StoreError(self.path, "last entry lacks index/hash; run verify() to locate tampering")
+        return entry

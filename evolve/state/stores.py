@@ -1,0 +1,395 @@
+"""The optimizer's named stores under one root, committed round by round through a write-ahead log.
+
+A round's changes are gathered in a :class:`RoundBundle` and committed by :meth:`StoreSet.commit_round`:
+
+1. the bundle is written atomically to ``rounds/round-NNNN.json`` (the write-ahead log);
+2. it is applied idempotently: strategy files and JSON documents are written atomically, JSONL records
+   (each with a unique ``key``) are appended unless already present, journal entries carry
+   ``(round, seq)`` and are appended unless already present, the checkpoint is saved unless already saved;
+3. ``state.json`` is written with ``last_committed_round = N`` and the WAL file is removed.
+
+Opening a :class:`StoreSet` takes the run lock and runs :meth:`StoreSet.recover`, which finishes any
+round whose WAL is newer than ``last_committed_round``, so after a crash at any point a round is either
+fully visible or absent, and no record appears twice. Rounds are numbered from 1; 0 means none committed.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evolve.state.checkpoint import Checkpoint
+from evolve.state.journal import ENTRY_TYPES, Journal, VerifyResult
+from evolve.state.files import (
+    RunLock, StoreError, append_lines, atomic_write_json, atomic_write_text, canonical_hash, ensure_dir, iter_jsonl,
+    now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail, strategy_from_yaml, strategy_to_yaml,
+)
+from evolve.strategy.artifact import canonical_json, strategy_hash
+
+#: Append-only record stores (``<name>.jsonl``); every record needs a unique string ``key``.
+JSONL_STORES = ("candidate_outcomes", "stage_audits", "diagnosis_log")
+#: Whole-document stores (``<name>.json``), replaced atomically.
+DOC_STORES = ("dimension_effects", "scoreboard", "question_histories", "hypothesis_tree", "escalations")
+#: ``state.json`` fields maintained by the commit protocol (a bundle may set any other field).
+RESERVED_STATE = ("last_committed_round", "journal_head", "committed_at")
+
+_WAL_RE = re.compile(r"^round-(\d{4,})\.json$")
+_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
+
+
+def stored_strategy_path(root: Path, digest: str) -> Path:
+    """Where the stores under ``root`` keep the strategy with content hash ``digest``."""
+    if not _HASH_RE.match(digest or ""):
+        raise StoreError(Path(root) / "strategies" / str(digest), "not a strategy hash (64 lowercase hex digits)")
+    return Path(root) / "strategies" / f"{digest}.yaml"
+
+
+def read_stored_strategy(root: Path, digest: str) -> dict:
+    """A stored strategy, checked against its hash; needs no lock (files are written once, atomically)."""
+    path = stored_strategy_path(root, digest)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise StoreError(path, "no stored strategy with this hash") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise StoreError(path, f"cannot read stored strategy: {exc}") from None
+    return strategy_from_yaml(text, digest, path)
+
+
+@dataclass
+class RoundBundle:
+    """Everything one round changes; committed all-or-nothing by :meth:`StoreSet.commit_round`.
+
+    ``checkpoint`` is ``{"strategy": dict, "score": float, "meta": dict}`` to save as best-ever in this round;
+    ``state`` holds extra ``state.json`` fields such as ``current_strategy`` (a strategy hash).
+    """
+
+    records: dict[str, list[dict]] = field(default_factory=dict)
+    docs: dict[str, Any] = field(default_factory=dict)
+    journal: list[tuple[str, dict]] = field(default_factory=list)
+    strategies: list[dict] = field(default_factory=list)
+    checkpoint: dict | None = None
+    state: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        """Raise ``ValueError`` naming the offending store/field if the bundle is malformed."""
+        for name, records in self.records.items():
+            if name not in JSONL_STORES:
+                raise ValueError(f"records: unknown JSONL store {name!r}; expected one of {', '.join(JSONL_STORES)}")
+            seen: set[str] = set()
+            for i, record in enumerate(records):
+                key = record.get("key") if isinstance(record, dict) else None
+                if not isinstance(key, str) or not key:
+                    raise ValueError(f"records.{name}[{i}]: every record needs a non-empty string 'key'")
+                if key in seen:
+                    raise ValueError(f"records.{name}[{i}]: duplicate key {key!r} within the round")
+                seen.add(key)
+        for name in self.docs:
+            if name not in DOC_STORES:
+                raise ValueError(f"docs: unknown document store {name!r}; expected one of {', '.join(DOC_STORES)}")
+        for i, item in enumerate(self.journal):
+            if not isinstance(item, (tuple, list)) or len(item) != 2 or item[0] not in ENTRY_TYPES or not isinstance(item[1], dict):
+                raise ValueError(f"journal[{i}]: expected (type in {ENTRY_TYPES}, payload dict), got {item!r:.120}")
+        for i, strategy in enumerate(self.strategies):
+            if not isinstance(strategy, dict):
+                raise ValueError(f"strategies[{i}]: expected a dict, got {type(strategy).__name__}")
+        if self.checkpoint is not None:
+            cp = self.checkpoint
+            score = cp.get("score") if isinstance(cp, dict) else None
+            if (not isinstance(cp, dict) or not isinstance(cp.get("strategy"), dict)
+                    or not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score)
+                    or not isinstance(cp.get("meta", {}), dict)):
+                raise ValueError("checkpoint: expected {'strategy': dict, 'score': finite number, 'meta': dict}")
+        reserved = sorted(set(self.state) & set(RESERVED_STATE))
+        if reserved:
+            raise ValueError(f"state: {', '.join(reserved)} is maintained by the commit protocol")
+
+    def to_json(self) -> dict:
+        return {"records": self.records, "docs": self.docs, "journal": [list(item) for item in self.journal],
+                "strategies": self.strategies, "checkpoint": self.checkpoint, "state": self.state}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RoundBundle":
+        bundle = cls(records=data["records"], docs=data["docs"], journal=[tuple(i) for i in data["journal"]],
+                     strategies=data["strategies"], checkpoint=data["checkpoint"], state=data["state"])
+        bundle.check()
+        return bundle
+
+
+@dataclass
+class RecoveryReport:
+    """What :meth:`StoreSet.recover` did; ``clean`` if there was nothing to recover."""
+
+    reapplied: list[int] = field(default_factory=list)
+    discarded: list[dict] = field(default_factory=list)  # {"file", "reason"} of invalid WAL files
+    repaired: list[dict] = field(default_factory=list)   # {"file", "bytes"} of torn last lines dropped
+    removed_temps: list[str] = field(default_factory=list)
+
+    @property
+    def clean(self) -> bool:
+        return not (self.reapplied or self.discarded or self.repaired or self.removed_temps)
+
+    def to_payload(self) -> dict:
+        return {"reapplied": self.reapplied, "discarded": self.discarded, "repaired": self.repaired,
+                "removed_temps": self.removed_temps}
+
+
+class StoreSet:
+    """All persistent optimizer state under ``root``; holds the run lock until :meth:`close`.
+
+    Use as a context manager. Opening recovers from any interrupted commit; the result is in
+    :attr:`recovery` (and, if anything was done, in a ``RECOVER`` journal entry).
+    """
+
+    def __init__(self, root: str | Path, lock_timeout: float = 0.0):
+        self.root = ensure_dir(Path(root))
+        self._lock = RunLock(self.root, lock_timeout).acquire()
+        self._keys: dict[str, set[str]] = {}
+        try:
+            for sub in ("rounds", "strategies", "cache"):
+                ensure_dir(self.root / sub)
+            self.journal = Journal(self.root / "journal.jsonl")
+            self.checkpoint = Checkpoint(self.root / "best")
+            self.recovery = self.recover()
+        except BaseException:
+            self._lock.release()
+            raise
+
+    # ------------------------------------------------------------ paths
+
+    @property
+    def optuna_path(self) -> Path:
+        """SQLite file for the planner's Optuna study (the planner owns its content)."""
+        return self.root / "optuna.db"
+
+    @property
+    def cache_dir(self) -> Path:
+        return self.root / "cache"
+
+    @property
+    def strategies_dir(self) -> Path:
+        return self.root / "strategies"
+
+    @property
+    def rounds_dir(self) -> Path:
+        return self.root / "rounds"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / "state.json"
+
+    def path(self, name: str) -> Path:
+        """File of a named JSONL or document store."""
+        if name in JSONL_STORES:
+            return self.root / f"{name}.jsonl"
+        if name in DOC_STORES:
+            return self.root / f"{name}.json"
+        raise StoreError(self.root / name, f"unknown store; expected one of {', '.join(JSONL_STORES + DOC_STORES)}")
+
+    # ------------------------------------------------------------ readers
+
+    @property
+    def state(self) -> dict:
+        return read_json(self.state_path, {})
+
+    @property
+    def last_committed_round(self) -> int:
+        return int(self.state.get("last_committed_round", 0))
+
+    @property
+    def current_strategy(self) -> str | None:
+        """Hash of the current strategy, as last set through ``RoundBundle.state``."""
+        return self.state.get("current_strategy")
+
+    def read_jsonl(self, name: str) -> list[dict]:
+        if name not in JSONL_STORES:
+            raise StoreError(self.root / name, f"not a JSONL store; expected one of {', '.join(JSONL_STORES)}")
+        return [record for _, record in iter_jsonl(self.path(name))]
+
+    def read_doc(self, name: str, default: Any = None) -> Any:
+        if name not in DOC_STORES:
+            raise StoreError(self.root / name, f"not a document store; expected one of {', '.join(DOC_STORES)}")
+        return read_json(self.path(name), default)
+
+    def append_journal(self, kind: str, payload: dict) -> dict:
+        """Append an entry outside a round commit (PROMOTE, ROLLBACK, ...) and move the recorded journal head,
+        so that deleting it later is detected like any committed entry."""
+        self._require_lock()
+        entry = self.journal.append(kind, payload)
+        atomic_write_json(self.state_path, {**self.state, "journal_head": {"index": entry["index"], "hash": entry["hash"]}})
+        return entry
+
+    def verify_journal(self) -> VerifyResult:
+        """Verify the journal chain and that the head recorded at the last commit is still in it."""
+        return self.journal.verify(anchor=self.state.get("journal_head"))
+
+    # ------------------------------------------------------------ strategies
+
+    def strategy_path(self, digest: str) -> Path:
+        return stored_strategy_path(self.root, digest)
+
+    def put_strategy(self, strategy: dict) -> str:
+        """Store ``strategy`` as ``strategies/<hash>.yaml`` (never overwritten) and return its hash."""
+        digest = strategy_hash(strategy)
+        path = self.strategy_path(digest)
+        if path.exists():
+            self.get_strategy(digest)  # an existing file must still match its name
+        else:
+            atomic_write_text(path, strategy_to_yaml(strategy, path))
+        return digest
+
+    def get_strategy(self, digest: str) -> dict:
+        """Load a stored strategy; :class:`StoreError` if missing or its content no longer matches its hash."""
+        return read_stored_strategy(self.root, digest)
+
+    # ------------------------------------------------------------ commit protocol
+
+    def commit_round(self, round_no: int, bundle: RoundBundle) -> None:
+        """Make ``bundle`` durable as round ``round_no`` (> last committed round), all or nothing."""
+        self._require_lock()
+        try:
+            bundle.check()
+        except ValueError as exc:
+            raise StoreError(self.rounds_dir, f"round {round_no}: invalid bundle: {exc}") from None
+        if self._pending_wals():
+            self.recover()  # finish a commit that failed part-way before starting another
+        last = self.last_committed_round
+        if not isinstance(round_no, int) or round_no <= last:
+            raise StoreError(self.state_path, f"cannot commit round {round_no}: rounds must increase "
+                                              f"(last committed round is {last})")
+        for name, records in bundle.records.items():
+            clash = sorted(self._existing_keys(name) & {r["key"] for r in records})
+            if clash:
+                raise StoreError(self.path(name), f"round {round_no}: record key {clash[0]!r} already exists "
+                                                  f"({len(clash)} clashing key(s)); keys must be unique across rounds")
+        for strategy in bundle.strategies + ([bundle.checkpoint["strategy"]] if bundle.checkpoint else []):
+            strategy_to_yaml(strategy)  # anything that can fail deterministically fails before the WAL
+        body = {"round": round_no, "bundle": bundle.to_json()}
+        try:
+            digest = canonical_hash(body)
+        except (TypeError, ValueError) as exc:
+            raise StoreError(self._wal_path(round_no), f"round {round_no}: cannot serialise bundle: {exc}") from None
+        atomic_write_json(self._wal_path(round_no), {**body, "written_at": now_iso(), "sha256": digest})
+        self._apply(round_no, bundle, resume=False)
+
+    def recover(self) -> RecoveryReport:
+        """Finish interrupted commits, drop torn appends and stale temp files; journal a RECOVER entry if any."""
+        self._require_lock()
+        report = RecoveryReport()
+        if self.journal.repaired_tail:
+            report.repaired.append({"file": self.journal.path.name, "bytes": len(self.journal.repaired_tail)})
+            self.journal.repaired_tail = b""
+        for name in JSONL_STORES:
+            torn = repair_torn_tail(self.path(name))
+            if torn:
+                report.repaired.append({"file": self.path(name).name, "bytes": len(torn)})
+                self._keys.pop(name, None)
+        temps = remove_stale_temps(self.root) + remove_stale_temps(self.rounds_dir)
+        temps += remove_stale_temps(self.strategies_dir) + remove_stale_temps(self.checkpoint.dir, recursive=True)
+        temps += remove_stale_temps(self.cache_dir, recursive=True)
+        report.removed_temps = [str(p.relative_to(self.root)) for p in temps]
+        last = self.last_committed_round
+        for number, path in self._pending_wals(include_stale=True):
+            if number <= last:
+                self._unlink(path)  # committed; the crash came between state.json and removing the WAL
+                continue
+            try:
+                bundle = self._load_wal(path, number)
+            except StoreError as exc:
+                discarded = self.rounds_dir / "discarded" / f"{path.name}.{now_iso().replace(':', '')}"
+                ensure_dir(discarded.parent)
+                try:
+                    path.replace(discarded)
+                except OSError as err:
+                    raise os_error(path, err, "move aside invalid WAL file") from None
+                report.discarded.append({"file": str(path.relative_to(self.root)), "reason": exc.cause,
+                                         "moved_to": str(discarded.relative_to(self.root))})
+                continue
+            self._apply(number, bundle, resume=True)
+            report.reapplied.append(number)
+            last = number
+        if not report.clean:
+            self.journal.append("RECOVER", report.to_payload())
+        return report
+
+    def close(self) -> None:
+        """Release the run lock."""
+        self._lock.release()
+
+    def __enter__(self) -> "StoreSet":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ internals
+
+    def _require_lock(self) -> None:
+        if not self._lock.held:
+            raise StoreError(self._lock.path, "store set is closed; open a new StoreSet to write")
+
+    def _wal_path(self, round_no: int) -> Path:
+        return self.rounds_dir / f"round-{round_no:04d}.json"
+
+    def _pending_wals(self, include_stale: bool = False) -> list[tuple[int, Path]]:
+        found = sorted((int(m.group(1)), p) for p in self.rounds_dir.iterdir()
+                       if p.is_file() and (m := _WAL_RE.match(p.name)))
+        if include_stale:
+            return found
+        last = self.last_committed_round
+        return [(n, p) for n, p in found if n > last]
+
+    def _load_wal(self, path: Path, number: int) -> RoundBundle:
+        data = read_json(path)
+        if not isinstance(data, dict) or not {"round", "bundle", "sha256"} <= set(data):
+            raise StoreError(path, "WAL file lacks round/bundle/sha256")
+        if data["round"] != number:
+            raise StoreError(path, f"WAL file names round {number} but holds round {data['round']}")
+        if canonical_hash({"round": data["round"], "bundle": data["bundle"]}) != data["sha256"]:
+            raise StoreError(path, "WAL content does not match its sha256")
+        try:
+            return RoundBundle.from_json(data["bundle"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StoreError(path, f"WAL bundle is malformed: {exc}") from None
+
+    def _existing_keys(self, name: str) -> set[str]:
+        if name not in self._keys:
+            self._keys[name] = {str(r.get("key")) for _, r in iter_jsonl(self.path(name))}
+        return self._keys[name]
+
+    def _apply(self, round_no: int, bundle: RoundBundle, resume: bool) -> None:
+        for strategy in bundle.strategies:
+            self.put_strategy(strategy)
+        for name, records in bundle.records.items():
+            keys = self._existing_keys(name)
+            fresh = [r for r in records if r["key"] not in keys]
+            append_lines(self.path(name), [canonical_json(r) for r in fresh])
+            keys.update(r["key"] for r in fresh)
+        for name, doc in bundle.docs.items():
+            atomic_write_json(self.path(name), doc)
+        if bundle.checkpoint is not None:
+            cp = bundle.checkpoint
+            saved = self.checkpoint.current_manifest()
+            if not (resume and saved and saved["round"] == round_no
+                    and saved["strategy_hash"] == strategy_hash(cp["strategy"])):
+                self.checkpoint.save(cp["strategy"], cp["score"], round_no, cp.get("meta", {}))
+        present = ({e["seq"] for e in self.journal.entries() if e["round"] == round_no and e["seq"] is not None}
+                   if resume else set())
+        for seq, (kind, payload) in enumerate(bundle.journal):
+            if seq not in present:
+                self.journal.append(kind, payload, round=round_no, seq=seq)
+        head = self.journal.last()
+        state = {**self.state, **bundle.state, "last_committed_round": round_no, "committed_at": now_iso(),
+                 "journal_head": None if head is None else {"index": head["index"], "hash": head["hash"]}}
+        atomic_write_json(self.state_path, state)
+        self._unlink(self._wal_path(round_no))
+
+    @staticmethod
+    def _unlink(path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise os_error(path, exc, "remove") from None
+

@@ -1,0 +1,135 @@
+"""Independent soft review of a gated candidate before its expensive evaluation.
+
+The critic runs only after every hard gate passed (:mod:`evolve.verify.gates`), so it can never admit a
+candidate a gate refused; it can only hold back one the gates let through. Labels, by precedence:
+
+- ``out_of_scope`` the diff touches only stages downstream of where the evidence was lost, which
+  cannot recover it (ladder: ingestion -> retrieval -> assembly -> answering; ingestion_gap is
+  fixable in ingestion, retrieval_gap in ingestion/retrieval, kf_filtered up to assembly,
+  generation_error anywhere; groups come from the schema's ``x-evolvable``; a prompt belongs to
+  its section's group). A root cause without a stage (``unresolved``, or no target) skips this check.
+- ``duplicate``    the change keys equal those of a recently evaluated candidate.
+- ``risky``        a change key has reputation <= ``reputation_floor``, a numeric change moves more
+  than ``jump_fraction`` of its dimension's ``max_step``, or the probe accuracy fell.
+- ``actionable``   none of the above.
+
+Only ``duplicate`` and ``out_of_scope`` block (:attr:`CriticReview.blocks`); ``risky`` is advice
+the engine may weigh, e.g. by evaluating the candidate last.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from evolve.verify.gates import dimension_for, prompt_of
+from evolve.strategy.artifact import evolvable_dimensions
+
+#: Pipeline order of the dimension groups.
+LADDER = ("ingestion", "retrieval", "assembly", "answering")
+#: The group of the stage where each root cause lost the evidence.
+STAGE_GROUP = {
+    "ingestion_gap": "ingestion",
+    "retrieval_gap": "retrieval",
+    "kf_filtered": "assembly",
+    "generation_error": "answering",
+}
+
+
+def fixing_groups(root_cause: str) -> tuple[str, ...]:
+    """Groups whose changes can recover evidence lost at ``root_cause``: its stage and every upstream one."""
+    stage = STAGE_GROUP.get(root_cause)
+    return LADDER[: LADDER.index(stage) + 1] if stage else ()
+_PROMPT_GROUP = {"extraction.prompt": "ingestion", "expansion.prompt": "retrieval", "answering.prompt": "answering"}
+_BLOCKING = ("duplicate", "out_of_scope")
+
+
+@dataclass
+class CriticPacket:
+    """Everything the critic sees about one candidate.
+
+    ``examples`` (short question dicts of the target symptom) are carried for the review record
+    and for model-based critics; the deterministic rules do not read them.
+    """
+
+    diff: dict[str, list[Any]]  # {path: [old, new]} from evolve.verify.gates.strategy_diff
+    change_keys: list[str]
+    root_cause: str | None
+    category: str | None
+    reputations: dict[str, float] = field(default_factory=dict)
+    probe_delta: float | None = None  # candidate minus baseline probe accuracy
+    examples: list[dict] = field(default_factory=list)
+    recent_keys: list[list[str]] = field(default_factory=list)  # change keys of recent candidates
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class CriticReview:
+    label: str
+    reasons: list[str]
+
+    @property
+    def blocks(self) -> bool:
+        """True only for ``duplicate`` and ``out_of_scope``."""
+        return self.label in _BLOCKING
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"label": self.label, "reasons": list(self.reasons), "blocks": self.blocks}
+
+
+def group_of(path: str) -> str | None:
+    """Dimension group of a strategy path (``None`` for paths outside the evolvable space)."""
+    prompt = prompt_of(path)
+    if prompt is not None:
+        return _PROMPT_GROUP[prompt]
+    dim = dimension_for(path)
+    return dim.group if dim else None
+
+
+class DeterministicCritic:
+    """Rule-based critic; thresholds are constructor arguments so runs can record them."""
+
+    def __init__(self, reputation_floor: float = -0.5, jump_fraction: float = 0.5):
+        if not 0 < jump_fraction <= 1:
+            raise ValueError(f"jump_fraction: must be in (0, 1], got {jump_fraction}")
+        self.reputation_floor = reputation_floor
+        self.jump_fraction = jump_fraction
+
+    def review(self, packet: CriticPacket) -> CriticReview:
+        symptom = f"{packet.root_cause}/{packet.category}"
+        if not packet.diff:
+            return CriticReview("out_of_scope", ["empty diff"])
+        stage = STAGE_GROUP.get(packet.root_cause or "")
+        if stage is not None:
+            touched = sorted({g for g in map(group_of, packet.diff) if g})
+            allowed = fixing_groups(packet.root_cause or "")
+            if not set(touched) & set(allowed):
+                return CriticReview("out_of_scope", [
+                    f"{symptom} needs a change in {'/'.join(allowed)}; diff touches {touched or 'nothing evolvable'}"])
+        keys = sorted(packet.change_keys)
+        if any(sorted(recent) == keys for recent in packet.recent_keys):
+            return CriticReview("duplicate", [f"same change keys as a recent candidate: {keys}"])
+        risks = self._risks(packet)
+        if risks:
+            return CriticReview("risky", risks)
+        scope = f"targets the {stage} stage of {symptom}" if stage else f"no stage for {symptom}; scope not checked"
+        return CriticReview("actionable", [f"{', '.join(keys)} {scope}"])
+
+    def _risks(self, packet: CriticPacket) -> list[str]:
+        risks = [
+            f"{key}: reputation {packet.reputations[key]:+.2f} <= {self.reputation_floor:+.2f}"
+            for key in sorted(packet.change_keys)
+            if key in packet.reputations and packet.reputations[key] <= self.reputation_floor
+        ]
+        dims = evolvable_dimensions()
+        for path, (old, new) in sorted(packet.diff.items()):
+            dim = dimension_for(path, dims)
+            numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new))
+            if dim and dim.max_step and numeric and abs(new - old) > self.jump_fraction * dim.max_step:
+                risks.append(
+                    f"{path}: jump {abs(new - old):g} exceeds {self.jump_fraction:g} x max_step {dim.max_step:g}"
+                )
+        if packet.probe_delta is not None and packet.probe_delta < 0:
+            risks.append(f"probe accuracy fell by {-packet.probe_delta:.4f}")
+        return risks

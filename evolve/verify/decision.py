@@ -1,0 +1,153 @@
+"""The decision contract: a deterministic verdict from a saved comparison report alone.
+
+``decide`` reads ``{"paired": PairedReport.to_dict(), "dcr": float}`` and applies these rules, first
+match wins:
+
+1. ``incomplete``      report fields missing, ``n == 0``, or ids missing on either side -> FEATURE_FLAG
+2. ``significant_harm`` delta < 0, p <= alpha and ci_high < 0                            -> REJECT
+3. ``dcr_floor``        candidate's DCR@3 below ``rho_min``                              -> FEATURE_FLAG
+4. ``inconclusive``     not a significant gain (p > alpha or ci_low <= 0)                -> FEATURE_FLAG
+                        With ``require_significance=False`` a result with delta > 0 goes on
+                        to rules 5-7 instead (useful on small benchmarks where no gain can be
+                        significant); delta <= 0 stays FEATURE_FLAG.
+5. ``category_regression`` a non-protected category has delta_c < -epsilon_c             -> REJECT
+6. ``protected_slice_regression`` a protected category has delta_c < -epsilon_c         -> ACCEPT_WITH_MONITOR
+7. ``accept``                                                                            -> ACCEPT
+
+Protected slices are categories exempt from the per-category veto (typically small or noisy ones):
+their regression is accepted but flagged for monitoring. Only ACCEPT and ACCEPT_WITH_MONITOR change
+the strategy. ``restore_threshold`` is the drop below the best-ever accuracy at which a checkpoint
+is restored; it is carried here so that all acceptance settings live in one model.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.verify.statistics import PairedReport
+
+#: Slack for float comparisons of accuracy differences (k/n arithmetic is not exact).
+TOLERANCE = 1e-12
+
+
+class Verdict(str, Enum):
+    ACCEPT = "ACCEPT"
+    ACCEPT_WITH_MONITOR = "ACCEPT_WITH_MONITOR"
+    FEATURE_FLAG = "FEATURE_FLAG"
+    REJECT = "REJECT"
+
+
+class AcceptanceRules(BaseModel):
+    """Thresholds of the decision contract."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    alpha: float = Field(0.05, gt=0, lt=1)
+    rho_min: float = Field(0.9, ge=0, le=1, description="DCR@3 floor")
+    epsilon_default: float = Field(0.02, ge=0, description="tolerated per-category accuracy drop")
+    epsilon_by_category: dict[str, float] = Field(default_factory=dict)
+    protected_slices: list[str] = Field(default_factory=list, description="categories monitored, not vetoed")
+    probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
+    restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
+    require_significance: bool = True
+
+    def epsilon(self, category: str) -> float:
+        return self.epsilon_by_category.get(category, self.epsilon_default)
+
+
+@dataclass(frozen=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+    rule: str
+
+    @property
+    def changes_strategy(self) -> bool:
+        return self.verdict in (Verdict.ACCEPT, Verdict.ACCEPT_WITH_MONITOR)
+
+    def to_dict(self) -> dict[str, str]:
+        return {**asdict(self), "verdict": self.verdict.value}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Decision":
+        return cls(Verdict(data["verdict"]), data["reason"], data["rule"])
+
+
+def _parse(report: Any) -> tuple[PairedReport, float] | str:
+    """The paired report and DCR, or why the report cannot be decided on."""
+    if not isinstance(report, Mapping):
+        return f"report must be a mapping, got {type(report).__name__}"
+    missing = [key for key in ("paired", "dcr") if report.get(key) is None]
+    if missing:
+        return f"report lacks {', '.join(missing)}"
+    dcr = report["dcr"]
+    if isinstance(dcr, bool) or not isinstance(dcr, (int, float)):
+        return f"dcr must be a number, got {dcr!r}"
+    try:
+        paired = PairedReport.from_dict(report["paired"])
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    if paired.n == 0:
+        return "no question was evaluated by both strategies (n = 0)"
+    if paired.missing_in_candidate or paired.missing_in_baseline:
+        return (
+            f"ids not aligned: {len(paired.missing_in_candidate)} missing in candidate, "
+            f"{len(paired.missing_in_baseline)} missing in baseline"
+        )
+    if not isinstance(paired.per_category, Mapping) or not all(
+        isinstance(row, Mapping) for row in paired.per_category.values()
+    ):
+        return "paired.per_category must map each category to a mapping"
+    numbers = {"delta": paired.delta, "mcnemar_p": paired.mcnemar_p, "ci_low": paired.ci_low, "ci_high": paired.ci_high}
+    numbers.update({f"per_category.{c}.delta": row.get("delta") for c, row in paired.per_category.items()})
+    for name, value in numbers.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"paired.{name} must be a number, got {value!r}"
+    return paired, float(dcr)
+
+
+def decide(report: Mapping[str, Any], rules: AcceptanceRules) -> Decision:
+    """Verdict for ``report`` (see the module docstring for the rule order)."""
+    parsed = _parse(report)
+    if isinstance(parsed, str):
+        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {parsed}", "incomplete")
+    paired, dcr = parsed
+    delta, p, low, high = paired.delta, paired.mcnemar_p, paired.ci_low, paired.ci_high
+    stats = f"delta={delta:+.4f}, p={p:.4g}, CI=[{low:+.4f}, {high:+.4f}]"
+    if delta < 0 and p <= rules.alpha and high < 0:
+        return Decision(Verdict.REJECT, f"significant harm: {stats}", "significant_harm")
+    if dcr < rules.rho_min:
+        return Decision(Verdict.FEATURE_FLAG, f"DCR@3 {dcr:.3f} below floor {rules.rho_min:.3f}", "dcr_floor")
+    if not (p <= rules.alpha and low > 0) and (rules.require_significance or delta <= 0):
+        return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} (alpha={rules.alpha})", "inconclusive")
+
+    vetoed, monitored = [], []
+    for category, row in sorted(paired.per_category.items()):
+        eps = rules.epsilon(category)
+        if row["delta"] < -eps - TOLERANCE:
+            entry = f"{category} {row['delta']:+.4f} (epsilon {eps:.3f}, n={row['n']})"
+            (monitored if category in rules.protected_slices else vetoed).append(entry)
+    if vetoed:
+        return Decision(Verdict.REJECT, f"category regression: {'; '.join(vetoed)}", "category_regression")
+    if monitored:
+        return Decision(
+            Verdict.ACCEPT_WITH_MONITOR,
+            f"accepted ({stats}); protected slice regressed: {'; '.join(monitored)}",
+            "protected_slice_regression",
+        )
+    return Decision(Verdict.ACCEPT, f"accepted: {stats}", "accept")
+
+
+def probe_screen(base_acc: float, cand_acc: float, rules: AcceptanceRules) -> Decision | None:
+    """REJECT when the candidate's probe accuracy is more than ``probe_delta`` below the baseline's."""
+    drop = base_acc - cand_acc
+    if drop > rules.probe_delta + TOLERANCE:
+        return Decision(
+            Verdict.REJECT,
+            f"probe accuracy fell {drop:.4f} ({base_acc:.4f} -> {cand_acc:.4f}), more than {rules.probe_delta:.4f}",
+            "probe_screen",
+        )
+    return None

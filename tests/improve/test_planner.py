@@ -1,0 +1,198 @@
+import pytest
+
+from evolve.improve.digest import Digest, Symptom
+from evolve.improve.effects import DimensionEffects
+from evolve.improve.hypotheses import HypothesisTree
+from evolve.improve.planner import BundleError, Planner, load_bundles, move_values, parse_bundles
+from evolve.strategy.artifact import BASELINE_PATH, evolvable_dimensions, load_strategy, set_path
+
+DIMS = evolvable_dimensions()
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    return load_strategy(BASELINE_PATH)
+
+
+def make_digest(*symptoms: Symptom) -> Digest:
+    cells = tuple(s for s in symptoms if s.category != "*")
+    aggs = tuple(s for s in symptoms if s.category == "*")
+    return Digest(20, sum(s.count for s in cells) or sum(s.count for s in aggs), cells, aggs, {})
+
+
+def symptom(cause, category, count, share, qualifiers=None):
+    return Symptom(cause, category, count, share, share, {"qualifiers": qualifiers or {}})
+
+
+TABLE = parse_bundles("""
+retrieval_gap/*:
+  - retrieval.top_k::increase
+  - retrieval.candidate_pool::increase
+  - retrieval.rerank.top_n::increase
+  - expansion.dates::enable
+kf_filtered/*:
+  - lifecycle.prune_threshold::decrease
+kf_filtered[budget]/*:
+  - assembly.token_budget::increase
+  - assembly.reserved.profile::decrease
+""", "test-table")
+
+
+# ---------------------------------------------------------------- bundle table
+
+
+def test_shipped_table_is_valid_and_covers_every_dimension():
+    table = load_bundles()
+    used = {key.split("::")[0] for keys in table.entries.values() for key in keys}
+    assert used == set(DIMS)
+    assert "retrieval.time_decay.half_life_days::increase" in table.entries["retrieval_gap/temporal"]
+
+
+@pytest.mark.parametrize("text, message", [
+    ("retrieval_gap/*:\n  - retrieval.top_k::increase\n  - retrieval.nope::increase\n",
+     r"test:3: retrieval_gap/\*: retrieval.nope::increase: 'retrieval.nope' is not an evolvable schema path"),
+    ("retrieval_gap/*:\n  - retrieval.top_k::enable\n", r"test:2: .*not legal for a integer dimension"),
+    ("retrieval_gap/*:\n  - expansion.dates::increase\n", r"test:2: .*not legal for a boolean dimension"),
+    ("generation_error/*:\n  - answering.span::set:paragraph\n", r"test:2: .*'paragraph' is not one of"),
+    ("ingestion_gap/*:\n  - assembly.token_budget::set:9000\n", r"test:2: .*outside \[32, 8192\]"),
+    ("lost_gap/*:\n  - retrieval.top_k::increase\n", r"test:1: lost_gap/\*: unknown root cause"),
+    ("kf_filtered[weather]/*:\n  - retrieval.top_k::increase\n", r"test:1: .*unknown qualifier 'weather'"),
+    ("kf_filtered/weekly:\n  - retrieval.top_k::increase\n", r"test:1: .*unknown category 'weekly'"),
+    ("kf_filtered/*:\n  - retrieval.top_k::increase\nkf_filtered/*:\n  - retrieval.top_k::decrease\n",
+     r"test:3: kf_filtered/\*: duplicate key"),
+    ("kf_filtered/*: []\n", r"test:1: .*non-empty list"),
+    ("kf_filtered/*:\n  - retrieval.top_k::up\n", r"test:2: .*malformed direction key"),
+])
+def test_table_errors_name_the_line(text, message):
+    with pytest.raises(BundleError, match=message):
+        parse_bundles(text, "test")
+
+
+# ---------------------------------------------------------------- legal moves
+
+
+def test_move_values_respect_step_bounds_and_invariants(baseline):
+    assert move_values(baseline, DIMS["retrieval.top_k"], "increase") == list(range(6, 16))
+    near_top = set_path(set_path(baseline, "retrieval.candidate_pool", 100), "retrieval.top_k", 97)
+    assert move_values(near_top, DIMS["retrieval.top_k"], "increase") == [98, 99, 100]
+    # rerank.top_n == top_k: increasing it would break top_n <= top_k
+    assert move_values(baseline, DIMS["retrieval.rerank.top_n"], "increase") == []
+    assert move_values(baseline, DIMS["expansion.dates"], "enable") == []
+    assert move_values(baseline, DIMS["answering.span"], "set:sentence") == ["sentence"]
+    assert move_values(baseline, DIMS["extraction.dedup_threshold"], "increase") == [0.92, 0.94, 0.96, 0.98, 1.0]
+
+
+# ---------------------------------------------------------------- planning
+
+
+def test_reverted_direction_ranks_below_fresh_one(baseline):
+    d = make_digest(symptom("retrieval_gap", "*", 8, 0.8))
+    effects = DimensionEffects()
+    fresh = Planner(TABLE, effects).plan(d, baseline)
+    assert [x.key for x in fresh][:2] == ["retrieval.top_k::increase", "retrieval.candidate_pool::increase"]
+    effects.record("retrieval.top_k::increase", "retrieval_gap/*", accepted=False, delta=-0.01)
+    after = Planner(TABLE, effects).plan(d, baseline)
+    keys = [x.key for x in after]
+    assert keys.index("retrieval.candidate_pool::increase") < keys.index("retrieval.top_k::increase")
+    assert "1 revert(s)" in after[keys.index("retrieval.top_k::increase")].why
+
+
+def test_directions_at_bounds_are_skipped(baseline):
+    at_top = set_path(set_path(baseline, "retrieval.candidate_pool", 500), "retrieval.top_k", 100)
+    at_top = set_path(at_top, "retrieval.rerank.enabled", True)
+    plan = Planner(TABLE, DimensionEffects()).plan(make_digest(symptom("retrieval_gap", "*", 8, 0.8)), at_top)
+    keys = {x.key for x in plan}
+    assert "retrieval.top_k::increase" not in keys  # at schema maximum
+    assert "expansion.dates::enable" not in keys  # already enabled
+    assert "retrieval.candidate_pool::increase" not in keys  # at schema maximum
+    assert "retrieval.rerank.top_n::increase" in keys  # 5 < top_k = 100 now
+
+
+def test_moves_of_switched_off_paths_are_skipped(baseline):
+    table = parse_bundles("retrieval_gap/temporal:\n  - retrieval.time_decay.half_life_days::increase\n"
+                          "  - retrieval.time_decay.enabled::disable\n", "t")
+    d = make_digest(symptom("retrieval_gap", "temporal", 4, 0.4))
+    assert Planner(table, DimensionEffects()).plan(d, baseline) == []  # decay off: half-life has no effect
+    decaying = set_path(baseline, "retrieval.time_decay.enabled", True)
+    keys = [x.key for x in Planner(table, DimensionEffects()).plan(d, decaying)]
+    assert keys == ["retrieval.time_decay.half_life_days::increase", "retrieval.time_decay.enabled::disable"]
+
+
+def test_qualified_bundle_needs_enough_share(baseline):
+    planner = Planner(TABLE, DimensionEffects())
+    pruning = set_path(baseline, "lifecycle.prune_threshold", 0.2)
+    strong = planner.plan(make_digest(symptom("kf_filtered", "*", 5, 0.5, {"budget": 0.8})), pruning)
+    assert [x.key for x in strong] == ["assembly.token_budget::increase", "assembly.reserved.profile::decrease",
+                                       "lifecycle.prune_threshold::decrease"]
+    assert "via kf_filtered[budget]/*" in strong[0].why
+    weak = planner.plan(make_digest(symptom("kf_filtered", "*", 5, 0.5, {"budget": 0.1})), pruning)
+    assert [x.key for x in weak] == ["lifecycle.prune_threshold::decrease"]
+
+
+def test_plan_truncates_and_lists_each_key_once(baseline):
+    d = make_digest(symptom("retrieval_gap", "*", 6, 0.6), symptom("kf_filtered", "*", 4, 0.4, {"budget": 1.0}))
+    plan = Planner(TABLE, DimensionEffects()).plan(d, baseline, max_directions=3)
+    assert len(plan) == 3
+    assert len({x.key for x in plan}) == 3
+    assert [x.priority for x in plan] == sorted((x.priority for x in plan), reverse=True)
+
+
+def test_tree_skips_refuted_and_marks_bounds(baseline):
+    baseline = set_path(baseline, "retrieval.rerank.enabled", True)
+    tree = HypothesisTree(c0=1.0, refute_after=1)
+    tree.update("retrieval.top_k::increase", 0.0, -0.02, accepted=False, parent="retrieval_gap/*")
+    planner = Planner(TABLE, DimensionEffects(), tree, use_tree=True)
+    keys = [x.key for x in planner.plan(make_digest(symptom("retrieval_gap", "*", 8, 0.8)), baseline)]
+    assert "retrieval.top_k::increase" not in keys
+    assert keys[0] == "retrieval.candidate_pool::increase"
+    assert tree.status("expansion.dates::enable", "retrieval_gap/*") == "exhausted"
+    assert tree.status("retrieval.rerank.top_n::increase", "retrieval_gap/*") == "exhausted"  # top_n == top_k
+    assert "UCB rank 1" in planner.plan(make_digest(symptom("retrieval_gap", "*", 8, 0.8)), baseline)[0].why
+
+
+def test_use_tree_requires_a_tree():
+    with pytest.raises(ValueError, match="needs a HypothesisTree"):
+        Planner(TABLE, DimensionEffects(), None, use_tree=True)
+
+
+# ---------------------------------------------------------------- dimension effects
+
+
+def test_effects_reputation_and_contract_round_trip():
+    effects = DimensionEffects()
+    key = "retrieval.top_k::increase"
+    assert effects.reputation(key) == 0.0
+    effects.record(key, "retrieval_gap/temporal", accepted=False, delta=-0.02)
+    assert effects.reputation(key) == pytest.approx(1 / 3 - 0.5 - 0.02)
+    effects.record(key, "retrieval_gap/*", accepted=True, delta=0.04)
+    assert effects.reputation(key) == pytest.approx(2 / 4 - 0.5 + 0.01)
+    assert effects.reverts(key) == 1
+    assert effects.reverts(key, "retrieval_gap/temporal") == 1
+    assert effects.reverts(key, "retrieval_gap/*") == 0
+    data = effects.to_dict()
+    assert data[key] == {"tries": 2, "accepts": 1, "reverts": 1, "reverts_by_symptom": {"retrieval_gap/temporal": 1},
+                         "sum_delta": pytest.approx(0.02), "reputation": pytest.approx(0.01)}
+    assert DimensionEffects.from_dict(data).to_dict() == data
+
+
+@pytest.mark.parametrize("entry, message", [
+    ({"tries": 1, "accepts": 1, "reverts": 1, "sum_delta": 0.0}, "tries must equal accepts \\+ reverts"),
+    ({"tries": -1, "accepts": 0, "reverts": 0, "sum_delta": 0.0}, "tries: expected a non-negative integer"),
+    ({"tries": 0, "accepts": 0, "reverts": 0, "sum_delta": "x"}, "sum_delta: expected a number"),
+])
+def test_effects_from_dict_names_bad_field(entry, message):
+    with pytest.raises(ValueError, match=f"effects.json: retrieval.top_k::increase: {message}"):
+        DimensionEffects.from_dict({"retrieval.top_k::increase": entry}, "effects.json")
+
+
+def test_interleave_round_robins_over_symptoms():
+    from evolve.improve.planner import Direction, interleave
+
+    def d(key, symptom, priority):
+        path, direction = key.split("::")
+        return Direction(key, path, direction, symptom, priority, "")
+
+    ranked = [d("a.x::increase", "s1", 0.9), d("a.y::increase", "s1", 0.8), d("a.z::increase", "s1", 0.7),
+              d("b.x::increase", "s2", 0.5), d("c.x::increase", "s3", 0.4)]
+    assert [x.key for x in interleave(ranked)] == ["a.x::increase", "b.x::increase", "c.x::increase",
+                                                   "a.y::increase", "a.z::increase"]

@@ -1,0 +1,426 @@
+"""The locked memory runtime: layered ingestion, lifecycle filtering, budgeted assembly, answering, caching,
+determinism, speed, and that every evolvable policy field changes behaviour."""
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import numpy as np
+import pytest
+
+from evolve.benchmarks.types import Conversation, Session, Turn
+from evolve.runtime import IngestionCache, MemoryRuntime, RuleExpander, classify_intent
+from evolve.runtime.ingest import windows
+from evolve.runtime.text import resolve_relative_dates
+from evolve.strategy.policy import Policy
+from evolve.strategy.artifact import StrategyError, evolvable_dimensions, get_path, set_path, validate_strategy
+
+
+def conversation(cid: str, sessions: list[tuple[datetime, list[tuple[str, str]]]]) -> Conversation:
+    built = []
+    for n, (when, turns) in enumerate(sessions, start=1):
+        built.append(Session(f"S{n}", when, tuple(Turn(f"D{n}:{i}", speaker, text, f"S{n}")
+                                                    for i, (speaker, text) in enumerate(turns, start=1))))
+    speakers = tuple(dict.fromkeys(t.speaker for s in built for t in s.turns))
+    return Conversation(cid, speakers, tuple(built))
+
+
+CONV = conversation("c1", [
+    (datetime(2023, 5, 1, 10, 0), [
+        ("Alice", "Hi Bob! I am a nurse at the busy city hospital downtown. I love hiking in the mountains with my dog."),
+        ("Bob", "Nice to meet you. My favorite drink is strong black coffee every single morning."),
+        ("Alice", "Yesterday I adopted a golden retriever puppy named Max from the animal shelter."),
+        ("Bob", "Ok."),
+        ("Alice", "I really love hiking in the mountains with my dog Max. I paint watercolor landscapes on weekends."),
+        ("Bob", "I work as a software engineer, building spreadsheet tools for regional banks."),
+    ]),
+    (datetime(2023, 6, 15, 18, 30), [
+        ("Bob", "Actually, my favorite drink is now fresh orange juice, since black coffee makes me jittery."),
+        ("Alice", "Last week I ran a charity marathon in Boston with my sister Emma."),
+        ("Bob", "I travelled to Paris with my brother last month to see the famous art museums."),
+        ("Alice", "Forget what I said about the watercolor landscapes, I quit that hobby."),
+        ("Bob", "Sure."),
+    ]),
+    (datetime(2023, 8, 20, 9, 15), [
+        ("Alice", "Max the puppy learned to fetch sticks at the lake yesterday, he was so proud."),
+        ("Bob", "I moved to Denver for a new job at a small robotics startup."),
+        ("Alice", "Emma and I are planning a camping trip to Yosemite next month, in September."),
+        ("Bob", "Cool."),
+    ]),
+])
+
+QUESTIONS = [
+    "What is Bob's favorite drink?",
+    "What does Alice paint on weekends?",
+    "When did Alice adopt the puppy Max?",
+    "Where did Bob and Alice travel?",
+    "Why would Alice enjoy camping in Yosemite?",
+    "What did Alice do with Emma in June 2023?",
+    "What job does Bob have at the robotics startup?",
+]
+
+
+@pytest.fixture(scope="module")
+def cache() -> IngestionCache:
+    return IngestionCache()
+
+
+@pytest.fixture
+def run(baseline_strategy, embedder, cache):
+    """``run(changes) -> (runtime, store)`` for the baseline with ``{path: value}`` changes applied."""
+
+    def make(changes: dict | None = None, conv: Conversation = CONV):
+        strategy = baseline_strategy
+        for path, value in (changes or {}).items():
+            strategy = set_path(strategy, path, value)
+        runtime = MemoryRuntime(strategy, embedder=embedder, cache=cache)
+        return runtime, runtime.ingest(conv)
+
+    return make
+
+
+def by_text(store, fragment: str, layer: str = "L0"):
+    return [item for item in store.items if item.layer == layer and fragment in item.text]
+
+
+# ---------------------------------------------------------------- ingestion
+
+
+def test_layers_text_and_sources(run):
+    _, store = run()
+    nurse = by_text(store, "I am a nurse")
+    assert [i.text for i in nurse] == ["Alice said (1 May 2023): I am a nurse at the busy city hospital downtown."]
+    assert nurse[0].source_ids == ("D1:1",) and nurse[0].kind == "profile"
+    assert by_text(store, "I am a nurse", "L2"), "profile facts are copied to the L2 layer"
+    assert sum(1 for i in store.items if i.layer == "L1") == 3, "one rollup per session"
+    assert {s for i in store.items if i.layer == "SM" for s in i.source_ids} == {"D3:1", "D3:2", "D3:3", "D3:4"}
+    assert not by_text(store, "Ok."), "turns without enough content words yield no fact"
+    from_turn = store.items_from_sources(["D1:1"])
+    assert nurse[0].id in from_turn and all("D1:1" in store.item(i).source_ids for i in from_turn)
+
+
+def test_windows_slide_with_overlap():
+    turns = CONV.sessions[0].turns
+    assert [[t.id for t in w] for w in windows(turns, 4, 1)] == [
+        ["D1:1", "D1:2", "D1:3", "D1:4"], ["D1:4", "D1:5", "D1:6"]]
+    assert len(windows(turns, 2, 0)) == 3 and windows([], 4, 1) == []
+
+
+def test_relative_dates_are_resolved_against_the_session_date():
+    ref = datetime(2023, 5, 8, 13, 56)  # a Monday
+    assert resolve_relative_dates("I went yesterday.", ref) == "I went on 7 May 2023."
+    assert resolve_relative_dates("I moved 2 years ago", ref) == "I moved in 2021"
+    assert resolve_relative_dates("since last year", ref) == "since 2022"
+    assert resolve_relative_dates("last month", ref) == "in April 2023"
+    assert resolve_relative_dates("Last week I ran", ref) == "the week of 1 May 2023 I ran"
+    assert resolve_relative_dates("last Friday", ref) == "on 5 May 2023"
+
+
+def test_supersession_hides_the_corrected_fact(run):
+    runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5})
+    old = by_text(store, "strong black coffee")[0]
+    new = by_text(store, "fresh orange juice")[0]
+    assert old.superseded_by == new.id and new.kind == "correction"
+    result = runtime.ask(store, "What is Bob's favorite drink?")
+    assert (old.id, "superseded") in result.filtered
+    assert old.id not in {c.id for c in result.packed}
+    assert "orange juice" in result.answer.text
+
+    runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5, "lifecycle.supersession": False})
+    assert by_text(store, "strong black coffee")[0].superseded_by is None
+    assert not [r for r in runtime.ask(store, "What is Bob's favorite drink?").filtered if r[1] == "superseded"]
+
+
+def test_retraction_hides_the_retracted_topic(run):
+    runtime, store = run({"retrieval.top_k": 10})
+    painting = by_text(store, "watercolor landscapes on weekends")[0]
+    assert painting.retracted
+    assert not by_text(store, "hiking in the mountains with my dog.")[0].retracted
+    result = runtime.ask(store, "What does Alice paint on weekends?")
+    assert (painting.id, "retracted") in result.filtered
+    _, store = run({"retrieval.top_k": 10, "lifecycle.forget_guard": False})
+    assert not any(i.retracted for i in store.items)
+
+
+def test_near_duplicates_are_deduplicated_by_threshold(run):
+    _, strict = run({"extraction.dedup_threshold": 1.0})
+    _, loose = run({"extraction.dedup_threshold": 0.6})
+    assert by_text(strict, "really love hiking") and not by_text(loose, "really love hiking")
+
+
+def test_supplement_and_min_tokens_control_coverage(run):
+    _, plain = run()
+    _, supplemented = run({"extraction.supplement": True})
+    assert "D1:4" not in {s for i in plain.items if i.layer == "L0" for s in i.source_ids}
+    assert by_text(supplemented, "Bob said (1 May 2023): Ok.")
+    _, strict = run({"extraction.min_fact_tokens": 8})
+    assert len(strict.in_layers(["L0"])) < len(plain.in_layers(["L0"]))
+
+
+def test_fact_cap_keeps_most_salient_per_window(run):
+    _, one = run({"extraction.max_facts_per_window": 1, "extraction.window_size": 2, "extraction.window_overlap": 0})
+    facts = one.in_layers(["L0"])
+    assert len(facts) <= 8  # 8 windows of two turns
+    assert by_text(one, "golden retriever puppy"), "the most informative sentence of its window survives"
+
+
+def test_prune_threshold_filters_low_salience(run):
+    runtime, store = run({"lifecycle.prune_threshold": 0.99})
+    assert not store.in_layers(["L1"]), "rollups summarise surviving facts only"
+    result = runtime.ask(store, "What job does Bob have at the robotics startup?")
+    assert result.retrieved and result.filtered == [(h.id, "pruned") for h in result.retrieved]
+    assert result.packed == [] and result.answer.text == ""
+
+
+# ---------------------------------------------------------------- retrieval
+
+
+@pytest.mark.parametrize("question, intent", [
+    ("When did Alice adopt Max?", "temporal"),
+    ("How long ago did Bob move?", "temporal"),
+    ("Why did Bob move to Denver?", "open_domain"),
+    ("Would Alice likely enjoy a museum?", "open_domain"),
+    ("What do Alice and Bob both like?", "multi_hop"),
+    ("What is Bob's job?", "single_hop"),
+])
+def test_intent(question, intent):
+    assert classify_intent(question) == intent
+
+
+def test_expander_follows_policy(baseline_strategy):
+    expander = RuleExpander()
+    question = "What did Alice and Emma do in June 2023?"
+    policy = Policy.from_strategy(set_path(baseline_strategy, "expansion.max_subqueries", 8)).expansion
+    subs = expander.expand(question, policy)
+    assert subs == ["Alice june 2023", "Emma june 2023", "June 2023"]
+    keywords = expander.expand(question, policy.model_copy(update={"keywords": True}))
+    assert keywords == subs + ["alice emma", "emma june", "june 2023"]
+    assert expander.expand(question, policy.model_copy(update={"max_subqueries": 2})) == subs[:2]
+    assert expander.expand(question, policy.model_copy(update={"max_subqueries": 0})) == []
+    assert expander.expand(question, policy.model_copy(update={"entities": False, "dates": False})) == []
+
+
+def test_hits_carry_channel_ranks_and_respect_top_k(run):
+    runtime, store = run({"retrieval.top_k": 3, "retrieval.rerank.top_n": 3})
+    result = runtime.ask(store, "What job does Bob have at the robotics startup?")
+    assert [h.rank for h in result.retrieved] == [1, 2, 3]
+    scores = [h.score for h in result.retrieved]
+    assert scores == sorted(scores, reverse=True)
+    top = result.retrieved[0]
+    assert store.item(top.id).source_ids == ("D3:2",) or "robotics" in store.item(top.id).text
+    assert set(top.channels) <= {"bm25", "vector", "subquery"} and "bm25" in top.channels
+    assert all({"rank", "score"} == set(v) for v in top.channels.values())
+
+
+def test_session_memory_toggle(run):
+    runtime, store = run({"retrieval.top_k": 20, "retrieval.candidate_pool": 60})
+    question = "What is Alice planning with Emma?"
+    assert any(h.id.startswith("SM:") for h in runtime.ask(store, question).retrieved)
+    runtime, store = run({"retrieval.top_k": 20, "retrieval.candidate_pool": 60, "features.session_memory": False})
+    assert not any(h.id.startswith("SM:") for h in runtime.ask(store, question).retrieved)
+
+
+def test_time_decay_prefers_recent_memories(run):
+    question = "What did Alice do with her dog Max?"
+    runtime, store = run({"retrieval.top_k": 10})
+    plain = runtime.ask(store, question).retrieved
+    runtime, store = run({"retrieval.top_k": 10, "retrieval.time_decay.enabled": True,
+                          "retrieval.time_decay.half_life_days": 10})
+    decayed = runtime.ask(store, question).retrieved
+    newest = store.newest_day()
+
+    def mean_age(hits):
+        return float(np.nanmean([newest - store.days[store.position[h.id]] for h in hits[:3]]))
+
+    assert mean_age(decayed) < mean_age(plain)
+
+
+# ---------------------------------------------------------------- assembly and answering
+
+
+def test_budget_drops_are_recorded(run):
+    runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5, "assembly.token_budget": 32})
+    result = runtime.ask(store, "What job does Bob have at the robotics startup?")
+    assert result.context_tokens <= 32 and result.token_budget == 32
+    assert result.context_tokens == sum(len(c.text.split()) for c in result.packed)
+    assert any(reason == "budget" for _, reason in result.dropped)
+    handled = {c.id for c in result.packed} | {i for i, _ in result.dropped} | {i for i, _ in result.filtered}
+    assert {h.id for h in result.retrieved} == handled
+
+
+def test_conflicting_copies_keep_one(run):
+    runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5})
+    result = runtime.ask(store, "Where does Alice work as a nurse?")
+    assert any(reason == "conflict" for _, reason in result.dropped)
+    runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5, "features.conflict_handling": False})
+    assert not any(reason == "conflict" for _, reason in runtime.ask(store, "Where does Alice work as a nurse?").dropped)
+
+
+def test_source_window_and_backfill_add_raw_turns(run):
+    question = "What job does Bob have at the robotics startup?"
+    runtime, store = run({"assembly.source_window": 1, "assembly.token_budget": 400})
+    raw = [c for c in runtime.ask(store, question).packed if c.layer == "RAW"]
+    assert raw and all(c.id == f"RAW:{c.source_ids[0]}" for c in raw)
+    runtime, store = run({"features.raw_dialogue_backfill": True, "assembly.token_budget": 400})
+    packed = runtime.ask(store, question).packed
+    backfilled = [c for c in packed if c.layer == "RAW"]
+    assert backfilled and packed[-1].layer == "RAW"
+
+
+def test_formats_render_differently(run):
+    question = "What job does Bob have at the robotics startup?"
+    lines = {}
+    for fmt in ("bullets", "dialogue", "json"):
+        runtime, store = run({"assembly.format": fmt})
+        lines[fmt] = runtime.ask(store, question).packed[0].text
+    assert lines["bullets"].startswith("- ")
+    assert lines["dialogue"].startswith("[20 August 2023] Bob: ")
+    assert json.loads(lines["json"])["speaker"] == "Bob"
+
+
+def test_temporal_answer_uses_resolved_date(run):
+    runtime, store = run()
+    assert runtime.ask(store, "When did Alice adopt the puppy Max?").answer.text == "1 May 2023"
+    runtime, store = run({"extraction.resolve_relative_dates": True})
+    assert runtime.ask(store, "When did Alice adopt the puppy Max?").answer.text == "30 April 2023"
+    runtime, store = run({"answering.temporal_dates": False})
+    assert "golden retriever" in runtime.ask(store, "When did Alice adopt the puppy Max?").answer.text
+
+
+def test_answer_span_and_length(run):
+    question = "What job does Bob have at the robotics startup?"
+    runtime, store = run({"answering.span": "sentence", "answering.max_answer_tokens": 64})
+    sentence = runtime.ask(store, question)
+    assert sentence.answer.support_ids and sentence.answer.support_ids[0] in {c.id for c in sentence.packed}
+    runtime, store = run({"answering.max_answer_tokens": 2})
+    assert len(runtime.ask(store, question).answer.text.split()) <= 2
+
+
+# ---------------------------------------------------------------- every field matters
+
+
+def _signature(runtime: MemoryRuntime, store) -> str:
+    traces = [runtime.ask(store, q).to_trace() for q in QUESTIONS]
+    return json.dumps([[list(map(str, (i.id, i.text, i.source_ids, i.kind, i.salience, i.superseded_by, i.retracted)))
+                        for i in store.items], traces], default=str)
+
+
+def _candidates(dim, current):
+    if dim.kind == "boolean":
+        return [not current]
+    if dim.kind == "enum":
+        return [c for c in dim.choices if c != current]
+    raw = [dim.low, dim.high, current - dim.step, current + dim.step, current - dim.max_step, current + dim.max_step]
+    cast = int if dim.kind == "integer" else float
+    return sorted({cast(min(dim.high, max(dim.low, v))) for v in raw} - {current})
+
+
+def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, cache):
+    probe = baseline_strategy
+    for path, value in {"retrieval.rerank.enabled": True, "retrieval.rerank.top_n": 3, "retrieval.top_k": 6,
+                        "retrieval.candidate_pool": 10, "retrieval.time_decay.enabled": True,
+                        "assembly.token_budget": 96, "expansion.max_subqueries": 4}.items():
+        probe = set_path(probe, path, value)
+    base_runtime = MemoryRuntime(probe, embedder=embedder, cache=cache)
+    reference = _signature(base_runtime, base_runtime.ingest(CONV))
+    inert = []
+    for path, dim in evolvable_dimensions().items():
+        changed = False
+        for value in _candidates(dim, get_path(probe, path)):
+            variant = set_path(probe, path, value)
+            try:
+                validate_strategy(variant)
+            except StrategyError:
+                continue
+            runtime = MemoryRuntime(variant, embedder=embedder, cache=cache)
+            if _signature(runtime, runtime.ingest(CONV)) != reference:
+                changed = True
+                break
+        if not changed:
+            inert.append(path)
+    assert inert == [], inert
+
+
+# ---------------------------------------------------------------- caching, determinism, speed
+
+
+def test_ingestion_cache_reuses_stores_across_retrieval_changes(baseline_strategy, embedder, tmp_path):
+    cache = IngestionCache(tmp_path)
+    store = MemoryRuntime(baseline_strategy, embedder=embedder, cache=cache).ingest(CONV)
+    assert (cache.hits, cache.misses) == (0, 1)
+    retrieval_only = set_path(set_path(baseline_strategy, "retrieval.weights.vector", 2.0), "assembly.token_budget", 64)
+    assert MemoryRuntime(retrieval_only, embedder=embedder, cache=cache).ingest(CONV) is store
+    assert (cache.hits, cache.misses) == (1, 1)
+
+    embedded = cache.embeddings.misses
+    changed = set_path(baseline_strategy, "extraction.min_fact_tokens", 2)
+    bigger = MemoryRuntime(changed, embedder=embedder, cache=cache).ingest(CONV)
+    assert cache.misses == 2 and len(bigger) > len(store)
+    assert 0 < cache.embeddings.misses - embedded < len(bigger), "only texts never seen before are embedded"
+
+    reopened = IngestionCache(tmp_path)
+    again = MemoryRuntime(baseline_strategy, embedder=embedder, cache=reopened).ingest(CONV)
+    assert (reopened.hits, reopened.misses) == (1, 0)
+    assert again.items == store.items and np.array_equal(again.embeddings, store.embeddings)
+    assert len(reopened.embeddings) == len(cache.embeddings)
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_same_input_gives_identical_results(baseline_strategy, embedder):
+    traces = []
+    for _ in range(2):
+        runtime = MemoryRuntime(baseline_strategy, embedder=embedder, cache=IngestionCache())
+        store = runtime.ingest(CONV)
+        traces.append((store.items, [runtime.ask(store, q).to_trace() for q in QUESTIONS]))
+    assert traces[0] == traces[1]
+    json.dumps(traces[0][1])  # traces are plain JSON
+
+
+def test_embedder_is_semantic(embedder):
+    vectors = embedder.encode(["dog", "puppy", "spreadsheet"])
+    assert vectors.shape == (3, embedder.dim) == (3, 384)
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1.0, atol=1e-4)
+    assert vectors[0] @ vectors[1] > vectors[0] @ vectors[2] + 0.2
+
+
+def test_invalid_strategy_is_rejected(baseline_strategy, embedder):
+    with pytest.raises(StrategyError, match="retrieval.rerank.top_n"):
+        MemoryRuntime(set_path(baseline_strategy, "retrieval.rerank.top_n", 50), embedder=embedder)
+
+
+def test_empty_conversation(baseline_strategy, embedder):
+    runtime = MemoryRuntime(baseline_strategy, embedder=embedder)
+    store = runtime.ingest(Conversation("empty", (), ()))
+    result = runtime.ask(store, "What is anything?")
+    assert len(store) == 0 and result.retrieved == [] and result.answer.text == ""
+
+
+def _synthetic(turns: int) -> Conversation:
+    people = ["Ana", "Ben"]
+    places = ["Lisbon", "Oslo", "Kyoto", "Lima", "Cairo", "Quebec", "Hanoi", "Perth", "Austin", "Dublin"]
+    hobbies = ["pottery", "climbing", "chess", "baking", "surfing", "violin", "gardening", "running", "poetry"]
+    pets = ["a parrot", "two cats", "a beagle", "a turtle", "a hamster"]
+    sessions, n = [], 0
+    start = datetime(2022, 1, 3, 12, 0)
+    for s in range(turns // 20):
+        rows = []
+        for i in range(20):
+            k = n * 7 + i
+            who = people[i % 2]
+            rows.append((who, f"Last week I went to {places[k % 10]} for {hobbies[k % 9]} with {pets[k % 5]}. "
+                              f"It took {k % 13 + 2} hours and cost {k % 17 * 10 + 20} dollars, "
+                              f"and I met {people[(i + 1) % 2]}'s friend number {k}."))
+            n += 1
+        sessions.append((start + timedelta(days=9 * s), rows))
+    return conversation("synthetic", sessions)
+
+
+def test_four_hundred_turn_conversation_ingests_and_answers(baseline_strategy, embedder):
+    # Speed is measured by experiments/bench/bench_eval.py, not asserted here.
+    big = _synthetic(400)
+    runtime = MemoryRuntime(set_path(baseline_strategy, "extraction.resolve_relative_dates", True),
+                            embedder=embedder, cache=IngestionCache())
+    store = runtime.ingest(big)
+    results = [runtime.ask(store, f"When did Ana go to {place} for pottery?") for place in ("Lisbon", "Oslo", "Kyoto")]
+    assert len(big.turns()) == 400 and len(store) > 400
+    assert all(r.retrieved for r in results)

@@ -1,0 +1,144 @@
+"""Paired comparison: alignment, McNemar, bootstrap CI, per-category rows, serialisation."""
+from __future__ import annotations
+
+import json
+from math import comb
+
+import numpy as np
+import pytest
+
+from evolve.verify.statistics import PairedReport, paired_comparison
+
+
+def outcomes(rows: list[tuple[str, bool, bool, int]]) -> tuple[dict, dict]:
+    """Baseline and candidate maps from ``(category, base_correct, cand_correct, count)`` rows."""
+    base, cand = {}, {}
+    for category, b, c, count in rows:
+        for _ in range(count):
+            qid = f"q{len(base):04d}"
+            base[qid] = {"correct": b, "category": category}
+            cand[qid] = {"correct": c, "category": category}
+    return base, cand
+
+
+def test_counts_accuracies_and_id_lists():
+    base, cand = outcomes([("temporal", False, True, 3), ("temporal", True, False, 1),
+                           ("single_hop", True, True, 4), ("single_hop", False, False, 2)])
+    r = paired_comparison(base, cand, n_resamples=200)
+    assert r.n == 10
+    assert r.acc_baseline == pytest.approx(0.5) and r.acc_candidate == pytest.approx(0.7)
+    assert r.delta == pytest.approx(0.2)
+    assert r.improved == ["q0000", "q0001", "q0002"] and r.regressed == ["q0003"]
+    assert len(r.both_correct) == 4 and len(r.both_wrong) == 2
+    assert r.per_category == {
+        "single_hop": {"n": 6, "acc_baseline": pytest.approx(4 / 6), "acc_candidate": pytest.approx(4 / 6),
+                       "delta": pytest.approx(0.0)},
+        "temporal": {"n": 4, "acc_baseline": pytest.approx(0.25), "acc_candidate": pytest.approx(0.75),
+                     "delta": pytest.approx(0.5)},
+    }
+
+
+def test_alignment_by_question_id():
+    base, cand = outcomes([("temporal", True, True, 5)])
+    base["only_base"] = {"correct": True, "category": "temporal"}
+    cand["only_cand"] = {"correct": False, "category": "temporal"}
+    r = paired_comparison(base, cand, n_resamples=100)
+    assert r.n == 5
+    assert r.missing_in_candidate == ["only_base"] and r.missing_in_baseline == ["only_cand"]
+    assert r.acc_baseline == 1.0 and r.acc_candidate == 1.0
+
+
+def test_mcnemar_matches_hand_computed_binomial():
+    # 8 improved, 2 regressed: two-sided exact p = 2 * P(X <= 2), X ~ Bin(10, 0.5) = 2 * 56 / 1024
+    base, cand = outcomes([("multi_hop", False, True, 8), ("multi_hop", True, False, 2),
+                           ("multi_hop", True, True, 30)])
+    r = paired_comparison(base, cand, n_resamples=200)
+    expected = 2 * sum(comb(10, k) for k in range(3)) / 2**10
+    assert expected == 0.109375
+    assert r.mcnemar_p == pytest.approx(expected, abs=1e-12)
+
+
+def test_mcnemar_is_one_without_discordant_pairs():
+    base, cand = outcomes([("temporal", True, True, 6), ("temporal", False, False, 4)])
+    r = paired_comparison(base, cand, n_resamples=100)
+    assert r.mcnemar_p == 1.0
+    assert (r.ci_low, r.ci_high, r.ci_method) == (0.0, 0.0, "constant")
+    assert not r.significant
+
+
+def test_identical_differences_give_a_point_interval():
+    base, cand = outcomes([("temporal", False, True, 12)])
+    r = paired_comparison(base, cand)
+    assert (r.ci_low, r.ci_high, r.ci_method) == (1.0, 1.0, "constant")
+    assert r.mcnemar_p == pytest.approx(2 / 2**12)
+    assert r.significant
+
+
+def test_bootstrap_ci_covers_true_delta_and_is_seeded():
+    rng = np.random.default_rng(7)
+    true_delta, covered, trials = 0.1, 0, 40
+    for trial in range(trials):
+        base_correct = rng.random(300) < 0.5
+        cand_correct = np.where(base_correct, rng.random(300) < 0.9, rng.random(300) < 0.3)
+        # P(cand) = 0.5 * 0.9 + 0.5 * 0.3 = 0.6, so the population delta is 0.1
+        base = {f"q{i}": {"correct": bool(b), "category": "c"} for i, b in enumerate(base_correct)}
+        cand = {f"q{i}": {"correct": bool(c), "category": "c"} for i, c in enumerate(cand_correct)}
+        r = paired_comparison(base, cand, n_resamples=1000, seed=trial)
+        assert r.ci_method == "BCa"
+        assert r.ci_low <= r.delta <= r.ci_high
+        covered += r.ci_low <= true_delta <= r.ci_high
+    assert covered >= 34  # nominal 95 % of 40
+
+
+def test_bootstrap_is_deterministic_for_a_seed():
+    base, cand = outcomes([("a", False, True, 61), ("a", True, False, 37),
+                           ("a", True, True, 211), ("a", False, False, 93)])
+    first = paired_comparison(base, cand, seed=3)
+    assert paired_comparison(base, cand, seed=3) == first
+    other = paired_comparison(base, cand, seed=4)
+    assert (other.ci_low, other.ci_high) != (first.ci_low, first.ci_high)
+    assert first.ci_low < first.delta < first.ci_high
+
+
+def test_percentile_fallback_when_bca_is_degenerate():
+    # one discordant pair and 3 resamples: some seeds draw no resample below the estimate -> BCa is NaN
+    base, cand = outcomes([("a", False, True, 1), ("a", False, False, 39)])
+    methods = {paired_comparison(base, cand, n_resamples=3, seed=s).ci_method for s in range(10)}
+    assert methods == {"BCa", "percentile"}
+    for s in range(10):
+        r = paired_comparison(base, cand, n_resamples=3, seed=s)
+        assert np.isfinite(r.ci_low) and np.isfinite(r.ci_high)
+
+
+def test_report_round_trips_through_json():
+    base, cand = outcomes([("temporal", False, True, 5), ("single_hop", True, False, 2), ("single_hop", True, True, 9)])
+    r = paired_comparison(base, cand, n_resamples=300)
+    text = json.dumps(r.to_dict(), allow_nan=False)
+    assert PairedReport.from_dict(json.loads(text)) == r
+
+
+def test_empty_alignment_is_serialisable():
+    base, _ = outcomes([("temporal", True, True, 2)])
+    r = paired_comparison(base, {})
+    assert r.n == 0 and r.delta is None and r.ci_method == "none" and r.mcnemar_p == 1.0
+    assert r.missing_in_candidate == ["q0000", "q0001"]
+    json.dumps(r.to_dict(), allow_nan=False)
+
+
+def test_from_dict_names_missing_fields():
+    data = paired_comparison(*outcomes([("a", True, True, 2)]), n_resamples=50).to_dict()
+    del data["mcnemar_p"], data["per_category"]
+    with pytest.raises(ValueError, match="mcnemar_p, per_category"):
+        PairedReport.from_dict(data)
+
+
+def test_bad_outcomes_are_named():
+    base, cand = outcomes([("a", True, True, 2)])
+    cand["q0001"] = {"correct": 1, "category": "a"}
+    with pytest.raises(ValueError, match=r"candidate\['q0001'\]\.correct"):
+        paired_comparison(base, cand)
+    cand["q0001"] = {"correct": True, "category": "b"}
+    with pytest.raises(ValueError, match=r"candidate\['q0001'\]\.category.*differs"):
+        paired_comparison(base, cand)
+    with pytest.raises(ValueError, match="alpha"):
+        paired_comparison(base, base, alpha=0)
