@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import pytest
 
-from evolve.strategy.artifact import BASELINE_PATH, load_strategy
+from evolve.data import BASELINE_PATH
+
+from evolve.strategy.artifact import load_strategy
 
 
 @pytest.fixture(scope="session")

@@ -17,9 +17,10 @@ from evolve.loop.config import RunConfig
 from evolve.verify.decision import AcceptanceRules
 from evolve.strategy.diff import diff_strategies
 from evolve.loop.engine import Engine
-from evolve.verify.gates import change_keys
+from evolve.strategy.diff import change_keys
 from evolve.state.stores import RoundBundle, StoreSet
-from evolve.strategy.artifact import BASELINE_PATH, derive, policy_hash, strategy_hash
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 
 BENCHMARK = "synthetic:0"
 _BUILT: dict[str, Path] = {}

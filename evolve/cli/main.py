@@ -11,6 +11,7 @@ from evolve.data import BASELINE_PATH
 from evolve.benchmarks.types import BenchmarkError
 from evolve.loop.config import ConfigError
 from evolve.observe.judge import TokenF1Judge
+from evolve.observe.trace import Summary
 from evolve.llm import ConfigError as LLMConfigError
 from evolve.state.files import StoreError
 from evolve.strategy.artifact import StrategyError, load_strategy
@@ -28,17 +29,17 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def print_summary(summary: dict) -> None:
+def print_summary(summary: Summary) -> None:
     rows = [("category", "n", "accuracy", "F1", "recall@10")]
-    for cat, n in summary["n_by_category"].items():
-        rows.append((cat, str(n), _fmt(summary["accuracy_by_category"][cat]), _fmt(summary["f1_by_category"][cat]),
-                     _fmt(summary["evidence_recall_by_category"][cat]["10"])))
-    rows.append(("all", str(summary["n_scored"]), _fmt(summary["accuracy"]), _fmt(summary["f1"]),
-                 _fmt(summary["evidence_recall"]["10"])))
+    for cat, n in summary.n_by_category.items():
+        rows.append((cat, str(n), _fmt(summary.accuracy_by_category[cat]), _fmt(summary.f1_by_category[cat]),
+                     _fmt(summary.evidence_recall_by_category[cat]["10"])))
+    rows.append(("all", str(summary.n_scored), _fmt(summary.accuracy), _fmt(summary.f1),
+                 _fmt(summary.evidence_recall["10"])))
     print(_table(rows))
-    causes = ", ".join(f"{k}={v}" for k, v in sorted(summary["root_causes"].items())) or "none"
-    print(f"judge {summary['judge']} | root causes: {causes} | DCR@3 {summary['dcr@3']:.3f} | "
-          f"strategy {summary['strategy_hash'][:12]} | {summary['wall_time_s']:.1f}s")
+    causes = ", ".join(f"{k}={v}" for k, v in sorted(summary.root_causes.items())) or "none"
+    print(f"judge {summary.judge} | root causes: {causes} | DCR@3 {summary.dcr3:.3f} | "
+          f"strategy {summary.strategy_hash[:12]} | {summary.wall_time_s:.1f}s")
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

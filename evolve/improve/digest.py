@@ -14,6 +14,7 @@ from statistics import fmean
 from typing import Any, Iterable
 
 from evolve.observe.diagnosis import ROOT_CAUSES
+from evolve.observe.trace import Trace, TraceError
 
 #: Sub-patterns per root cause, each the share of that symptom's failures showing it:
 #: kf_filtered[<reason>] — a gold-derived item was filtered or dropped for <reason>;
@@ -27,7 +28,6 @@ QUALIFIERS: dict[str, tuple[str, ...]] = {
 }
 NEAR_MISS_F1 = 0.3
 WILDCARD = "*"
-_REQUIRED = ("question_id", "category", "correct")
 
 
 class DigestError(ValueError):
@@ -94,62 +94,62 @@ class Digest:
 # ---------------------------------------------------------------- per-record facts
 
 
-def _where(record: dict, index: int) -> str:
-    return f"trace record {index} (question_id {record.get('question_id', '?')!r})"
+def _where(record: dict | Trace, index: int) -> str:
+    qid = record.question_id if isinstance(record, Trace) else record.get("question_id", "?")
+    return f"trace record {index} (question_id {qid!r})"
 
 
-def _check(record: Any, index: int) -> None:
-    if not isinstance(record, dict):
-        raise DigestError(f"trace record {index}: expected an object, got {type(record).__name__}")
-    for name in _REQUIRED:
-        if name not in record:
-            raise DigestError(f"{_where(record, index)}: missing field {name!r}")
-    cause = record.get("root_cause")
-    if not record["correct"] and record.get("scored", True):
-        if cause is None:
+def _checked(record: Any, index: int) -> Trace:
+    """A :class:`Trace` (records read from ``traces.jsonl`` are parsed) whose failure has a known root cause."""
+    if not isinstance(record, Trace):
+        try:
+            record = Trace.from_dict(record, _where(record, index) if isinstance(record, dict) else f"trace record {index}")
+        except TraceError as exc:
+            raise DigestError(str(exc)) from None
+    if record.failed:
+        if record.root_cause is None:
             raise DigestError(f"{_where(record, index)}: root_cause: a wrong answer needs a root cause")
-        if cause not in ROOT_CAUSES:
-            raise DigestError(f"{_where(record, index)}: root_cause: unknown value {cause!r}")
+        if record.root_cause not in ROOT_CAUSES:
+            raise DigestError(f"{_where(record, index)}: root_cause: unknown value {record.root_cause!r}")
+    return record
 
 
-def _gold_ids(record: dict) -> set[str]:
+def _gold_ids(record: Trace) -> set[str]:
     """Ids of retrieved items that derive from a gold turn."""
-    gold = set(record.get("gold_evidence") or ())
-    return {hit["id"] for hit in record.get("retrieved") or () if gold & set(hit.get("source_ids") or ())}
+    gold = set(record.gold_evidence)
+    return {hit["id"] for hit in record.retrieved if gold & set(hit.get("source_ids") or ())}
 
 
-def _gold_rank(record: dict) -> int | None:
+def _gold_rank(record: Trace) -> int | None:
     """Best (lowest) retrieval rank of a gold-derived item, if any was retrieved."""
-    gold = set(record.get("gold_evidence") or ())
-    ranks = [hit["rank"] for hit in record.get("retrieved") or () if gold & set(hit.get("source_ids") or ())]
+    gold = set(record.gold_evidence)
+    ranks = [hit["rank"] for hit in record.retrieved if gold & set(hit.get("source_ids") or ())]
     return min(ranks) if ranks else None
 
 
-def _loss_reasons(record: dict) -> set[str]:
+def _loss_reasons(record: Trace) -> set[str]:
     """Why gold-derived retrieved items did not reach the context (filter and drop reasons)."""
     ids = _gold_ids(record)
-    lost = list(record.get("filtered") or ()) + list(record.get("dropped") or ())
-    return {item["reason"] for item in lost if item.get("id") in ids and item.get("reason")}
+    return {item["reason"] for item in record.filtered + record.dropped if item.get("id") in ids and item.get("reason")}
 
 
-def _fill(record: dict) -> float | None:
-    budget = record.get("token_budget")
-    return record.get("context_tokens", 0) / budget if budget else None
+def _fill(record: Trace) -> float | None:
+    return record.context_tokens / record.token_budget if record.token_budget else None
 
 
-def _qualifier_hits(record: dict) -> set[str]:
-    cause = record["root_cause"]
+def _qualifier_hits(record: Trace) -> set[str]:
+    cause = record.root_cause
     if cause == "kf_filtered":
         return _loss_reasons(record) & set(QUALIFIERS[cause])
     if cause == "retrieval_gap":
-        return set() if record.get("subqueries") else {"no_subqueries"}
+        return set() if record.subqueries else {"no_subqueries"}
     if cause == "generation_error":
         hits = set()
-        if record.get("f1", 0.0) >= NEAR_MISS_F1:
+        if record.f1 >= NEAR_MISS_F1:
             hits.add("near_miss")
-        gold = set(record.get("gold_evidence") or ())
-        gold_packed = {p["id"] for p in record.get("packed") or () if gold & set(p.get("source_ids") or ())}
-        if not gold_packed & set(record.get("answer_support") or ()):
+        gold = set(record.gold_evidence)
+        gold_packed = {p["id"] for p in record.packed if gold & set(p.get("source_ids") or ())}
+        if not gold_packed & set(record.answer_support):
             hits.add("wrong_support")
         return hits
     return set()
@@ -163,29 +163,29 @@ def _mean(values: Iterable[float | None]) -> float | None:
 # ---------------------------------------------------------------- symptoms
 
 
-def _evidence(failures: list[dict]) -> dict:
+def _evidence(failures: list[Trace]) -> dict:
     n = len(failures)
     hits = Counter(q for r in failures for q in _qualifier_hits(r))
     reasons = Counter(reason for r in failures for reason in _loss_reasons(r))
     ranks = [_gold_rank(r) for r in failures]
-    retrieved_n = [len(r.get("retrieved") or ()) for r in failures]
+    retrieved_n = [len(r.retrieved) for r in failures]
     low = [rank > n_ret / 2 for rank, n_ret in zip(ranks, retrieved_n) if rank is not None]
     evidence: dict[str, Any] = {
-        "question_ids": sorted(r["question_id"] for r in failures)[:20],
-        "qualifiers": {q: round(hits[q] / n, 6) for q in QUALIFIERS.get(failures[0]["root_cause"], ())},
-        "categories": dict(Counter(r["category"] for r in failures).most_common()),
-        "intents": dict(Counter(r.get("intent") or "unknown" for r in failures).most_common()),
+        "question_ids": sorted(r.question_id for r in failures)[:20],
+        "qualifiers": {q: round(hits[q] / n, 6) for q in QUALIFIERS.get(failures[0].root_cause, ())},
+        "categories": dict(Counter(r.category for r in failures).most_common()),
+        "intents": dict(Counter(r.intent or "unknown" for r in failures).most_common()),
         "gold_rank_mean": _mean(ranks),
         "gold_rank_low_share": round(sum(low) / len(low), 6) if low else None,
         "context_fill_mean": _mean(_fill(r) for r in failures),
-        "f1_mean": _mean(r.get("f1") for r in failures),
+        "f1_mean": _mean(r.f1 for r in failures),
     }
     if reasons:
         evidence["loss_reasons"] = dict(reasons.most_common())
     return evidence
 
 
-def _symptom(cause: str, category: str, failures: list[dict], n_failures: int, n_in_category: int) -> Symptom:
+def _symptom(cause: str, category: str, failures: list[Trace], n_failures: int, n_in_category: int) -> Symptom:
     count = len(failures)
     evidence = _evidence(failures)
     if category == WILDCARD:
@@ -195,33 +195,33 @@ def _symptom(cause: str, category: str, failures: list[dict], n_failures: int, n
                    round(count / n_in_category, 6) if n_in_category else 0.0, evidence)
 
 
-def _signals(scored: list[dict], failures: list[dict]) -> dict:
+def _signals(scored: list[Trace], failures: list[Trace]) -> dict:
     n = len(scored)
-    budget_drops = sum(1 for r in scored if any(d.get("reason") == "budget" for d in r.get("dropped") or ()))
-    recall = {k: _mean((r.get("evidence_recall") or {}).get(k) for r in scored) for k in ("1", "5", "10")}
+    budget_drops = sum(1 for r in scored if any(d.get("reason") == "budget" for d in r.dropped))
+    recall = {k: _mean(r.evidence_recall.get(k) for r in scored) for k in ("1", "5", "10")}
     return {
-        "root_causes": dict(Counter(r["root_cause"] for r in failures).most_common()),
+        "root_causes": dict(Counter(r.root_cause for r in failures).most_common()),
         "gold_rank_mean": _mean(_gold_rank(r) for r in failures),
         "budget_drop_share": round(budget_drops / n, 6) if n else 0.0,
-        "context_tokens_mean": _mean(r.get("context_tokens") for r in scored),
-        "token_budget_mean": _mean(r.get("token_budget") for r in scored),
+        "context_tokens_mean": _mean(r.context_tokens for r in scored),
+        "token_budget_mean": _mean(r.token_budget for r in scored),
         "context_fill_mean": _mean(_fill(r) for r in scored),
         "evidence_recall_mean": recall,
     }
 
 
-def digest(traces: list[dict]) -> Digest:
-    """Symptoms of the scored failures in ``traces`` (unscored, e.g. adversarial, questions are ignored)."""
-    for index, record in enumerate(traces):
-        _check(record, index)
-    scored = [r for r in traces if r.get("scored", True)]
-    failures = [r for r in scored if not r["correct"]]
-    per_category = Counter(r["category"] for r in scored)
-    cells: dict[tuple[str, str], list[dict]] = {}
-    by_cause: dict[str, list[dict]] = {}
+def digest(traces: Iterable[Trace | dict]) -> Digest:
+    """Symptoms of the scored failures in ``traces`` (unscored, e.g. adversarial, questions are ignored).
+    Records read from ``traces.jsonl`` (dicts) are accepted and checked."""
+    records = [_checked(record, index) for index, record in enumerate(traces)]
+    scored = [r for r in records if r.scored]
+    failures = [r for r in scored if not r.correct]
+    per_category = Counter(r.category for r in scored)
+    cells: dict[tuple[str, str], list[Trace]] = {}
+    by_cause: dict[str, list[Trace]] = {}
     for r in failures:
-        cells.setdefault((r["root_cause"], r["category"]), []).append(r)
-        by_cause.setdefault(r["root_cause"], []).append(r)
+        cells.setdefault((r.root_cause, r.category), []).append(r)
+        by_cause.setdefault(r.root_cause, []).append(r)
     symptoms = [_symptom(c, cat, rs, len(failures), per_category[cat]) for (c, cat), rs in cells.items()]
     aggregates = [_symptom(c, WILDCARD, rs, len(failures), len(scored)) for c, rs in by_cause.items()]
 

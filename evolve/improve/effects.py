@@ -14,8 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-DIRECTIONS = ("increase", "decrease", "enable", "disable")
-SET_PREFIX = "set:"
+from evolve.strategy.diff import DIRECTIONS, SET_PREFIX
 
 
 def split_key(key: str) -> tuple[str, str]:

@@ -33,8 +33,9 @@ from evolve.benchmarks.types import CATEGORIES
 from evolve.data import BUNDLES_PATH
 from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
-from evolve.improve.effects import SET_PREFIX, DimensionEffects, split_key
+from evolve.improve.effects import DimensionEffects, split_key
 from evolve.improve.hypotheses import HypothesisTree
+from evolve.strategy.diff import MOVES, SET_PREFIX
 from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions, get_path, invariant_violations, set_path
 
 SPECIFICITY = 1.25
@@ -79,8 +80,7 @@ def direction_value(dim: EvolvableDimension, direction: str) -> Any:
 
 def check_direction(dim: EvolvableDimension, direction: str) -> None:
     """ValueError unless ``direction`` is legal for the dimension's kind."""
-    legal = {"integer": ("increase", "decrease"), "number": ("increase", "decrease"),
-             "boolean": ("enable", "disable"), "enum": ()}[dim.kind]
+    legal = MOVES[dim.kind]
     if direction.startswith(SET_PREFIX):
         direction_value(dim, direction)
     elif direction not in legal:
@@ -233,10 +233,9 @@ class Direction:
 
 
 class Proposer(Protocol):
-    """Anything that turns a digest into ranked directions (rule-based here; an LLM planner fits the same seam)."""
+    """Anything that turns a digest into ranked directions: :class:`Planner` (rules) or an LLM planner."""
 
-    def propose(self, digest: Digest, strategy: dict, effects: DimensionEffects,
-                dims: dict[str, EvolvableDimension]) -> list[Direction]: ...
+    def plan(self, digest: Digest, strategy: dict, n: int) -> list[Direction]: ...
 
 
 def interleave(directions: list[Direction]) -> list[Direction]:

@@ -1,12 +1,23 @@
-"""Build the runtime roles and judge a run config asks for: deterministic defaults or LLM backends."""
+"""Build the runtime roles, judge and LLM advisors a run config asks for: deterministic defaults or LLM backends."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evolve.llm import LLMCritic, LLMPlanner, ResponseCache, RolesConfig, UsageStats, build_llm_roles
 from evolve.observe.harness import Roles
 from evolve.observe.judge import TokenF1Judge
-from evolve.llm import ResponseCache, RolesConfig, UsageStats, build_llm_roles
+
+
+@dataclass
+class Backends:
+    """The roles the harness runs, LLM usage counters (``None`` without LLM roles) and the LLM advisors."""
+
+    roles: Roles
+    usage: UsageStats | None
+    planner: LLMPlanner | None
+    critic: LLMCritic | None
 
 
 def roles_config(config: Any) -> RolesConfig:
@@ -14,11 +25,9 @@ def roles_config(config: Any) -> RolesConfig:
     return RolesConfig.from_sources(config.roles, source="run config")
 
 
-def build_roles(roles_cfg: RolesConfig, judge_threshold: float, cache_dir: Path, on_error: str = "stop"
-                ) -> tuple[Roles, UsageStats | None, dict[str, Any]]:
-    """``(roles, usage stats or None, {"planner": ..., "critic": ...} LLM objects where configured)``."""
+def build_backends(roles_cfg: RolesConfig, judge_threshold: float, cache_dir: Path, on_error: str = "stop") -> Backends:
     stats = UsageStats()
     llm = build_llm_roles(roles_cfg, ResponseCache(cache_dir), stats)
     roles = Roles(extractor=llm.get("extractor"), expander=llm.get("expander"), answerer=llm.get("answerer"),
                   judge=llm.get("judge") or TokenF1Judge(judge_threshold), on_error=on_error)
-    return roles, (stats if llm else None), {k: llm[k] for k in ("planner", "critic") if k in llm}
+    return Backends(roles, stats if llm else None, llm.get("planner"), llm.get("critic"))

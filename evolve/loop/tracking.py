@@ -10,6 +10,13 @@ from typing import Any, Mapping
 from mlflow.entities import Metric, Param, RunTag
 from mlflow.tracking import MlflowClient
 
+from evolve.llm import UsageStats
+from evolve.loop.commit import RoundOutcome
+from evolve.loop.config import RunConfig
+from evolve.state.stores import StoreSet
+from evolve.strategy.artifact import strategy_hash
+from evolve.strategy.diff import diff_strategies
+
 _MAX_PARAM = 6000
 
 
@@ -68,3 +75,38 @@ class Tracker:
 
     def end(self, run_id: str, status: str = "FINISHED") -> None:
         self.client.set_terminated(run_id, status)
+
+
+def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: dict, outcome: RoundOutcome,
+                usage: UsageStats | None) -> None:
+    """Log a committed round: a run per round with the new strategy's metrics, and a nested run per candidate
+    with its paired statistics, decision, record, diff, screening outcomes and (if fully evaluated) traces."""
+    n = outcome.round
+    run_id = tracker.start(f"round-{n:03d}", {"memevolve.round": str(n)})
+    tracker.log(run_id, params={"stores": str(config.stores), "benchmark": config.benchmark,
+                                "strategy_hash": strategy_hash(outcome.new)},
+                metrics={**outcome.new_run.summary.metrics(), **(usage.to_dict() if usage else {})},
+                tags={"accepted": summary["accepted"] or "none", "restored": summary["restored"]}, step=n)
+    tracker.artifact(run_id, "round_summary.json", summary)
+    for r in outcome.results:
+        rec = r.record
+        child = tracker.start(rec.candidate_id, {"memevolve.decision": rec.verdict}, parent_run_id=run_id)
+        paired = rec.paired or {}
+        metrics = {**(r.run.summary.metrics() if r.run else {}),
+                   **{f"paired.{k}": paired.get(k) for k in ("delta", "mcnemar_p", "ci_low", "ci_high")},
+                   **{f"paired.delta.{c}": v["delta"] for c, v in paired.get("per_category", {}).items()},
+                   **{f"probe.{k}": v for k, v in (rec.probe or {}).items()}}
+        tracker.log(child, params=diff_strategies(outcome.current, r.strategy).params() if rec.strategy_hash else {},
+                    metrics=metrics, tags={"decision": rec.verdict, "decided_by": rec.decided_by,
+                                           "reason": rec.decision["reason"], "applied": rec.applied}, step=n)
+        tracker.artifact(child, "record.json", rec.to_dict())
+        if rec.strategy_hash:
+            tracker.artifact(child, "candidate.yaml", stores.strategy_path(rec.strategy_hash).read_text())
+            tracker.artifact(child, "diff.txt", rec.diff_text)
+        tracker.artifact(child, "gates.json", {"gates": rec.gates, "critic": rec.critic, "probe": rec.probe,
+                                               "decision": rec.decision})
+        if r.run:
+            tracker.artifact(child, "summary.json", r.run.summary.to_dict())
+            tracker.artifact(child, "traces.jsonl", r.run.traces_jsonl())
+        tracker.end(child)
+    tracker.end(run_id)

@@ -4,6 +4,9 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Iterable
 
+from evolve.observe.trace import Trace
+
+#: The evidence-loss ladder, upstream first, then ``unresolved`` (gold evidence unknown).
 ROOT_CAUSES = ("ingestion_gap", "retrieval_gap", "kf_filtered", "generation_error", "unresolved")
 STAGES = ("ingestion", "retrieval", "filtering", "assembly", "generation")
 
@@ -12,60 +15,59 @@ def _derives_from_gold(item: dict, gold: set[str]) -> bool:
     return bool(gold & set(item.get("source_ids", ())))
 
 
-def root_cause(trace: dict) -> str | None:
+def root_cause(trace: Trace) -> str | None:
     """The first stage on the ladder at which gold evidence was lost, or None for a correct answer."""
-    if trace["correct"]:
+    if trace.correct:
         return None
-    gold = set(trace["gold_evidence"])
-    if not trace["evidence_known"] or not gold:
+    gold = set(trace.gold_evidence)
+    if not trace.evidence_known or not gold:
         return "unresolved"
-    if not trace["stored_ids"]:
+    if not trace.stored_ids:
         return "ingestion_gap"
-    if not any(_derives_from_gold(hit, gold) for hit in trace["retrieved"]):
+    if not any(_derives_from_gold(hit, gold) for hit in trace.retrieved):
         return "retrieval_gap"
-    if not any(_derives_from_gold(item, gold) for item in trace["packed"]):
+    if not any(_derives_from_gold(item, gold) for item in trace.packed):
         return "kf_filtered"
     return "generation_error"
 
 
-def recorded_stages(trace: dict) -> list[str]:
+def recorded_stages(trace: Trace) -> list[str]:
     """Stages whose decisions the trace records well enough to act on."""
     stages = []
-    if trace["evidence_known"] and "stored_ids" in trace:
+    if trace.evidence_known:
         stages.append("ingestion")
-    if trace.get("retrieved") is not None and trace.get("intent"):
+    if trace.intent:
         stages.append("retrieval")
-    if trace.get("filtered") is not None:
-        stages.append("filtering")
-    if trace.get("packed") is not None and trace.get("dropped") is not None and trace.get("token_budget"):
+    stages.append("filtering")
+    if trace.token_budget:
         stages.append("assembly")
-    if trace.get("answer") is not None and trace.get("judge"):
+    if trace.judge:
         stages.append("generation")
     return stages
 
 
-def diagnose(trace: dict) -> dict:
-    """Fill ``root_cause`` and ``stages`` of a trace record in place; return it."""
-    trace["root_cause"] = root_cause(trace)
-    trace["stages"] = recorded_stages(trace)
+def diagnose(trace: Trace) -> Trace:
+    """Fill ``root_cause`` and ``stages`` of a trace in place; return it."""
+    trace.root_cause = root_cause(trace)
+    trace.stages = recorded_stages(trace)
     return trace
 
 
-def dcr(traces: Iterable[dict], tau: int = 3) -> float:
+def dcr(traces: Iterable[Trace], tau: int = 3) -> float:
     """Diagnostic coverage rate: share of scored failures whose trace has at least ``tau`` actionable stages."""
-    failures = [t for t in traces if t["scored"] and not t["correct"]]
+    failures = [t for t in traces if t.failed]
     if not failures:
         return 1.0
-    covered = sum(1 for t in failures if t["root_cause"] != "unresolved" and len(t["stages"]) >= tau)
+    covered = sum(1 for t in failures if t.root_cause != "unresolved" and len(t.stages) >= tau)
     return covered / len(failures)
 
 
-def root_cause_counts(traces: Iterable[dict]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
+def root_cause_counts(traces: Iterable[Trace]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:
     """Counts of root causes over scored failures, overall and per category."""
     overall: Counter = Counter()
     by_category: dict[str, Counter] = defaultdict(Counter)
     for t in traces:
-        if t["scored"] and t["root_cause"]:
-            overall[t["root_cause"]] += 1
-            by_category[t["category"]][t["root_cause"]] += 1
+        if t.scored and t.root_cause:
+            overall[t.root_cause] += 1
+            by_category[t.category][t.root_cause] += 1
     return dict(overall), {c: dict(v) for c, v in sorted(by_category.items())}

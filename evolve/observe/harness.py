@@ -22,12 +22,12 @@ from tqdm import tqdm
 from evolve.benchmarks.types import Benchmark, Question
 from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
 from evolve.observe.judge import TokenF1Judge, evidence_recall
+from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.state.files import atomic_write_json, atomic_write_text
 from evolve.strategy.artifact import policy_hash, strategy_hash
 
-RECALL_KS = (1, 5, 10)
 
 
 @dataclass
@@ -47,18 +47,25 @@ class Roles:
 class EvalRun:
     """Traces (one per question) and the run summary of one strategy on one harness."""
 
-    traces: list[dict]
-    summary: dict
+    traces: list[Trace]
+    summary: Summary
 
     def outcomes(self) -> dict[str, dict]:
         """``{question_id: {correct, category}}`` over scored questions, for paired statistics."""
-        return {t["question_id"]: {"correct": t["correct"], "category": t["category"]} for t in self.traces if t["scored"]}
+        return {t.question_id: {"correct": t.correct, "category": t.category} for t in self.traces if t.scored}
+
+    def by_id(self) -> dict[str, Trace]:
+        return {t.question_id: t for t in self.traces}
+
+    def traces_jsonl(self) -> str:
+        """The traces as ``traces.jsonl`` text (one JSON object a line)."""
+        return "".join(json.dumps(t.to_dict(), default=str) + "\n" for t in self.traces)
 
     def write(self, out_dir: str | Path) -> Path:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(out / "traces.jsonl", "".join(json.dumps(t, default=str) + "\n" for t in self.traces))
-        atomic_write_json(out / "summary.json", self.summary)
+        atomic_write_text(out / "traces.jsonl", self.traces_jsonl())
+        atomic_write_json(out / "summary.json", self.summary.to_dict())
         return out
 
 
@@ -75,7 +82,7 @@ class _Evaluator:
         return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
                              answerer=self.roles.answerer, cache=self.cache)
 
-    def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question]) -> list[dict]:
+    def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question]) -> list[Trace]:
         try:
             store = runtime.ingest(self.benchmark.conversations[cid])
         except RoleError as exc:
@@ -85,17 +92,12 @@ class _Evaluator:
         runtime.prefetch([q.question for q in questions])
         return [self._trace(q, store, runtime) for q in questions]
 
-    def _failed(self, q: Question, stage: str, exc: Exception) -> dict:
+    def _failed(self, q: Question, stage: str, exc: Exception) -> Trace:
         """The trace of a question a role failed on: recorded, never scored."""
-        return {"question_id": q.id, "conversation_id": q.conversation_id, "category": q.category,
-                "question": q.question, "gold_answer": q.answer, "gold_evidence": list(q.evidence),
-                "evidence_known": False, "stored_ids": [], "intent": None, "subqueries": [], "retrieved": [],
-                "filtered": [], "packed": [], "dropped": [], "context_tokens": 0, "token_budget": 0, "answer": "",
-                "answer_support": [], "judge": None, "correct": False, "f1": 0.0, "scored": False,
-                "evidence_recall": {str(k): 0.0 for k in RECALL_KS}, "root_cause": None, "stages": [],
-                "error": {"stage": stage, "type": type(exc).__name__, "message": str(exc)}}
+        return Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence), scored=False,
+                     error={"stage": stage, "type": type(exc).__name__, "message": str(exc)})
 
-    def _trace(self, q: Question, store, runtime: MemoryRuntime) -> dict:
+    def _trace(self, q: Question, store, runtime: MemoryRuntime) -> Trace:
         try:
             result = runtime.ask(store, q.question, q.asked_at)
             judgment = self.roles.judge.judge(q.question, q.answer, result.answer.text)
@@ -104,19 +106,14 @@ class _Evaluator:
                 raise
             return self._failed(q, "question", exc)
         known = [e for e in q.evidence if e in self._turn_ids[q.conversation_id]]
-        trace = {
-            "question_id": q.id, "conversation_id": q.conversation_id, "category": q.category,
-            "question": q.question, "gold_answer": q.answer,
-            "gold_evidence": list(q.evidence), "evidence_known": bool(known),
-            "stored_ids": store.items_from_sources(known),
-            **result.to_trace(),
-            "judge": {"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
-                      "votes": list(judgment.votes)},
-            "correct": judgment.correct, "f1": judgment.score,
-            "scored": self.include_adversarial or q.category != "adversarial",
-        }
-        sources = [hit["source_ids"] for hit in trace["retrieved"]]
-        trace["evidence_recall"] = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
+        trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
+                      evidence_known=bool(known), stored_ids=store.items_from_sources(known), **result.to_trace(),
+                      judge={"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
+                             "votes": list(judgment.votes)},
+                      correct=judgment.correct, f1=judgment.score,
+                      scored=self.include_adversarial or q.category != "adversarial")
+        sources = [hit["source_ids"] for hit in trace.retrieved]
+        trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
         return diagnose(trace)
 
 
@@ -154,7 +151,7 @@ class _WorkerError(Exception):
         return exc
 
 
-def _work(strategy: dict, cid: str, question_ids: list[str]) -> tuple[list[dict], int, int]:
+def _work(strategy: dict, cid: str, question_ids: list[str]) -> tuple[list[Trace], int, int]:
     """Worker task: ``(traces, ingestion cache hits, misses)`` of one conversation."""
     assert _WORKER is not None, "worker not initialised"
     try:
@@ -197,7 +194,7 @@ class Harness:
         runtime = self._evaluator.runtime(strategy)  # validates the strategy before any work is handed out
         hits0, misses0 = self.cache.hits, self.cache.misses
         started = time.perf_counter()
-        traces: list[dict] = []
+        traces: list[Trace] = []
         hits = misses = 0
         with tqdm(total=len(questions), desc=desc, disable=not self.progress, leave=False) as bar:
             if self.workers > 1 and len(by_conv) > 1:
@@ -240,36 +237,36 @@ class Harness:
                                              initializer=_init_worker, initargs=initargs)
         return self._pool
 
-    def _summary(self, strategy: dict, traces: list[dict], wall: float, hits: int, misses: int) -> dict:
-        scored = [t for t in traces if t["scored"]]
-        known = [t for t in scored if t["evidence_known"]]
-        by_cat: dict[str, list[dict]] = defaultdict(list)
+    def _summary(self, strategy: dict, traces: list[Trace], wall: float, hits: int, misses: int) -> Summary:
+        scored = [t for t in traces if t.scored]
+        known = [t for t in scored if t.evidence_known]
+        by_cat: dict[str, list[Trace]] = defaultdict(list)
         for t in scored:
-            by_cat[t["category"]].append(t)
+            by_cat[t.category].append(t)
         causes, causes_by_cat = root_cause_counts(traces)
-        adversarial = [t for t in traces if t["category"] == "adversarial"]
+        adversarial = [t for t in traces if t.category == "adversarial"]
 
-        def recall(ts: list[dict], k: int) -> float | None:
-            ts = [t for t in ts if t["evidence_known"]]
-            return round(mean(t["evidence_recall"][str(k)] for t in ts), 4) if ts else None
+        def recall(ts: list[Trace], k: int) -> float | None:
+            ts = [t for t in ts if t.evidence_known]
+            return round(mean(t.evidence_recall[str(k)] for t in ts), 4) if ts else None
 
-        return {
-            "strategy_hash": strategy_hash(strategy), "policy_hash": policy_hash(strategy),
-            "benchmark": self.benchmark.name, "benchmark_hash": self._benchmark_hash,
-            "judge": self.roles.judge.name,
-            "n_questions": len(traces), "n_scored": len(scored),
-            "accuracy": round(mean(t["correct"] for t in scored), 4) if scored else None,
-            "f1": round(mean(t["f1"] for t in scored), 4) if scored else None,
-            "accuracy_by_category": {c: round(mean(t["correct"] for t in ts), 4) for c, ts in sorted(by_cat.items())},
-            "f1_by_category": {c: round(mean(t["f1"] for t in ts), 4) for c, ts in sorted(by_cat.items())},
-            "n_by_category": {c: len(ts) for c, ts in sorted(by_cat.items())},
-            "evidence_recall": {str(k): recall(known, k) for k in RECALL_KS},
-            "evidence_recall_by_category": {c: {str(k): recall(ts, k) for k in RECALL_KS} for c, ts in sorted(by_cat.items())},
-            "root_causes": causes, "root_causes_by_category": causes_by_cat,
-            "dcr@3": round(dcr(traces, 3), 4),
-            "adversarial": {"n": len(adversarial), "scored": bool(adversarial and adversarial[0]["scored"]),
-                            "evidence_recall@10": recall(adversarial, 10)},
-            "role_failures": sum(1 for t in traces if "error" in t),
-            "ingestion_cache": {"hits": hits, "misses": misses},
-            "wall_time_s": round(wall, 3),
-        }
+        return Summary(
+            strategy_hash=strategy_hash(strategy), policy_hash=policy_hash(strategy),
+            benchmark=self.benchmark.name, benchmark_hash=self._benchmark_hash, judge=self.roles.judge.name,
+            n_questions=len(traces), n_scored=len(scored),
+            accuracy=round(mean(t.correct for t in scored), 4) if scored else None,
+            f1=round(mean(t.f1 for t in scored), 4) if scored else None,
+            accuracy_by_category={c: round(mean(t.correct for t in ts), 4) for c, ts in sorted(by_cat.items())},
+            f1_by_category={c: round(mean(t.f1 for t in ts), 4) for c, ts in sorted(by_cat.items())},
+            n_by_category={c: len(ts) for c, ts in sorted(by_cat.items())},
+            evidence_recall={str(k): recall(known, k) for k in RECALL_KS},
+            evidence_recall_by_category={c: {str(k): recall(ts, k) for k in RECALL_KS}
+                                         for c, ts in sorted(by_cat.items())},
+            root_causes=causes, root_causes_by_category=causes_by_cat,
+            dcr3=round(dcr(traces, 3), 4),
+            adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),
+                         "evidence_recall@10": recall(adversarial, 10)},
+            role_failures=sum(1 for t in traces if t.error is not None),
+            ingestion_cache={"hits": hits, "misses": misses},
+            wall_time_s=round(wall, 3),
+        )

@@ -10,7 +10,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterable
 
-from evolve.strategy.diff import LINEAGE
+from evolve.strategy.artifact import LINEAGE
 from evolve.state.journal import Journal, VerifyResult
 from evolve.state.files import StoreError, iter_jsonl, read_json
 from evolve.state.stores import read_stored_strategy, stored_strategy_path

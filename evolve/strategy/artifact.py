@@ -17,8 +17,13 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from evolve.data import BASELINE_PATH, SCHEMA_PATH
+from evolve.data import SCHEMA_PATH
 
+#: Top-level fields that describe lineage, not behaviour: shown in diffs, never part of the policy hash.
+LINEAGE = ("parent", "name", "version")
+#: The lineage a candidate may differ in without that counting as a change (derivation sets ``parent``, ``name``
+#: is a label). ``version`` is bumped by people only: a candidate that changes it is refused by the gates.
+FREE_LINEAGE = ("parent", "name")
 #: Sections whose values change what ingestion stores; they key the ingestion cache.
 INGESTION_PATHS = ("extraction", "lifecycle", "features.session_rollups", "features.profile_layer")
 
@@ -71,8 +76,8 @@ def strategy_hash(strategy: dict) -> str:
 
 
 def policy_hash(strategy: dict) -> str:
-    """Hash of the behaviour-determining content only (``parent``, ``name`` and ``version`` excluded)."""
-    return strategy_hash({k: v for k, v in strategy.items() if k not in ("parent", "name", "version")})
+    """Hash of the behaviour-determining content only (:data:`LINEAGE` fields excluded)."""
+    return strategy_hash({k: v for k, v in strategy.items() if k not in LINEAGE})
 
 
 def dump_yaml(strategy: dict) -> str:

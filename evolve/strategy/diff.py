@@ -1,14 +1,32 @@
-"""Path-level diff of two strategies: changed / added / removed dotted paths, prompt text as unified diff."""
+"""The one strategy diff and the change vocabulary built on it.
+
+:func:`diff_strategies` is the literal path-level diff (changed / added / removed dotted paths, prompt text as a
+unified diff) shown to reviewers. :func:`effective_changes` reads the same diff as behaviour: free lineage fields
+are left out, and an intent-override weight (``retrieval.intent_overrides.<intent>.weights.<channel>``) present on
+one side only is measured from the base weight it overrides. Gates, critic, planner and effects speak of a
+change as ``"<dotted.path>::<direction>"`` (:func:`change_keys`), direction one of :data:`DIRECTIONS` or
+``set:<value>``; which relative moves each kind of evolvable dimension takes is :data:`MOVES`.
+"""
 from __future__ import annotations
 
 import difflib
+import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from evolve.strategy.artifact import flatten
+from evolve.strategy.artifact import FREE_LINEAGE, EvolvableDimension, evolvable_dimensions, flatten, get_path
 
-#: Paths that describe lineage, not behaviour; shown but never counted as a policy change.
-LINEAGE = ("parent", "name", "version")
+#: Relative moves, by kind of evolvable dimension; numbers and enums also take ``set:<value>``, booleans never.
+MOVES: dict[str, tuple[str, ...]] = {"integer": ("increase", "decrease"), "number": ("increase", "decrease"),
+                                     "boolean": ("enable", "disable"), "enum": ()}
+#: Every relative move.
+DIRECTIONS = ("increase", "decrease", "enable", "disable")
+SET_PREFIX = "set:"
+PROMPT_SECTIONS = ("extraction", "expansion", "answering")
+#: Stands for a path one side of a diff lacks.
+MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<absent>"})()
+_OVERRIDE = re.compile(r"^retrieval\.intent_overrides\.[a-z_]+\.weights\.([a-z0-9_]+)$")
 
 
 @dataclass
@@ -20,10 +38,6 @@ class StrategyDiff:
     @property
     def empty(self) -> bool:
         return not (self.changed or self.added or self.removed)
-
-    def policy_paths(self) -> list[str]:
-        """Changed/added/removed paths other than lineage fields."""
-        return sorted(p for p in {*self.changed, *self.added, *self.removed} if p not in LINEAGE)
 
     def to_dict(self) -> dict:
         return {"changed": {p: [a, b] for p, (a, b) in self.changed.items()}, "added": self.added, "removed": self.removed}
@@ -62,3 +76,83 @@ def diff_strategies(old: dict, new: dict) -> StrategyDiff:
         added={p: b[p] for p in sorted(b.keys() - a.keys())},
         removed={p: a[p] for p in sorted(a.keys() - b.keys())},
     )
+
+
+# ---------------------------------------------------------------- behaviour and change vocabulary
+
+
+def prompt_of(path: str) -> str | None:
+    """``"<section>.prompt"`` when ``path`` lies inside a prompt, else ``None``."""
+    for section in PROMPT_SECTIONS:
+        root = f"{section}.prompt"
+        if path == root or path.startswith(root + "."):
+            return root
+    return None
+
+
+def dimension_for(path: str, dims: dict[str, EvolvableDimension] | None = None) -> EvolvableDimension | None:
+    """The evolvable dimension governing ``path`` (intent-override weights map to the base weight)."""
+    dims = dims if dims is not None else evolvable_dimensions()
+    if path in dims:
+        return dims[path]
+    match = _OVERRIDE.match(path)
+    return dims.get(f"retrieval.weights.{match.group(1)}") if match else None
+
+
+def _effective(strategy: dict, path: str) -> Any:
+    """The value a path one side lacks behaves as: the base weight for an override weight, else MISSING."""
+    match = _OVERRIDE.match(path)
+    if match:
+        try:
+            return get_path(strategy, f"retrieval.weights.{match.group(1)}")
+        except KeyError:
+            return MISSING
+    return MISSING
+
+
+def effective_changes(parent: dict, candidate: dict) -> dict[str, tuple[Any, Any]]:
+    """``{path: (old, new)}`` of every leaf change that can alter behaviour (:data:`MISSING` for an absent side)."""
+    diff = diff_strategies(parent, candidate)
+    pairs = dict(diff.changed)
+    pairs.update({p: (_effective(parent, p), v) for p, v in diff.added.items()})
+    pairs.update({p: (v, _effective(candidate, p)) for p, v in diff.removed.items()})
+    return {p: (old, new) for p, (old, new) in sorted(pairs.items())
+            if p.split(".")[0] not in FREE_LINEAGE and {} not in (old, new)
+            and (old != new or isinstance(old, bool) != isinstance(new, bool))}
+
+
+def effective_diff(parent: dict, candidate: dict) -> dict[str, list[Any]]:
+    """:func:`effective_changes` as JSON, ``{path: [old, new]}`` (``None`` where a side lacks the path)."""
+    return {path: [None if old is MISSING else old, None if new is MISSING else new]
+            for path, (old, new) in effective_changes(parent, candidate).items()}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def direction(old: Any, new: Any) -> str:
+    """increase / decrease for numbers, enable / disable for booleans, otherwise ``set:<new>``."""
+    if isinstance(old, bool) and isinstance(new, bool):
+        return "enable" if new else "disable"
+    if _is_number(old) and _is_number(new) and old != new:
+        return "increase" if new > old else "decrease"
+    if new is MISSING:
+        return "set:unset"
+    return f"{SET_PREFIX}{new}" if isinstance(new, str) else f"{SET_PREFIX}{json.dumps(new, sort_keys=True)}"
+
+
+def change_keys(parent: dict, candidate: dict) -> list[str]:
+    """Sorted ``"path::direction"`` keys of a diff; a changed prompt is one key ``set:<id>@v<version>``."""
+    keys: set[str] = set()
+    for path, (old, new) in effective_changes(parent, candidate).items():
+        prompt = prompt_of(path)
+        if prompt is None:
+            keys.add(f"{path}::{direction(old, new)}")
+            continue
+        try:
+            spec = get_path(candidate, prompt)
+            keys.add(f"{prompt}::set:{spec['id']}@v{spec['version']}")
+        except (KeyError, TypeError):
+            keys.add(f"{prompt}::set:unset")
+    return sorted(keys)

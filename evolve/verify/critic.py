@@ -10,7 +10,7 @@ candidate a gate refused; it can only hold back one the gates let through. Label
   its section's group). A root cause without a stage (``unresolved``, or no target) skips this check.
 - ``duplicate``    the change keys equal those of a recently evaluated candidate.
 - ``risky``        a change key has reputation <= ``reputation_floor``, a numeric change moves more
-  than ``jump_fraction`` of its dimension's ``max_step``, or the probe accuracy fell.
+  than ``jump_fraction`` of its dimension's ``max_step``.
 - ``actionable``   none of the above.
 
 Only ``duplicate`` and ``out_of_scope`` block (:attr:`CriticReview.blocks`); ``risky`` is advice
@@ -19,10 +19,10 @@ the engine may weigh, e.g. by evaluating the candidate last.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
-from evolve.verify.gates import dimension_for, prompt_of
 from evolve.strategy.artifact import evolvable_dimensions
+from evolve.strategy.diff import dimension_for, prompt_of
 
 #: Pipeline order of the dimension groups.
 LADDER = ("ingestion", "retrieval", "assembly", "answering")
@@ -51,12 +51,11 @@ class CriticPacket:
     and for model-based critics; the deterministic rules do not read them.
     """
 
-    diff: dict[str, list[Any]]  # {path: [old, new]} from evolve.verify.gates.strategy_diff
+    diff: dict[str, list[Any]]  # {path: [old, new]} from evolve.strategy.diff.effective_diff
     change_keys: list[str]
     root_cause: str | None
     category: str | None
     reputations: dict[str, float] = field(default_factory=dict)
-    probe_delta: float | None = None  # candidate minus baseline probe accuracy
     examples: list[dict] = field(default_factory=list)
     recent_keys: list[list[str]] = field(default_factory=list)  # change keys of recent candidates
 
@@ -76,6 +75,12 @@ class CriticReview:
 
     def to_dict(self) -> dict[str, Any]:
         return {"label": self.label, "reasons": list(self.reasons), "blocks": self.blocks}
+
+
+class Critic(Protocol):
+    """Anything that labels a gated candidate: :class:`DeterministicCritic` or an LLM critic."""
+
+    def review(self, packet: CriticPacket) -> CriticReview: ...
 
 
 def group_of(path: str) -> str | None:
@@ -130,6 +135,4 @@ class DeterministicCritic:
                 risks.append(
                     f"{path}: jump {abs(new - old):g} exceeds {self.jump_fraction:g} x max_step {dim.max_step:g}"
                 )
-        if packet.probe_delta is not None and packet.probe_delta < 0:
-            risks.append(f"probe accuracy fell by {-packet.probe_delta:.4f}")
         return risks

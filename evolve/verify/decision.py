@@ -58,6 +58,22 @@ class AcceptanceRules(BaseModel):
         return self.epsilon_by_category.get(category, self.epsilon_default)
 
 
+#: The verdicts that change the strategy; only these can be promoted to serving.
+STRATEGY_CHANGING = (Verdict.ACCEPT, Verdict.ACCEPT_WITH_MONITOR)
+
+
+def changes_strategy(verdict: str | Verdict) -> bool:
+    """Whether a verdict (or its recorded string) changes the strategy."""
+    return verdict in {v.value for v in STRATEGY_CHANGING}
+
+
+def journal_type(verdict: str | Verdict) -> str:
+    """The journal entry type recording a verdict: ACCEPT, FLAG or REJECT."""
+    if changes_strategy(verdict):
+        return "ACCEPT"
+    return "FLAG" if verdict == Verdict.FEATURE_FLAG.value else "REJECT"
+
+
 @dataclass(frozen=True)
 class Decision:
     verdict: Verdict
@@ -66,7 +82,7 @@ class Decision:
 
     @property
     def changes_strategy(self) -> bool:
-        return self.verdict in (Verdict.ACCEPT, Verdict.ACCEPT_WITH_MONITOR)
+        return changes_strategy(self.verdict)
 
     def to_dict(self) -> dict[str, str]:
         return {**asdict(self), "verdict": self.verdict.value}

@@ -1,130 +1,18 @@
 """Fail-fast gates a candidate strategy must pass before anything is spent evaluating it.
 
 Gates run in order and stop at the first refusal: ``schema`` -> ``novelty`` -> ``ranges`` ->
-``prompt_integrity`` -> ``replay_stability``. This module also owns the diff vocabulary shared
-with the planner, critic and engine: :func:`strategy_diff` and :func:`change_keys`
-(``"<dotted.path>::<direction>"``, direction one of increase, decrease, enable, disable, set:<value>).
-
-Intent-override weights (``retrieval.intent_overrides.<intent>.weights.<channel>``) are evolvable
-through the matching ``retrieval.weights.<channel>`` dimension; where an override is absent its
-effective value is the base weight, so adding or removing an override is measured from that.
+``prompt_integrity`` -> ``replay_stability``. Changes are read through the one strategy diff
+(:func:`evolve.strategy.diff.effective_changes`).
 """
 from __future__ import annotations
 
-import json
-import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from evolve.strategy.artifact import (
-    EvolvableDimension,
-    StrategyError,
-    evolvable_dimensions,
-    flatten,
-    get_path,
-    policy_hash,
-    validate_strategy,
-)
+from evolve.strategy.artifact import StrategyError, evolvable_dimensions, policy_hash, validate_strategy
+from evolve.strategy.diff import PROMPT_SECTIONS, change_keys, dimension_for, effective_changes, prompt_of
 
-PROMPT_SECTIONS = ("extraction", "expansion", "answering")
-_UNTRACKED = ("parent", "name")  # provenance, not policy
-_OVERRIDE = re.compile(r"^retrieval\.intent_overrides\.[a-z_]+\.weights\.([a-z0-9_]+)$")
-_MISSING: Any = object()
 _STEP_SLACK = 1e-9
-
-
-# ---------------------------------------------------------------- diff vocabulary
-
-
-def prompt_of(path: str) -> str | None:
-    """``"<section>.prompt"`` when ``path`` lies inside a prompt, else ``None``."""
-    for section in PROMPT_SECTIONS:
-        root = f"{section}.prompt"
-        if path == root or path.startswith(root + "."):
-            return root
-    return None
-
-
-def dimension_for(path: str, dims: dict[str, EvolvableDimension] | None = None) -> EvolvableDimension | None:
-    """The evolvable dimension governing ``path`` (intent-override weights map to the base weight)."""
-    dims = dims if dims is not None else evolvable_dimensions()
-    if path in dims:
-        return dims[path]
-    match = _OVERRIDE.match(path)
-    return dims.get(f"retrieval.weights.{match.group(1)}") if match else None
-
-
-def _leaves(strategy: dict) -> dict[str, Any]:
-    return {
-        path: value
-        for path, value in flatten(strategy).items()
-        if path.split(".")[0] not in _UNTRACKED and value != {}
-    }
-
-
-def _effective(strategy: dict, leaves: dict[str, Any], path: str) -> Any:
-    if path in leaves:
-        return leaves[path]
-    match = _OVERRIDE.match(path)
-    if match:
-        try:
-            return get_path(strategy, f"retrieval.weights.{match.group(1)}")
-        except KeyError:
-            return _MISSING
-    return _MISSING
-
-
-def _changes(parent: dict, candidate: dict) -> dict[str, tuple[Any, Any]]:
-    old_leaves, new_leaves = _leaves(parent), _leaves(candidate)
-    out: dict[str, tuple[Any, Any]] = {}
-    for path in sorted(set(old_leaves) | set(new_leaves)):
-        old, new = _effective(parent, old_leaves, path), _effective(candidate, new_leaves, path)
-        if old != new or isinstance(old, bool) != isinstance(new, bool):
-            out[path] = (old, new)
-    return out
-
-
-def strategy_diff(parent: dict, candidate: dict) -> dict[str, list[Any]]:
-    """``{path: [old, new]}`` of every effective leaf change (``None`` where a side lacks the path)."""
-    return {
-        path: [None if old is _MISSING else old, None if new is _MISSING else new]
-        for path, (old, new) in _changes(parent, candidate).items()
-    }
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _show(value: Any) -> str:
-    return "<absent>" if value is _MISSING else repr(value)
-
-
-def direction(old: Any, new: Any) -> str:
-    """increase / decrease for numbers, enable / disable for booleans, otherwise ``set:<new>``."""
-    if isinstance(old, bool) and isinstance(new, bool):
-        return "enable" if new else "disable"
-    if _is_number(old) and _is_number(new) and old != new:
-        return "increase" if new > old else "decrease"
-    if new is _MISSING:
-        return "set:unset"
-    return f"set:{new}" if isinstance(new, str) else f"set:{json.dumps(new, sort_keys=True)}"
-
-
-def change_keys(parent: dict, candidate: dict) -> list[str]:
-    """Sorted ``"path::direction"`` keys of a diff; a changed prompt is one key ``set:<id>@v<version>``."""
-    keys: set[str] = set()
-    for path, (old, new) in _changes(parent, candidate).items():
-        prompt = prompt_of(path)
-        if prompt is None:
-            keys.add(f"{path}::{direction(old, new)}")
-            continue
-        try:
-            spec = get_path(candidate, prompt)
-            keys.add(f"{prompt}::set:{spec['id']}@v{spec['version']}")
-        except (KeyError, TypeError):
-            keys.add(f"{prompt}::set:unset")
-    return sorted(keys)
 
 
 # ---------------------------------------------------------------- gates
@@ -181,7 +69,7 @@ def _novelty(candidate: dict, parent: dict, ctx: GateContext) -> tuple[bool, str
         return False, "policy identical to parent"
     if digest in ctx.evaluated:
         return False, f"policy {digest[:12]} already evaluated"
-    if not _changes(parent, candidate):
+    if not effective_changes(parent, candidate):
         return False, "no effective change from parent"
     return True, f"new policy {digest[:12]}"
 
@@ -189,15 +77,15 @@ def _novelty(candidate: dict, parent: dict, ctx: GateContext) -> tuple[bool, str
 def _ranges(candidate: dict, parent: dict, ctx: GateContext) -> tuple[bool, str]:
     dims = evolvable_dimensions()
     checked = 0
-    for path, (old, new) in _changes(parent, candidate).items():
+    for path, (old, new) in effective_changes(parent, candidate).items():
         if prompt_of(path):
             continue  # prompt_integrity owns prompt changes
         dim = dimension_for(path, dims)
         if dim is None:
-            return False, f"{path}: not an evolvable path ({_show(old)} -> {_show(new)})"
+            return False, f"{path}: not an evolvable path ({old!r} -> {new!r})"
         if dim.kind in ("integer", "number"):
-            if not (_is_number(old) and _is_number(new)):
-                return False, f"{path}: expected numbers, got {_show(old)} -> {_show(new)}"
+            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new)):
+                return False, f"{path}: expected numbers, got {old!r} -> {new!r}"
             if abs(new - old) > dim.max_step + _STEP_SLACK:
                 return False, f"{path}: moved {old} -> {new} ({abs(new - old):g}), more than max_step {dim.max_step:g}"
         checked += 1

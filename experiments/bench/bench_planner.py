@@ -38,7 +38,7 @@ from evolve.verify.decision import AcceptanceRules  # noqa: E402
 from evolve.loop.engine import Engine  # noqa: E402
 from evolve.improve.evolver import Evolver  # noqa: E402
 from evolve.observe.harness import EvalRun, Harness  # noqa: E402
-from evolve.loop.backends import build_roles, roles_config  # noqa: E402
+from evolve.loop.backends import build_backends, roles_config  # noqa: E402
 from evolve.runtime import IngestionCache  # noqa: E402
 from evolve.verify.statistics import paired_comparison  # noqa: E402
 from evolve.state.files import atomic_write_text  # noqa: E402
@@ -181,7 +181,7 @@ def run_blind(config: RunConfig, budget: int, work: Path, question_ids: list[str
     """Blind TPE over the full evolvable space; returns the result, the baseline run and the best run."""
     started = time.perf_counter()
     benchmark = load_benchmark(config.benchmark)
-    roles, _, _ = build_roles(roles_config(config), config.judge_threshold, work / "llm")
+    roles = build_backends(roles_config(config), config.judge_threshold, work / "llm").roles
     harness = Harness(benchmark, roles, cache=IngestionCache(work / "ingestion"),
                       include_adversarial=config.include_adversarial, progress=False)
     baseline = load_strategy(config.strategy)

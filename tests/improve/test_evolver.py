@@ -4,7 +4,8 @@ from optuna.trial import TrialState
 
 from evolve.improve.evolver import BLIND_STUDY, Evolver, EvolverError, _repair
 from evolve.improve.planner import Direction
-from evolve.strategy.artifact import (BASELINE_PATH, StrategyError, derive, evolvable_dimensions, get_path, load_strategy,
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import (StrategyError, derive, evolvable_dimensions, get_path, load_strategy,
                              set_path, validate_strategy)
 
 DIMS = evolvable_dimensions()

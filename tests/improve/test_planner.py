@@ -4,7 +4,8 @@ from evolve.improve.digest import Digest, Symptom
 from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import BundleError, Planner, load_bundles, move_values, parse_bundles
-from evolve.strategy.artifact import BASELINE_PATH, evolvable_dimensions, load_strategy, set_path
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import evolvable_dimensions, load_strategy, set_path
 
 DIMS = evolvable_dimensions()
 

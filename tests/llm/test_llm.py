@@ -14,7 +14,8 @@ from evolve.llm import (CacheError, ConfigError, LLMAnswerer, LLMAuthError, LLMC
                         ResponseCache, RoleConfig, RolesConfig, UsageStats, build_llm_roles)
 from evolve.strategy.policy import Policy
 from evolve.runtime.roles import ContextItem
-from evolve.strategy.artifact import BASELINE_PATH, load_strategy
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import load_strategy
 from llm_server import LoopbackLLMServer, llm_server  # noqa: F401  (fixture)
 
 POLICY = Policy.from_strategy(load_strategy(BASELINE_PATH))

@@ -94,13 +94,15 @@ def test_a_failing_role_stops_or_marks_questions(on_error, tmp_path):
     from evolve.benchmarks import load_benchmark
     from evolve.observe.harness import Harness
     from evolve.llm import LLMError, RolesConfig
-    from evolve.loop.backends import build_roles
-    from evolve.strategy.artifact import BASELINE_PATH, load_strategy
+    from evolve.loop.backends import build_backends
+    from evolve.data import BASELINE_PATH
+    from evolve.strategy.artifact import load_strategy
 
     with LoopbackLLMServer(scripted) as server:
         cfg = RolesConfig.from_sources({"answerer": {"backend": "llm", "base_url": server.base_url,
                                                      "model": "test-model", "max_retries": 0}}, env={})
-        roles, stats, _ = build_roles(cfg, 0.5, tmp_path / "llm", on_error)
+        backends = build_backends(cfg, 0.5, tmp_path / "llm", on_error)
+        roles, stats = backends.roles, backends.usage
         bench = load_benchmark("synthetic:0")
         ids = [q.id for q in bench.questions if q.category != "adversarial"][:4]
         server.fail_next("500", n=100)
@@ -110,7 +112,7 @@ def test_a_failing_role_stops_or_marks_questions(on_error, tmp_path):
                 harness.evaluate(load_strategy(BASELINE_PATH), ids)
             return
         run = harness.evaluate(load_strategy(BASELINE_PATH), ids)
-    assert run.summary["role_failures"] == 4 and run.outcomes() == {}
-    assert all(t["error"]["stage"] == "question" and "answerer" in t["error"]["message"] for t in run.traces)
+    assert run.summary.role_failures == 4 and run.outcomes() == {}
+    assert all(t.error["stage"] == "question" and "answerer" in t.error["message"] for t in run.traces)
     assert stats.to_dict()["llm.answerer.failures"] == 4
     assert not list((tmp_path / "llm").rglob("*.json"))  # nothing half-written to the response cache

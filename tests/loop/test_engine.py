@@ -10,7 +10,8 @@ from evolve.verify.decision import AcceptanceRules, decide
 from evolve.loop.engine import Engine
 from evolve.state.files import StoreError
 from evolve.state.stores import RoundBundle, StoreSet
-from evolve.strategy.artifact import BASELINE_PATH, derive, dump_yaml, load_strategy, strategy_hash
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import derive, dump_yaml, load_strategy, strategy_hash
 
 
 def tiny(stores: Path, **overrides) -> RunConfig:
@@ -58,7 +59,7 @@ def test_auto_restore_at_the_threshold(tmp_path, margin, restored):
     bad = derive(load_strategy(BASELINE_PATH), {"extraction.min_fact_tokens": 16, "extraction.supplement": False})
     _force_current(stores, bad)
     probe = Engine(tiny(stores), track=False, progress=False)
-    gap = best - probe.harness.evaluate(bad, probe.question_ids).summary["accuracy"]
+    gap = best - probe.harness.evaluate(bad, probe.question_ids).summary.accuracy
     probe.stores.close()
     assert gap > 0.05
     # One more round whose candidates cannot close the gap (the bad strategy's ingestion loses nearly everything).

@@ -17,7 +17,8 @@ import yaml
 from evolve.cli import main
 from evolve.state.files import read_json
 from evolve.state.stores import RoundBundle, StoreSet
-from evolve.strategy.artifact import BASELINE_PATH, derive, strategy_hash
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import derive, strategy_hash
 
 BASELINE_TEXT = BASELINE_PATH.read_text(encoding="utf-8")
 #: What the engine may change in a round that fails before its commit: search state and caches, not results.

@@ -17,7 +17,8 @@ import pytest
 import yaml
 
 from evolve.state.stores import DOC_STORES, JSONL_STORES, StoreSet
-from evolve.strategy.artifact import BASELINE_PATH, strategy_hash
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import strategy_hash
 
 ROUNDS = 3
 POLL_S = 0.005

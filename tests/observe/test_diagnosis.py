@@ -2,18 +2,19 @@
 import pytest
 
 from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
+from evolve.observe.trace import Trace
 from evolve.observe.judge import TokenF1Judge, evidence_recall, token_f1
 
 
 def trace(correct=False, known=True, stored=("m1",), retrieved=(("m1", ("D1:1",)),), packed=(("m1", ("D1:1",)),),
           category="single_hop"):
-    return {
+    return Trace.from_dict({
         "question_id": "q", "category": category, "correct": correct, "scored": True,
         "gold_evidence": ["D1:1"] if known else [], "evidence_known": known, "stored_ids": list(stored),
         "intent": "single_hop", "retrieved": [{"id": i, "source_ids": list(s)} for i, s in retrieved],
         "filtered": [], "packed": [{"id": i, "source_ids": list(s)} for i, s in packed], "dropped": [],
         "token_budget": 100, "answer": "x", "judge": {"name": "token-f1@0.5"},
-    }
+    })
 
 
 @pytest.mark.parametrize("kwargs,cause", [
@@ -25,14 +26,14 @@ def trace(correct=False, known=True, stored=("m1",), retrieved=(("m1", ("D1:1",)
     ({}, "generation_error"),
 ])
 def test_each_root_cause_branch(kwargs, cause):
-    assert diagnose(trace(**kwargs))["root_cause"] == cause
+    assert diagnose(trace(**kwargs)).root_cause == cause
 
 
 def test_dcr_counts_failures_with_enough_stages():
     full = diagnose(trace())
-    assert len(full["stages"]) == 5
+    assert len(full.stages) == 5
     thin = diagnose(trace(retrieved=(("m2", ("D1:2",)),)))
-    thin["stages"] = ["ingestion", "retrieval"]
+    thin.stages = ["ingestion", "retrieval"]
     unresolved = diagnose(trace(known=False))
     assert dcr([full, thin, unresolved], tau=3) == pytest.approx(1 / 3)
     assert dcr([diagnose(trace(correct=True))]) == 1.0

@@ -12,7 +12,8 @@ from evolve.cli import main
 from evolve.ops.review import StoreView
 from evolve.state.files import read_json
 from evolve.state.stores import RoundBundle, StoreSet
-from evolve.strategy.artifact import BASELINE_PATH, dump_yaml, load_strategy, set_path, strategy_hash
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import dump_yaml, load_strategy, set_path, strategy_hash
 from workflow_fixtures import commit_accept_round, engine_stores, stores  # noqa: F401
 
 

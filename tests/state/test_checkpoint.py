@@ -8,7 +8,8 @@ import pytest
 
 from evolve.state.checkpoint import Checkpoint
 from evolve.state.files import StoreError, canonical_hash
-from evolve.strategy.artifact import BASELINE_PATH, derive, load_strategy, strategy_hash
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import derive, load_strategy, strategy_hash
 
 BASELINE = load_strategy(BASELINE_PATH)
 

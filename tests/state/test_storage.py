@@ -22,7 +22,8 @@ from evolve.state.files import (
     strategy_from_yaml, strategy_to_yaml,
 )
 from evolve.state.stores import DOC_STORES, JSONL_STORES, RoundBundle, StoreSet
-from evolve.strategy.artifact import BASELINE_PATH, derive, load_strategy, strategy_hash
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import derive, load_strategy, strategy_hash
 
 TESTS_DIR = Path(__file__).resolve().parent
 BASELINE = load_strategy(BASELINE_PATH)

@@ -5,7 +5,8 @@ import pytest
 import yaml
 
 from evolve.strategy.policy import Policy
-from evolve.strategy.artifact import (BASELINE_PATH, StrategyError, derive, dump_yaml, evolvable_dimensions, ingestion_key,
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import (StrategyError, derive, dump_yaml, evolvable_dimensions, ingestion_key,
                              load_strategy, parse_strategy, policy_hash, strategy_hash)
 
 BASE_TEXT = BASELINE_PATH.read_text()

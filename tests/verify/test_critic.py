@@ -6,8 +6,9 @@ import json
 import pytest
 
 from evolve.verify.critic import CriticPacket, DeterministicCritic, group_of
-from evolve.verify.gates import change_keys, strategy_diff
-from evolve.strategy.artifact import BASELINE_PATH, derive, load_strategy
+from evolve.strategy.diff import change_keys, effective_diff as strategy_diff
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import derive, load_strategy
 
 BASE = load_strategy(BASELINE_PATH)
 CRITIC = DeterministicCritic()
@@ -80,16 +81,11 @@ def test_large_jump_is_risky():
     assert DeterministicCritic(jump_fraction=1.0).review(packet({"retrieval.top_k": 11})).label == "actionable"
 
 
-def test_probe_drop_is_risky():
-    assert CRITIC.review(packet({"retrieval.top_k": 7}, probe_delta=-0.0125)).label == "risky"
-    assert CRITIC.review(packet({"retrieval.top_k": 7}, probe_delta=0.0)).label == "actionable"
-
-
 def test_label_precedence_out_of_scope_then_duplicate_then_risky():
     keys = ["assembly.format::set:json"]
-    p = packet({"assembly.format": "json"}, "retrieval_gap", recent_keys=[keys], probe_delta=-0.5)
+    p = packet({"assembly.format": "json"}, "retrieval_gap", recent_keys=[keys])
     assert CRITIC.review(p).label == "out_of_scope"
-    p = packet({"retrieval.top_k": 12}, recent_keys=[["retrieval.top_k::increase"]], probe_delta=-0.5)
+    p = packet({"retrieval.top_k": 12}, recent_keys=[["retrieval.top_k::increase"]])
     assert CRITIC.review(p).label == "duplicate"
 
 

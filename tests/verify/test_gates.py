@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from evolve.verify.gates import GATES, GateContext, change_keys, run_gates, strategy_diff
-from evolve.strategy.artifact import BASELINE_PATH, StrategyError, derive, load_strategy, policy_hash
+from evolve.strategy.diff import change_keys, effective_diff as strategy_diff
+from evolve.verify.gates import GATES, GateContext, run_gates
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import StrategyError, derive, load_strategy, policy_hash
 
 BASE = load_strategy(BASELINE_PATH)
 SYMPTOM = "retrieval_gap/multi_hop"

@@ -1,0 +1,232 @@
+"""The optimizer's LLM advisors: a planner that proposes schema-bounded changes from a failure digest, and a critic
+that labels a candidate change. Both use the framework's versioned prompts and pydantic-validated JSON replies
+(re-asked with the errors, then dropped with a recorded reason)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, model_validator
+
+from evolve.improve.digest import Digest
+from evolve.improve.effects import DimensionEffects
+from evolve.improve.planner import Direction
+from evolve.llm.client import LLMClient
+from evolve.llm.prompting import ask_json, fill, json_payload, load_prompt, pretty, validation_errors
+from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions
+from evolve.strategy.diff import MOVES
+from evolve.verify.critic import CriticPacket, fixing_groups
+from evolve.verify.critic import CriticReview as Review
+
+PLANNER_PROMPT, CRITIC_PROMPT = "planner.v1", "critic.v1"
+CriticLabel = Literal["actionable", "risky", "duplicate", "out_of_scope"]
+CRITIC_LABELS: tuple[str, ...] = get_args(CriticLabel)
+
+
+# ---------------------------------------------------------------- planner
+
+
+def _legal_value(dim: EvolvableDimension, direction: str, value: Any) -> Any:
+    """``value`` checked against the dimension (None where the direction needs none)."""
+    if dim.kind == "boolean":
+        return None
+    if dim.kind == "enum":
+        if value not in dim.choices:
+            raise ValueError(f"value {value!r} for {dim.path!r} must be one of {dim.choices}")
+        return value
+    if value is None:
+        if direction == "set":
+            raise ValueError(f"direction 'set' on {dim.path!r} needs a value")
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        number = None
+    if isinstance(value, bool) or number is None or not dim.low <= number <= dim.high:
+        raise ValueError(f"value {value!r} for {dim.path!r} must be a number in [{dim.low:g}, {dim.high:g}]")
+    if dim.kind == "integer":
+        if number != int(number):
+            raise ValueError(f"value {value!r} for {dim.path!r} must be an integer")
+        return int(number)
+    return number
+
+
+class Proposal(BaseModel):
+    """One schema-bounded change. Validate with ``context={"dimensions": {...}}``."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    path: str
+    direction: str
+    value: Any = None
+    why: str = ""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legal(cls, data: Any, info: ValidationInfo) -> Any:
+        """Normalise ``set:<value>`` directions and check path, direction and value against the schema."""
+        if not isinstance(data, dict):
+            raise ValueError(f"a proposal must be a JSON object, got {type(data).__name__}")
+        path, direction, value = data.get("path"), data.get("direction"), data.get("value")
+        if not isinstance(path, str) or not isinstance(direction, str):
+            raise ValueError("a proposal needs string fields 'path' and 'direction'")
+        direction = direction.strip().lower()
+        if direction.startswith("set:"):
+            direction, value = "set", direction[4:] if value is None else value
+        context = info.context or {}
+        dims: dict[str, EvolvableDimension] = context["dimensions"] if "dimensions" in context else evolvable_dimensions()
+        dim = dims.get(path)
+        if dim is None:
+            raise ValueError(f"path {path!r} is not evolvable")
+        legal = MOVES[dim.kind] + (() if dim.kind == "boolean" else ("set",))
+        if direction not in legal:
+            raise ValueError(f"direction {direction!r} is illegal for {dim.kind} path {path!r}; use one of {legal}")
+        return {**data, "direction": direction, "value": _legal_value(dim, direction, value)}
+
+    @property
+    def key(self) -> str:
+        """Dimension-effects key ``<path>::<direction>`` (``set:<value>`` for sets)."""
+        direction = f"set:{self.value}" if self.direction == "set" else self.direction
+        return f"{self.path}::{direction}"
+
+
+@dataclass(frozen=True)
+class PlannerResult:
+    proposals: tuple[Proposal, ...]
+    dropped_reasons: tuple[str, ...]
+    attempts: int
+
+
+def _describe(dim: EvolvableDimension) -> str:
+    if dim.kind == "enum":
+        return f"{dim.path}: enum, one of {'|'.join(dim.choices)}"
+    if dim.kind == "boolean":
+        return f"{dim.path}: boolean"
+    return f"{dim.path}: {dim.kind} in [{dim.low:g}, {dim.high:g}], step {dim.step:g}, at most {dim.max_step:g} per change"
+
+
+class LLMPlanner:
+    """JSON change proposals from a failure digest; invalid ones are re-asked, then dropped with a reason."""
+
+    def __init__(self, client: LLMClient, max_attempts: int = 3):
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.client, self.max_attempts = client, max_attempts
+        self.name = f"llm-planner/{client.model}"
+        self._template = load_prompt(PLANNER_PROMPT)
+
+    def plan(self, digest: dict, reputations: dict, dimensions: dict[str, EvolvableDimension] | None = None,
+             max_proposals: int = 3) -> PlannerResult:
+        dims = dimensions if dimensions is not None else evolvable_dimensions()
+        prompt = fill(self._template, digest=pretty(digest), reputations=pretty(reputations),
+                      dimensions="\n".join(_describe(d) for d in dims.values()), max_proposals=str(max_proposals))
+
+        def parse(reply: str) -> tuple[list[Proposal], list[str]]:
+            try:
+                items = json_payload(reply)
+            except ValueError as exc:
+                return [], [str(exc)]
+            if not isinstance(items, list):
+                return [], [f"expected a JSON array of proposals, got {type(items).__name__}"]
+            valid, errors = [], []
+            for i, item in enumerate(items, 1):
+                try:
+                    valid.append(Proposal.model_validate(item, context={"dimensions": dims}))
+                except ValidationError as exc:
+                    errors.append(f"proposal {i}: {validation_errors(exc)}")
+            return valid, errors
+
+        valid, errors, attempts = ask_json(self.client, prompt, parse, self.max_attempts)
+        dropped = [f"invalid after {attempts} attempt(s): {e}" for e in errors]
+        kept: list[Proposal] = []
+        for proposal in valid:
+            if any(p.key == proposal.key for p in kept):
+                dropped.append(f"{proposal.key}: duplicate proposal")
+            elif len(kept) >= max_proposals:
+                dropped.append(f"{proposal.key}: beyond the limit of {max_proposals} proposals")
+            else:
+                kept.append(proposal)
+        return PlannerResult(tuple(kept), tuple(dropped), attempts)
+
+
+# ---------------------------------------------------------------- critic
+
+
+class CriticReview(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    label: CriticLabel
+    reasons: tuple[str, ...] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class CriticVerdict:
+    label: str  # one of CRITIC_LABELS
+    reasons: tuple[str, ...]
+    attempts: int
+
+
+class LLMCritic:
+    """Labels a candidate change from its review packet; unusable output becomes "risky" with the reason."""
+
+    def __init__(self, client: LLMClient, max_attempts: int = 3):
+        if max_attempts < 1:
+            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
+        self.client, self.max_attempts = client, max_attempts
+        self.name = f"llm-critic/{client.model}"
+        self._template = load_prompt(CRITIC_PROMPT)
+
+    def review(self, packet: dict) -> CriticVerdict:
+        def parse(reply: str) -> tuple[CriticReview | None, list[str]]:
+            try:
+                payload = json_payload(reply)
+            except ValueError as exc:
+                return None, [str(exc)]
+            try:
+                return CriticReview.model_validate(payload), []
+            except ValidationError as exc:
+                return None, [validation_errors(exc)]
+
+        review, errors, attempts = ask_json(self.client, fill(self._template, packet=pretty(packet)), parse,
+                                             self.max_attempts)
+        if review is None:
+            return CriticVerdict("risky", tuple(f"critic output invalid after {attempts} attempt(s): {e}"
+                                                for e in errors), attempts)
+        return CriticVerdict(review.label, review.reasons, attempts)
+
+
+# ---------------------------------------------------------------- the engine's seams
+
+
+class CriticAdvisor:
+    """The LLM critic behind the engine's critic seam (:class:`evolve.verify.critic.Critic`)."""
+
+    def __init__(self, critic: LLMCritic):
+        self.critic = critic
+
+    def review(self, packet: CriticPacket) -> Review:
+        verdict = self.critic.review(packet.to_dict())
+        return Review(verdict.label, list(verdict.reasons))
+
+
+class PlannerAdvisor:
+    """The LLM planner behind the planner seam (:class:`evolve.improve.planner.Proposer`). Each proposal becomes a
+    direction aimed at the most severe symptom its group can fix; dropped output is kept in :attr:`notes`."""
+
+    def __init__(self, planner: LLMPlanner, effects: DimensionEffects, dims: dict[str, EvolvableDimension]):
+        self.planner, self.effects, self.dims = planner, effects, dims
+        self.notes: list[str] = []
+
+    def plan(self, digest: Digest, strategy: dict, n: int) -> list[Direction]:
+        ranked = digest.ranked()
+        result = self.planner.plan(digest.to_dict(), self.effects.to_dict(), self.dims, n)
+        self.notes = [f"llm planner dropped: {r}" for r in result.dropped_reasons]
+        directions = []
+        for rank, proposal in enumerate(result.proposals):
+            group = self.dims[proposal.path].group
+            symptom = next((sy.key for sy in ranked if group in fixing_groups(sy.root_cause)),
+                           ranked[0].key if ranked else "unresolved/*")
+            _, direction = proposal.key.split("::", 1)
+            directions.append(Direction(proposal.key, proposal.path, direction, symptom, 1.0 - 0.01 * rank,
+                                        f"llm planner: {proposal.why}"))
+        return directions

@@ -1,0 +1,141 @@
+"""One candidate through the Verify half: evolver values → gates → critic → probe screen → paired comparison →
+decision. Each stage's outcome lands in the candidate's :class:`~evolve.loop.record.CandidateRecord`; the first
+stage that decides closes it, so cheap screens spare the expensive evaluation."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evolve.improve.effects import DimensionEffects
+from evolve.improve.evolver import Evolver, EvolverError, Proposal
+from evolve.improve.hypotheses import HypothesisTree
+from evolve.improve.planner import Direction
+from evolve.loop.record import CandidateRecord
+from evolve.observe.harness import EvalRun, Harness
+from evolve.strategy.artifact import derive, policy_hash, strategy_hash
+from evolve.strategy.diff import diff_strategies, effective_changes
+from evolve.verify.critic import Critic, CriticPacket
+from evolve.verify.decision import AcceptanceRules, Decision, Verdict, decide, probe_screen
+from evolve.verify.gates import GateContext, change_keys, run_gates
+from evolve.verify.statistics import paired_comparison
+
+#: Improved / regressed questions kept per candidate record for review.
+EXAMPLES_PER_SIDE = 25
+
+
+@dataclass
+class CandidateResult:
+    """A verified candidate: its record, strategy, the evolver's proposal and, if fully evaluated, its run."""
+
+    record: CandidateRecord
+    strategy: dict
+    proposal: Proposal | None
+    run: EvalRun | None = None
+    decision: Decision | None = None
+
+    @property
+    def accepted(self) -> bool:
+        return bool(self.decision and self.decision.changes_strategy)
+
+    def close(self, decision: Decision, decided_by: str) -> "CandidateResult":
+        self.decision = decision
+        self.record.close(decision, decided_by)
+        return self
+
+
+@dataclass
+class Screen:
+    """What the candidate is screened against: the round's current strategy and its evaluation."""
+
+    current: dict
+    run: EvalRun
+    evaluated: set[str]  # policy hashes already evaluated (novelty gate)
+    recent: list[list[str]]  # change keys of recently screened candidates (critic duplicates)
+
+
+class CandidateVerifier:
+    """Turns a planner direction into a decided candidate on one harness under fixed acceptance rules."""
+
+    def __init__(self, harness: Harness, evolver: Evolver, critic: Critic, effects: DimensionEffects,
+                 tree: HypothesisTree, rules: AcceptanceRules, *, question_ids: list[str], probe_ids: list[str],
+                 harness_id: dict, max_reverts: int, seed: int):
+        self.harness, self.evolver, self.critic = harness, evolver, critic
+        self.effects, self.tree, self.rules = effects, tree, rules
+        self.question_ids, self.probe_ids, self.harness_id = question_ids, probe_ids, harness_id
+        self.max_reverts, self.seed = max_reverts, seed
+
+    def verify(self, cid: str, round_no: int, direction: Direction, screen: Screen) -> CandidateResult:
+        current = screen.current
+        record = CandidateRecord(cid, round_no, direction.to_dict(), direction.symptom_key, strategy_hash(current),
+                                 self.harness_id)
+        try:
+            proposal = self.evolver.propose(current, direction)
+        except EvolverError as exc:
+            return CandidateResult(record, current, None).close(Decision(Verdict.REJECT, str(exc), "evolver"),
+                                                                "planner")
+        candidate = derive(current, proposal.changes)
+        diff = diff_strategies(current, candidate)
+        record.strategy_hash, record.policy_hash = strategy_hash(candidate), policy_hash(candidate)
+        record.changes, record.change_keys = proposal.changes, change_keys(current, candidate)
+        record.diff, record.diff_text = diff.to_dict(), diff.render()
+        record.optuna = {"study": proposal.study, "trial": proposal.trial_number}
+        result = CandidateResult(record, candidate, proposal)
+
+        trail = run_gates(candidate, current, GateContext(screen.evaluated, self.effects.to_dict(),
+                                                          direction.symptom_key, self.max_reverts))
+        record.gates = trail.to_dict()
+        if not trail.passed:
+            return result.close(Decision(Verdict.REJECT, trail.results[-1].reason, f"gate:{trail.decided_by}"),
+                                f"gate:{trail.decided_by}")
+
+        review = self.critic.review(self._packet(record, current, candidate, screen))
+        self.tree.record_critique(review.label == "actionable")
+        record.critic = review.to_dict()
+        if review.blocks:
+            return result.close(Decision(Verdict.REJECT, "; ".join(review.reasons), "critic"), "critic")
+
+        screened = self._probe(record, candidate, screen.run)
+        if screened is not None:
+            return result.close(screened, "probe")
+
+        run = self.harness.evaluate(candidate, self.question_ids, desc=f"{cid} full")
+        paired = paired_comparison(screen.run.outcomes(), run.outcomes(), alpha=self.rules.alpha, seed=self.seed)
+        result.run = run
+        record.paired, record.dcr, record.summary = paired.to_dict(), run.summary.dcr3, run.summary.brief()
+        record.examples = _examples(record.paired, screen.run, run)
+        return result.close(decide({"paired": record.paired, "dcr": record.dcr}, self.rules), "decision")
+
+    def _packet(self, record: CandidateRecord, current: dict, candidate: dict, screen: Screen) -> CriticPacket:
+        root_cause, _, category = record.symptom.partition("/")
+        examples = [{"question_id": t.question_id, "question": t.question, "gold": t.gold_answer, "answer": t.answer}
+                    for t in screen.run.traces
+                    if t.root_cause == root_cause and category in ("*", t.category)][:3]
+        return CriticPacket(effective_changes(current, candidate), record.change_keys, root_cause, category,
+                            {k: self.effects.reputation(k) for k in record.change_keys}, examples,
+                            screen.recent[-10:])
+
+    def _probe(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
+        """Evaluate the probe subset; a decision if the probe already decides (accuracy drop, or inert)."""
+        probe_run = self.harness.evaluate(candidate, self.probe_ids, desc=f"{record.candidate_id} probe")
+        before = base.by_id()
+        base_probe = [before[q] for q in self.probe_ids if q in before]
+        base_acc = sum(t.correct for t in base_probe) / len(base_probe)
+        cand_acc = probe_run.summary.accuracy
+        changed = sum(t.answer != before[t.question_id].answer for t in probe_run.traces)
+        record.probe = {"n": len(self.probe_ids), "acc_baseline": base_acc, "acc_candidate": cand_acc,
+                        "delta": cand_acc - base_acc, "answers_changed": changed}
+        screened = probe_screen(base_acc, cand_acc, self.rules)
+        if screened is None and changed == 0:
+            # The change did not alter a single probe answer: a full evaluation would be spent on noise.
+            return Decision(Verdict.FEATURE_FLAG, "inert: no probe answer changed", "probe-inert")
+        return screened
+
+
+def _examples(paired: dict, base: EvalRun, cand: EvalRun) -> dict:
+    b, c = base.by_id(), cand.by_id()
+
+    def row(qid: str) -> dict:
+        return {"question_id": qid, "question": b[qid].question, "gold": b[qid].gold_answer,
+                "category": b[qid].category, "baseline_answer": b[qid].answer, "candidate_answer": c[qid].answer,
+                "baseline_root_cause": b[qid].root_cause, "candidate_root_cause": c[qid].root_cause}
+
+    return {side: [row(q) for q in paired[side][:EXAMPLES_PER_SIDE]] for side in ("improved", "regressed")}

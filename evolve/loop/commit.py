@@ -1,0 +1,123 @@
+"""How a decided round becomes a :class:`~evolve.state.stores.RoundBundle`: candidate records and stage audits,
+the diagnosis log, question histories, scoreboard, learned state, escalations and the journal entries."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from evolve.improve.digest import Digest
+from evolve.improve.hypotheses import HypothesisTree
+from evolve.improve.planner import Direction
+from evolve.loop.candidate import CandidateResult
+from evolve.loop.record import STAGES
+from evolve.observe.harness import EvalRun
+from evolve.state.checkpoint import CheckpointRecord
+from evolve.state.stores import RoundBundle, StoreSet
+from evolve.strategy.artifact import evolvable_dimensions, get_path, strategy_hash
+from evolve.verify.decision import journal_type
+
+#: Decided-by stages that mean the move needs a framework/schema change, not another value.
+_BLOCKED_BY = ("planner", "gate:schema", "gate:ranges")
+
+
+@dataclass
+class RoundOutcome:
+    """A decided round: from ``current`` (evaluated as ``run``) to ``new`` (``new_run``)."""
+
+    round: int
+    current: dict
+    run: EvalRun
+    new: dict
+    new_run: EvalRun
+    digest: Digest
+    directions: list[Direction]
+    planner_notes: list[str]
+    results: list[CandidateResult]
+    winner: CandidateResult | None
+    restored: CheckpointRecord | None
+
+
+def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, baseline: dict, harness_id: dict,
+                docs: dict, escalations: dict, restore_threshold: float) -> None:
+    """Add the round's records, documents, journal entries and state to ``bundle`` (checkpoint already set)."""
+    n, cur_hash, new_hash = o.round, strategy_hash(o.current), strategy_hash(o.new)
+    bundle.strategies = [o.current, o.new] + [r.strategy for r in o.results if r.proposal is not None]
+    bundle.records["candidate_outcomes"] = [r.record.to_dict() for r in o.results]
+    bundle.records["stage_audits"] = [
+        {"key": f"{r.record.candidate_id}:{stage}", "candidate_id": r.record.candidate_id, "round": n,
+         "stage": stage, "outcome": getattr(r.record, stage)}
+        for r in o.results for stage in STAGES if getattr(r.record, stage) is not None]
+    bundle.records["diagnosis_log"] = [{
+        "key": f"r{n:03d}", "round": n, "strategy_hash": cur_hash, "summary": o.run.summary.brief(),
+        "digest": o.digest.to_dict(), "directions": [d.to_dict() for d in o.directions],
+        "planner_notes": o.planner_notes}]
+    histories = stores.read_doc("question_histories", {})
+    for t in o.new_run.traces:
+        histories.setdefault(t.question_id, []).append(
+            {"round": n, "strategy_hash": new_hash, "correct": t.correct, "root_cause": t.root_cause})
+    scoreboard = stores.read_doc("scoreboard", {"rounds": []})
+    best_score = max([bundle.checkpoint["score"]] if bundle.checkpoint else
+                     [s["best_accuracy"] for s in scoreboard["rounds"]][-1:] or [o.new_run.summary.accuracy])
+    accepted = o.winner.record.candidate_id if o.winner else None
+    scoreboard["rounds"].append({
+        "round": n, "strategy_hash": new_hash, "accuracy": o.new_run.summary.accuracy,
+        "observed_accuracy": o.run.summary.accuracy, "best_accuracy": best_score,
+        "root_causes": o.run.summary.root_causes, "dcr@3": o.run.summary.dcr3,
+        "accepted": accepted, "restored": o.restored is not None,
+        "decisions": {r.record.candidate_id: r.record.verdict for r in o.results}})
+    bundle.docs = {**docs, "question_histories": histories, "scoreboard": scoreboard, "escalations": escalations}
+    for r in o.results:
+        rec = r.record
+        bundle.journal.append(("CANDIDATE", {"candidate_id": rec.candidate_id, "strategy_hash": rec.strategy_hash,
+                                             "parent_hash": cur_hash, "diff": rec.diff, "decided_by": rec.decided_by}))
+        bundle.journal.append((journal_type(rec.verdict), {
+            "candidate_id": rec.candidate_id, "strategy_hash": rec.strategy_hash, "decision": rec.decision,
+            "applied": rec.applied, "report_hash": rec.report_hash(), "restore_to": cur_hash}))
+    if o.restored is not None:
+        bundle.journal.append(("RESTORE", {"from": strategy_hash(o.winner.strategy if o.winner else o.current),
+                                           "to": o.restored.strategy_hash, "best_score": o.restored.score,
+                                           "score": o.new_run.summary.accuracy,
+                                           "why": f"below best-ever by more than {restore_threshold:.3f}"}))
+    for key in escalations.get("new", []):
+        bundle.journal.append(("ESCALATE", {"key": key, **escalations["blocked"][key]}))
+    bundle.journal.append(("ROUND", {"round": n, "from": cur_hash, "to": new_hash,
+                                     "accuracy": o.new_run.summary.accuracy, "harness": harness_id,
+                                     "accepted": accepted}))
+    bundle.state = {"current_strategy": new_hash, "baseline_strategy": strategy_hash(baseline), "harness": harness_id}
+
+
+def escalations(doc: dict, n: int, current: dict, results: list[CandidateResult], tree: HypothesisTree,
+                threshold: int) -> dict:
+    """Count candidate classes blocked for needing a framework/schema change; escalate at ``threshold``."""
+    doc = {**doc, "new": []}
+    blocked_keys = [r.record.direction["key"] for r in results if r.record.decided_by in _BLOCKED_BY]
+    blocked_keys += [key for key in tree.exhausted() if at_schema_bound(current, key)]
+    for key in dict.fromkeys(blocked_keys):
+        entry = doc["blocked"].setdefault(key, {"count": 0, "rounds": []})
+        if n not in entry["rounds"]:
+            entry["count"] += 1
+            entry["rounds"].append(n)
+        if entry["count"] >= threshold and key not in doc["escalated"]:
+            doc["escalated"].append(key)
+            doc["new"].append(key)
+    return doc
+
+
+def at_schema_bound(strategy: dict, key: str) -> bool:
+    """Whether ``key`` ("path::increase|decrease") wants to go past its schema range: only a schema change helps."""
+    path, _, direction = key.partition("::")
+    dim = evolvable_dimensions().get(path)
+    if dim is None or dim.kind not in ("integer", "number") or direction not in ("increase", "decrease"):
+        return False
+    value = get_path(strategy, path)
+    return value >= dim.high if direction == "increase" else value <= dim.low
+
+
+def round_summary(o: RoundOutcome, wall: float) -> dict:
+    """The round's one-screen summary (printed, tracked, returned by :meth:`Engine.round`)."""
+    return {"round": o.round, "from": strategy_hash(o.current)[:12], "to": strategy_hash(o.new)[:12],
+            "accuracy_before": o.run.summary.accuracy, "accuracy_after": o.new_run.summary.accuracy,
+            "accepted": o.winner.record.candidate_id if o.winner else None, "restored": o.restored is not None,
+            "candidates": [{"id": r.record.candidate_id, "change": r.record.direction["key"],
+                            "decided_by": r.record.decided_by, "verdict": r.record.verdict,
+                            "delta": (r.record.paired or {}).get("delta")} for r in o.results],
+            "wall_time_s": round(wall, 2)}

@@ -1,0 +1,78 @@
+"""The candidate record: everything the loop decided about one candidate, as stored in ``candidate_outcomes``.
+
+:class:`CandidateRecord` is filled stage by stage by :mod:`evolve.loop.candidate` and serialised by
+:meth:`CandidateRecord.to_dict`; review, report and serving read it back with :meth:`CandidateRecord.from_dict`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+from evolve.state.files import canonical_hash
+from evolve.verify.decision import Decision
+
+#: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).
+STAGES = ("gates", "critic", "probe", "paired")
+
+
+@dataclass
+class CandidateRecord:
+    """One candidate: its change, each screening stage's outcome, the decision and whether it was applied."""
+
+    candidate_id: str
+    round: int
+    direction: dict
+    symptom: str
+    parent_hash: str
+    harness: dict
+    strategy_hash: str = ""
+    policy_hash: str = ""
+    change_keys: list[str] = field(default_factory=list)
+    changes: dict[str, Any] = field(default_factory=dict)
+    diff: dict = field(default_factory=dict)
+    diff_text: str = ""
+    optuna: dict | None = None
+    gates: dict | None = None
+    critic: dict | None = None
+    probe: dict | None = None
+    paired: dict | None = None
+    dcr: float | None = None
+    summary: dict | None = None
+    examples: dict | None = None
+    decision: dict = field(default_factory=dict)
+    decided_by: str = ""
+    applied: bool = False
+
+    @property
+    def key(self) -> str:
+        """The record's unique key in its store."""
+        return self.candidate_id
+
+    @property
+    def verdict(self) -> str:
+        return self.decision.get("verdict", "")
+
+    @property
+    def delta(self) -> float:
+        """Paired accuracy delta of a fully evaluated candidate (0 otherwise)."""
+        return (self.paired or {}).get("delta") or 0.0
+
+    @property
+    def screened(self) -> bool:
+        """Whether the candidate reached the probe (it then used an evaluation slot)."""
+        return self.probe is not None
+
+    def close(self, decision: Decision, decided_by: str) -> None:
+        self.decision, self.decided_by = decision.to_dict(), decided_by
+
+    def report_hash(self) -> str:
+        """Hash of the evidence behind the decision, journaled with the verdict."""
+        return canonical_hash({k: getattr(self, k) for k in ("paired", "dcr", "probe", "gates", "critic", "decision")})
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, **{f.name: getattr(self, f.name) for f in fields(self)}}
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CandidateRecord":
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})

@@ -1,0 +1,132 @@
+"""The records an evaluation produces: one :class:`Trace` per question and one :class:`Summary` per run.
+
+Each is built in one place (the harness) and serialised by one method (``to_dict``); ``traces.jsonl`` and
+``summary.json`` hold exactly those dicts, and :meth:`Trace.from_dict` reads a record back.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
+
+#: The k of evidence recall@k reported for every trace and summary.
+RECALL_KS = (1, 5, 10)
+
+
+class TraceError(ValueError):
+    """A trace record lacks a field or holds a value of the wrong type."""
+
+
+def _empty_recall() -> dict[str, float]:
+    return {str(k): 0.0 for k in RECALL_KS}
+
+
+@dataclass
+class Trace:
+    """What happened to one question, stage by stage: gold evidence, what ingestion stored from it, what retrieval
+    returned (ranks, per-channel scores), what filtering and the budget removed, what was packed, the answer, the
+    judgment and the root cause of a failure. Retrieved / filtered / packed / dropped items stay plain JSON
+    objects (the runtime's ``RuntimeResult.to_trace`` shapes them)."""
+
+    question_id: str
+    category: str
+    conversation_id: str = ""
+    question: str = ""
+    gold_answer: str = ""
+    gold_evidence: list[str] = field(default_factory=list)
+    evidence_known: bool = False
+    stored_ids: list[str] = field(default_factory=list)
+    intent: str | None = None
+    subqueries: list[str] = field(default_factory=list)
+    retrieved: list[dict] = field(default_factory=list)
+    filtered: list[dict] = field(default_factory=list)
+    packed: list[dict] = field(default_factory=list)
+    dropped: list[dict] = field(default_factory=list)
+    context_tokens: int = 0
+    token_budget: int = 0
+    answer: str = ""
+    answer_support: list[str] = field(default_factory=list)
+    judge: dict | None = None
+    correct: bool = False
+    f1: float = 0.0
+    scored: bool = True
+    evidence_recall: dict[str, float] = field(default_factory=_empty_recall)
+    root_cause: str | None = None
+    stages: list[str] = field(default_factory=list)
+    #: ``{"stage", "type", "message"}`` when a role failed on this question (it is then never scored).
+    error: dict | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Scored and judged wrong."""
+        return self.scored and not self.correct
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {"question_id": self.question_id, "conversation_id": self.conversation_id}
+        out.update((f.name, getattr(self, f.name)) for f in fields(self))
+        if out["error"] is None:
+            del out["error"]
+        return out
+
+    @classmethod
+    def from_dict(cls, record: Any, where: str = "trace record") -> "Trace":
+        """Read a serialised trace; :class:`TraceError` names the record and the field."""
+        if not isinstance(record, dict):
+            raise TraceError(f"{where}: expected an object, got {type(record).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(record) - names)
+        if unknown:
+            raise TraceError(f"{where}: unknown field {unknown[0]!r}")
+        missing = [n for n in ("question_id", "category", "correct") if n not in record]
+        if missing:
+            raise TraceError(f"{where}: missing field {missing[0]!r}")
+        return cls(**record)
+
+
+@dataclass(frozen=True)
+class Summary:
+    """Accuracy, F1 and evidence recall overall and per category, root causes and DCR@3 of one evaluation."""
+
+    strategy_hash: str
+    policy_hash: str
+    benchmark: str
+    benchmark_hash: str
+    judge: str
+    n_questions: int
+    n_scored: int
+    accuracy: float | None
+    f1: float | None
+    accuracy_by_category: dict[str, float]
+    f1_by_category: dict[str, float]
+    n_by_category: dict[str, int]
+    evidence_recall: dict[str, float | None]
+    evidence_recall_by_category: dict[str, dict[str, float | None]]
+    root_causes: dict[str, int]
+    root_causes_by_category: dict[str, dict[str, int]]
+    dcr3: float
+    adversarial: dict
+    role_failures: int
+    ingestion_cache: dict[str, int]
+    wall_time_s: float
+
+    #: Fields kept in candidate and diagnosis records (the full summary goes to MLflow and ``summary.json``).
+    BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
+                                        "dcr@3", "n_scored", "judge", "strategy_hash", "wall_time_s")
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        items = list(out.items())
+        at = [k for k, _ in items].index("dcr3")
+        items[at] = ("dcr@3", self.dcr3)
+        return dict(items)
+
+    def brief(self) -> dict[str, Any]:
+        full = self.to_dict()
+        return {k: full[k] for k in self.BRIEF}
+
+    def metrics(self) -> dict[str, float]:
+        """Flat numeric metrics for tracking."""
+        out = {"accuracy": self.accuracy, "f1": self.f1, "dcr_at_3": self.dcr3}
+        out.update({f"accuracy.{c}": v for c, v in self.accuracy_by_category.items()})
+        out.update({f"recall_at_{k}": v for k, v in self.evidence_recall.items() if v is not None})
+        out.update({f"root_cause.{c}": v for c, v in self.root_causes.items()})
+        return out
