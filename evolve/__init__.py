@@ -1,3 +1,57 @@
-"""memevolve: offline strategy-evolution optimizer for LLM-agent memory systems."""
+"""memevolve: offline strategy-evolution optimizer for LLM-agent memory systems.
+
+The public API, importable from ``evolve`` directly::
+
+    import evolve
+
+    config = evolve.load_config("experiments/nightly.yaml")
+    summary = evolve.Engine(config, track=False).run(rounds=1)
+
+    harness = evolve.Harness(evolve.load_benchmark("synthetic:0:3"))
+    run = harness.evaluate(evolve.load_strategy(evolve.BASELINE_PATH))
+    print(run.summary.accuracy, run.traces[0].root_cause)
+
+Names load on first use, so ``import evolve`` stays cheap (the engine pulls in MLflow and Optuna).
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
 
 __version__ = "0.1.0"
+
+#: Public name -> module that defines it.
+_EXPORTS = {
+    # the loop
+    "Engine": "evolve.loop.engine", "RunConfig": "evolve.loop.config", "load_config": "evolve.loop.config",
+    "ConfigError": "evolve.loop.config", "CandidateRecord": "evolve.loop.record",
+    # the strategy artifact
+    "BASELINE_PATH": "evolve.data", "StrategyError": "evolve.strategy.artifact",
+    "load_strategy": "evolve.strategy.artifact", "parse_strategy": "evolve.strategy.artifact",
+    "validate_strategy": "evolve.strategy.artifact", "strategy_hash": "evolve.strategy.artifact",
+    "policy_hash": "evolve.strategy.artifact", "derive": "evolve.strategy.artifact",
+    "Policy": "evolve.strategy.policy", "diff_strategies": "evolve.strategy.diff",
+    # observe
+    "Harness": "evolve.observe.harness", "EvalRun": "evolve.observe.harness", "Roles": "evolve.observe.harness",
+    "Trace": "evolve.observe.trace", "Summary": "evolve.observe.trace",
+    # benchmarks
+    "load_benchmark": "evolve.benchmarks", "Benchmark": "evolve.benchmarks", "BenchmarkError": "evolve.benchmarks",
+    "generate_synthetic": "evolve.benchmarks",
+    # decisions
+    "AcceptanceRules": "evolve.verify.decision", "Decision": "evolve.verify.decision",
+    "Verdict": "evolve.verify.decision", "decide": "evolve.verify.decision",
+    "paired_comparison": "evolve.verify.statistics",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'evolve' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -32,8 +32,9 @@ from optuna.trial import TrialState
 
 from evolve.improve.planner import Direction, max_steps, move_values
 from evolve.state.files import StoreError
-from evolve.strategy.artifact import (EvolvableDimension, StrategyError, derive, evolvable_dimensions, get_path,
-                             validate_strategy)
+from evolve.strategy.artifact import EvolvableDimension, StrategyError, derive, evolvable_dimensions, validate_strategy
+from evolve.strategy.invariants import repair
+from evolve.strategy.paths import get_path
 
 BLIND_STUDY = "memevolve-blind"
 BLIND_KEY = "blind"
@@ -62,26 +63,6 @@ def _grid_high(dim: EvolvableDimension) -> int | float:
     return int(top) if dim.kind == "integer" else float(top)
 
 
-def _repair(strategy: dict, changes: dict[str, Any], dims: dict[str, EvolvableDimension]) -> dict[str, Any]:
-    """Adjust a full assignment of evolvable values so every cross-field invariant holds."""
-    out = dict(changes)
-
-    def value(path: str) -> Any:
-        return out[path] if path in out else get_path(strategy, path)
-
-    out["extraction.window_overlap"] = min(value("extraction.window_overlap"), value("extraction.window_size") - 1)
-    out["retrieval.candidate_pool"] = max(value("retrieval.candidate_pool"), value("retrieval.top_k"))
-    out["retrieval.rerank.top_n"] = min(value("retrieval.rerank.top_n"), value("retrieval.top_k"))
-    weights = [f"retrieval.weights.{c}" for c in ("bm25", "vector", "subquery")]
-    if sum(value(p) for p in weights) <= 0:
-        out["retrieval.weights.bm25"] = dims["retrieval.weights.bm25"].step
-    profile, corrections = value("assembly.reserved.profile"), value("assembly.reserved.corrections")
-    if profile + corrections >= 1:
-        step = dims["assembly.reserved.corrections"].step
-        out["assembly.reserved.corrections"] = round(max(0.0, 1 - profile - step), 10)
-    return out
-
-
 def _db_errors(method):
     """Turn an Optuna storage failure (disk full, unwritable, corrupt database) into a StoreError naming it."""
     @functools.wraps(method)
@@ -107,6 +88,7 @@ class Evolver:
         self.storage = optuna.storages.RDBStorage(storage_url)
         self.seed, self.n_startup_trials = int(seed), int(n_startup_trials)
         self.dims = evolvable_dimensions()
+        self._steps = {path: dim.step for path, dim in self.dims.items()}
         self._studies: dict[str, optuna.Study] = {}
         self._round: int | None = None
 
@@ -179,7 +161,7 @@ class Evolver:
                 sampled[path] = trial.suggest_int(path, dim.low, _grid_high(dim), step=dim.step)
             else:
                 sampled[path] = round(trial.suggest_float(path, dim.low, _grid_high(dim), step=dim.step), 10)
-        changes = _repair(strategy, sampled, self.dims)
+        changes = repair(strategy, sampled, self._steps)
         try:
             validate_strategy(derive(strategy, changes), source=f"{BLIND_STUDY} trial {trial.number}")
         except StrategyError:

@@ -36,7 +36,9 @@ from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
 from evolve.improve.effects import DimensionEffects, split_key
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.strategy.diff import MOVES, SET_PREFIX
-from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions, get_path, invariant_violations, set_path
+from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions
+from evolve.strategy.invariants import invariant_violations
+from evolve.strategy.paths import get_path, set_path
 
 SPECIFICITY = 1.25
 POSITION_DECAY = 0.25

@@ -17,9 +17,10 @@ from evolve.ops.review import (
     StoreView, candidate_row, category_deltas, change_summary, fmt_ci, fmt_num,
 )
 from evolve.ops.serving import SERVING_TYPES, drift_report
+from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.state.files import atomic_write_text
+from evolve.verify.decision import changes_strategy
 
-ROOT_CAUSES = ("ingestion_gap", "retrieval_gap", "kf_filtered", "generation_error", "unresolved")
 CAUSE_COLORS = {"ingestion_gap": "#8250df", "retrieval_gap": "#0969da", "kf_filtered": "#bf8700",
                 "generation_error": "#cf222e", "unresolved": "#8c959f"}
 #: (colour, matplotlib marker, label) per verdict.
@@ -266,7 +267,7 @@ def _candidate_section(r: dict, view: StoreView) -> str:
     restore = f"parent <code>{_e(view.strategy_path(r['parent_hash']))}</code>"
     if r["strategy_hash"]:
         restore += f"<br>candidate <code>{_e(view.strategy_path(r['strategy_hash']))}</code>"
-    if d["verdict"] in ("ACCEPT", "ACCEPT_WITH_MONITOR"):
+    if changes_strategy(d["verdict"]):
         flag = " --accept-monitor" if d["verdict"] == "ACCEPT_WITH_MONITOR" else ""
         restore += (f"<br>promote: <code>memevolve promote {_e(r['candidate_id'])} --to "
                     f"strategies/serving.yaml{flag}</code>")
@@ -344,7 +345,7 @@ def render_markdown(view: StoreView, html_name: str | None = None) -> str:
         lines.append(f"| best ever (round {ov.best['round']}) | `{ov.best['strategy_hash'][:12]}` | "
                      f"{ov.best['score']:.3f} |")
     lines += ["", "Decisions: " + (", ".join(f"{n} {v}" for v, n in sorted(ov.decisions.items())) or "none")]
-    accepted = [r for r in records if r["decision"]["verdict"] in ("ACCEPT", "ACCEPT_WITH_MONITOR")]
+    accepted = [r for r in records if changes_strategy(r["decision"]["verdict"])]
     if accepted:
         lines += ["", "**Accepted**", ""]
         for r in accepted:

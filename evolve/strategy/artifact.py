@@ -18,6 +18,8 @@ import jsonschema
 import yaml
 
 from evolve.data import SCHEMA_PATH
+from evolve.strategy.invariants import invariant_violations
+from evolve.strategy.paths import get_path, set_path
 
 #: Top-level fields that describe lineage, not behaviour: shown in diffs, never part of the policy hash.
 LINEAGE = ("parent", "name", "version")
@@ -94,39 +96,6 @@ def dump_yaml(strategy: dict) -> str:
     return yaml.dump(strategy, Dumper=_Dumper, sort_keys=True, default_flow_style=False, allow_unicode=True, width=100)
 
 
-# ---------------------------------------------------------------- dotted paths
-
-
-def get_path(data: dict, path: str) -> Any:
-    node: Any = data
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            raise KeyError(path)
-        node = node[key]
-    return node
-
-
-def set_path(data: dict, path: str, value: Any) -> dict:
-    """A deep copy of ``data`` with ``path`` set to ``value``."""
-    out = copy.deepcopy(data)
-    keys = path.split(".")
-    node = out
-    for key in keys[:-1]:
-        node = node.setdefault(key, {})
-    node[keys[-1]] = value
-    return out
-
-
-def flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Leaf values by dotted path (lists are leaves)."""
-    if isinstance(data, dict) and data:
-        out: dict[str, Any] = {}
-        for key, value in data.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return {prefix: data}
-
-
 def ingestion_view(strategy: dict) -> dict:
     """The part of a strategy that determines what ingestion stores."""
     return {p: get_path(strategy, p) for p in INGESTION_PATHS}
@@ -193,38 +162,6 @@ def _non_finite(data: Any, path: str = "") -> Iterator[tuple[str, float]]:
     elif isinstance(data, dict):
         for key, value in data.items():
             yield from _non_finite(value, f"{path}.{key}" if path else str(key))
-
-
-def _prompts(strategy: dict) -> Iterator[tuple[str, dict]]:
-    for section in ("extraction", "expansion", "answering"):
-        prompt = strategy.get(section, {}).get("prompt")
-        if isinstance(prompt, dict):
-            yield f"{section}.prompt", prompt
-
-
-def invariant_violations(strategy: dict) -> list[tuple[str, str, Any]]:
-    """Cross-field rules JSON Schema cannot express: ``(path, rule, value)`` for each broken one."""
-    broken: list[tuple[str, str, Any]] = []
-    ex, rt, asm = strategy["extraction"], strategy["retrieval"], strategy["assembly"]
-    if ex["window_overlap"] >= ex["window_size"]:
-        broken.append(("extraction.window_overlap", "must be < extraction.window_size", ex["window_overlap"]))
-    if rt["rerank"]["top_n"] > rt["top_k"]:
-        broken.append(("retrieval.rerank.top_n", "must be <= retrieval.top_k", rt["rerank"]["top_n"]))
-    if rt["candidate_pool"] < rt["top_k"]:
-        broken.append(("retrieval.candidate_pool", "must be >= retrieval.top_k", rt["candidate_pool"]))
-    weight_sets = {"retrieval.weights": rt["weights"]}
-    weight_sets.update({f"retrieval.intent_overrides.{k}.weights": v["weights"] for k, v in rt["intent_overrides"].items()})
-    for path, weights in weight_sets.items():
-        if sum(weights.values()) <= 0:
-            broken.append((path, "channel weights must sum to more than 0", weights))
-    reserved = asm["reserved"]["profile"] + asm["reserved"]["corrections"]
-    if reserved >= 1:
-        broken.append(("assembly.reserved", "profile + corrections must be < 1", reserved))
-    for path, prompt in _prompts(strategy):
-        for marker in prompt["required_markers"]:
-            if marker not in prompt["template"]:
-                broken.append((f"{path}.template", f"must contain required marker {marker!r}", None))
-    return broken
 
 
 def validate_strategy(data: Any, source: str = "<strategy>", text: str | None = None) -> dict:

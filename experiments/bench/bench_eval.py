@@ -41,7 +41,8 @@ from evolve.runtime import IngestionCache, MemoryRuntime, classify_intent
 from evolve.runtime.retrieval import Query, retrieve
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import content_tokens
-from evolve.strategy.artifact import get_path, load_strategy, set_path
+from evolve.strategy.artifact import load_strategy
+from evolve.strategy.paths import get_path, set_path
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BENCH = "locomo:../shared/data/locomo/locomo_dev4.json"

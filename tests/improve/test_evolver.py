@@ -2,11 +2,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from evolve.improve.evolver import BLIND_STUDY, Evolver, EvolverError, _repair
+from evolve.improve.evolver import BLIND_STUDY, Evolver, EvolverError
+from evolve.strategy.invariants import repair
 from evolve.improve.planner import Direction
 from evolve.data import BASELINE_PATH
-from evolve.strategy.artifact import (StrategyError, derive, evolvable_dimensions, get_path, load_strategy,
-                             set_path, validate_strategy)
+from evolve.strategy.artifact import StrategyError, derive, evolvable_dimensions, load_strategy, validate_strategy
+from evolve.strategy.paths import get_path, set_path
 
 DIMS = evolvable_dimensions()
 
@@ -125,7 +126,7 @@ def test_repair_fixes_every_invariant(baseline):
                  "assembly.reserved.profile": 0.5, "assembly.reserved.corrections": 0.5})
     with pytest.raises(StrategyError):
         validate_strategy(derive(baseline, full))
-    fixed = _repair(baseline, full, DIMS)
+    fixed = repair(baseline, full, {path: dim.step for path, dim in DIMS.items()})
     validate_strategy(derive(baseline, fixed))
     assert {p: v for p, v in fixed.items() if v != full[p]} == {
         "extraction.window_overlap": 2, "retrieval.candidate_pool": 20, "retrieval.rerank.top_n": 20,

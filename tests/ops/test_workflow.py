@@ -13,7 +13,8 @@ from evolve.ops.review import StoreView
 from evolve.state.files import read_json
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
-from evolve.strategy.artifact import dump_yaml, load_strategy, set_path, strategy_hash
+from evolve.strategy.artifact import dump_yaml, load_strategy, strategy_hash
+from evolve.strategy.paths import set_path
 from workflow_fixtures import commit_accept_round, engine_stores, stores  # noqa: F401
 
 

@@ -6,8 +6,9 @@ import yaml
 
 from evolve.strategy.policy import Policy
 from evolve.data import BASELINE_PATH
-from evolve.strategy.artifact import (StrategyError, derive, dump_yaml, evolvable_dimensions, ingestion_key,
-                             load_strategy, parse_strategy, policy_hash, strategy_hash)
+from evolve.strategy.invariants import INVARIANTS
+from evolve.strategy.artifact import (StrategyError, derive, dump_yaml, evolvable_dimensions, ingestion_key, load_schema,
+                                      load_strategy, parse_strategy, policy_hash, strategy_hash)
 
 BASE_TEXT = BASELINE_PATH.read_text()
 
@@ -97,3 +98,7 @@ def test_evolvable_dimensions_come_from_schema():
     assert dims["retrieval.top_k"].kind == "integer" and dims["retrieval.top_k"].high == 100
     assert dims["answering.span"].choices == ("sentence", "clause", "keywords")
     assert not any(p.endswith("prompt.template") or p in ("version", "parent") for p in dims)
+
+
+def test_schema_states_exactly_the_invariant_table():
+    assert load_schema()["x-invariants"] == [inv.rule for inv in INVARIANTS]
