@@ -20,7 +20,9 @@ from typing import Any, Iterator
 import filelock
 import yaml
 
+from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import canonical_json, dump_yaml, strategy_hash
+from evolve.strategy.strict_yaml import YAMLInputError
 
 log = logging.getLogger(__name__)
 
@@ -257,9 +259,9 @@ def strategy_to_yaml(strategy: dict, source: str | Path = "<strategy>") -> str:
 def strategy_from_yaml(text: str, expected_hash: str, source: str | Path) -> dict:
     """Load stored strategy YAML and check it still hashes to ``expected_hash``."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise StoreError(source, f"corrupt strategy YAML: {exc}") from None
+        data, _ = strict_yaml.load(text)
+    except YAMLInputError as exc:
+        raise StoreError(source, f"corrupt strategy YAML: line {exc.line}: {exc.problem}") from None
     if not isinstance(data, dict):
         raise StoreError(source, f"corrupt strategy: expected a mapping, got {type(data).__name__}")
     actual = strategy_hash(data)

@@ -18,6 +18,8 @@ import jsonschema
 import yaml
 
 from evolve.data import BASELINE_PATH, SCHEMA_PATH
+from evolve.strategy import strict_yaml
+from evolve.strategy.strict_yaml import YAMLInputError, clip
 
 #: Sections whose values change what ingestion stores; they key the ingestion cache.
 INGESTION_PATHS = ("extraction", "lifecycle", "features.session_rollups", "features.profile_layer")
@@ -29,8 +31,8 @@ class StrategyError(ValueError):
     def __init__(self, source: str, path: str, message: str, line: int | None = None, value: Any = None):
         self.source, self.path, self.line, self.value, self.rule = source, path, line, value, message
         where = f"{source}:{line}" if line else source
-        shown = "" if value is None else f" (value: {value!r})"
-        super().__init__(f"{where}: {path or '<root>'}: {message}{shown}")
+        shown = "" if value is None else f" (value: {clip(repr(value))})"
+        super().__init__(f"{where}: {path or '<root>'}: {clip(message, 300)}{shown}")
 
 
 @dataclass(frozen=True)
@@ -163,23 +165,11 @@ def evolvable_dimensions(schema: dict | None = None) -> dict[str, EvolvableDimen
 
 
 def _line_index(text: str) -> dict[str, int]:
-    """1-based line of every mapping key, by dotted path."""
-    lines: dict[str, int] = {}
-
-    def walk(node: yaml.Node, path: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                sub = f"{path}.{key.value}" if path else str(key.value)
-                lines[sub] = key.start_mark.line + 1
-                walk(value, sub)
-
+    """1-based line of every mapping key, by dotted path (empty if the text is refused)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
-    if root is not None:
-        walk(root, "")
-    return lines
+        return strict_yaml.compose(text)[1]
+    except YAMLInputError:
+        return {}
 
 
 def _non_finite(data: Any, path: str = "") -> Iterator[tuple[str, float]]:
@@ -251,13 +241,11 @@ def validate_strategy(data: Any, source: str = "<strategy>", text: str | None = 
 
 
 def parse_strategy(text: str, source: str = "<strategy>") -> dict:
-    """Parse YAML text and validate it."""
+    """Parse YAML text strictly (no duplicate keys, bounded depth and aliases) and validate it."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise StrategyError(source, "", f"malformed YAML: {getattr(exc, 'problem', exc)}",
-                            mark.line + 1 if mark else None) from None
+        data, _ = strict_yaml.load(text)
+    except YAMLInputError as exc:
+        raise StrategyError(source, exc.path, exc.problem, exc.line) from None
     return validate_strategy(data, source, text)
 
 

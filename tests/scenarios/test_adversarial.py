@@ -1,0 +1,124 @@
+"""Hard edges (issue 14): hostile or careless input, tampered stores and misplaced serving files, through the CLI.
+
+Every refused operation exits with the README's code and leaves the stores byte-identical; no command rewrites
+committed history.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.strategy.artifact import BASELINE_PATH
+from workflow_fixtures import cli, snapshot, write_config
+
+BASELINE_TEXT = BASELINE_PATH.read_text(encoding="utf-8")
+BENCH = "synthetic:0:3"
+#: What a run refused at start may still touch: nothing but the lock owner file (skipped by snapshot).
+SMALL = dict(benchmark=BENCH, limit=40, probe_size=10, rounds=1, candidates_per_round=2)
+
+
+def small_config(path: Path, **settings) -> Path:
+    return write_config(path, **{**SMALL, **settings})
+
+
+def line_no(text: str, needle: str, occurrence: int = 0) -> int:
+    """1-based line of the ``occurrence``-th line of ``text`` that contains ``needle``."""
+    return [i for i, line in enumerate(text.splitlines(), 1) if needle in line][occurrence]
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """Stores after one small round (read-only; copy with the ``stores`` fixture)."""
+    base = tmp_path_factory.mktemp("built")
+    code = cli_plain("run", "--config", small_config(base / "run.yaml", stores=base / "stores"), "--no-tracking")
+    assert code == 0
+    return base / "stores"
+
+
+def cli_plain(*argv: object) -> int:
+    from evolve.cli import main
+
+    return main([str(a) for a in argv])
+
+
+@pytest.fixture
+def stores(built: Path, tmp_path: Path) -> Path:
+    return Path(shutil.copytree(built, tmp_path / "stores"))
+
+
+# ---------------------------------------------------------------- 7. duplicate keys
+
+
+def test_duplicate_strategy_key_is_refused_naming_both_lines(capsys, tmp_path):
+    text = BASELINE_TEXT.replace("  top_k: 5\n", "  top_k: 5\n  top_k: 50\n")
+    bad = tmp_path / "dup.yaml"
+    bad.write_text(text)
+    first = line_no(text, "top_k: 5")
+    code, out = cli(capsys, "diff", BASELINE_PATH, bad)
+    assert code == 2
+    assert f"{bad}:{first + 1}: retrieval.top_k: duplicate key top_k (first at line {first}, again at line " \
+           f"{first + 1})" in out, out
+
+
+def test_duplicate_run_config_key_is_refused_naming_both_lines(capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"stores: {tmp_path / 'stores'}\nacceptance:\n  alpha: 0.05\n  alpha: 0.5\n")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2
+    assert f"{config}:4: acceptance.alpha: duplicate key alpha (first at line 3, again at line 4)" in out, out
+    assert not (tmp_path / "stores").exists()
+
+
+# ---------------------------------------------------------------- 8. alias bombs, deep nesting, huge values
+
+
+#: One flow sequence whose level i holds level i-1 nine times: 9**9 leaves once the aliases are expanded.
+ALIAS_BOMB = "[&a0 [lol, lol], " + ", ".join(f"&a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]" for i in range(1, 10)) + "]"
+DEEP = "[" * 20000 + "]" * 20000
+
+
+@pytest.mark.parametrize("payload, rule", [(ALIAS_BOMB, "expands to more than"), (DEEP, "nested more than")],
+                         ids=["alias bomb", "deep nesting"])
+def test_hostile_yaml_in_a_typed_field_is_refused_fast(payload, rule, capsys, tmp_path):
+    strategy = tmp_path / "bomb.yaml"
+    strategy.write_text(BASELINE_TEXT.replace("name: baseline", f"name: {payload}"))
+    config = tmp_path / "run.yaml"
+    config.write_text(f"stores: {tmp_path / 'stores'}\nbenchmark: {payload}\n")
+    for argv in (("diff", BASELINE_PATH, strategy), ("run", "--config", config, "--no-tracking")):
+        started = time.perf_counter()
+        code, out = cli(capsys, *argv)
+        assert code == 2 and rule in out and "Traceback" not in out, out[-500:]
+        assert time.perf_counter() - started < 1.0
+    assert not (tmp_path / "stores").exists()
+
+
+def test_huge_value_is_refused_with_a_short_message(capsys, tmp_path):
+    strategy = tmp_path / "huge.yaml"
+    strategy.write_text(BASELINE_TEXT.replace("name: baseline", "name: " + "x" * 5_000_000))
+    code, out = cli(capsys, "diff", BASELINE_PATH, strategy)
+    assert code == 2 and "name" in out and len(out) < 1000, len(out)
+
+
+# ---------------------------------------------------------------- 13. run configs are strict
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("", "<root>: the run config is empty"),
+    ("# nothing but a comment\n", "<root>: the run config is empty"),
+    ("rounds: true\n", "rounds: Input should be a valid integer"),
+    ("seed: '3'\n", "seed: Input should be a valid integer"),
+    ("acceptance:\n  protected_slices: [temporl]\n", "acceptance.protected_slices: Value error, unknown category "
+                                                     "'temporl'"),
+    ("acceptance:\n  epsilon_by_category: {multihop: 0.1}\n", "unknown category 'multihop'"),
+], ids=["empty", "comment only", "boolean for integer", "string for integer", "unknown protected slice",
+        "unknown epsilon category"])
+def test_loose_run_config_is_refused(text, expected, capsys, tmp_path):
+    config = tmp_path / "run.yaml"
+    config.write_text(text)
+    code, out = cli(capsys, "run", "--config", config, "--stores", tmp_path / "stores", "--no-tracking")
+    assert code == 2 and f"{config}" in out and expected in out, out
+    assert not (tmp_path / "stores").exists()
