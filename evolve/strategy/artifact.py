@@ -180,11 +180,23 @@ def _non_finite(data: Any, path: str = "") -> Iterator[tuple[str, float]]:
             yield from _non_finite(value, f"{path}.{key}" if path else str(key))
 
 
+@lru_cache(maxsize=1)
+def framework_markers() -> dict[str, tuple[str, ...]]:
+    """The markers each prompt role needs, by dotted prompt path (``x-required-markers`` in the schema)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for section, spec in load_schema()["properties"].items():
+        for key, child in spec.get("properties", {}).items():
+            if "x-required-markers" in child:
+                found[f"{section}.{key}"] = tuple(child["x-required-markers"])
+    return found
+
+
 def _prompts(strategy: dict) -> Iterator[tuple[str, dict]]:
-    for section in ("extraction", "expansion", "answering"):
-        prompt = strategy.get(section, {}).get("prompt")
+    for path in framework_markers():
+        section, key = path.split(".")
+        prompt = strategy.get(section, {}).get(key)
         if isinstance(prompt, dict):
-            yield f"{section}.prompt", prompt
+            yield path, prompt
 
 
 def invariant_violations(strategy: dict) -> list[tuple[str, str, Any]]:
@@ -206,6 +218,10 @@ def invariant_violations(strategy: dict) -> list[tuple[str, str, Any]]:
     if reserved >= 1:
         broken.append(("assembly.reserved", "profile + corrections must be < 1", reserved))
     for path, prompt in _prompts(strategy):
+        for marker in framework_markers()[path]:
+            if marker not in prompt["template"]:
+                broken.append((f"{path}.template", f"must contain marker {marker!r}, which the framework requires "
+                                                   f"for {path}", None))
         for marker in prompt["required_markers"]:
             if marker not in prompt["template"]:
                 broken.append((f"{path}.template", f"must contain required marker {marker!r}", None))

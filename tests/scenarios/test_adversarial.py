@@ -122,3 +122,23 @@ def test_loose_run_config_is_refused(text, expected, capsys, tmp_path):
     code, out = cli(capsys, "run", "--config", config, "--stores", tmp_path / "stores", "--no-tracking")
     assert code == 2 and f"{config}" in out and expected in out, out
     assert not (tmp_path / "stores").exists()
+
+
+# ---------------------------------------------------------------- 9. prompt markers belong to the framework
+
+
+def test_prompt_markers_come_from_the_schema_not_the_artifact(capsys, tmp_path):
+    text = BASELINE_TEXT.replace("      {context}\n", "").replace('required_markers: ["{context}", "{question}", '
+                                                                 '"ANSWER:"]', 'required_markers: ["{question}"]')
+    assert "{context}" not in text
+    bad = tmp_path / "no-context.yaml"
+    bad.write_text(text)
+    config = small_config(tmp_path / "run.yaml", strategy=bad, stores=tmp_path / "stores", roles={
+        "answerer": {"backend": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m", "max_retries": 0}})
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2
+    assert f"{bad}:" in out and "answering.prompt.template: must contain marker '{context}', which the framework " \
+                                 "requires for answering.prompt" in out, out
+    assert not (tmp_path / "stores").exists()
+    code, out = cli(capsys, "eval", "--strategy", bad, "--bench", BENCH, "--out", tmp_path / "eval")
+    assert code == 2 and "'{context}'" in out and not (tmp_path / "eval").exists()
