@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.benchmarks import load_benchmark
+from evolve.benchmarks import load_benchmark, select_questions
 from evolve.state.checkpoint import CheckpointRecord
 from evolve.loop.config import RunConfig
 from evolve.verify.critic import CriticPacket, CriticReview, DeterministicCritic, fixing_groups
@@ -66,6 +66,7 @@ class Engine:
         benchmark = load_benchmark(config.benchmark)
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
+        questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
         roles_cfg = roles_config(config)
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
@@ -75,7 +76,6 @@ class Engine:
         self.harness = Harness(benchmark, self.roles, cache=IngestionCache(self.stores.cache_dir / "ingestion"),
                                include_adversarial=config.include_adversarial, progress=progress,
                                workers=config.workers)
-        questions = benchmark.questions[: config.limit] if config.limit else benchmark.questions
         self.question_ids = [q.id for q in questions]
         scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
         self.probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)

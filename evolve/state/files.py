@@ -78,6 +78,19 @@ def ensure_dir(directory: Path) -> Path:
     return directory
 
 
+def require_output_dir(directory: Path) -> Path:
+    """Check, before any work, that ``directory`` is or can become a writable directory; :class:`StoreError` if not."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise StoreError(directory, "cannot write output here: exists and is not a directory")
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    if not existing.is_dir():
+        raise StoreError(directory, f"cannot write output here: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StoreError(directory, f"cannot write output here: permission denied on {existing}")
+    return directory
+
+
 # ---------------------------------------------------------------- atomic replace
 
 

@@ -240,7 +240,7 @@ def test_corrupted_checkpoint_falls_back_to_the_last_good_generation(corrupt, ca
     good = _commit_better_checkpoint(stores)
     assert (stores / "best" / "CURRENT").read_text() == "gen-0002\n"
     reason = corrupt(stores / "best" / "gen-0002")
-    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 4,
+    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 1,
                     "--no-tracking")
     assert code == 0, out
     restores = [e for e in journal(stores) if e["type"] == "RESTORE" and e["round"] == 4]
@@ -256,7 +256,7 @@ def test_corrupted_checkpoint_falls_back_to_the_last_good_generation(corrupt, ca
 def test_no_intact_checkpoint_is_refused_and_nothing_is_committed(capsys, tmp_path, stores):
     reason = _truncate_strategy(stores / "best" / "gen-0001")
     before = snapshot(stores, VOLATILE)
-    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 3,
+    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 1,
                     "--no-tracking")
     assert code == 2
     assert f"error: {stores / 'best'}: no intact checkpoint generation (gen-0001: " in out and reason in out, out
@@ -291,11 +291,11 @@ def test_disk_full_at_commit_leaves_the_previous_state_and_a_rerun_commits_once(
     before = snapshot(stores, VOLATILE)
     mount_then_exec = 'mount -t tmpfs -o size=4k full "$0" && exec "$@"'
     full = ["unshare", "--mount", "sh", "-c", mount_then_exec, str(stores / "rounds")]
-    proc = cli_subprocess(tmp_path, "run", "--config", config, "--rounds", 3, "--no-tracking", wrap=full)
+    proc = cli_subprocess(tmp_path, "run", "--config", config, "--rounds", 1, "--no-tracking", wrap=full)
     assert proc.returncode == 2, proc.stderr
     assert f"error: {stores / 'rounds' / 'round-0003.json'}: cannot write: disk full" in proc.stderr
     assert snapshot(stores, VOLATILE) == before
-    code, out = cli(capsys, "run", "--config", config, "--rounds", 3, "--no-tracking")
+    code, out = cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")
     assert code == 0, out
     assert read_json(stores / "state.json")["last_committed_round"] == 3
     assert [e["payload"]["round"] for e in journal(stores) if e["type"] == "ROUND"] == [1, 2, 3]
@@ -311,7 +311,7 @@ def test_file_size_limit_on_a_cache_write_is_a_clear_error(tmp_path, stores):
         p.unlink()
     before = snapshot(stores, VOLATILE)
     proc = cli_subprocess(tmp_path, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores),
-                          "--rounds", 3, "--no-tracking", limit_bytes=limit)
+                          "--rounds", 1, "--no-tracking", limit_bytes=limit)
     assert proc.returncode == 2, proc.stderr
     assert f"{stores / 'cache' / 'ingestion' / 'stores'}/" in proc.stderr
     assert "cannot write: file too large (file size limit exceeded)" in proc.stderr

@@ -142,3 +142,79 @@ def test_prompt_markers_come_from_the_schema_not_the_artifact(capsys, tmp_path):
     assert not (tmp_path / "stores").exists()
     code, out = cli(capsys, "eval", "--strategy", bad, "--bench", BENCH, "--out", tmp_path / "eval")
     assert code == 2 and "'{context}'" in out and not (tmp_path / "eval").exists()
+
+
+# ---------------------------------------------------------------- 10. empty or unscorable benchmarks
+
+
+def _locomo(path: Path, data: object) -> str:
+    path.write_text(json.dumps(data))
+    return f"locomo:{path}"
+
+
+def _sample(qa: list[dict]) -> dict:
+    return {"sample_id": "s1", "qa": qa, "conversation": {
+        "speaker_a": "Ann", "speaker_b": "Ben", "session_1_date_time": "1:56 pm on 8 May, 2023",
+        "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a beagle named Rex."}]}}
+
+
+@pytest.mark.parametrize("data, expected", [
+    ([], "nothing to score: no questions"),
+    ([_sample([])], "nothing to score: no questions"),
+    ([_sample([{"question": "Who is Rex?", "adversarial_answer": "a cat", "evidence": ["D1:1"], "category": 5}])],
+     "nothing to score: 1 question(s), all adversarial"),
+], ids=["empty list", "no qa", "only adversarial"])
+def test_unscorable_benchmark_is_refused_before_anything_is_written(data, expected, capsys, tmp_path):
+    spec = _locomo(tmp_path / "bench.json", data)
+    code, out = cli(capsys, "eval", "--bench", spec, "--out", tmp_path / "eval")
+    assert code == 2 and expected in out and not (tmp_path / "eval").exists(), out
+    code, out = cli(capsys, "run", "--config", small_config(tmp_path / "run.yaml", benchmark=spec,
+                                                            stores=tmp_path / "stores"), "--no-tracking")
+    assert code == 2 and expected in out and "Traceback" not in out, out
+    assert not (tmp_path / "stores").exists()
+
+
+# ---------------------------------------------------------------- 11. CLI numbers are validated by argparse
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (("eval", "--limit", "-1"), "argument --limit: -1 is not >= 1"),
+    (("eval", "--limit", "0"), "argument --limit: 0 is not >= 1"),
+    (("eval", "--judge-threshold", "5"), "argument --judge-threshold: 5 is not in (0, 1]"),
+    (("eval", "--judge-threshold", "0"), "argument --judge-threshold: 0 is not in (0, 1]"),
+    (("run", "--rounds", "0"), "argument --rounds: 0 is not >= 1"),
+    (("run", "--rounds", "-1"), "argument --rounds: -1 is not >= 1"),
+], ids=["limit -1", "limit 0", "threshold 5", "threshold 0", "rounds 0", "rounds -1"])
+def test_bad_cli_numbers_exit_2_before_any_work(argv, expected, capsys, tmp_path):
+    extra = ("--out", tmp_path / "eval") if argv[0] == "eval" else (
+        "--config", small_config(tmp_path / "run.yaml", stores=tmp_path / "stores"), "--no-tracking")
+    with pytest.raises(SystemExit) as exc:
+        cli(capsys, *argv, *extra)
+    assert exc.value.code == 2 and expected in capsys.readouterr().err
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "stores").exists()
+
+
+# ---------------------------------------------------------------- 12. --rounds N runs N more
+
+
+def test_rounds_runs_n_more(capsys, tmp_path, stores):
+    config = small_config(tmp_path / "run.yaml", stores=stores, rounds=1)  # already reached by the stores
+    code, out = cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")
+    assert code == 0, out
+    assert json.loads(out[out.index("{"):])["rounds"] == 2
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")  # the config's count is reached: no round
+    assert code == 0 and json.loads(out[out.index("{"):])["rounds"] == 2
+
+
+# ---------------------------------------------------------------- 14. eval --out is checked before evaluating
+
+
+def test_eval_out_on_an_existing_file_is_refused_before_evaluating(capsys, tmp_path):
+    taken = tmp_path / "taken"
+    taken.write_text("keep me\n")
+    for out_dir in (taken, taken / "sub"):
+        started = time.perf_counter()
+        code, out = cli(capsys, "eval", "--bench", BENCH, "--out", out_dir)
+        assert code == 2 and f"error: {out_dir}: cannot write output here" in out and "Traceback" not in out, out
+        assert time.perf_counter() - started < 1.0  # refused before the evaluation
+    assert taken.read_text() == "keep me\n"
