@@ -11,12 +11,12 @@ from evolve.data import BASELINE_PATH
 from evolve.benchmarks.types import BenchmarkError
 from evolve.loop.config import ConfigError
 from evolve.observe.judge import TokenF1Judge
-from evolve.llm import ConfigError as LLMConfigError
+from evolve.llm import ConfigError as LLMConfigError, LLMError
 from evolve.state.files import StoreError, require_output_dir
 from evolve.strategy.artifact import StrategyError, load_strategy
 
-USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, BenchmarkError, StoreError,
-                                           FileNotFoundError)
+USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, LLMError, BenchmarkError,
+                                           StoreError, FileNotFoundError)
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:

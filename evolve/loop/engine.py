@@ -27,6 +27,7 @@ from evolve.improve.hypotheses import HypothesisTree, reward_of
 from evolve.improve.planner import Direction, Planner, load_bundles
 from evolve.verify.probe import stratified_probe
 from evolve.loop.backends import build_roles, roles_config
+from evolve.llm import check_reachable
 from evolve.runtime import IngestionCache
 from evolve.verify.statistics import paired_comparison
 from evolve.state.files import canonical_hash
@@ -68,6 +69,7 @@ class Engine:
             log.warning("benchmark: %s", warning)
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
         roles_cfg = roles_config(config)
+        check_reachable(roles_cfg)
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())

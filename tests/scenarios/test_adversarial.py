@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import time
 from pathlib import Path
 
@@ -218,3 +219,26 @@ def test_eval_out_on_an_existing_file_is_refused_before_evaluating(capsys, tmp_p
         assert code == 2 and f"error: {out_dir}: cannot write output here" in out and "Traceback" not in out, out
         assert time.perf_counter() - started < 1.0  # refused before the evaluation
     assert taken.read_text() == "keep me\n"
+
+
+# ---------------------------------------------------------------- 15. unreachable LLM endpoint
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]  # closed again when the socket is
+
+
+def test_unreachable_llm_endpoint_is_one_clear_line_before_the_stores(capsys, tmp_path):
+    url = f"http://127.0.0.1:{_closed_port()}/v1"
+    config = small_config(tmp_path / "run.yaml", stores=tmp_path / "stores", roles={
+        "answerer": {"backend": "llm", "base_url": url, "model": "m", "max_retries": 2, "backoff_s": 5}})
+    started = time.perf_counter()
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and time.perf_counter() - started < 5
+    assert f"error: {config.name}" not in out  # not a config-parse error
+    errors = [line for line in out.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: LLM role 'answerer': cannot reach {url} ({url}/models): [Errno 111] Connection "
+                      "refused"], out
+    assert "Traceback" not in out and not (tmp_path / "stores").exists()
