@@ -3,16 +3,25 @@
 An engine run this small rarely accepts a candidate, so rounds holding ACCEPT / ACCEPT_WITH_MONITOR records
 are committed through :meth:`StoreSet.commit_round` exactly as the engine commits its own, built from a
 real evaluated record of the run. Import the fixtures into a test module with
-``from workflow_fixtures import engine_stores, stores  # noqa: F401``.
+``from workflow_fixtures import engine_stores, stores  # noqa: F401``. The CLI helpers (:func:`cli`,
+:func:`cli_subprocess`), :func:`snapshot` of a stores directory and :func:`write_config` are shared by the
+failure and scenario tests.
 """
 from __future__ import annotations
 
+import json
+import resource
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from evolve.benchmarks import load_benchmark
+from evolve.cli import main
 from evolve.loop.config import RunConfig
 from evolve.verify.decision import AcceptanceRules
 from evolve.strategy.diff import diff_strategies
@@ -24,6 +33,50 @@ from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 
 BENCHMARK = "synthetic:0"
 _BUILT: dict[str, Path] = {}
+
+
+def cli(capsys, *argv: object) -> tuple[int, str]:
+    """``memevolve ARGV`` in-process: exit code and stdout + stderr."""
+    code = main([str(a) for a in argv])
+    out = capsys.readouterr()
+    return code, out.out + out.err
+
+
+def cli_subprocess(cwd: Path, *argv: object, limit_bytes: int | None = None,
+                   wrap: list[str] | None = None) -> subprocess.CompletedProcess:
+    """``python -m evolve.cli ARGV`` in a child, optionally under a file-size limit or inside ``wrap``."""
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversize writes fail with EFBIG instead of killing
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.RLIM_INFINITY))
+
+    command = [*(wrap or []), sys.executable, "-m", "evolve.cli", *map(str, argv)]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300,
+                          preexec_fn=limit if limit_bytes is not None else None)
+
+
+def snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its bytes (``None`` for directories), minus paths starting with ``skip``."""
+    out: dict[str, bytes | None] = {}
+    for path in sorted(root.rglob("*")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "run.lock.owner" or rel.startswith(skip) or any(rel == s.rstrip("/") for s in skip):
+            continue
+        out[rel] = None if path.is_dir() else path.read_bytes()
+    return out
+
+
+def write_config(path: Path, **settings) -> Path:
+    """A small run config at ``path``; ``settings`` override the defaults (paths become strings)."""
+    base = dict(benchmark="synthetic:0", strategy=str(BASELINE_PATH), limit=30, probe_size=10, rounds=2,
+                candidates_per_round=1, seed=0)
+    base.update({k: str(v) if isinstance(v, Path) else v for k, v in settings.items()})
+    path.write_text(yaml.safe_dump(base))
+    return path
+
+
+def journal(root: Path) -> list[dict]:
+    """The journal's entries, parsed line by line (no verification)."""
+    return [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
 
 
 def run_engine(base: Path) -> Path:

@@ -9,7 +9,8 @@ from evolve.benchmarks.synthetic import generate_synthetic, write_locomo
 from evolve.benchmarks.types import CATEGORIES, Benchmark, BenchmarkError, Conversation, Question, Session, Turn
 
 __all__ = ["CATEGORIES", "Benchmark", "BenchmarkError", "Conversation", "Question", "Session", "Turn",
-           "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "write_locomo"]
+           "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "select_questions",
+           "write_locomo"]
 
 _FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval}
 SPEC_HELP = "expected 'locomo:PATH', 'longmemeval:PATH', 'synthetic', 'synthetic:SEED' or 'synthetic:SEED:N_PERSONAS'"
@@ -39,3 +40,15 @@ def load_benchmark(spec: str) -> Benchmark:
     if not path.is_file():
         raise BenchmarkError(f"benchmark spec {spec!r}: {scheme} file not found: {path}")
     return _FILE_LOADERS[scheme](path)
+
+
+def select_questions(bench: Benchmark, spec: str, limit: int | None = None,
+                     include_adversarial: bool = False) -> list[Question]:
+    """The first ``limit`` questions (all if ``None``); :class:`BenchmarkError` if none of them can be scored."""
+    questions = bench.questions[:limit] if limit else list(bench.questions)
+    scored = [q for q in questions if include_adversarial or q.category != "adversarial"]
+    if not scored:
+        held = f"{len(questions)} question(s), all adversarial (pass --include-adversarial / include_adversarial: " \
+               "true to score them)" if questions else "no questions"
+        raise BenchmarkError(f"benchmark {spec!r}: nothing to score: {held}")
+    return questions

@@ -6,18 +6,18 @@ import json
 import sys
 from pathlib import Path
 
-from evolve.benchmarks import load_benchmark
+from evolve.benchmarks import load_benchmark, select_questions
 from evolve.data import BASELINE_PATH
 from evolve.benchmarks.types import BenchmarkError
 from evolve.loop.config import ConfigError
 from evolve.observe.judge import TokenF1Judge
 from evolve.observe.trace import Summary
-from evolve.llm import ConfigError as LLMConfigError
-from evolve.state.files import StoreError
+from evolve.llm import ConfigError as LLMConfigError, LLMError
+from evolve.state.files import StoreError, require_output_dir
 from evolve.strategy.artifact import StrategyError, load_strategy
 
-USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, BenchmarkError, StoreError,
-                                           FileNotFoundError)
+USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, LLMError, BenchmarkError,
+                                           StoreError, FileNotFoundError)
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -45,14 +45,15 @@ def print_summary(summary: Summary) -> None:
 def cmd_eval(args: argparse.Namespace) -> int:
     from evolve.observe.harness import Harness, Roles
 
+    out = require_output_dir(Path(args.out))
     strategy = load_strategy(args.strategy)
     bench = load_benchmark(args.bench)
     for warning in bench.warnings:
         print(f"warning: {warning}", file=sys.stderr)
-    ids = [q.id for q in bench.questions[: args.limit]] if args.limit else None
+    ids = [q.id for q in select_questions(bench, args.bench, args.limit, args.include_adversarial)]
     harness = Harness(bench, Roles(judge=TokenF1Judge(args.judge_threshold)), include_adversarial=args.include_adversarial)
     run = harness.evaluate(strategy, ids)
-    out = run.write(args.out)
+    run.write(out)
     print_summary(run.summary)
     print(f"wrote {out / 'summary.json'} and {out / 'traces.jsonl'}")
     return 0
@@ -63,13 +64,33 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolve.loop.engine import Engine
 
     config = load_config(args.config)
-    if args.rounds:
-        config = config.model_copy(update={"rounds": args.rounds})
     if args.stores:
         config = config.model_copy(update={"stores": Path(args.stores).resolve()})
-    result = Engine(config, track=not args.no_tracking).run()
+    result = Engine(config, track=not args.no_tracking).run(args.rounds)
     print(json.dumps(result, indent=2))
     return 0
+
+
+def positive_int(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def threshold(text: str) -> float:
+    """An argparse type: a number in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -79,15 +100,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("eval", help="score one strategy on a benchmark, with traces and root causes")
     p.add_argument("--strategy", default=str(BASELINE_PATH), help="strategy file (default: the packaged baseline)")
     p.add_argument("--bench", default="synthetic", help="locomo:PATH | longmemeval:PATH | synthetic[:SEED]")
-    p.add_argument("--limit", type=int, help="evaluate only the first N questions")
+    p.add_argument("--limit", type=positive_int, help="evaluate only the first N questions (N >= 1)")
     p.add_argument("--out", default="runs/eval")
-    p.add_argument("--judge-threshold", type=float, default=0.5)
+    p.add_argument("--judge-threshold", type=threshold, default=0.5, help="token-F1 threshold in (0, 1]")
     p.add_argument("--include-adversarial", action="store_true")
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("run", help="run Observe-Improve-Verify rounds from a run config")
     p.add_argument("--config", default="experiments/nightly.yaml")
-    p.add_argument("--rounds", type=int)
+    p.add_argument("--rounds", type=positive_int, metavar="N",
+                   help="run N more rounds (default: until the config's round count is reached)")
     p.add_argument("--stores", help="override the stores directory")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     p.set_defaults(func=cmd_run)

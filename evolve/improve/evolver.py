@@ -32,7 +32,8 @@ from optuna.trial import TrialState
 
 from evolve.improve.planner import Direction, max_steps, move_values
 from evolve.state.files import StoreError
-from evolve.strategy.artifact import EvolvableDimension, StrategyError, derive, evolvable_dimensions, validate_strategy
+from evolve.strategy.artifact import StrategyError, derive, validate_strategy
+from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import repair
 from evolve.strategy.paths import get_path
 

@@ -36,9 +36,11 @@ from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
 from evolve.improve.effects import DimensionEffects, split_key
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.strategy.diff import MOVES, SET_PREFIX
-from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions
+from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
+from evolve.strategy import strict_yaml
+from evolve.strategy.strict_yaml import YAMLInputError
 
 SPECIFICITY = 1.25
 POSITION_DECAY = 0.25
@@ -174,11 +176,10 @@ def parse_bundles(text: str, source: str = "<bundles>",
     """Parse and validate a bundle table against the schema's evolvable dimensions."""
     dims = dims or evolvable_dimensions()
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise BundleError(f"{source}:{mark.line + 1 if mark else '?'}: malformed YAML: "
-                          f"{getattr(exc, 'problem', exc)}") from None
+        root, _ = strict_yaml.compose(text)
+    except YAMLInputError as exc:
+        where = f"{exc.path}: " if exc.path else ""
+        raise BundleError(f"{source}:{exc.line or '?'}: {where}{exc.problem}") from None
     if not isinstance(root, yaml.MappingNode):
         raise BundleError(f"{source}: expected a mapping of '<root_cause>/<category>' to direction lists")
     entries: dict[str, tuple[str, ...]] = {}
@@ -188,8 +189,6 @@ def parse_bundles(text: str, source: str = "<bundles>",
             _validate_key(table_key)
         except ValueError as exc:
             raise BundleError(f"{source}:{line}: {table_key}: {exc}") from None
-        if table_key in entries:
-            raise BundleError(f"{source}:{line}: {table_key}: duplicate key")
         if not isinstance(value_node, yaml.SequenceNode) or not value_node.value:
             raise BundleError(f"{source}:{line}: {table_key}: expected a non-empty list of '<path>::<direction>'")
         keys: list[str] = []

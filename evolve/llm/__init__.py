@@ -2,7 +2,7 @@
 from evolve.llm.cache import CacheError, ResponseCache, cache_key
 from evolve.llm.client import (LLMAuthError, LLMClient, LLMError, LLMModelNotFoundError, LLMRequestError,
                                LLMUnavailableError, UsageStats)
-from evolve.llm.config import ROLES, ConfigError, RoleConfig, RolesConfig
+from evolve.llm.config import ROLES, ConfigError, RoleConfig, RolesConfig, check_reachable
 from evolve.llm.advisors import (CriticAdvisor, CriticVerdict, LLMCritic, LLMPlanner, PlannerAdvisor, PlannerResult,
                                  Proposal)
 from evolve.llm.roles import LLMAnswerer, LLMExpander, LLMExtractor, LLMJudge, build_llm_roles
@@ -11,7 +11,7 @@ __all__ = [
     "CacheError", "ResponseCache", "cache_key",
     "LLMAuthError", "LLMClient", "LLMError", "LLMModelNotFoundError", "LLMRequestError", "LLMUnavailableError",
     "UsageStats",
-    "ROLES", "ConfigError", "RoleConfig", "RolesConfig",
+    "ROLES", "ConfigError", "RoleConfig", "RolesConfig", "check_reachable",
     "CriticAdvisor", "CriticVerdict", "LLMAnswerer", "LLMCritic", "LLMExpander", "LLMExtractor", "LLMJudge", "LLMPlanner",
     "PlannerAdvisor", "PlannerResult", "Proposal", "build_llm_roles",
 ]

@@ -13,7 +13,7 @@ from evolve.improve.effects import DimensionEffects
 from evolve.improve.planner import Direction
 from evolve.llm.client import LLMClient
 from evolve.llm.prompting import ask_json, fill, json_payload, load_prompt, pretty, validation_errors
-from evolve.strategy.artifact import EvolvableDimension, evolvable_dimensions
+from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.diff import MOVES
 from evolve.verify.critic import CriticPacket, fixing_groups
 from evolve.verify.critic import CriticReview as Review

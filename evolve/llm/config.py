@@ -8,6 +8,8 @@ named by ``api_key_env`` and never stored in a configuration.
 from __future__ import annotations
 
 import os
+import urllib.error
+import urllib.request
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -105,3 +107,26 @@ class RolesConfig(BaseModel):
             err = exc.errors()[0]
             where = ".".join(str(p) for p in ("roles", *err["loc"]))
             raise ConfigError(f"{source}: {where}: {err['msg']}") from None
+
+
+def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
+    """Raise :class:`ConfigError` naming role, URL and cause if an LLM endpoint does not answer ``GET /models``.
+
+    Any HTTP answer (even an error status) counts as reachable; only connection failures and timeouts do not.
+    """
+    checked: set[str] = set()
+    for name in ROLES:
+        cfg = roles.role(name)
+        if cfg.backend != "llm" or cfg.endpoint in checked:
+            continue
+        checked.add(cfg.endpoint)
+        url = f"{cfg.endpoint}/models"
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {cfg.api_key()}"})
+        try:
+            with urllib.request.urlopen(request, timeout=min(timeout_s, cfg.timeout_s)):
+                pass
+        except urllib.error.HTTPError:
+            pass  # the server answered
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            cause = getattr(exc, "reason", None) or exc
+            raise ConfigError(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {cause}") from None

@@ -12,7 +12,8 @@ from evolve.loop.record import STAGES
 from evolve.observe.harness import EvalRun
 from evolve.state.checkpoint import CheckpointRecord
 from evolve.state.stores import RoundBundle, StoreSet
-from evolve.strategy.artifact import evolvable_dimensions, strategy_hash
+from evolve.strategy.artifact import strategy_hash
+from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.paths import get_path
 from evolve.verify.decision import journal_type
 

@@ -2,17 +2,24 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolve.data import BASELINE_PATH
+from evolve.strategy import strict_yaml
+from evolve.strategy.strict_yaml import YAMLInputError
 from evolve.verify.decision import AcceptanceRules
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+    """No unknown fields, no coercion (``rounds: true`` is not 1, ``"3"`` is not 3), finite numbers only."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+#: A path given as a YAML string.
+PathField = Annotated[Path, Field(strict=False)]
 
 
 class PlannerConfig(_Strict):
@@ -25,8 +32,8 @@ class RunConfig(_Strict):
     """Everything a nightly run needs."""
 
     benchmark: str = "synthetic:0"
-    strategy: Path = BASELINE_PATH
-    stores: Path = Path("stores")
+    strategy: PathField = BASELINE_PATH
+    stores: PathField = Path("stores")
     rounds: int = Field(4, ge=1)
     candidates_per_round: int = Field(4, ge=1)
     seed: int = 0
@@ -62,12 +69,18 @@ class ConfigError(ValueError):
 
 
 def load_config(path: str | Path) -> RunConfig:
-    """Read a run config; relative paths resolve against the working directory."""
+    """Read a run config strictly; relative paths resolve against the working directory."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        data, lines = strict_yaml.load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read run config: {exc}") from None
+    except YAMLInputError as exc:
+        where = f"{path}:{exc.line}" if exc.line else str(path)
+        raise ConfigError(f"{where}: {exc.path or '<root>'}: {exc.problem}") from None
+    if data is None:
+        raise ConfigError(f"{path}: <root>: the run config is empty; an empty file would run the defaults, "
+                          "so say what to run (at least benchmark and stores)")
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: <root>: a run config must be a mapping, got {type(data).__name__}")
     try:
@@ -75,5 +88,6 @@ def load_config(path: str | Path) -> RunConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise ConfigError(f"{path}: {where}: {first['msg']}") from None
+        line = lines.get(where)
+        raise ConfigError(f"{path}{f':{line}' if line else ''}: {where}: {first['msg']}") from None
     return config.resolve(Path.cwd())

@@ -10,13 +10,13 @@ from __future__ import annotations
 import logging
 import time
 
-from evolve.benchmarks import load_benchmark
+from evolve.benchmarks import load_benchmark, select_questions
 from evolve.improve.digest import digest
 from evolve.improve.effects import DimensionEffects
 from evolve.improve.evolver import Evolver
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction, Planner, load_bundles
-from evolve.llm import CriticAdvisor, PlannerAdvisor
+from evolve.llm import CriticAdvisor, PlannerAdvisor, check_reachable
 from evolve.loop.backends import build_backends, roles_config
 from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
@@ -28,7 +28,8 @@ from evolve.loop.tracking import Tracker, track_round
 from evolve.observe.harness import EvalRun, Harness
 from evolve.runtime import IngestionCache
 from evolve.state.stores import RoundBundle, StoreSet
-from evolve.strategy.artifact import load_strategy, policy_hash, schema_hash, strategy_hash
+from evolve.strategy.artifact import load_strategy, policy_hash, strategy_hash
+from evolve.strategy.schema import schema_hash
 from evolve.verify.critic import Critic, DeterministicCritic
 from evolve.verify.probe import stratified_probe
 from evolve.verify.statistics import paired_comparison
@@ -47,7 +48,9 @@ class Engine:
         benchmark = load_benchmark(config.benchmark)
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
+        questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
         roles_cfg = roles_config(config)
+        check_reachable(roles_cfg)
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())
@@ -57,7 +60,6 @@ class Engine:
         self.harness = Harness(benchmark, backends.roles, cache=IngestionCache(self.stores.cache_dir / "ingestion"),
                                include_adversarial=config.include_adversarial, progress=progress,
                                workers=config.workers)
-        questions = benchmark.questions[: config.limit] if config.limit else benchmark.questions
         self.question_ids = [q.id for q in questions]
         scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)

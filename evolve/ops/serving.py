@@ -16,13 +16,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
 from evolve.strategy.diff import StrategyDiff, diff_strategies
 from evolve.ops.review import CANDIDATE_ID_RE, StoreView
 from evolve.state.files import StoreError, atomic_write_bytes, ensure_dir, sha256_hex
 from evolve.state.stores import StoreSet
-from evolve.strategy.artifact import StrategyError, parse_strategy, policy_hash, schema_hash, strategy_hash
+from evolve.strategy import strict_yaml
+from evolve.strategy.artifact import StrategyError, parse_strategy, policy_hash, strategy_hash
+from evolve.strategy.schema import schema_hash
 
 SERVING_DIR = "serving"
 SERVING_TYPES = ("PROMOTE", "ROLLBACK")
@@ -103,9 +103,9 @@ def _what(entry: dict) -> str:
 
 def _strategy_hash_of(data: bytes) -> str | None:
     try:
-        loaded = yaml.safe_load(data)
+        loaded, _ = strict_yaml.load(data.decode("utf-8"))
         return strategy_hash(loaded) if isinstance(loaded, dict) else None
-    except (yaml.YAMLError, TypeError, ValueError):  # not YAML, or values JSON cannot hold (dates, NaN)
+    except (UnicodeDecodeError, TypeError, ValueError):  # not YAML, refused, or values JSON cannot hold (NaN)
         return None
 
 
@@ -145,10 +145,10 @@ def _payload(target: Path, served: Served, previous: Served | None) -> dict:
 
 def _diff(old: bytes | None, new: bytes) -> StrategyDiff | None:
     try:
-        before = yaml.safe_load(old) if old is not None else None
-    except yaml.YAMLError:
+        before = strict_yaml.load(old.decode("utf-8"))[0] if old is not None else None
+    except (UnicodeDecodeError, ValueError):
         return None
-    return diff_strategies(before if isinstance(before, dict) else {}, yaml.safe_load(new))
+    return diff_strategies(before if isinstance(before, dict) else {}, strict_yaml.load(new.decode("utf-8"))[0])
 
 
 def _require_journal(view: StoreView) -> None:

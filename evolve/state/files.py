@@ -1,4 +1,4 @@
-"""Crash-safe file primitives: atomic replace, durable appends, torn-tail repair and the run lock.
+"""Crash-safe file primitives: atomic replace, durable appends, torn-tail repair, canonical JSON and hashing.
 
 Every write of persistent state goes through here so that a crash (or ``kill -9``) at any
 instant leaves either the old or the new content of a file, never a mix.
@@ -11,16 +11,11 @@ import json
 import logging
 import os
 import stat
-import socket
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-import filelock
-import yaml
-
-from evolve.strategy.artifact import canonical_json, dump_yaml, strategy_hash
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +68,19 @@ def ensure_dir(directory: Path) -> Path:
         raise StoreError(directory, "cannot create directory: a file is in the way (not a directory)") from None
     except OSError as exc:
         raise os_error(directory, exc, "create directory") from None
+    return directory
+
+
+def require_output_dir(directory: Path) -> Path:
+    """Check, before any work, that ``directory`` is or can become a writable directory; :class:`StoreError` if not."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise StoreError(directory, "cannot write output here: exists and is not a directory")
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    if not existing.is_dir():
+        raise StoreError(directory, f"cannot write output here: {existing} is not a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise StoreError(directory, f"cannot write output here: permission denied on {existing}")
     return directory
 
 
@@ -243,29 +251,9 @@ def remove_stale_temps(directory: Path, recursive: bool = False) -> list[Path]:
     return found
 
 
-# ---------------------------------------------------------------- strategies as content-addressed YAML
-
-
-def strategy_to_yaml(strategy: dict, source: str | Path = "<strategy>") -> str:
-    """Canonical YAML that is known to load back to a strategy with the same hash."""
-    text = dump_yaml(strategy)
-    if strategy_hash(yaml.safe_load(text)) != strategy_hash(strategy):
-        raise StoreError(source, "strategy does not round-trip through YAML unchanged; refusing to store it")
-    return text
-
-
-def strategy_from_yaml(text: str, expected_hash: str, source: str | Path) -> dict:
-    """Load stored strategy YAML and check it still hashes to ``expected_hash``."""
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise StoreError(source, f"corrupt strategy YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise StoreError(source, f"corrupt strategy: expected a mapping, got {type(data).__name__}")
-    actual = strategy_hash(data)
-    if actual != expected_hash:
-        raise StoreError(source, f"strategy hash mismatch: expected {expected_hash}, content hashes to {actual}")
-    return data
+def canonical_json(data: Any) -> str:
+    """Compact JSON with sorted keys: equal data always serialises (and hashes) equal."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def sha256_hex(data: bytes) -> str:
@@ -275,73 +263,3 @@ def sha256_hex(data: bytes) -> str:
 def canonical_hash(data: Any) -> str:
     """SHA-256 of the canonical JSON form of ``data``."""
     return sha256_hex(canonical_json(data).encode("utf-8"))
-
-
-# ---------------------------------------------------------------- run lock
-
-
-class RunLock:
-    """Exclusive, non-blocking lock on a store root so two runs cannot write the same stores.
-
-    The holder's pid, host and start time are recorded beside the lock file so a refused run
-    can say who holds it. The OS releases the lock if the holder dies, so no stale-lock cleanup is needed.
-    """
-
-    LOCK_NAME = "run.lock"
-    OWNER_NAME = "run.lock.owner"
-
-    def __init__(self, root: str | Path, timeout: float = 0.0):
-        self.root = Path(root)
-        self.path = self.root / self.LOCK_NAME
-        self.owner_path = self.root / self.OWNER_NAME
-        self.timeout = timeout
-        self._lock: filelock.BaseFileLock | None = None
-
-    @property
-    def held(self) -> bool:
-        return self._lock is not None
-
-    def acquire(self) -> "RunLock":
-        if self._lock is not None:
-            return self
-        ensure_dir(self.root)
-        lock = filelock.FileLock(str(self.path), timeout=self.timeout, thread_local=False)
-        try:
-            lock.acquire()
-        except filelock.Timeout:
-            raise StoreError(self.path, f"store is locked by another run ({self._holder()}); "
-                                        "wait for it to finish or use a different store root") from None
-        except OSError as exc:
-            raise os_error(self.path, exc, "take the run lock") from None
-        self._lock = lock
-        try:
-            atomic_write_json(self.owner_path, {"pid": os.getpid(), "host": socket.gethostname(),
-                                                "acquired_at": now_iso()})
-        except StoreError:
-            self.release()
-            raise
-        return self
-
-    def release(self) -> None:
-        if self._lock is None:
-            return
-        try:
-            self.owner_path.unlink(missing_ok=True)
-        finally:
-            self._lock.release()
-            self._lock = None
-
-    def _holder(self) -> str:
-        try:
-            owner = read_json(self.owner_path, None)
-        except StoreError:
-            owner = None
-        if not isinstance(owner, dict) or "pid" not in owner:
-            return "holder pid unknown"
-        return f"holder pid {owner['pid']} on {owner.get('host', '?')} since {owner.get('acquired_at', '?')}"
-
-    def __enter__(self) -> "RunLock":
-        return self.acquire()
-
-    def __exit__(self, *exc: object) -> None:
-        self.release()

@@ -20,7 +20,7 @@ from typing import Any
 from evolve.state.files import (
     StoreError, append_lines, canonical_hash, ensure_dir, iter_jsonl, now_iso, os_error, repair_torn_tail,
 )
-from evolve.strategy.artifact import canonical_json
+from evolve.state.files import canonical_json
 
 #: Every entry type the journal accepts.
 ENTRY_TYPES = (

@@ -23,10 +23,12 @@ from typing import Any
 from evolve.state.checkpoint import Checkpoint
 from evolve.state.journal import ENTRY_TYPES, Journal, VerifyResult
 from evolve.state.files import (
-    RunLock, StoreError, append_lines, atomic_write_json, atomic_write_text, canonical_hash, ensure_dir, iter_jsonl,
-    now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail, strategy_from_yaml, strategy_to_yaml,
+    StoreError, append_lines, atomic_write_json, atomic_write_text, canonical_hash, canonical_json, ensure_dir, iter_jsonl,
+    now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail,
 )
-from evolve.strategy.artifact import canonical_json, strategy_hash
+from evolve.state.lock import RunLock
+from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
+from evolve.strategy.artifact import strategy_hash
 
 #: Append-only record stores (``<name>.jsonl``); every record needs a unique string ``key``.
 JSONL_STORES = ("candidate_outcomes", "stage_audits", "diagnosis_log")

@@ -7,19 +7,19 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import math
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterator
 
 import jsonschema
 import yaml
 
-from evolve.data import SCHEMA_PATH
+from evolve.state.files import canonical_json
+from evolve.strategy.schema import load_schema
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
+from evolve.strategy import strict_yaml
+from evolve.strategy.strict_yaml import YAMLInputError, clip
 
 #: Top-level fields that describe lineage, not behaviour: shown in diffs, never part of the policy hash.
 LINEAGE = ("parent", "name", "version")
@@ -36,40 +36,11 @@ class StrategyError(ValueError):
     def __init__(self, source: str, path: str, message: str, line: int | None = None, value: Any = None):
         self.source, self.path, self.line, self.value, self.rule = source, path, line, value, message
         where = f"{source}:{line}" if line else source
-        shown = "" if value is None else f" (value: {value!r})"
-        super().__init__(f"{where}: {path or '<root>'}: {message}{shown}")
-
-
-@dataclass(frozen=True)
-class EvolvableDimension:
-    """One schema path the optimizer may change."""
-
-    path: str
-    kind: str  # "integer" | "number" | "boolean" | "enum"
-    group: str
-    low: float | None = None
-    high: float | None = None
-    step: float | None = None
-    max_step: float | None = None
-    choices: tuple[str, ...] = ()
-
-
-@lru_cache(maxsize=1)
-def load_schema() -> dict:
-    """The framework's strategy schema (read once, never changed at run time)."""
-    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
-
-
-def schema_hash() -> str:
-    """SHA-256 of the schema file's canonical JSON."""
-    return hashlib.sha256(canonical_json(load_schema()).encode()).hexdigest()
+        shown = "" if value is None else f" (value: {clip(repr(value))})"
+        super().__init__(f"{where}: {path or '<root>'}: {clip(message, 300)}{shown}")
 
 
 # ---------------------------------------------------------------- canonical form
-
-
-def canonical_json(data: Any) -> str:
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
 
 
 def strategy_hash(strategy: dict) -> str:
@@ -105,55 +76,15 @@ def ingestion_key(strategy: dict) -> str:
     return hashlib.sha256(canonical_json(ingestion_view(strategy)).encode()).hexdigest()
 
 
-# ---------------------------------------------------------------- evolvable space
-
-
-def evolvable_dimensions(schema: dict | None = None) -> dict[str, EvolvableDimension]:
-    """Every path marked ``x-evolvable`` in the schema, with its range and step limits."""
-    schema = schema or load_schema()
-    dims: dict[str, EvolvableDimension] = {}
-
-    def walk(node: dict, path: str) -> None:
-        if "$ref" in node:
-            return  # prompts evolve only through reviewed template versions
-        spec = node.get("x-evolvable")
-        if spec is not None:
-            if "enum" in node:
-                dims[path] = EvolvableDimension(path, "enum", spec["group"], choices=tuple(node["enum"]))
-            elif node["type"] == "boolean":
-                dims[path] = EvolvableDimension(path, "boolean", spec["group"])
-            else:
-                dims[path] = EvolvableDimension(
-                    path, node["type"], spec["group"], node["minimum"], node["maximum"], spec["step"], spec["max_step"]
-                )
-        for key, child in node.get("properties", {}).items():
-            walk(child, f"{path}.{key}" if path else key)
-
-    walk(schema, "")
-    return dims
-
-
 # ---------------------------------------------------------------- validation
 
 
 def _line_index(text: str) -> dict[str, int]:
-    """1-based line of every mapping key, by dotted path."""
-    lines: dict[str, int] = {}
-
-    def walk(node: yaml.Node, path: str) -> None:
-        if isinstance(node, yaml.MappingNode):
-            for key, value in node.value:
-                sub = f"{path}.{key.value}" if path else str(key.value)
-                lines[sub] = key.start_mark.line + 1
-                walk(value, sub)
-
+    """1-based line of every mapping key, by dotted path (empty if the text is refused)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError:
-        return lines
-    if root is not None:
-        walk(root, "")
-    return lines
+        return strict_yaml.compose(text)[1]
+    except YAMLInputError:
+        return {}
 
 
 def _non_finite(data: Any, path: str = "") -> Iterator[tuple[str, float]]:
@@ -193,13 +124,11 @@ def validate_strategy(data: Any, source: str = "<strategy>", text: str | None = 
 
 
 def parse_strategy(text: str, source: str = "<strategy>") -> dict:
-    """Parse YAML text and validate it."""
+    """Parse YAML text strictly (no duplicate keys, bounded depth and aliases) and validate it."""
     try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        raise StrategyError(source, "", f"malformed YAML: {getattr(exc, 'problem', exc)}",
-                            mark.line + 1 if mark else None) from None
+        data, _ = strict_yaml.load(text)
+    except YAMLInputError as exc:
+        raise StrategyError(source, exc.path, exc.problem, exc.line) from None
     return validate_strategy(data, source, text)
 
 

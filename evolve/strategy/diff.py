@@ -15,7 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from evolve.strategy.artifact import FREE_LINEAGE, EvolvableDimension, evolvable_dimensions
+from evolve.strategy.artifact import FREE_LINEAGE
+from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.paths import flatten, get_path
 
 #: Relative moves, by kind of evolvable dimension; numbers and enums also take ``set:<value>``, booleans never.

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from evolve.strategy.paths import get_path
+from evolve.strategy.schema import framework_markers
 
 #: ``(path, rule, offending value)`` of one broken invariant.
 Violation = tuple[str, str, Any]
@@ -14,7 +15,6 @@ Violation = tuple[str, str, Any]
 Lookup = Callable[[str], Any]
 
 WEIGHT_CHANNELS = ("bm25", "vector", "subquery")
-PROMPT_SECTIONS = ("extraction", "expansion", "answering")
 
 
 @dataclass(frozen=True)
@@ -58,12 +58,18 @@ def _reserved(s: dict) -> Iterator[Violation]:
 
 
 def _markers(s: dict) -> Iterator[Violation]:
-    for section in PROMPT_SECTIONS:
-        prompt = s.get(section, {}).get("prompt")
-        if isinstance(prompt, dict):
-            for marker in prompt["required_markers"]:
-                if marker not in prompt["template"]:
-                    yield f"{section}.prompt.template", f"must contain required marker {marker!r}", None
+    for path, needed in framework_markers().items():
+        section, key = path.split(".")
+        prompt = s.get(section, {}).get(key)
+        if not isinstance(prompt, dict):
+            continue
+        for marker in needed:
+            if marker not in prompt["template"]:
+                yield (f"{path}.template", f"must contain marker {marker!r}, which the framework requires for {path}",
+                       None)
+        for marker in prompt["required_markers"]:
+            if marker not in prompt["template"]:
+                yield f"{path}.template", f"must contain required marker {marker!r}", None
 
 
 INVARIANTS: tuple[Invariant, ...] = (

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
-from evolve.strategy.artifact import evolvable_dimensions
+from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.diff import dimension_for, prompt_of
 
 #: Pipeline order of the dimension groups.

@@ -25,8 +25,9 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evolve.benchmarks.types import CATEGORIES
 from evolve.verify.statistics import PairedReport
 
 #: Slack for float comparisons of accuracy differences (k/n arithmetic is not exact).
@@ -40,10 +41,16 @@ class Verdict(str, Enum):
     REJECT = "REJECT"
 
 
+def _require_categories(names: Any) -> None:
+    unknown = [n for n in names if n not in CATEGORIES]
+    if unknown:
+        raise ValueError(f"unknown category {unknown[0]!r}; expected one of {', '.join(CATEGORIES)}")
+
+
 class AcceptanceRules(BaseModel):
     """Thresholds of the decision contract."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     alpha: float = Field(0.05, gt=0, lt=1)
     rho_min: float = Field(0.9, ge=0, le=1, description="DCR@3 floor")
@@ -53,6 +60,18 @@ class AcceptanceRules(BaseModel):
     probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
     restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
     require_significance: bool = True
+
+    @field_validator("protected_slices")
+    @classmethod
+    def _known_slices(cls, value: list[str]) -> list[str]:
+        _require_categories(value)
+        return value
+
+    @field_validator("epsilon_by_category")
+    @classmethod
+    def _known_epsilons(cls, value: dict[str, float]) -> dict[str, float]:
+        _require_categories(value)
+        return value
 
     def epsilon(self, category: str) -> float:
         return self.epsilon_by_category.get(category, self.epsilon_default)

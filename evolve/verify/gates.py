@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
-from evolve.strategy.artifact import StrategyError, evolvable_dimensions, policy_hash, validate_strategy
+from evolve.strategy.artifact import StrategyError, policy_hash, validate_strategy
+from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.diff import PROMPT_SECTIONS, change_keys, dimension_for, effective_changes, prompt_of
 
 _STEP_SLACK = 1e-9

@@ -6,7 +6,8 @@ from evolve.improve.evolver import BLIND_STUDY, Evolver, EvolverError
 from evolve.strategy.invariants import repair
 from evolve.improve.planner import Direction
 from evolve.data import BASELINE_PATH
-from evolve.strategy.artifact import StrategyError, derive, evolvable_dimensions, load_strategy, validate_strategy
+from evolve.strategy.artifact import StrategyError, derive, load_strategy, validate_strategy
+from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.paths import get_path, set_path
 
 DIMS = evolvable_dimensions()

@@ -5,7 +5,8 @@ from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import BundleError, Planner, load_bundles, move_values, parse_bundles
 from evolve.data import BASELINE_PATH
-from evolve.strategy.artifact import evolvable_dimensions, load_strategy
+from evolve.strategy.artifact import load_strategy
+from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.paths import set_path
 
 DIMS = evolvable_dimensions()

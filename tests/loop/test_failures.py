@@ -4,66 +4,22 @@ rule, and leaves the stores exactly as they were."""
 from __future__ import annotations
 
 import json
-import resource
 import shutil
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from evolve.cli import main
 from evolve.state.files import read_json
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import derive, strategy_hash
+from workflow_fixtures import cli, cli_subprocess, journal, snapshot, write_config
 
 BASELINE_TEXT = BASELINE_PATH.read_text(encoding="utf-8")
 #: What the engine may change in a round that fails before its commit: search state and caches, not results.
 VOLATILE = ("cache/", "optuna.db")
-
-
-def cli(capsys, *argv: object) -> tuple[int, str]:
-    code = main([str(a) for a in argv])
-    out = capsys.readouterr()
-    return code, out.out + out.err
-
-
-def cli_subprocess(cwd: Path, *argv: object, limit_bytes: int | None = None,
-                   wrap: list[str] | None = None) -> subprocess.CompletedProcess:
-    """``python -m evolve.cli ARGV`` in a child, optionally under a file-size limit or inside ``wrap``."""
-    def limit() -> None:
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # oversize writes fail with EFBIG instead of killing
-        resource.setrlimit(resource.RLIMIT_FSIZE, (limit_bytes, resource.RLIM_INFINITY))
-
-    command = [*(wrap or []), sys.executable, "-m", "evolve.cli", *map(str, argv)]
-    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=300,
-                          preexec_fn=limit if limit_bytes is not None else None)
-
-
-def snapshot(root: Path, skip: tuple[str, ...] = ()) -> dict[str, bytes | None]:
-    """Every path under ``root`` with its bytes (``None`` for directories), minus paths starting with ``skip``."""
-    out: dict[str, bytes | None] = {}
-    for path in sorted(root.rglob("*")):
-        rel = path.relative_to(root).as_posix()
-        if rel == "run.lock.owner" or rel.startswith(skip) or any(rel == s.rstrip("/") for s in skip):
-            continue
-        out[rel] = None if path.is_dir() else path.read_bytes()
-    return out
-
-
-def write_config(path: Path, **settings) -> Path:
-    base = dict(benchmark="synthetic:0", strategy=str(BASELINE_PATH), limit=30, probe_size=10, rounds=2,
-                candidates_per_round=1, seed=0)
-    base.update({k: str(v) if isinstance(v, Path) else v for k, v in settings.items()})
-    path.write_text(yaml.safe_dump(base))
-    return path
-
-
-def journal(root: Path) -> list[dict]:
-    return [json.loads(line) for line in (root / "journal.jsonl").read_text().splitlines()]
 
 
 @pytest.fixture(scope="module")
@@ -146,8 +102,8 @@ def test_bad_strategy_creates_no_stores_directory(capsys, tmp_path):
 CONFIG_CASES = {
     "unknown field": ("roundz: 3\n", "roundz", "Extra inputs are not permitted"),
     "wrong type": ("rounds: three\n", "rounds", "valid integer"),
-    "fraction for integer": ("rounds: 1.5\n", "rounds", "fractional part"),
-    "NaN": ("seed: .nan\n", "seed", "finite number"),
+    "fraction for integer": ("rounds: 1.5\n", "rounds", "valid integer"),
+    "NaN": ("judge_threshold: .nan\n", "judge_threshold", "finite number"),
     "out of range": ("probe_size: 0\n", "probe_size", "greater than or equal to 10"),
     "nested out of range": ("acceptance: {alpha: 1.5}\n", "acceptance.alpha", "less than 1"),
 }
@@ -159,7 +115,7 @@ def test_bad_run_config_is_refused(case, capsys, tmp_path):
     config = tmp_path / "run.yaml"
     config.write_text(f"stores: {tmp_path / 'stores'}\n{text}")
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
-    assert code == 2 and f"{config}: {field}: " in out and rule in out, out
+    assert code == 2 and f"{config}:2: {field}: " in out and rule in out, out
     assert not (tmp_path / "stores").exists()
 
 
@@ -171,7 +127,8 @@ def test_non_finite_or_non_mapping_config_is_refused_by_name(text, field, capsys
     config = tmp_path / "run.yaml"  # a missing strategy keeps a config that wrongly passes from starting a run
     config.write_text(text if text.startswith("-") else f"strategy: {tmp_path / 'missing.yaml'}\n{text}")
     code, out = cli(capsys, "run", "--config", config, "--stores", tmp_path / "stores", "--no-tracking")
-    assert code == 2 and f"{config}: {field}" in out, out
+    where = f"{config}: " if text.startswith("-") else f"{config}:2: "
+    assert code == 2 and f"{where}{field}" in out, out
 
 
 # ---------------------------------------------------------------- benchmark files
@@ -284,7 +241,7 @@ def test_corrupted_checkpoint_falls_back_to_the_last_good_generation(corrupt, ca
     good = _commit_better_checkpoint(stores)
     assert (stores / "best" / "CURRENT").read_text() == "gen-0002\n"
     reason = corrupt(stores / "best" / "gen-0002")
-    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 4,
+    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 1,
                     "--no-tracking")
     assert code == 0, out
     restores = [e for e in journal(stores) if e["type"] == "RESTORE" and e["round"] == 4]
@@ -300,7 +257,7 @@ def test_corrupted_checkpoint_falls_back_to_the_last_good_generation(corrupt, ca
 def test_no_intact_checkpoint_is_refused_and_nothing_is_committed(capsys, tmp_path, stores):
     reason = _truncate_strategy(stores / "best" / "gen-0001")
     before = snapshot(stores, VOLATILE)
-    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 3,
+    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 1,
                     "--no-tracking")
     assert code == 2
     assert f"error: {stores / 'best'}: no intact checkpoint generation (gen-0001: " in out and reason in out, out
@@ -335,11 +292,11 @@ def test_disk_full_at_commit_leaves_the_previous_state_and_a_rerun_commits_once(
     before = snapshot(stores, VOLATILE)
     mount_then_exec = 'mount -t tmpfs -o size=4k full "$0" && exec "$@"'
     full = ["unshare", "--mount", "sh", "-c", mount_then_exec, str(stores / "rounds")]
-    proc = cli_subprocess(tmp_path, "run", "--config", config, "--rounds", 3, "--no-tracking", wrap=full)
+    proc = cli_subprocess(tmp_path, "run", "--config", config, "--rounds", 1, "--no-tracking", wrap=full)
     assert proc.returncode == 2, proc.stderr
     assert f"error: {stores / 'rounds' / 'round-0003.json'}: cannot write: disk full" in proc.stderr
     assert snapshot(stores, VOLATILE) == before
-    code, out = cli(capsys, "run", "--config", config, "--rounds", 3, "--no-tracking")
+    code, out = cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")
     assert code == 0, out
     assert read_json(stores / "state.json")["last_committed_round"] == 3
     assert [e["payload"]["round"] for e in journal(stores) if e["type"] == "ROUND"] == [1, 2, 3]
@@ -355,7 +312,7 @@ def test_file_size_limit_on_a_cache_write_is_a_clear_error(tmp_path, stores):
         p.unlink()
     before = snapshot(stores, VOLATILE)
     proc = cli_subprocess(tmp_path, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores),
-                          "--rounds", 3, "--no-tracking", limit_bytes=limit)
+                          "--rounds", 1, "--no-tracking", limit_bytes=limit)
     assert proc.returncode == 2, proc.stderr
     assert f"{stores / 'cache' / 'ingestion' / 'stores'}/" in proc.stderr
     assert "cannot write: file too large (file size limit exceeded)" in proc.stderr

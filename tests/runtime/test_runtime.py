@@ -13,7 +13,8 @@ from evolve.runtime import IngestionCache, MemoryRuntime, RuleExpander, classify
 from evolve.runtime.ingest import windows
 from evolve.runtime.text import resolve_relative_dates
 from evolve.strategy.policy import Policy
-from evolve.strategy.artifact import StrategyError, evolvable_dimensions, validate_strategy
+from evolve.strategy.artifact import StrategyError, validate_strategy
+from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.paths import get_path, set_path
 
 

@@ -18,9 +18,10 @@ from evolve.state import checkpoint as checkpoint_mod
 from evolve.state import journal as journal_mod
 from evolve.state import stores as stores_mod
 from evolve.state.files import (
-    RunLock, StoreError, atomic_write_json, atomic_write_text, iter_jsonl, os_error, read_json, repair_torn_tail,
-    strategy_from_yaml, strategy_to_yaml,
+    StoreError, atomic_write_json, atomic_write_text, iter_jsonl, os_error, read_json, repair_torn_tail,
 )
+from evolve.state.lock import RunLock
+from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
 from evolve.state.stores import DOC_STORES, JSONL_STORES, RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import derive, load_strategy, strategy_hash
@@ -156,7 +157,7 @@ def test_strategy_yaml_roundtrip_and_hash_check(tmp_path):
 
 
 def test_run_lock_refuses_second_holder_and_names_pid(tmp_path):
-    code = "import sys, time\nfrom evolve.state.files import RunLock\nlock = RunLock(sys.argv[1]).acquire()\n" \
+    code = "import sys, time\nfrom evolve.state.lock import RunLock\nlock = RunLock(sys.argv[1]).acquire()\n" \
            "print('locked', flush=True)\ntime.sleep(60)\n"
     proc = subprocess.Popen([sys.executable, "-c", code, str(tmp_path)], stdout=subprocess.PIPE, text=True)
     try:

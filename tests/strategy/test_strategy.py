@@ -7,8 +7,9 @@ import yaml
 from evolve.strategy.policy import Policy
 from evolve.data import BASELINE_PATH
 from evolve.strategy.invariants import INVARIANTS
-from evolve.strategy.artifact import (StrategyError, derive, dump_yaml, evolvable_dimensions, ingestion_key, load_schema,
-                                      load_strategy, parse_strategy, policy_hash, strategy_hash)
+from evolve.strategy.artifact import (StrategyError, derive, dump_yaml, ingestion_key, load_strategy, parse_strategy,
+                                      policy_hash, strategy_hash)
+from evolve.strategy.schema import evolvable_dimensions, load_schema
 
 BASE_TEXT = BASELINE_PATH.read_text()
 

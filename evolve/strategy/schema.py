@@ -1,0 +1,72 @@
+"""The framework's strategy schema (packaged, never changed at run time): its hash, the evolvable dimensions it
+marks with ``x-evolvable`` (group, range, step limits), and the markers each prompt role needs (``x-required-markers``)."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+
+from evolve.data import SCHEMA_PATH
+from evolve.state.files import canonical_json
+
+
+@dataclass(frozen=True)
+class EvolvableDimension:
+    """One schema path the optimizer may change."""
+
+    path: str
+    kind: str  # "integer" | "number" | "boolean" | "enum"
+    group: str
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    max_step: float | None = None
+    choices: tuple[str, ...] = ()
+
+
+@lru_cache(maxsize=1)
+def load_schema() -> dict:
+    """The framework's strategy schema (read once, never changed at run time)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def schema_hash() -> str:
+    """SHA-256 of the schema file's canonical JSON."""
+    return hashlib.sha256(canonical_json(load_schema()).encode()).hexdigest()
+
+
+def evolvable_dimensions(schema: dict | None = None) -> dict[str, EvolvableDimension]:
+    """Every path marked ``x-evolvable`` in the schema, with its range and step limits."""
+    schema = schema or load_schema()
+    dims: dict[str, EvolvableDimension] = {}
+
+    def walk(node: dict, path: str) -> None:
+        if "$ref" in node:
+            return  # prompts evolve only through reviewed template versions
+        spec = node.get("x-evolvable")
+        if spec is not None:
+            if "enum" in node:
+                dims[path] = EvolvableDimension(path, "enum", spec["group"], choices=tuple(node["enum"]))
+            elif node["type"] == "boolean":
+                dims[path] = EvolvableDimension(path, "boolean", spec["group"])
+            else:
+                dims[path] = EvolvableDimension(
+                    path, node["type"], spec["group"], node["minimum"], node["maximum"], spec["step"], spec["max_step"]
+                )
+        for key, child in node.get("properties", {}).items():
+            walk(child, f"{path}.{key}" if path else key)
+
+    walk(schema, "")
+    return dims
+
+
+@lru_cache(maxsize=1)
+def framework_markers() -> dict[str, tuple[str, ...]]:
+    """The markers each prompt role needs, by dotted prompt path (``x-required-markers`` in the schema)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for section, spec in load_schema()["properties"].items():
+        for key, child in spec.get("properties", {}).items():
+            if "x-required-markers" in child:
+                found[f"{section}.{key}"] = tuple(child["x-required-markers"])
+    return found
