@@ -1,11 +1,15 @@
 """Shared test fixtures."""
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+from typing import Iterator
+
 import pytest
 
 from evolve.data import BASELINE_PATH
-
 from evolve.strategy.artifact import load_strategy
+from llm_server import LoopbackLLMServer
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +24,25 @@ def embedder():
     from evolve.runtime import default_embedder
 
     return default_embedder()
+
+
+@pytest.fixture(scope="session")
+def engine_stores(tmp_path_factory) -> Path:
+    """Real stores, shared and read-only: one engine round, then a committed ACCEPT (round 2, applied) and an
+    ACCEPT_WITH_MONITOR (round 3, not applied); see ``workflow_fixtures.build``."""
+    from workflow_fixtures import build
+
+    return build(tmp_path_factory.mktemp("engine"))
+
+
+@pytest.fixture
+def stores(engine_stores: Path, tmp_path: Path) -> Path:
+    """A private, writable copy of ``engine_stores``."""
+    return Path(shutil.copytree(engine_stores, tmp_path / "stores"))
+
+
+@pytest.fixture
+def llm_server() -> Iterator[LoopbackLLMServer]:
+    """A started loopback OpenAI-compatible server with the echo responder; tests replace ``responder`` as needed."""
+    with LoopbackLLMServer() as server:
+        yield server

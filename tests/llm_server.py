@@ -10,9 +10,8 @@ import threading
 import time
 from collections import deque
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Callable, Iterator
+from typing import Callable
 
-import pytest
 
 Responder = Callable[[dict], str]
 
@@ -204,10 +203,3 @@ class _Handler(BaseHTTPRequestHandler):
         if owner.delay_s:
             time.sleep(owner.delay_s)
         self._send(200, owner.completion(body))
-
-
-@pytest.fixture
-def llm_server() -> Iterator[LoopbackLLMServer]:
-    """A started loopback server with the echo responder; tests replace ``responder`` as needed."""
-    with LoopbackLLMServer() as server:
-        yield server

@@ -3,7 +3,7 @@
 An engine run this small rarely accepts a candidate, so rounds holding ACCEPT / ACCEPT_WITH_MONITOR records
 are committed through :meth:`StoreSet.commit_round` exactly as the engine commits its own, built from a
 real evaluated record of the run. Import the fixtures into a test module with
-``from workflow_fixtures import engine_stores, stores  # noqa: F401``. The CLI helpers (:func:`cli`,
+the ``engine_stores`` / ``stores`` fixtures of ``conftest.py``. The CLI helpers (:func:`cli`,
 :func:`cli_subprocess`), :func:`snapshot` of a stores directory and :func:`write_config` are shared by the
 failure and scenario tests.
 """
@@ -11,28 +11,25 @@ from __future__ import annotations
 
 import json
 import resource
-import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 import yaml
 
 from evolve.benchmarks import load_benchmark
 from evolve.cli import main
 from evolve.loop.config import RunConfig
-from evolve.verify.decision import AcceptanceRules
-from evolve.strategy.diff import diff_strategies
-from evolve.loop.engine import Engine
-from evolve.strategy.diff import change_keys
-from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
+from evolve.loop.engine import Engine
+from evolve.loop.record import CandidateRecord
+from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
+from evolve.strategy.diff import change_keys, diff_strategies
+from evolve.verify.decision import AcceptanceRules
 
 BENCHMARK = "synthetic:0"
-_BUILT: dict[str, Path] = {}
 
 
 def cli(capsys, *argv: object) -> tuple[int, str]:
@@ -130,7 +127,8 @@ def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, a
             journal=[("CANDIDATE", {"candidate_id": cid, "strategy_hash": cand_hash, "parent_hash": parent_hash,
                                     "diff": record["diff"], "decided_by": "decision"}),
                      ("ACCEPT", {"candidate_id": cid, "strategy_hash": cand_hash, "decision": record["decision"],
-                                 "applied": applied, "restore_to": parent_hash}),
+                                 "applied": applied, "report_hash": CandidateRecord.from_dict(record).report_hash(),
+                                 "record_hash": CandidateRecord.from_dict(record).record_hash(), "restore_to": parent_hash}),
                      ("ROUND", {"round": n, "from": parent_hash, "to": new_hash, "accuracy": after,
                                 "harness": state["harness"], "accepted": cid if applied else None})],
             strategies=[parent, candidate],
@@ -179,17 +177,3 @@ def build(base: Path) -> Path:
     commit_accept_round(root, {"retrieval.top_k": 7}, "ACCEPT", applied=True)
     commit_accept_round(root, {"assembly.token_budget": 192}, "ACCEPT_WITH_MONITOR", applied=False, delta=0.02)
     return root
-
-
-@pytest.fixture(scope="session")
-def engine_stores(tmp_path_factory) -> Path:
-    """Shared, read-only stores (built once per session even when several modules import this fixture)."""
-    if "root" not in _BUILT:
-        _BUILT["root"] = build(tmp_path_factory.mktemp("engine"))
-    return _BUILT["root"]
-
-
-@pytest.fixture
-def stores(engine_stores: Path, tmp_path: Path) -> Path:
-    """A private, writable copy of the shared stores."""
-    return Path(shutil.copytree(engine_stores, tmp_path / "stores"))

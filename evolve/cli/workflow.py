@@ -6,17 +6,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
-from evolve.strategy.diff import StrategyDiff, diff_strategies
-from evolve.ops.review import DECISIONS, StoreView, candidates_table, render_record, select
+from evolve.ops.history import History
+from evolve.ops.review import DECISIONS, candidates_table, render_record, select
 from evolve.ops.serving import ChangeResult, Refused, drift_report, promote, rollback, serving_status
+from evolve.ops.targets import SERVING_DIR_ENV
+from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
 from evolve.state.files import StoreError
 from evolve.strategy.artifact import load_strategy, strategy_hash
+from evolve.strategy.diff import StrategyDiff, diff_strategies
 
 DEFAULT_STORES = "stores"
 DEFAULT_SERVING = "strategies/serving.yaml"
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it lies below it (absolute otherwise)."""
+    try:
+        return str(Path(path).relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
 
 
 def _indent(text: str) -> str:
@@ -46,7 +58,7 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_candidates(args: argparse.Namespace) -> int:
-    view = StoreView(args.stores)
+    view = History(args.stores)
     records = select(view.records, args.round, args.decision)
     if not records:
         print("no candidates match")
@@ -57,17 +69,18 @@ def cmd_candidates(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    view = StoreView(args.stores)
+    view = History(args.stores)
     record = view.record(args.candidate_id)
     if record is None:
-        print(f"error: no candidate {args.candidate_id!r} in {view.root / 'candidate_outcomes.jsonl'}", file=sys.stderr)
+        print(f"error: no candidate {args.candidate_id!r} in {view.layout.store('candidate_outcomes')}",
+              file=sys.stderr)
         return 2
     print(render_record(record, view))
     return 0
 
 
 def _print_change(result: ChangeResult, done: str, stores: str) -> None:
-    print(f"{done} {result.target}")
+    print(f"{done} {_shown(result.target)}")
     print(f"  new      {result.served.strategy_hash}  (copy {Path(stores) / result.served.copy})")
     if result.previous is None:
         print("  old      none (no serving file before)")
@@ -81,12 +94,11 @@ def _print_change(result: ChangeResult, done: str, stores: str) -> None:
 def cmd_promote(args: argparse.Namespace) -> int:
     try:
         result = promote(args.stores, args.candidate, args.to, accept_monitor=args.accept_monitor,
-                         dry_run=args.dry_run)
+                         dry_run=args.dry_run, serving_dir=args.serving_dir, allow_outside=args.allow_outside)
     except Refused as exc:
         print(exc, file=sys.stderr)
         return 1
-    rec = result.record
-    label = f"{rec['candidate_id']} ({rec['decision']['verdict']})"
+    label = f"{result.record.candidate_id} ({result.record.verdict})"
     _print_change(result, f"dry run, nothing written: would promote {label} to" if args.dry_run
                   else f"promoted {label} to", args.stores)
     return 0
@@ -94,7 +106,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 def cmd_rollback(args: argparse.Namespace) -> int:
     try:
-        result = rollback(args.stores, args.target, args.to)
+        result = rollback(args.stores, args.target, args.to, serving_dir=args.serving_dir,
+                          allow_outside=args.allow_outside)
     except Refused as exc:
         print(exc, file=sys.stderr)
         return 1
@@ -102,16 +115,40 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
+def _tracking_uri(given: str | None) -> str | None:
+    """The tracking store to check anchors in: ``given``, ``MLFLOW_TRACKING_URI``, or the default file if present."""
+    from evolve.loop.tracking import default_dir
+
+    if given or os.environ.get("MLFLOW_TRACKING_URI"):
+        return given or os.environ["MLFLOW_TRACKING_URI"]
+    default = default_dir() / "mlflow.db"
+    return f"sqlite:///{default}" if default.is_file() else None
+
+
 def cmd_journal_verify(args: argparse.Namespace) -> int:
-    view = StoreView(args.stores)
+    view = History(args.stores)
     result = view.verify_journal()
     if not result.ok:
         print(f"verification failed at entry {result.first_bad_index}: {result.reason}")
         return 1
-    print(f"ok: {result.n} entries")
-    statuses = drift_report(view)
+    targets = dict.fromkeys([Path(t).resolve() for t in args.serving] +
+                            [s.target for s in drift_report(view)])
+    anchors = [a for t in targets for a in witness_anchors(t, view.root)]
+    uri = _tracking_uri(args.tracking_uri)
+    if uri is not None:
+        anchors += tracking_anchors(uri, view.root)
+    problems = anchor_problems(anchors, result.hashes) + view.record_problems()
+    if problems:
+        print(f"verification failed: the journal's {result.n} entries chain, but:")
+        print("\n".join(f"  {p}" for p in problems))
+        return 1
+    keyed = " (MACs present but not checked: set MEMEVOLVE_JOURNAL_KEY)" if result.unchecked_macs else ""
+    print(f"ok: {result.n} entries{keyed}; {len(view.records)} candidate records match their journaled decisions; "
+          f"{len(anchors)} external head(s) checked ({len(targets)} serving file(s)"
+          f"{', tracking ' + uri if uri else ', no tracking store'})")
+    statuses = [s for s in map(lambda t: serving_status(view, t), targets) if s.entry or s.current]
     for status in statuses:
-        print(f"serving {status.target}: {status.describe()}")
+        print(f"serving {_shown(status.target)}: {status.describe()}")
     return 0 if all(s.ok for s in statuses) else 1
 
 
@@ -121,12 +158,12 @@ def cmd_serving(args: argparse.Namespace) -> int:
     strategy = load_strategy(args.path)
     runtime = MemoryRuntime(strategy)
     try:
-        entries = StoreView(args.stores).journal.entries()
+        view: History | None = History(args.stores)
     except StoreError as exc:
         print(f"note: {exc}")
-        entries = []
-    status = serving_status(entries, args.path)
-    print(f"serving {status.target}")
+        view = None
+    status = serving_status(view, args.path)
+    print(f"serving {_shown(status.target)}")
     print(f"  strategy     {strategy_hash(strategy)}  (name {strategy.get('name', '-')}, version "
           f"{strategy.get('version', '-')})")
     print(f"  file sha256  {status.current.file_sha256}")
@@ -138,13 +175,19 @@ def cmd_serving(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from evolve.ops.report import write_report
 
-    write_report(StoreView(args.stores), args.out, args.markdown)
+    write_report(History(args.stores), args.out, args.markdown)
     print(f"wrote {args.out}" + (f" and {args.markdown}" if args.markdown else ""))
     return 0
 
 
 def _stores_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stores", default=DEFAULT_STORES, help=f"stores directory (default {DEFAULT_STORES})")
+
+
+def _serving_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--serving-dir", help=f"directory serving files must lie in (default ${SERVING_DIR_ENV} or "
+                                         "strategies/)")
+    p.add_argument("--allow-outside", action="store_true", help="allow a serving file outside the serving directory")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -172,18 +215,25 @@ def register(sub: argparse._SubParsersAction) -> None:
     _stores_arg(p)
     p.add_argument("--accept-monitor", action="store_true", help="also allow ACCEPT_WITH_MONITOR decisions")
     p.add_argument("--dry-run", action="store_true", help="check and show the diff; write nothing")
+    _serving_args(p)
     p.set_defaults(func=cmd_promote)
 
     p = sub.add_parser("rollback", help="re-serve the previous serving file (or one a journal entry installed)")
     p.add_argument("--to", type=int, metavar="ENTRY_INDEX", help="journal index of a PROMOTE/ROLLBACK entry")
     _stores_arg(p)
     p.add_argument("--target", default=DEFAULT_SERVING)
+    _serving_args(p)
     p.set_defaults(func=cmd_rollback)
 
     p = sub.add_parser("journal", help="journal checks")
     jsub = p.add_subparsers(dest="journal_command", required=True)
-    v = jsub.add_parser("verify", help="verify the hash chain and check serving files for drift")
+    v = jsub.add_parser("verify", help="verify the hash chain, the candidate records and the heads witnessed "
+                                       "outside the stores, and check serving files for drift")
     _stores_arg(v)
+    v.add_argument("--serving", action="append", default=[DEFAULT_SERVING], metavar="PATH",
+                   help=f"serving file whose witness to check (repeatable; {DEFAULT_SERVING} always)")
+    v.add_argument("--tracking-uri", help="MLflow tracking URI whose round runs' journal heads to check "
+                                          "(default $MLFLOW_TRACKING_URI, or experiments/mlflow.db if present)")
     v.set_defaults(func=cmd_journal_verify)
 
     p = sub.add_parser("serving", help="load the serving strategy and say which journal entry put it there")

@@ -73,7 +73,8 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
                                              "parent_hash": cur_hash, "diff": rec.diff, "decided_by": rec.decided_by}))
         bundle.journal.append((journal_type(rec.verdict), {
             "candidate_id": rec.candidate_id, "strategy_hash": rec.strategy_hash, "decision": rec.decision,
-            "applied": rec.applied, "report_hash": rec.report_hash(), "restore_to": cur_hash}))
+            "applied": rec.applied, "report_hash": rec.report_hash(), "record_hash": rec.record_hash(),
+            "restore_to": cur_hash}))
     if o.restored is not None:
         bundle.journal.append(("RESTORE", {"from": strategy_hash(o.winner.strategy if o.winner else o.current),
                                            "to": o.restored.strategy_hash, "best_score": o.restored.score,

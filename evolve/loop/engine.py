@@ -27,6 +27,8 @@ from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.observe.harness import EvalRun, Harness
 from evolve.runtime import IngestionCache
+from evolve.state.files import StoreError, read_json
+from evolve.state.layout import StoreLayout
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import load_strategy, policy_hash, strategy_hash
 from evolve.strategy.schema import schema_hash
@@ -35,6 +37,24 @@ from evolve.verify.probe import stratified_probe
 from evolve.verify.statistics import paired_comparison
 
 log = logging.getLogger(__name__)
+
+
+#: Harness identity fields that must match the stores' for their rounds to be comparable.
+HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash")
+
+
+def check_harness(layout: StoreLayout, harness_id: dict) -> None:
+    """Refuse (:class:`StoreError`, before anything is written) stores built on another benchmark, judge, question
+    set or schema: their rounds, scores and best-ever checkpoint are not comparable with this run's."""
+    recorded = (read_json(layout.state, {}) or {}).get("harness") if layout.state.is_file() else None
+    if not recorded:
+        return
+    differs = [k for k in HARNESS_KEYS if recorded.get(k) != harness_id.get(k)]
+    if differs:
+        shown = "; ".join(f"{k}: stores {recorded.get(k)!r} ({recorded.get('benchmark')}), run config "
+                          f"{harness_id.get(k)!r} ({harness_id.get('benchmark')})" for k in differs)
+        raise StoreError(layout.state, f"these stores were built on a different harness ({shown}); use a new "
+                                       "stores directory (--stores) for this benchmark")
 
 
 class Engine:
@@ -51,21 +71,22 @@ class Engine:
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
         roles_cfg = roles_config(config)
         check_reachable(roles_cfg)
-        self.stores = StoreSet(config.stores)
-        if not self.stores.recovery.clean:
-            log.warning("recovered stores: %s", self.stores.recovery.to_payload())
-        backends = build_backends(roles_cfg, config.judge_threshold, self.stores.cache_dir / "llm",
-                                  config.on_role_error)
-        self.llm_stats = backends.usage
-        self.harness = Harness(benchmark, backends.roles, cache=IngestionCache(self.stores.cache_dir / "ingestion"),
-                               include_adversarial=config.include_adversarial, progress=progress,
-                               workers=config.workers)
+        layout = StoreLayout(config.stores)
+        backends = build_backends(roles_cfg, config.judge_threshold, layout.cache / "llm", config.on_role_error)
         self.question_ids = [q.id for q in questions]
-        scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
-        probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         self.harness_id = {"benchmark": config.benchmark, "benchmark_hash": benchmark.content_hash(),
                            "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
                            "schema_hash": schema_hash()}
+        check_harness(layout, self.harness_id)
+        self.stores = StoreSet(config.stores)
+        if not self.stores.recovery.clean:
+            log.warning("recovered stores: %s", self.stores.recovery.to_payload())
+        self.llm_stats = backends.usage
+        self.harness = Harness(benchmark, backends.roles, cache=IngestionCache(layout.cache / "ingestion"),
+                               include_adversarial=config.include_adversarial, progress=progress,
+                               workers=config.workers)
+        scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
+        probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         self.effects = DimensionEffects.from_dict(self.stores.read_doc("dimension_effects", {}))
         self.tree = HypothesisTree.from_dict(self.stores.read_doc("hypothesis_tree", None) or
                                              HypothesisTree(c0=config.planner.exploration).to_dict())

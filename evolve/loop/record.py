@@ -53,6 +53,11 @@ class CandidateRecord:
         return self.decision.get("verdict", "")
 
     @property
+    def reason(self) -> str:
+        """The decision's reason, in words."""
+        return self.decision.get("reason", "")
+
+    @property
     def delta(self) -> float:
         """Paired accuracy delta of a fully evaluated candidate (0 otherwise)."""
         return (self.paired or {}).get("delta") or 0.0
@@ -68,6 +73,17 @@ class CandidateRecord:
     def report_hash(self) -> str:
         """Hash of the evidence behind the decision, journaled with the verdict."""
         return canonical_hash({k: getattr(self, k) for k in ("paired", "dcr", "probe", "gates", "critic", "decision")})
+
+    def record_hash(self) -> str:
+        """Hash of the record, journaled with the verdict so that an edit of the stored record is detected. Left out:
+        what differs between otherwise identical runs (the evaluation's wall time, and the Optuna trial number,
+        which a resumed run allocates anew)."""
+        data = self.to_dict()
+        if data["summary"]:
+            data["summary"] = {k: v for k, v in data["summary"].items() if k != "wall_time_s"}
+        if data["optuna"]:
+            data["optuna"] = {k: v for k, v in data["optuna"].items() if k != "trial"}
+        return canonical_hash(data)
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, **{f.name: getattr(self, f.name) for f in fields(self)}}

@@ -13,6 +13,7 @@ from mlflow.tracking import MlflowClient
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
 from evolve.loop.config import RunConfig
+from evolve.state.journal import HEAD_TAG, STORES_TAG
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import strategy_hash
 from evolve.strategy.diff import diff_strategies
@@ -48,9 +49,15 @@ class Tracker:
         if found is not None:
             self.experiment_id = found.experiment_id
         else:
-            root = Path(artifact_root) if artifact_root else default_dir() / "mlartifacts"
+            root = Path(artifact_root) if artifact_root else self._artifact_dir()
             location = root.resolve().as_uri() if "://" not in str(root) else str(root)
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+
+    def _artifact_dir(self) -> Path:
+        """Artifacts sit beside a SQLite tracking file (``experiments/mlartifacts`` by default)."""
+        if self.uri.startswith("sqlite:///"):
+            return Path(self.uri.removeprefix("sqlite:///")).parent / "mlartifacts"
+        return default_dir() / "mlartifacts"
 
     def start(self, name: str, tags: Mapping[str, str] | None = None, parent_run_id: str | None = None) -> str:
         tags = dict(tags or {})
@@ -82,7 +89,9 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
     """Log a committed round: a run per round with the new strategy's metrics, and a nested run per candidate
     with its paired statistics, decision, record, diff, screening outcomes and (if fully evaluated) traces."""
     n = outcome.round
-    run_id = tracker.start(f"round-{n:03d}", {"memevolve.round": str(n)})
+    head = stores.journal.last()
+    run_id = tracker.start(f"round-{n:03d}", {"memevolve.round": str(n), STORES_TAG: str(stores.root.resolve()),
+                                              HEAD_TAG: f"{head['index']}:{head['hash']}"})
     tracker.log(run_id, params={"stores": str(config.stores), "benchmark": config.benchmark,
                                 "strategy_hash": strategy_hash(outcome.new)},
                 metrics={**outcome.new_run.summary.metrics(), **(usage.to_dict() if usage else {})},

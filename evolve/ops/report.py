@@ -1,5 +1,5 @@
 """The run report: one self-contained HTML page (inline SVG plots, no external assets) and a Markdown
-summary for a pull-request comment, both built from a read-only :class:`~evolve.ops.review.StoreView`."""
+summary for a pull-request comment, both built from a read-only :class:`~evolve.ops.history.History`."""
 from __future__ import annotations
 
 import html
@@ -12,10 +12,9 @@ from pathlib import Path
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from evolve.state.checkpoint import Checkpoint
-from evolve.ops.review import (
-    StoreView, candidate_row, category_deltas, change_summary, fmt_ci, fmt_num,
-)
+from evolve.loop.record import CandidateRecord
+from evolve.ops.history import History
+from evolve.ops.review import candidate_row, category_deltas, change_summary, fmt_ci, fmt_num
 from evolve.ops.serving import SERVING_TYPES, drift_report
 from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.state.files import atomic_write_text
@@ -44,14 +43,13 @@ class Overview:
     decisions: Counter
 
     @classmethod
-    def of(cls, view: StoreView) -> "Overview":
+    def of(cls, view: History) -> "Overview":
         base, cur = view.state.get("baseline_strategy"), view.state.get("current_strategy")
-        rounds = view.rounds
-        best = Checkpoint(view.root / "best").current_manifest()
+        rounds, best = view.rounds, view.best
         return cls(len(rounds), view.harness or {}, base, cur, view.summary_of(base) if base else None,
                    view.summary_of(cur) if cur else None, rounds[-1]["accuracy"] if rounds else None,
                    best, view.summary_of(best["strategy_hash"]) if best else None,
-                   Counter(r["decision"]["verdict"] for r in view.records))
+                   Counter(r.verdict for r in view.records))
 
 
 # ---------------------------------------------------------------- plots
@@ -74,7 +72,7 @@ def _figure(width: float, height: float) -> tuple[Figure, Axes]:
     return fig, ax
 
 
-def trajectory_plot(rounds: list[dict], records: list[dict]) -> str:
+def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
     """Accuracy of the current strategy across rounds, best-ever, and every fully evaluated candidate."""
     fig, ax = _figure(11, 3.8)
     if not rounds:
@@ -85,10 +83,10 @@ def trajectory_plot(rounds: list[dict], records: list[dict]) -> str:
             markersize=4, linewidth=1.8, label="current strategy", zorder=3)
     ax.step(xs, [rounds[0]["observed_accuracy"]] + [r["best_accuracy"] for r in rounds], where="post",
             linestyle="--", color="#8c959f", linewidth=1.2, label="best ever")
-    evaluated = [r for r in records if r.get("paired")]
+    evaluated = [r for r in records if r.paired]
     for verdict, (color, marker, label) in VERDICT_STYLE.items():
-        pts = [(r["round"] + _offset(r, records), r["paired"]["acc_candidate"], r.get("applied"))
-               for r in evaluated if r["decision"]["verdict"] == verdict]
+        pts = [(r.round + _offset(r, records), r.paired["acc_candidate"], r.applied)
+               for r in evaluated if r.verdict == verdict]
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=[90 if p[2] else 42 for p in pts],
                        color=color, edgecolors=["#24292f" if p[2] else color for p in pts], linewidths=1.2,
@@ -97,7 +95,7 @@ def trajectory_plot(rounds: list[dict], records: list[dict]) -> str:
     if restored:
         ax.scatter([r["round"] for r in restored], [r["accuracy"] for r in restored], marker="D", s=80,
                    facecolors="none", edgecolors="#8250df", linewidths=2, label="restored best-ever", zorder=5)
-    screened = sum(1 for r in records if not r.get("paired"))
+    screened = sum(1 for r in records if not r.paired)
     ax.set_xticks(xs, ["start"] + [f"round {x}" for x in xs[1:]])
     ax.set_ylabel("accuracy")
     ax.set_title(f"Score trajectory ({len(evaluated)} candidates fully evaluated, {screened} screened out earlier; "
@@ -106,10 +104,10 @@ def trajectory_plot(rounds: list[dict], records: list[dict]) -> str:
     return _svg(fig)
 
 
-def _offset(record: dict, records: list[dict]) -> float:
+def _offset(record: CandidateRecord, records: list[CandidateRecord]) -> float:
     """Spread a round's candidates horizontally so their markers do not overlap."""
-    same = [r["candidate_id"] for r in records if r["round"] == record["round"] and r.get("paired")]
-    return 0.0 if len(same) < 2 else -0.25 + 0.5 * same.index(record["candidate_id"]) / (len(same) - 1)
+    same = [r.candidate_id for r in records if r.round == record.round and r.paired]
+    return 0.0 if len(same) < 2 else -0.25 + 0.5 * same.index(record.candidate_id) / (len(same) - 1)
 
 
 def root_cause_plot(rounds: list[dict]) -> str:
@@ -223,7 +221,7 @@ def _cards(ov: Overview) -> str:
         for v, k in items) + "</div>"
 
 
-def _candidates_html(records: list[dict]) -> str:
+def _candidates_html(records: list[CandidateRecord]) -> str:
     head = ["id", "round", "change", "decided by", "Δ", "p", "CI", "per-category Δ", "verdict", "applied"]
     rows = []
     for r in records:
@@ -234,20 +232,20 @@ def _candidates_html(records: list[dict]) -> str:
     return _table(head, rows, num={1, 4, 5, 6})
 
 
-def _candidate_section(r: dict, view: StoreView) -> str:
-    d, p = r["decision"], r.get("paired")
-    head = (f'<section class="cand" id="cand-{_e(r["candidate_id"])}">'
-            f"<h3>{_e(r['candidate_id'])} {_badge(d['verdict'])} <span class='muted'>round {r['round']}, decided by "
-            f"{_e(r['decided_by'])}, applied: {'yes' if r.get('applied') else 'no'} · "
+def _candidate_section(r: CandidateRecord, view: History) -> str:
+    p = r.paired
+    head = (f'<section class="cand" id="cand-{_e(r.candidate_id)}">'
+            f"<h3>{_e(r.candidate_id)} {_badge(r.verdict)} <span class='muted'>round {r.round}, decided by "
+            f"{_e(r.decided_by)}, applied: {'yes' if r.applied else 'no'} · "
             "<a href='#candidates'>back to the table</a></span></h3>"
-            f"<p>{_e(d['reason'])}<br><span class='muted'>direction {_e(r['direction']['key'])} for "
-            f"{_e(r['symptom'])} — {_e(r['direction'].get('why', ''))}</span></p>")
-    left = [f"<pre>{_e(r.get('diff_text') or '(no candidate was built)')}</pre>", _facts(r)]
+            f"<p>{_e(r.reason)}<br><span class='muted'>direction {_e(r.direction['key'])} for "
+            f"{_e(r.symptom)} — {_e(r.direction.get('why', ''))}</span></p>")
+    left = [f"<pre>{_e(r.diff_text or '(no candidate was built)')}</pre>", _facts(r)]
     right = []
-    if r.get("gates"):
+    if r.gates:
         right.append(_table(["gate", "", "reason"], [[_e(g["name"]), '<span class="ok">pass</span>' if g["passed"]
                                                       else '<span class="fail">FAIL</span>', _e(g["reason"])]
-                                                     for g in r["gates"]["results"]]))
+                                                     for g in r.gates["results"]]))
     if p:
         right.append(_table(["category", "n", "parent", "candidate", "Δ"],
                             [[_e(c), str(row["n"]), f"{row['acc_baseline']:.3f}", f"{row['acc_candidate']:.3f}",
@@ -255,7 +253,7 @@ def _candidate_section(r: dict, view: StoreView) -> str:
                             num={1, 2, 3, 4}))
     parts = [head, f"<div class='cols'><div>{''.join(left)}</div><div>{''.join(right)}</div></div>"]
     for side in ("improved", "regressed"):
-        examples = (r.get("examples") or {}).get(side, [])
+        examples = (r.examples or {}).get(side, [])
         if examples:
             parts.append(f"<p><b>{side}</b> ({len(examples)} of {len(p[side])} shown)</p>")
             parts.append(_table(["question", "gold", "parent answer", "candidate answer",
@@ -264,20 +262,20 @@ def _candidate_section(r: dict, view: StoreView) -> str:
                                   f"{_e(x['category'])}</span>", _e(x["gold"]), _e(x["baseline_answer"]),
                                   _e(x["candidate_answer"]), f"{_e(x['baseline_root_cause'] or 'correct')} → "
                                   f"{_e(x['candidate_root_cause'] or 'correct')}"] for x in examples]))
-    restore = f"parent <code>{_e(view.strategy_path(r['parent_hash']))}</code>"
-    if r["strategy_hash"]:
-        restore += f"<br>candidate <code>{_e(view.strategy_path(r['strategy_hash']))}</code>"
-    if changes_strategy(d["verdict"]):
-        flag = " --accept-monitor" if d["verdict"] == "ACCEPT_WITH_MONITOR" else ""
-        restore += (f"<br>promote: <code>memevolve promote {_e(r['candidate_id'])} --to "
+    restore = f"parent <code>{_e(view.strategy_path(r.parent_hash))}</code>"
+    if r.strategy_hash:
+        restore += f"<br>candidate <code>{_e(view.strategy_path(r.strategy_hash))}</code>"
+    if changes_strategy(r.verdict):
+        flag = " --accept-monitor" if r.verdict == "ACCEPT_WITH_MONITOR" else ""
+        restore += (f"<br>promote: <code>memevolve promote {_e(r.candidate_id)} --to "
                     f"strategies/serving.yaml{flag}</code>")
     parts.append(f"<p class='muted'>{restore}</p></section>")
     return "".join(parts)
 
 
-def _facts(r: dict) -> str:
+def _facts(r: CandidateRecord) -> str:
     """Critic, probe and paired statistics of one candidate as a list."""
-    critic, probe, p = r.get("critic"), r.get("probe"), r.get("paired")
+    critic, probe, p = r.critic, r.probe, r.paired
     facts = []
     if critic:
         facts.append(f"critic: <b>{_e(critic['label'])}</b> — {_e('; '.join(critic['reasons']))}")
@@ -288,11 +286,11 @@ def _facts(r: dict) -> str:
         facts.append(f"paired ({p['n']} q): {p['acc_baseline']:.3f} → {p['acc_candidate']:.3f}, "
                      f"Δ {p['delta']:+.4f}, McNemar p={p['mcnemar_p']:.3g}, CI {fmt_ci(p)}, "
                      f"improved {len(p['improved'])}, regressed {len(p['regressed'])}, "
-                     f"DCR@3 {fmt_num(r.get('dcr'), '.3f')}")
+                     f"DCR@3 {fmt_num(r.dcr, '.3f')}")
     return "<ul>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>" if facts else ""
 
 
-def _serving_html(view: StoreView) -> str:
+def _serving_html(view: History) -> str:
     entries = [e for e in view.journal.entries() if e["type"] in SERVING_TYPES]
     if not entries:
         return "<p class='muted'>No promotion recorded yet (<code>memevolve promote</code>).</p>"
@@ -305,7 +303,7 @@ def _serving_html(view: StoreView) -> str:
     return _table(["entry", "type", "time (UTC)", "candidate", "strategy", "target"], rows) + f"<ul>{status}</ul>"
 
 
-def render_html(view: StoreView) -> str:
+def render_html(view: History) -> str:
     """The complete report page."""
     ov = Overview.of(view)
     records = view.records
@@ -331,7 +329,7 @@ def _md(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def render_markdown(view: StoreView, html_name: str | None = None) -> str:
+def render_markdown(view: History, html_name: str | None = None) -> str:
     """A short summary suitable for a pull-request comment."""
     ov = Overview.of(view)
     records, h = view.records, ov.harness
@@ -345,22 +343,22 @@ def render_markdown(view: StoreView, html_name: str | None = None) -> str:
         lines.append(f"| best ever (round {ov.best['round']}) | `{ov.best['strategy_hash'][:12]}` | "
                      f"{ov.best['score']:.3f} |")
     lines += ["", "Decisions: " + (", ".join(f"{n} {v}" for v, n in sorted(ov.decisions.items())) or "none")]
-    accepted = [r for r in records if changes_strategy(r["decision"]["verdict"])]
+    accepted = [r for r in records if changes_strategy(r.verdict)]
     if accepted:
         lines += ["", "**Accepted**", ""]
         for r in accepted:
-            p = r["paired"]
-            flag = " --accept-monitor" if r["decision"]["verdict"] == "ACCEPT_WITH_MONITOR" else ""
-            lines.append(f"- `{r['candidate_id']}` {_md(change_summary(r))}: Δ {p['delta']:+.4f} "
+            p = r.paired
+            flag = " --accept-monitor" if r.verdict == "ACCEPT_WITH_MONITOR" else ""
+            lines.append(f"- `{r.candidate_id}` {_md(change_summary(r))}: Δ {p['delta']:+.4f} "
                          f"(p={p['mcnemar_p']:.3g}, CI {fmt_ci(p)}; {category_deltas(p)})"
-                         f"{' — applied' if r.get('applied') else ''}. "
-                         f"Promote: `memevolve promote {r['candidate_id']} --to strategies/serving.yaml{flag}`")
-    evaluated = [r for r in records if r.get("paired")]
+                         f"{' — applied' if r.applied else ''}. "
+                         f"Promote: `memevolve promote {r.candidate_id} --to strategies/serving.yaml{flag}`")
+    evaluated = [r for r in records if r.paired]
     if evaluated:
         lines += ["", "| id | change | Δ | p | CI | verdict |", "| --- | --- | ---: | ---: | --- | --- |"]
         lines += [f"| {c['id']} | {_md(c['change'])} | {c['Δ']} | {c['p']} | {c['CI']} | {c['verdict']} |"
                   for c in map(candidate_row, evaluated)]
-    screened = Counter(r["decided_by"] for r in records if not r.get("paired"))
+    screened = Counter(r.decided_by for r in records if not r.paired)
     if screened:
         lines += ["", "Screened out before full evaluation: " +
                   ", ".join(f"{n} by {k}" for k, n in sorted(screened.items()))]
@@ -369,7 +367,7 @@ def render_markdown(view: StoreView, html_name: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_report(view: StoreView, out_html: str | Path, out_md: str | Path | None = None) -> None:
+def write_report(view: History, out_html: str | Path, out_md: str | Path | None = None) -> None:
     """Write the HTML page (and the Markdown summary) atomically."""
     atomic_write_text(out_html, render_html(view))
     if out_md is not None:

@@ -1,36 +1,41 @@
 """The serving strategy file: promotion of recorded accepts, rollback, and drift detection.
 
 The serving file (e.g. ``strategies/serving.yaml``) is what production loads. Every change to it goes
-through :func:`promote` or :func:`rollback`, which, under the stores' run lock,
+through :func:`promote` or :func:`rollback`, which, after checking the target (:mod:`evolve.ops.targets`) and under
+the stores' run lock,
 
 * keep byte-exact copies of the old and the new file under ``<stores>/serving/<sha256 of bytes>.yaml``,
-* replace the serving file atomically, and
-* append a ``PROMOTE`` / ``ROLLBACK`` journal entry with the strategy hash, byte hash and copy of both.
+* replace the serving file atomically,
+* append a ``PROMOTE`` / ``ROLLBACK`` journal entry with the strategy hash, byte hash and copy of both, and
+* witness the new journal head beside the serving file (:mod:`evolve.ops.witness`).
 
 The journal is thereby the serving history. A serving file whose bytes differ from what the last entry for
-its path installed has *drifted*. Rollback without ``--to`` undoes the latest change not yet undone
-(stack order); ``--to N`` re-serves exactly the file that journal entry ``N`` installed.
+its path installed has *drifted*; a history whose entries do not check out (a promotion of a strategy no
+journaled ACCEPT decided, a rollback to a file never served) is *unverified*. Rollback without ``--to`` undoes
+the latest change not yet undone (stack order); ``--to N`` re-serves exactly the file that journal entry ``N``
+installed.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.strategy.diff import StrategyDiff, diff_strategies
-from evolve.ops.review import CANDIDATE_ID_RE, StoreView
+from evolve.loop.record import CandidateRecord
+from evolve.ops.history import History
+from evolve.ops.review import CANDIDATE_ID_RE
+from evolve.ops.targets import Refused, check_target
+from evolve.ops.witness import write_witness
 from evolve.state.files import StoreError, atomic_write_bytes, ensure_dir, sha256_hex
 from evolve.state.stores import StoreSet
 from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import StrategyError, parse_strategy, policy_hash, strategy_hash
+from evolve.strategy.diff import StrategyDiff, diff_strategies
 from evolve.strategy.schema import schema_hash
+from evolve.verify.decision import changes_strategy
 
-SERVING_DIR = "serving"
 SERVING_TYPES = ("PROMOTE", "ROLLBACK")
-PROMOTABLE = ("ACCEPT", "ACCEPT_WITH_MONITOR")
 
-
-class Refused(Exception):
-    """An action was refused; the message says why (CLI exit code 1)."""
+__all__ = ["Refused", "promote", "rollback", "serving_status", "drift_report", "ChangeResult", "ServingStatus"]
 
 
 @dataclass(frozen=True)
@@ -44,7 +49,7 @@ class Served:
     @classmethod
     def of(cls, data: bytes) -> "Served":
         sha = sha256_hex(data)
-        return cls(_strategy_hash_of(data), sha, f"{SERVING_DIR}/{sha}.yaml")
+        return cls(_strategy_hash_of(data), sha, f"serving/{sha}.yaml")
 
 
 @dataclass
@@ -56,17 +61,18 @@ class ChangeResult:
     previous: Served | None
     diff: StrategyDiff | None
     entry: dict | None
-    record: dict | None = None
+    record: CandidateRecord | None = None
 
 
 @dataclass(frozen=True)
 class ServingStatus:
-    """A serving file against the journal: ``tracked``, ``untracked``, ``drift`` or ``missing``."""
+    """A serving file against the journal: ``tracked``, ``untracked``, ``drift``, ``missing`` or ``unverified``."""
 
     target: Path
     state: str
     entry: dict | None
     current: Served | None
+    problem: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -76,6 +82,8 @@ class ServingStatus:
         e = self.entry
         if self.state == "untracked":
             return "untracked: no PROMOTE/ROLLBACK journal entry for this file"
+        if self.state == "unverified":
+            return f"unverified: its serving history does not check out: {self.problem}"
         installed = f"entry {e['index']} {e['type']} ({e['ts']})"
         if self.state == "tracked":
             return f"tracked: put there by {installed}: {_what(e)}"
@@ -114,8 +122,11 @@ def _validated(data: bytes, source: Path) -> dict:
         return parse_strategy(data.decode("utf-8"), str(source))
     except UnicodeDecodeError as exc:
         raise Refused(f"refused: {source} is not UTF-8 text (byte {exc.start})") from None
-    except StrategyError as exc:
-        raise Refused(f"refused: not a valid strategy under the current schema: {exc}") from None
+    except StrategyError as exc:  # where and which rule, but never the file's content
+        where = f"{exc.source}:{exc.line}" if exc.line else exc.source
+        rule = exc.rule.replace(repr(exc.value), "the value") if exc.value is not None else exc.rule
+        raise Refused(f"refused: not a valid strategy under the current schema: {where}: {exc.path or '<root>'}: "
+                      f"{rule[:160]}") from None
 
 
 def _read_optional(path: Path) -> bytes | None:
@@ -151,7 +162,7 @@ def _diff(old: bytes | None, new: bytes) -> StrategyDiff | None:
     return diff_strategies(before if isinstance(before, dict) else {}, strict_yaml.load(new.decode("utf-8"))[0])
 
 
-def _require_journal(view: StoreView) -> None:
+def _require_journal(view: History) -> None:
     result = view.verify_journal()
     if not result.ok:
         raise Refused(f"refused: journal verification failed at entry {result.first_bad_index}: {result.reason}; "
@@ -175,83 +186,123 @@ def undo_stack(entries: list[dict], target: Path) -> list[dict]:
     return stack
 
 
-def serving_status(entries: list[dict], target: str | Path) -> ServingStatus:
+def history_problem(view: History, mine: list[dict]) -> str | None:
+    """The first entry of one file's serving history that does not check out, in words (``None`` if all do).
+
+    A PROMOTE must install the strategy its candidate's record and journaled ACCEPT name; a ROLLBACK must re-serve
+    a file an earlier entry of the same history installed or replaced; every stored copy must match its hash.
+    """
+    seen: set[tuple[str | None, str]] = set()
+    for e in mine:
+        p, at = e["payload"], f"entry {e['index']} {e['type']}"
+        served = (p["strategy_hash"], p["file_sha256"])
+        if e["type"] == "PROMOTE":
+            record = view.record(p.get("candidate_id", ""))
+            decided = view.decision_entries.get(p.get("candidate_id", ""))
+            if record is None or decided is None:
+                return f"{at} promotes {p.get('candidate_id')}, which was never decided in these stores"
+            if not changes_strategy(record.verdict) or decided["type"] != "ACCEPT":
+                return f"{at} promotes {record.candidate_id}, which was not accepted ({record.verdict})"
+            if not p["strategy_hash"] == record.strategy_hash == decided["payload"].get("strategy_hash"):
+                return (f"{at} installed strategy {str(p['strategy_hash'])[:12]}, but {record.candidate_id} was "
+                        f"accepted as {record.strategy_hash[:12]}")
+        elif served not in seen:
+            return f"{at} re-served a file that no earlier entry installed or replaced"
+        copy = view.root / p["copy"]
+        if not copy.is_file() or sha256_hex(copy.read_bytes()) != p["file_sha256"]:
+            return f"{at}: its stored copy {copy} is missing or does not match {p['file_sha256'][:12]}"
+        seen.add(served)
+        if p.get("previous_file_sha256") is not None:
+            seen.add((p["previous_hash"], p["previous_file_sha256"]))
+    return None
+
+
+def serving_status(view: History | None, target: str | Path) -> ServingStatus:
+    """The serving file ``target`` against the journal of ``view`` (``None``: no stores, so untracked)."""
     target = Path(target).resolve()
-    mine = serving_entries(entries, target)
+    mine = serving_entries(view.journal.entries(), target) if view is not None else []
     data = _read_optional(target)
     current = Served.of(data) if data is not None else None
     if not mine:
         return ServingStatus(target, "untracked", None, current)
     last = mine[-1]
+    problem = history_problem(view, mine)
+    if problem is not None:
+        return ServingStatus(target, "unverified", last, current, problem)
     if current is None:
         return ServingStatus(target, "missing", last, None)
     state = "tracked" if current.file_sha256 == last["payload"]["file_sha256"] else "drift"
     return ServingStatus(target, state, last, current)
 
 
-def drift_report(view: StoreView) -> list[ServingStatus]:
+def drift_report(view: History) -> list[ServingStatus]:
     """Status of every serving file the journal knows about."""
     entries = view.journal.entries()
     targets = dict.fromkeys(e["payload"]["target"] for e in entries if e["type"] in SERVING_TYPES)
-    return [serving_status(entries, t) for t in targets]
+    return [serving_status(view, t) for t in targets]
 
 
 # ---------------------------------------------------------------- promotion
 
 
-def _resolve(view: StoreView, ref: str) -> tuple[dict, bytes, Path, dict]:
-    """The record, exact bytes, source file and validated strategy that ``ref`` (id or path) names."""
+def _resolve(view: History, ref: str) -> tuple[CandidateRecord, bytes]:
+    """The record and exact bytes of the strategy that ``ref`` (candidate id or path) names."""
     record = view.record(ref)
     if record is not None:
-        if not record["strategy_hash"]:
-            raise Refused(f"refused: {ref} produced no strategy ({record['decision']['reason']})")
-        source = view.strategy_path(record["strategy_hash"])
+        if not record.strategy_hash:
+            raise Refused(f"refused: {ref} produced no strategy ({record.reason})")
+        source = view.strategy_path(record.strategy_hash)
         data = _read_optional(source)
         if data is None:
             raise Refused(f"refused: {source} (the stored strategy of {ref}) is missing")
         actual = _strategy_hash_of(data)
-        if actual != record["strategy_hash"]:
-            raise Refused(f"refused: {source} hashes to {actual}, but {ref} recorded {record['strategy_hash']} "
+        if actual != record.strategy_hash:
+            raise Refused(f"refused: {source} hashes to {actual}, but {ref} recorded {record.strategy_hash} "
                           "(the stored file was edited)")
-        return record, data, source, _validated(data, source)
+        _validated(data, source)
+        return record, data
     source = Path(ref)
     if not source.is_file():
         if CANDIDATE_ID_RE.match(ref):
-            raise Refused(f"refused: no candidate {ref} in {view.root / 'candidate_outcomes.jsonl'}; only recorded "
+            raise Refused(f"refused: no candidate {ref} in {view.layout.store('candidate_outcomes')}; only recorded "
                           "ACCEPT decisions can be promoted")
         raise FileNotFoundError(f"{ref}: neither a candidate id in {view.root} nor an existing file")
     data = source.read_bytes()
     strategy = _validated(data, source)
     digest = strategy_hash(strategy)
-    matches = [r for r in view.records if r["strategy_hash"] == digest]
+    matches = [r for r in view.records if r.strategy_hash == digest]
     if not matches:
         raise Refused(_no_record_reason(view, source, strategy, digest))
-    accepted = [r for r in matches if r["decision"]["verdict"] in PROMOTABLE]
-    return (accepted or matches)[-1], data, source, strategy
+    accepted = [r for r in matches if changes_strategy(r.verdict)]
+    return (accepted or matches)[-1], data
 
 
-def _no_record_reason(view: StoreView, source: Path, strategy: dict, digest: str) -> str:
+def _no_record_reason(view: History, source: Path, strategy: dict, digest: str) -> str:
     if digest == view.state.get("baseline_strategy"):
         return (f"refused: {source} is the baseline strategy ({digest[:12]}); only strategies with a recorded "
                 "ACCEPT decision can be promoted (use `memevolve rollback` to serve an earlier file again)")
-    same_policy = [r["candidate_id"] for r in view.records if r.get("policy_hash") == policy_hash(strategy)]
+    same_policy = [r.candidate_id for r in view.records if r.policy_hash == policy_hash(strategy)]
     hint = (f"; its policy equals {same_policy[-1]} but parent/name/version differ: promote by candidate id"
             if same_policy else " (edited after it was recorded, or from other stores)")
-    return (f"refused: no candidate in {view.root / 'candidate_outcomes.jsonl'} has strategy hash {digest}: "
+    return (f"refused: no candidate in {view.layout.store('candidate_outcomes')} has strategy hash {digest}: "
             f"{source} was never evaluated{hint}; only recorded ACCEPT decisions can be promoted")
 
 
-def _check_decision(record: dict, accept_monitor: bool) -> None:
-    d, cid = record["decision"], record["candidate_id"]
-    if d["verdict"] == "ACCEPT_WITH_MONITOR" and not accept_monitor:
-        raise Refused(f"refused: {cid} is ACCEPT_WITH_MONITOR ({d['reason']}); pass --accept-monitor to promote it")
-    if d["verdict"] not in PROMOTABLE:
-        raise Refused(f"refused: {cid} was not accepted: {d['verdict']} by {record['decided_by']} ({d['reason']}); "
+def _check_decision(view: History, record: CandidateRecord, accept_monitor: bool) -> None:
+    cid = record.candidate_id
+    problem = view.record_problem(record)
+    if problem is not None:
+        raise Refused(f"refused: the candidate record disagrees with the journal: {problem}; "
+                      "candidate_outcomes.jsonl was edited, so nothing in it is promoted")
+    if record.verdict == "ACCEPT_WITH_MONITOR" and not accept_monitor:
+        raise Refused(f"refused: {cid} is ACCEPT_WITH_MONITOR ({record.reason}); pass --accept-monitor to promote it")
+    if not changes_strategy(record.verdict):
+        raise Refused(f"refused: {cid} was not accepted: {record.verdict} by {record.decided_by} ({record.reason}); "
                       "only recorded ACCEPT decisions can be promoted")
 
 
-def _check_harness(view: StoreView, record: dict) -> None:
-    cid, recorded = record["candidate_id"], record.get("harness")
+def _check_harness(view: History, record: CandidateRecord) -> None:
+    cid, recorded = record.candidate_id, record.harness
     if not recorded:
         raise Refused(f"refused: {cid} has no recorded harness identity (recorded by an older version); "
                       "re-verify it with `memevolve run`")
@@ -268,20 +319,26 @@ def _check_harness(view: StoreView, record: dict) -> None:
 
 
 def promote(stores: str | Path, ref: str, target: str | Path, *, accept_monitor: bool = False,
-            dry_run: bool = False) -> ChangeResult:
-    """Serve the strategy of a recorded accept (candidate id or file) at ``target``; :class:`Refused` if not allowed."""
-    target = Path(target).resolve()
-    if dry_run:
-        return _promote(StoreView(stores), None, ref, target, accept_monitor)
-    StoreView(stores)  # refuse a non-stores directory before the lock creates one
-    with StoreSet(stores) as store_set:
-        return _promote(StoreView(stores), store_set, ref, target, accept_monitor)
+            dry_run: bool = False, serving_dir: str | Path | None = None,
+            allow_outside: bool = False) -> ChangeResult:
+    """Serve the strategy of a recorded accept (candidate id or file) at ``target``; :class:`Refused` if not allowed.
 
-
-def _promote(view: StoreView, store_set: StoreSet | None, ref: str, target: Path, accept_monitor: bool) -> ChangeResult:
+    ``target`` must meet :func:`evolve.ops.targets.check_target` (inside ``serving_dir`` unless ``allow_outside``).
+    """
+    view = History(stores)  # refuses a non-stores directory before the lock creates one
+    path = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
     _require_journal(view)
-    record, data, _, _ = _resolve(view, ref)
-    _check_decision(record, accept_monitor)
+    if dry_run:
+        return _promote(view, None, ref, path, accept_monitor)
+    with StoreSet(stores) as store_set:
+        return _promote(History(stores), store_set, ref, path, accept_monitor)
+
+
+def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
+             accept_monitor: bool) -> ChangeResult:
+    _require_journal(view)
+    record, data = _resolve(view, ref)
+    _check_decision(view, record, accept_monitor)
     _check_harness(view, record)
     old = _read_optional(target)
     result = ChangeResult(target, Served.of(data), Served.of(old) if old is not None else None, _diff(old, data),
@@ -292,22 +349,28 @@ def _promote(view: StoreView, store_set: StoreSet | None, ref: str, target: Path
     _keep(view.root, data)
     atomic_write_bytes(target, data)
     result.entry = store_set.append_journal("PROMOTE", {
-        "candidate_id": record["candidate_id"], "verdict": record["decision"]["verdict"],
+        "candidate_id": record.candidate_id, "verdict": record.verdict,
         **_payload(target, result.served, result.previous)})
+    write_witness(target, result.entry, view.root)
     return result
 
 
 # ---------------------------------------------------------------- rollback
 
 
-def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None) -> ChangeResult:
+def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None, *,
+             serving_dir: str | Path | None = None, allow_outside: bool = False) -> ChangeResult:
     """Re-serve the previous serving file (or the one journal entry ``to_entry`` installed), verified byte-exact."""
-    target = Path(target).resolve()
-    StoreView(stores)
+    view = History(stores)
+    target = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
+    _require_journal(view)
     with StoreSet(stores) as store_set:
-        view = StoreView(stores)
+        view = History(stores)
         _require_journal(view)
         entries = view.journal.entries()
+        problem = history_problem(view, serving_entries(entries, target))
+        if problem is not None:
+            raise Refused(f"refused: the serving history of {target} does not check out: {problem}")
         if to_entry is None:
             restore, undoes = _undo_target(entries, target)
         else:
@@ -319,6 +382,7 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
         atomic_write_bytes(target, data)
         entry = store_set.append_journal("ROLLBACK", {**_payload(target, restore, previous), "undoes": undoes,
                                                       "to_entry": to_entry})
+        write_witness(target, entry, view.root)
         return ChangeResult(target, restore, previous, _diff(old, data), entry)
 
 

@@ -35,11 +35,6 @@ class RuntimeResult:
     token_budget: int
     answer: AnswerResult
 
-    @property
-    def context_text(self) -> str:
-        """The assembled context as the answerer's prompt would show it (one line per packed item)."""
-        return "\n".join(c.text for c in self.packed)
-
     def to_trace(self) -> dict:
         """The retrieval, filtering, assembly and answer fields of a trace record."""
         return {

@@ -8,9 +8,16 @@ Each line is the canonical JSON of one entry::
 entry without ``hash``; ``prev_hash`` is the previous entry's ``hash`` (64 zeros for the first), so
 editing, deleting, inserting or reordering any line breaks the chain at that line.
 ``seq`` is the entry's position within a round commit (``None`` for entries appended directly).
+
+The chain alone proves nothing against someone who rewrites the whole file and recomputes it. Two things do:
+the head recorded outside the file (``state.json``, the round's MLflow run, a witness beside each serving file;
+see :mod:`evolve.ops.witness`), and, when ``MEMEVOLVE_JOURNAL_KEY`` is set, a ``mac`` on every entry (HMAC-SHA256
+of its ``hash`` under that key), which nobody without the key can recompute.
 """
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import os
 from dataclasses import dataclass
@@ -29,15 +36,18 @@ ENTRY_TYPES = (
     "ACCEPT",      # a candidate passed verification
     "REJECT",      # a candidate failed a gate, the critic or verification
     "RESTORE",     # state restored from a checkpoint generation (e.g. after corruption)
-    "PROMOTE",     # a strategy became the new best-ever
-    "ROLLBACK",    # the current strategy was rolled back to the best-ever
+    "PROMOTE",     # a recorded accept was installed as a serving file
+    "ROLLBACK",    # a serving file was restored to a file an earlier entry installed or replaced
     "ESCALATE",    # a problem needs a human decision
     "FLAG",        # an anomaly worth attention that needs no decision
     "RECOVER",     # crash recovery finished an interrupted round or repaired a store
-    "RUN",         # a run started or stopped
 )
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})
+#: Tags of an MLflow round run that record the journal head at the round's commit (``INDEX:HASH``) and the stores.
+HEAD_TAG, STORES_TAG = "memevolve.journal_head", "memevolve.stores"
+#: Environment variable holding the journal key; when set, entries carry and are checked for a ``mac``.
+KEY_ENV = "MEMEVOLVE_JOURNAL_KEY"
 
 
 @dataclass(frozen=True)
@@ -48,18 +58,54 @@ class VerifyResult:
     n: int
     first_bad_index: int | None = None
     reason: str | None = None
+    #: Whether entries carry MACs that were not checked (no key set).
+    unchecked_macs: bool = False
+    #: The chain's entries, oldest first (only when ``ok``).
+    hashes: tuple[str, ...] = ()
 
 
 def entry_hash(entry: dict) -> str:
-    return canonical_hash({k: v for k, v in entry.items() if k != "hash"})
+    return canonical_hash({k: v for k, v in entry.items() if k not in ("hash", "mac")})
+
+
+def journal_key() -> bytes | None:
+    """The journal key from :data:`KEY_ENV`, or ``None``."""
+    key = os.environ.get(KEY_ENV)
+    return key.encode("utf-8") if key else None
+
+
+def entry_mac(key: bytes, digest: str) -> str:
+    return hmac.new(key, digest.encode("ascii"), hashlib.sha256).hexdigest()
+
+
+def _complete_lines(path: Path) -> int:
+    """How many newline-terminated lines ``path`` holds."""
+    try:
+        with open(path, "rb") as fh:
+            return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    except FileNotFoundError:
+        return 0
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
 
 
 class Journal:
-    """Append-only hash-chained journal at ``path``; a torn last line from a crash is truncated on open."""
+    """Append-only hash-chained journal at ``path``.
 
-    def __init__(self, path: str | Path):
+    A torn last line (a crash mid-append) is truncated on open, but only when it lies past ``anchor``, the head
+    recorded at the last commit: a torn or missing *committed* entry is damage, not an interrupted append, and
+    opening refuses with :class:`StoreError`.
+    """
+
+    def __init__(self, path: str | Path, anchor: dict | None = None):
         self.path = Path(path)
+        self.key = journal_key()
         ensure_dir(self.path.parent)
+        complete = _complete_lines(self.path)
+        if anchor is not None and complete <= anchor["index"]:
+            raise StoreError(self.path, f"committed history is damaged: entry {anchor['index']} was recorded as "
+                                        f"committed but the journal holds only {complete} complete line(s) "
+                                        "(truncated or lines removed); see `memevolve journal verify`")
         #: Bytes of an unterminated last line dropped on open (empty if the file was clean).
         self.repaired_tail: bytes = repair_torn_tail(self.path)
         self._last_entry()  # fail now, naming the line, if the head is unreadable
@@ -82,6 +128,8 @@ class Journal:
             "prev_hash": GENESIS_HASH if last is None else last["hash"],
         }
         entry["hash"] = entry_hash(entry)
+        if self.key is not None:
+            entry["mac"] = entry_mac(self.key, entry["hash"])
         append_lines(self.path, [canonical_json(entry)])
         return entry
 
@@ -110,11 +158,17 @@ class Journal:
         if lines[-1] != b"":
             return VerifyResult(False, len(lines), len(lines) - 1, f"line {len(lines)}: torn (no trailing newline)")
         hashes: list[str] = []
+        unchecked = False
         for i, raw in enumerate(lines[:-1]):
             reason = self._check_line(raw, i, prev)
             if reason:
                 return VerifyResult(False, len(lines) - 1, i, f"entry {i} (line {i + 1}): {reason}")
-            prev = json.loads(raw)["hash"]
+            entry = json.loads(raw)
+            reason = self._check_mac(entry)
+            if reason:
+                return VerifyResult(False, len(lines) - 1, i, f"entry {i} (line {i + 1}): {reason}")
+            unchecked |= self.key is None and "mac" in entry
+            prev = entry["hash"]
             hashes.append(prev)
             n += 1
         if anchor is not None:
@@ -124,7 +178,7 @@ class Journal:
                                                  "as committed (entries removed from the end)")
             if hashes[at] != anchor["hash"]:
                 return VerifyResult(False, n, at, f"entry {at}: hash differs from the recorded committed head")
-        return VerifyResult(True, n)
+        return VerifyResult(True, n, unchecked_macs=unchecked, hashes=tuple(hashes))
 
     # ------------------------------------------------------------ internals
 
@@ -134,13 +188,22 @@ class Journal:
         except (TypeError, ValueError) as exc:
             raise StoreError(self.path, f"journal payload is not JSON-serialisable: {exc}") from None
 
+    def _check_mac(self, entry: dict) -> str | None:
+        if self.key is None:
+            return None
+        if "mac" not in entry:
+            return f"no MAC although {KEY_ENV} is set (written without the key, or forged)"
+        if not hmac.compare_digest(str(entry["mac"]), entry_mac(self.key, entry["hash"])):
+            return "MAC does not match under the key (forged, or a different key)"
+        return None
+
     @staticmethod
     def _check_line(raw: bytes, i: int, prev: str) -> str | None:
         try:
             entry = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return "not valid JSON (edited or corrupted)"
-        if not isinstance(entry, dict) or set(entry) != ENTRY_FIELDS:
+        if not isinstance(entry, dict) or set(entry) - {"mac"} != ENTRY_FIELDS:
             return "wrong set of fields (edited)"
         if canonical_json(entry).encode("utf-8") != raw:
             return "line is not in canonical form (edited)"

@@ -26,38 +26,16 @@ from evolve.state.files import (
     StoreError, append_lines, atomic_write_json, atomic_write_text, canonical_hash, canonical_json, ensure_dir, iter_jsonl,
     now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail,
 )
+from evolve.state.layout import DOC_STORES, JSONL_STORES, StoreLayout
 from evolve.state.lock import RunLock
-from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
+from evolve.state.strategy_files import strategy_to_yaml
+from evolve.state.view import StoreReader
 from evolve.strategy.artifact import strategy_hash
 
-#: Append-only record stores (``<name>.jsonl``); every record needs a unique string ``key``.
-JSONL_STORES = ("candidate_outcomes", "stage_audits", "diagnosis_log")
-#: Whole-document stores (``<name>.json``), replaced atomically.
-DOC_STORES = ("dimension_effects", "scoreboard", "question_histories", "hypothesis_tree", "escalations")
 #: ``state.json`` fields maintained by the commit protocol (a bundle may set any other field).
 RESERVED_STATE = ("last_committed_round", "journal_head", "committed_at")
 
 _WAL_RE = re.compile(r"^round-(\d{4,})\.json$")
-_HASH_RE = re.compile(r"^[0-9a-f]{64}$")
-
-
-def stored_strategy_path(root: Path, digest: str) -> Path:
-    """Where the stores under ``root`` keep the strategy with content hash ``digest``."""
-    if not _HASH_RE.match(digest or ""):
-        raise StoreError(Path(root) / "strategies" / str(digest), "not a strategy hash (64 lowercase hex digits)")
-    return Path(root) / "strategies" / f"{digest}.yaml"
-
-
-def read_stored_strategy(root: Path, digest: str) -> dict:
-    """A stored strategy, checked against its hash; needs no lock (files are written once, atomically)."""
-    path = stored_strategy_path(root, digest)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise StoreError(path, "no stored strategy with this hash") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise StoreError(path, f"cannot read stored strategy: {exc}") from None
-    return strategy_from_yaml(text, digest, path)
 
 
 @dataclass
@@ -138,7 +116,7 @@ class RecoveryReport:
                 "removed_temps": self.removed_temps}
 
 
-class StoreSet:
+class StoreSet(StoreReader):
     """All persistent optimizer state under ``root``; holds the run lock until :meth:`close`.
 
     Use as a context manager. Opening recovers from any interrupted commit; the result is in
@@ -147,13 +125,20 @@ class StoreSet:
 
     def __init__(self, root: str | Path, lock_timeout: float = 0.0):
         self.root = ensure_dir(Path(root))
+        self.layout = StoreLayout(self.root)
         self._lock = RunLock(self.root, lock_timeout).acquire()
         self._keys: dict[str, set[str]] = {}
         try:
-            for sub in ("rounds", "strategies", "cache"):
-                ensure_dir(self.root / sub)
-            self.journal = Journal(self.root / "journal.jsonl")
-            self.checkpoint = Checkpoint(self.root / "best")
+            for sub in (self.layout.rounds, self.layout.strategies, self.layout.cache):
+                ensure_dir(sub)
+            anchor = self.state.get("journal_head")
+            self.journal = Journal(self.layout.journal, anchor)
+            verified = self.journal.verify(anchor)
+            if not verified.ok:
+                raise StoreError(self.layout.journal, f"committed history is damaged at entry "
+                                                      f"{verified.first_bad_index}: {verified.reason}; nothing was "
+                                                      "written (see `memevolve journal verify`)")
+            self.checkpoint = Checkpoint(self.layout.checkpoint)
             self.recovery = self.recover()
         except BaseException:
             self._lock.release()
@@ -164,31 +149,27 @@ class StoreSet:
     @property
     def optuna_path(self) -> Path:
         """SQLite file for the planner's Optuna study (the planner owns its content)."""
-        return self.root / "optuna.db"
+        return self.layout.optuna
 
     @property
     def cache_dir(self) -> Path:
-        return self.root / "cache"
+        return self.layout.cache
 
     @property
     def strategies_dir(self) -> Path:
-        return self.root / "strategies"
+        return self.layout.strategies
 
     @property
     def rounds_dir(self) -> Path:
-        return self.root / "rounds"
+        return self.layout.rounds
 
     @property
     def state_path(self) -> Path:
-        return self.root / "state.json"
+        return self.layout.state
 
     def path(self, name: str) -> Path:
         """File of a named JSONL or document store."""
-        if name in JSONL_STORES:
-            return self.root / f"{name}.jsonl"
-        if name in DOC_STORES:
-            return self.root / f"{name}.json"
-        raise StoreError(self.root / name, f"unknown store; expected one of {', '.join(JSONL_STORES + DOC_STORES)}")
+        return self.layout.store(name)
 
     # ------------------------------------------------------------ readers
 
@@ -205,16 +186,6 @@ class StoreSet:
         """Hash of the current strategy, as last set through ``RoundBundle.state``."""
         return self.state.get("current_strategy")
 
-    def read_jsonl(self, name: str) -> list[dict]:
-        if name not in JSONL_STORES:
-            raise StoreError(self.root / name, f"not a JSONL store; expected one of {', '.join(JSONL_STORES)}")
-        return [record for _, record in iter_jsonl(self.path(name))]
-
-    def read_doc(self, name: str, default: Any = None) -> Any:
-        if name not in DOC_STORES:
-            raise StoreError(self.root / name, f"not a document store; expected one of {', '.join(DOC_STORES)}")
-        return read_json(self.path(name), default)
-
     def append_journal(self, kind: str, payload: dict) -> dict:
         """Append an entry outside a round commit (PROMOTE, ROLLBACK, ...) and move the recorded journal head,
         so that deleting it later is detected like any committed entry."""
@@ -229,9 +200,6 @@ class StoreSet:
 
     # ------------------------------------------------------------ strategies
 
-    def strategy_path(self, digest: str) -> Path:
-        return stored_strategy_path(self.root, digest)
-
     def put_strategy(self, strategy: dict) -> str:
         """Store ``strategy`` as ``strategies/<hash>.yaml`` (never overwritten) and return its hash."""
         digest = strategy_hash(strategy)
@@ -241,10 +209,6 @@ class StoreSet:
         else:
             atomic_write_text(path, strategy_to_yaml(strategy, path))
         return digest
-
-    def get_strategy(self, digest: str) -> dict:
-        """Load a stored strategy; :class:`StoreError` if missing or its content no longer matches its hash."""
-        return read_stored_strategy(self.root, digest)
 
     # ------------------------------------------------------------ commit protocol
 
@@ -283,7 +247,12 @@ class StoreSet:
         if self.journal.repaired_tail:
             report.repaired.append({"file": self.journal.path.name, "bytes": len(self.journal.repaired_tail)})
             self.journal.repaired_tail = b""
+        pending = bool(self._pending_wals())
         for name in JSONL_STORES:
+            if not pending and self._torn(self.path(name)):
+                raise StoreError(self.path(name), "committed records are damaged: the last line is torn but no "
+                                                  "round commit was interrupted (truncated by hand?); nothing was "
+                                                  "repaired")
             torn = repair_torn_tail(self.path(name))
             if torn:
                 report.repaired.append({"file": self.path(name).name, "bytes": len(torn)})
@@ -387,6 +356,20 @@ class StoreSet:
                  "journal_head": None if head is None else {"index": head["index"], "hash": head["hash"]}}
         atomic_write_json(self.state_path, state)
         self._unlink(self._wal_path(round_no))
+
+    @staticmethod
+    def _torn(path: Path) -> bool:
+        """Whether ``path`` ends in an unterminated line."""
+        try:
+            with open(path, "rb") as fh:
+                if fh.seek(0, 2) == 0:
+                    return False
+                fh.seek(-1, 2)
+                return fh.read(1) != b"\n"
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise os_error(path, exc, "read") from None
 
     @staticmethod
     def _unlink(path: Path) -> None:

@@ -86,6 +86,10 @@ def changes_strategy(verdict: str | Verdict) -> bool:
     return verdict in {v.value for v in STRATEGY_CHANGING}
 
 
+#: Journal entry types that record a decision (see :func:`journal_type`).
+DECISION_ENTRY_TYPES = ("ACCEPT", "FLAG", "REJECT")
+
+
 def journal_type(verdict: str | Verdict) -> str:
     """The journal entry type recording a verdict: ACCEPT, FLAG or REJECT."""
     if changes_strategy(verdict):

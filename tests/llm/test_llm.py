@@ -16,7 +16,7 @@ from evolve.strategy.policy import Policy
 from evolve.runtime.roles import ContextItem
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import load_strategy
-from llm_server import LoopbackLLMServer, llm_server  # noqa: F401  (fixture)
+from llm_server import LoopbackLLMServer
 
 POLICY = Policy.from_strategy(load_strategy(BASELINE_PATH))
 MESSAGES = [{"role": "user", "content": "hello there"}]

@@ -12,8 +12,7 @@ import pytest
 
 from evolve.cli import main
 from evolve.ops.report import trajectory_plot
-from evolve.ops.review import StoreView
-from workflow_fixtures import engine_stores  # noqa: F401
+from evolve.ops.history import History
 
 RENDER_SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "render_report.py"
 
@@ -52,14 +51,14 @@ def test_html_is_self_contained_and_has_three_plots(report):
 
 def test_candidate_table_links_every_candidate_to_its_evidence(report, engine_stores):
     _, text, _ = report
-    records = StoreView(engine_stores).records
+    records = History(engine_stores).records
     table = text[text.index("<h2 id='candidates'>"):text.index("Evidence per candidate")]
     assert table.count("<tr>") == len(records) + 1
     for r in records:
-        cid = r["candidate_id"]
+        cid = r.candidate_id
         assert f'href="#cand-{cid}"' in table and f'id="cand-{cid}"' in text
     section = text[text.index('id="cand-r002-c00"'):text.index('id="cand-r003-c00"')]
-    example = next(r for r in records if r["candidate_id"] == "r002-c00")["examples"]["improved"][0]
+    example = next(r for r in records if r.candidate_id == "r002-c00").examples["improved"][0]
     for expected in ("~ retrieval.top_k: 5 -&gt; 7", "McNemar p=0.012", "schema",
                      example["question"].replace("'", "&#x27;"), "retrieval_gap → correct",
                      "memevolve promote r002-c00 --to strategies/serving.yaml"):

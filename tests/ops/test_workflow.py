@@ -9,13 +9,14 @@ import pytest
 import yaml
 
 from evolve.cli import main
-from evolve.ops.review import StoreView
+from evolve.loop.record import CandidateRecord
+from evolve.ops.history import History
 from evolve.state.files import read_json
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import dump_yaml, load_strategy, strategy_hash
 from evolve.strategy.paths import set_path
-from workflow_fixtures import commit_accept_round, engine_stores, stores  # noqa: F401
+from workflow_fixtures import commit_accept_round
 
 
 def run(capsys, *argv: str) -> tuple[int, str]:
@@ -24,18 +25,20 @@ def run(capsys, *argv: str) -> tuple[int, str]:
     return code, out.out + out.err
 
 
-def accepted(root: Path, verdict: str = "ACCEPT") -> dict:
-    return next(r for r in StoreView(root).records if r["decision"]["verdict"] == verdict)
+def accepted(root: Path, verdict: str = "ACCEPT") -> CandidateRecord:
+    return next(r for r in History(root).records if r.verdict == verdict)
 
 
 def journal_types(root: Path) -> list[str]:
-    return [e["type"] for e in StoreView(root).journal.entries()]
+    return [e["type"] for e in History(root).journal.entries()]
 
 
 @pytest.fixture
-def serving(tmp_path: Path) -> Path:
-    """A serving file holding the baseline with a comment, so byte-exact restores are observable."""
+def serving(tmp_path: Path, monkeypatch) -> Path:
+    """A serving file holding the baseline with a comment, so byte-exact restores are observable; its directory
+    is the configured serving directory."""
     path = tmp_path / "strategies" / "serving.yaml"
+    monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
     path.parent.mkdir()
     path.write_bytes(b"# served since the last release\n" + BASELINE_PATH.read_bytes())
     path.chmod(0o640)
@@ -100,12 +103,12 @@ def test_show_prints_the_complete_record(capsys, engine_stores):
     record = accepted(engine_stores)
     code, out = run(capsys, "show", "r002-c00", "--stores", engine_stores)
     assert code == 0
-    example = record["examples"]["improved"][0]
+    example = record.examples["improved"][0]
     for expected in ("candidate r002-c00 (round 2): ACCEPT", "~ retrieval.top_k: 5 -> 7", "gates: passed",
                      "critic: ", "probe: 20 questions", "McNemar p=0.012", "improved questions (2 of 2 shown)",
                      example["question"], f"gold:      {example['gold']}", "root cause: retrieval_gap",
                      "regressed questions (1 of 1 shown)", f"parent file (what was current before): "
-                     f"{engine_stores / 'strategies' / (record['parent_hash'] + '.yaml')}",
+                     f"{engine_stores / 'strategies' / (record.parent_hash + '.yaml')}",
                      "promote: memevolve promote r002-c00 --to strategies/serving.yaml"):
         assert expected in out, expected
     code, out = run(capsys, "show", "r001-c01", "--stores", engine_stores)
@@ -118,9 +121,9 @@ def test_show_prints_the_complete_record(capsys, engine_stores):
 
 def test_promote_refuses_candidates_without_an_accept(capsys, stores, serving):
     before = serving.read_bytes()
-    not_accepted = next(r for r in StoreView(stores).records if not r["decision"]["verdict"].startswith("ACCEPT"))
-    code, out = run(capsys, "promote", not_accepted["candidate_id"], "--to", serving, "--stores", stores)
-    assert code == 1 and "was not accepted" in out and not_accepted["decision"]["verdict"] in out
+    not_accepted = next(r for r in History(stores).records if not r.verdict.startswith("ACCEPT"))
+    code, out = run(capsys, "promote", not_accepted.candidate_id, "--to", serving, "--stores", stores)
+    assert code == 1 and "was not accepted" in out and not_accepted.verdict in out
     code, out = run(capsys, "promote", "r042-c00", "--to", serving, "--stores", stores)
     assert code == 1 and "no candidate r042-c00" in out
     code, out = run(capsys, "promote", BASELINE_PATH, "--to", serving, "--stores", stores)
@@ -133,7 +136,7 @@ def test_promote_refuses_candidates_without_an_accept(capsys, stores, serving):
 
 def test_promote_refuses_edited_files(capsys, stores, serving, tmp_path):
     record = accepted(stores)
-    stored = stores / "strategies" / f"{record['strategy_hash']}.yaml"
+    stored = stores / "strategies" / f"{record.strategy_hash}.yaml"
     edited = tmp_path / "edited.yaml"
     edited.write_text(stored.read_text().replace("top_k: 7", "top_k: 8"))
     code, out = run(capsys, "promote", edited, "--to", serving, "--stores", stores)
@@ -151,7 +154,7 @@ def test_promote_refuses_edited_files(capsys, stores, serving, tmp_path):
 def test_promote_refuses_a_schema_invalid_file(capsys, stores, serving, tmp_path):
     record = accepted(stores)
     invalid = tmp_path / "invalid.yaml"
-    text = (stores / "strategies" / f"{record['strategy_hash']}.yaml").read_text()
+    text = (stores / "strategies" / f"{record.strategy_hash}.yaml").read_text()
     invalid.write_text(text.replace("  candidate_pool: 50\n", "  candidate_pool: 50\n  colour: blue\n"))
     line = invalid.read_text().splitlines().index("  colour: blue") + 1
     code, out = run(capsys, "promote", invalid, "--to", serving, "--stores", stores)
@@ -193,20 +196,20 @@ def test_dry_run_shows_the_diff_and_writes_nothing(capsys, stores, serving):
 def test_promote_then_rollback_restores_byte_identical_files(capsys, stores, serving):
     original = serving.read_bytes()
     record = accepted(stores)
-    stored = (stores / "strategies" / f"{record['strategy_hash']}.yaml").read_bytes()
+    stored = (stores / "strategies" / f"{record.strategy_hash}.yaml").read_bytes()
     code, out = run(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
     assert code == 0 and "promoted r002-c00 (ACCEPT)" in out
     assert serving.read_bytes() == stored
     assert stat.S_IMODE(serving.stat().st_mode) == 0o640  # permissions of the replaced file are kept
-    promote_entry = StoreView(stores).journal.entries()[-1]
+    promote_entry = History(stores).journal.entries()[-1]
     assert promote_entry["type"] == "PROMOTE"
     p = promote_entry["payload"]
-    assert (p["candidate_id"], p["strategy_hash"], p["target"]) == ("r002-c00", record["strategy_hash"], str(serving))
+    assert (p["candidate_id"], p["strategy_hash"], p["target"]) == ("r002-c00", record.strategy_hash, str(serving))
     assert p["previous_hash"] == strategy_hash(load_strategy(BASELINE_PATH))
     assert (stores / p["previous_copy"]).read_bytes() == original
 
     code, out = run(capsys, "serving", "--path", serving, "--stores", stores)
-    assert code == 0 and record["strategy_hash"] in out and f"entry {promote_entry['index']} PROMOTE" in out
+    assert code == 0 and record.strategy_hash in out and f"entry {promote_entry['index']} PROMOTE" in out
     assert "runtime      loaded" in out
 
     code, out = run(capsys, "promote", "r003-c00", "--to", serving, "--stores", stores, "--accept-monitor")
@@ -220,7 +223,7 @@ def test_promote_then_rollback_restores_byte_identical_files(capsys, stores, ser
     code, out = run(capsys, "rollback", "--target", serving, "--stores", stores)
     assert code == 1 and "nothing to roll back" in out and serving.read_bytes() == original
 
-    last_promote = [e for e in StoreView(stores).journal.entries() if e["type"] == "PROMOTE"][-1]
+    last_promote = [e for e in History(stores).journal.entries() if e["type"] == "PROMOTE"][-1]
     assert run(capsys, "rollback", "--to", last_promote["index"], "--target", serving, "--stores", stores)[0] == 0
     assert serving.read_bytes() == monitor_bytes
     code, out = run(capsys, "rollback", "--to", 0, "--target", serving, "--stores", stores)
@@ -234,7 +237,7 @@ def test_rollback_refuses_a_corrupted_restore_point(capsys, stores, serving):
     original = serving.read_bytes()
     assert run(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)[0] == 0
     promoted = serving.read_bytes()
-    restore_point = stores / StoreView(stores).journal.entries()[-1]["payload"]["previous_copy"]
+    restore_point = stores / History(stores).journal.entries()[-1]["payload"]["previous_copy"]
     restore_point.write_bytes(original.replace(b"top_k: 5", b"top_k: 6"))
     code, out = run(capsys, "rollback", "--target", serving, "--stores", stores)
     assert code == 1 and "does not match its recorded sha256" in out

@@ -23,6 +23,7 @@ from evolve.state.files import (
 from evolve.state.lock import RunLock
 from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
 from evolve.state.stores import DOC_STORES, JSONL_STORES, RoundBundle, StoreSet
+from evolve.state.view import StoreView
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import derive, load_strategy, strategy_hash
 
@@ -338,9 +339,12 @@ def test_journal_truncated_after_commit_is_detected(tmp_path):
     path = tmp_path / "journal.jsonl"
     lines = path.read_bytes().splitlines(keepends=True)
     path.write_bytes(b"".join(lines[:-1]))
-    with StoreSet(tmp_path) as s:
-        result = s.verify_journal()
-        assert not result.ok and result.first_bad_index == len(lines) - 1 and "removed from the end" in result.reason
+    result = StoreView(tmp_path).verify_journal()
+    assert not result.ok and result.first_bad_index == len(lines) - 1 and "removed from the end" in result.reason
+    before = path.read_bytes()
+    with pytest.raises(StoreError, match=f"entry {len(lines) - 1} was recorded as committed"):
+        StoreSet(tmp_path)  # opening for writing refuses damaged committed history instead of "repairing" it
+    assert path.read_bytes() == before
 
 
 # ---------------------------------------------------------------- real kill -9

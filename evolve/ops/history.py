@@ -1,0 +1,77 @@
+"""The optimizer's history as the engineer reads it: typed candidate records, round rows and evaluation summaries
+of one stores directory, read-only (a :class:`~evolve.state.view.StoreView` with the loop's record types)."""
+from __future__ import annotations
+
+from functools import cached_property
+
+from evolve.loop.record import CandidateRecord
+from evolve.state.checkpoint import Checkpoint
+from evolve.state.view import StoreView
+from evolve.verify.decision import DECISION_ENTRY_TYPES, journal_type
+
+
+class History(StoreView):
+    """Candidate records, diagnosis log and scoreboard of the stores under ``root``; never writes."""
+
+    @cached_property
+    def records(self) -> list[CandidateRecord]:
+        """All candidate records, in commit order."""
+        return [CandidateRecord.from_dict(r) for r in self.read_jsonl("candidate_outcomes")]
+
+    @cached_property
+    def diagnosis(self) -> list[dict]:
+        """One entry per round: the observed strategy's summary, digest and planned directions."""
+        return self.read_jsonl("diagnosis_log")
+
+    @cached_property
+    def rounds(self) -> list[dict]:
+        """Scoreboard rows, one per committed round."""
+        return self.read_doc("scoreboard", {"rounds": []})["rounds"]
+
+    @cached_property
+    def best(self) -> dict | None:
+        """Manifest of the current best-ever checkpoint (``strategy_hash``, ``score``, ``round``, ...)."""
+        return Checkpoint(self.layout.checkpoint).current_manifest()
+
+    def record(self, candidate_id: str) -> CandidateRecord | None:
+        return next((r for r in self.records if r.candidate_id == candidate_id), None)
+
+    def summary_of(self, digest: str) -> dict | None:
+        """The latest recorded evaluation summary of a strategy (round observation or candidate run)."""
+        found = [d["summary"] for d in self.diagnosis if d.get("strategy_hash") == digest]
+        found += [r.summary for r in self.records if r.strategy_hash == digest and r.summary]
+        return found[-1] if found else None
+
+    # ------------------------------------------------------------ records against the journal
+
+    @cached_property
+    def decision_entries(self) -> dict[str, dict]:
+        """The journaled decision (ACCEPT / FLAG / REJECT entry of a round commit) of each candidate id."""
+        return {e["payload"]["candidate_id"]: e for e in self.journal.entries()
+                if e["type"] in DECISION_ENTRY_TYPES and e["round"] is not None and "candidate_id" in e["payload"]}
+
+    def record_problem(self, record: CandidateRecord) -> str | None:
+        """Why ``record`` (from ``candidate_outcomes.jsonl``) disagrees with its journaled decision, or ``None``."""
+        entry = self.decision_entries.get(record.candidate_id)
+        if entry is None:
+            return f"{record.candidate_id}: no decision entry in the journal"
+        p, at = entry["payload"], f"journal entry {entry['index']}"
+        if entry["type"] != journal_type(record.verdict) or p.get("decision") != record.decision:
+            journaled = (p.get("decision") or {}).get("verdict", entry["type"])
+            return f"{record.candidate_id}: the record says {record.verdict}, {at} says {journaled}"
+        if p.get("strategy_hash") != record.strategy_hash:
+            return (f"{record.candidate_id}: the record's strategy {record.strategy_hash[:12]} is not the journaled "
+                    f"{str(p.get('strategy_hash'))[:12]} ({at})")
+        if p.get("report_hash") != record.report_hash():
+            return f"{record.candidate_id}: the record's evidence does not hash to the report_hash of {at}"
+        if "record_hash" in p and p["record_hash"] != record.record_hash():
+            return f"{record.candidate_id}: the record does not hash to the record_hash of {at}"
+        return None
+
+    def record_problems(self) -> list[str]:
+        """Every disagreement between the candidate records and the journal (edited or deleted records)."""
+        problems = [why for r in self.records if (why := self.record_problem(r))]
+        recorded = {r.candidate_id for r in self.records}
+        problems += [f"{cid}: journal entry {e['index']} decided it, but candidate_outcomes.jsonl has no record"
+                     for cid, e in self.decision_entries.items() if cid not in recorded]
+        return problems

@@ -1,0 +1,86 @@
+"""Journal heads recorded outside the stores, and their check against the journal.
+
+The journal's own anchor (the head in ``state.json``) lives beside it, so whoever rewrites the stores can rewrite
+both. Two anchors live elsewhere:
+
+* every PROMOTE / ROLLBACK appends a *witness line* ``{"index", "hash", "type", "stores"}`` to
+  ``<serving file>.witness``, beside the serving file (typically another machine's or another repository's disk);
+* every tracked round tags its MLflow round run with ``memevolve.journal_head`` (``INDEX:HASH``) and
+  ``memevolve.stores`` (the stores' absolute path), on whatever tracking server the team uses.
+
+``memevolve journal verify`` checks that every such head is still an entry of the journal, byte for byte. What this
+promises: a journal truncated, re-chained or replaced after a head was witnessed fails verification, unless every
+witness file and every tracked run was rewritten too. What it does not: entries appended after the last witnessed
+head are only protected by the chain (and by ``MEMEVOLVE_JOURNAL_KEY``, see :mod:`evolve.state.journal`).
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from evolve.state.files import StoreError, append_lines, canonical_json, iter_jsonl
+from evolve.state.journal import HEAD_TAG, STORES_TAG
+
+WITNESS_SUFFIX = ".witness"
+
+
+@dataclass(frozen=True)
+class Anchor:
+    """A journal head recorded at ``source``."""
+
+    source: str
+    index: int
+    hash: str
+
+
+def witness_path(target: Path) -> Path:
+    return target.with_name(target.name + WITNESS_SUFFIX)
+
+
+def write_witness(target: Path, entry: dict, stores_root: Path) -> None:
+    """Append the head ``entry`` (just journaled for ``target``) to the witness file beside ``target``."""
+    append_lines(witness_path(target), [canonical_json(
+        {"index": entry["index"], "hash": entry["hash"], "type": entry["type"], "ts": entry["ts"],
+         "stores": str(stores_root.resolve())})])
+
+
+def witness_anchors(target: Path, stores_root: Path) -> list[Anchor]:
+    """Heads of ``stores_root``'s journal witnessed beside ``target`` (none if there is no witness file)."""
+    path, root = witness_path(target), str(stores_root.resolve())
+    try:
+        lines = list(iter_jsonl(path))
+    except StoreError as exc:
+        return [Anchor(f"{path}: unreadable ({exc.cause})", -1, "")]
+    return [Anchor(f"{path}:{n}", int(w.get("index", -1)), str(w.get("hash", ""))) for n, w in lines
+            if w.get("stores") == root]
+
+
+def tracking_anchors(uri: str, stores_root: Path) -> list[Anchor]:
+    """Heads of ``stores_root``'s journal tagged on MLflow round runs at ``uri``."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    ids = [e.experiment_id for e in client.search_experiments()]
+    if not ids:
+        return []
+    runs = client.search_runs(ids, filter_string=f"tags.`{STORES_TAG}` = {json.dumps(str(stores_root.resolve()))}")
+    anchors = []
+    for run in runs:
+        index, _, digest = run.data.tags.get(HEAD_TAG, "").partition(":")
+        if index:
+            anchors.append(Anchor(f"MLflow run {run.info.run_id} ({run.info.run_name})", int(index), digest))
+    return anchors
+
+
+def anchor_problems(anchors: list[Anchor], hashes: tuple[str, ...]) -> list[str]:
+    """Anchors whose head is not an entry of the journal whose entry hashes are ``hashes``."""
+    problems = []
+    for a in anchors:
+        if not 0 <= a.index < len(hashes):
+            problems.append(f"{a.source} witnessed entry {a.index}, but the journal has {len(hashes)} entries "
+                            "(truncated or replaced)")
+        elif hashes[a.index] != a.hash:
+            problems.append(f"{a.source} witnessed entry {a.index} with hash {a.hash[:12]}, but the journal's entry "
+                            f"{a.index} hashes to {hashes[a.index][:12]} (rewritten)")
+    return problems

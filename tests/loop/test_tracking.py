@@ -1,0 +1,105 @@
+"""MLflow tracking read back: one engine round logged into a SQLite tracking store holds a round run with the
+round's metrics and one nested run per recorded candidate, with its decision and its record as an artifact."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from evolve.loop.config import RunConfig
+from evolve.loop.engine import Engine
+
+EXPERIMENT = "memevolve-tracking-test"
+
+
+@pytest.fixture(scope="module")
+def tracked_round(tmp_path_factory) -> dict:
+    base = tmp_path_factory.mktemp("tracking")
+    uri = f"sqlite:///{base / 'mlflow.db'}"
+    config = RunConfig(benchmark="synthetic:0", limit=60, probe_size=20, rounds=1, candidates_per_round=2,
+                       stores=base / "stores", tracking_uri=uri, experiment=EXPERIMENT)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.chdir(base)  # the default artifact root is experiments/mlartifacts under the working directory
+        summary = Engine(config, track=True, progress=False).run()
+    return {"base": base, "uri": uri, "stores": config.stores, "summary": summary}
+
+
+def _records(stores: Path) -> list[dict]:
+    return [json.loads(line) for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
+
+
+def test_round_and_candidate_runs_read_back(tracked_round):
+    client = MlflowClient(tracking_uri=tracked_round["uri"])
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    assert experiment is not None
+    runs = client.search_runs([experiment.experiment_id], max_results=1000)
+    scoreboard = json.loads((tracked_round["stores"] / "scoreboard.json").read_text())["rounds"]
+    records = _records(tracked_round["stores"])
+    assert len(scoreboard) == 1 and records
+
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    assert [r.info.run_name for r in parents] == ["round-001"]
+    round_run = parents[0]
+    assert round_run.info.status == "FINISHED"
+    assert round_run.data.tags["memevolve.round"] == "1"
+    assert round_run.data.tags["accepted"] == (scoreboard[0]["accepted"] or "none")
+    assert round_run.data.params["benchmark"] == "synthetic:0"
+    assert round_run.data.params["stores"] == str(tracked_round["stores"])
+    assert round_run.data.params["strategy_hash"] == scoreboard[0]["strategy_hash"]
+    accuracy = round_run.data.metrics["accuracy"]
+    assert accuracy == pytest.approx(scoreboard[0]["accuracy"], abs=1e-12)
+    assert accuracy == pytest.approx(tracked_round["summary"]["current"]["accuracy"], abs=1e-12)
+    assert 0.0 < accuracy < 1.0
+    assert {"f1", "dcr_at_3", "recall_at_10"} <= set(round_run.data.metrics)
+
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == len(records) == len(runs) - 1
+    by_name = {r.info.run_name: r for r in children}
+    assert sorted(by_name) == sorted(r["candidate_id"] for r in records)
+    for record in records:
+        child = by_name[record["candidate_id"]]
+        tags = child.data.tags
+        assert child.info.status == "FINISHED"
+        assert tags["mlflow.parentRunId"] == round_run.info.run_id
+        assert tags["decision"] == tags["memevolve.decision"] == record["decision"]["verdict"]
+        assert tags["decided_by"] == record["decided_by"]
+        assert tags["applied"] == str(record["applied"])
+        if record.get("paired"):
+            assert child.data.metrics["paired.delta"] == pytest.approx(record["paired"]["delta"], abs=1e-12)
+    assert scoreboard[0]["decisions"] == {r["candidate_id"]: r["decision"]["verdict"] for r in records}
+
+
+def test_candidate_artifacts_download_and_match_the_stores(tracked_round, tmp_path):
+    client = MlflowClient(tracking_uri=tracked_round["uri"])
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    runs = {r.info.run_name: r for r in client.search_runs([experiment.experiment_id], max_results=1000)}
+    # Artifacts land under the run's own working directory, not in the repository.
+    assert Path(runs["round-001"].info.artifact_uri.removeprefix("file://")).is_relative_to(tracked_round["base"])
+
+    round_summary = json.loads(Path(client.download_artifacts(runs["round-001"].info.run_id, "round_summary.json",
+                                                               str(tmp_path))).read_text())
+    records = _records(tracked_round["stores"])
+    assert round_summary["round"] == 1
+    assert [c["id"] for c in round_summary["candidates"]] == [r["candidate_id"] for r in records]
+    assert round_summary["accuracy_after"] == pytest.approx(runs["round-001"].data.metrics["accuracy"], abs=1e-12)
+
+    evaluated = 0
+    for record in records:
+        run = runs[record["candidate_id"]]
+        dest = tmp_path / record["candidate_id"]
+        dest.mkdir()
+        downloaded = json.loads(Path(client.download_artifacts(run.info.run_id, "record.json", str(dest))).read_text())
+        assert downloaded == record
+        listed = {a.path for a in client.list_artifacts(run.info.run_id)}
+        assert {"record.json", "gates.json"} <= listed
+        if record["strategy_hash"]:
+            assert {"candidate.yaml", "diff.txt"} <= listed
+            candidate = Path(client.download_artifacts(run.info.run_id, "candidate.yaml", str(dest))).read_text()
+            stored = tracked_round["stores"] / "strategies" / f"{record['strategy_hash']}.yaml"
+            assert candidate == stored.read_text()
+        if record.get("summary"):
+            evaluated += 1
+            assert {"summary.json", "traces.jsonl"} <= listed
+    assert evaluated >= 1  # at least one candidate was fully evaluated, so its traces were logged
