@@ -41,6 +41,14 @@ def read_json(path: Path) -> Any:
         raise BenchmarkError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
 
 
+
+def read_json_list(path: Path, items: str) -> list:
+    """:func:`read_json` of a file that must hold a JSON list (of ``items``, named in the error)."""
+    data = read_json(path)
+    if not isinstance(data, list):
+        raise BenchmarkError(f"{path}: expected a JSON list of {items}, got {type(data).__name__}")
+    return data
+
 def parse_locomo_date(text: str) -> datetime:
     """Parse LoCoMo's session stamp, e.g. ``"1:56 pm on 8 May, 2023"``."""
     return datetime.strptime(" ".join(text.split()), _DATE_FORMAT)
@@ -167,9 +175,7 @@ def _question(record: Any, qid: str, conversation: Conversation, where: str, log
 def load_locomo(path: str | Path) -> Benchmark:
     """Load a ``locomo10.json``-layout file. Question ids are ``"{sample_id}/q{index}"`` (0-based)."""
     path = Path(path)
-    data = read_json(path)
-    if not isinstance(data, list):
-        raise BenchmarkError(f"{path}: expected a JSON list of samples, got {type(data).__name__}")
+    data = read_json_list(path, "samples")
     conversations: dict[str, Conversation] = {}
     questions: list[Question] = []
     warnings: list[str] = []

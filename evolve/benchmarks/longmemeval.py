@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.locomo import read_json, require_field
+from evolve.benchmarks.locomo import read_json_list, require_field
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
 
 _CATEGORY_BY_TYPE = {
@@ -102,9 +102,7 @@ def load_longmemeval(path: str | Path) -> Benchmark:
     """Load a LongMemEval file (``_s``, ``_m`` or ``_oracle``). Turn ids are ``"S{session}:{turn}"``, 1-based
     haystack positions; sessions are ordered by date for ingestion."""
     path = Path(path)
-    data = read_json(path)
-    if not isinstance(data, list):
-        raise BenchmarkError(f"{path}: expected a JSON list of items, got {type(data).__name__}")
+    data = read_json_list(path, "items")
     conversations: dict[str, Conversation] = {}
     questions: list[Question] = []
     fallback: list[str] = []

@@ -4,6 +4,9 @@ Each conversation is a persona chatting with a friend over dated sessions. Facts
 memory lifecycle: superseded preferences, moved appointments, retractions, multi-version counts, numeric
 details, multi-hop links, dated events, world-knowledge inferences and adversarial questions about things
 the persona never said. Gold evidence is the turn stating the current truth (plus linking turns).
+
+The module is long because most of it is the generator's vocabulary and one small planting function per
+lifecycle pattern; splitting the patterns apart would scatter one seeded random stream over several files.
 """
 from __future__ import annotations
 

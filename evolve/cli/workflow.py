@@ -12,7 +12,8 @@ from pathlib import Path
 
 from evolve.ops.history import History
 from evolve.ops.review import DECISIONS, candidates_table, render_record, select
-from evolve.ops.serving import ChangeResult, Refused, drift_report, promote, rollback, serving_status
+from evolve.ops.drift import drift_report, serving_status
+from evolve.ops.serving import ChangeResult, Refused, promote, rollback
 from evolve.ops.targets import SERVING_DIR_ENV
 from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
 from evolve.state.files import StoreError

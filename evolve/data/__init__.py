@@ -1,5 +1,5 @@
 """Framework data shipped inside the package: the strategy schema, the baseline strategy, the planner's bundle
-table and the framework prompts. Read through :mod:`importlib.resources`, so an installed wheel finds them."""
+table, the framework prompts and the report's style sheet. Read through :mod:`importlib.resources`, so an installed wheel finds them."""
 from __future__ import annotations
 
 from importlib.resources import files
@@ -11,3 +11,4 @@ SCHEMA_PATH = DATA / "strategy.schema.json"
 BASELINE_PATH = DATA / "baseline.yaml"
 BUNDLES_PATH = DATA / "bundles.yaml"
 PROMPTS_DIR = DATA / "prompts"
+REPORT_CSS_PATH = DATA / "report.css"

@@ -21,11 +21,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.loop.record import CandidateRecord
+from evolve.ops.drift import (
+    SERVING_TYPES, Served, history_problem, read_optional, serving_entries, strategy_hash_of,
+)
 from evolve.ops.history import History
 from evolve.ops.review import CANDIDATE_ID_RE
 from evolve.ops.targets import Refused, check_target
 from evolve.ops.witness import write_witness
-from evolve.state.files import StoreError, atomic_write_bytes, ensure_dir, sha256_hex
+from evolve.state.files import atomic_write_bytes, ensure_dir, sha256_hex
 from evolve.state.stores import StoreSet
 from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import StrategyError, parse_strategy, policy_hash, strategy_hash
@@ -33,23 +36,7 @@ from evolve.strategy.diff import StrategyDiff, diff_strategies
 from evolve.strategy.schema import schema_hash
 from evolve.verify.decision import changes_strategy
 
-SERVING_TYPES = ("PROMOTE", "ROLLBACK")
-
-__all__ = ["Refused", "promote", "rollback", "serving_status", "drift_report", "ChangeResult", "ServingStatus"]
-
-
-@dataclass(frozen=True)
-class Served:
-    """One version of a serving file: strategy hash (``None`` if not a YAML mapping), byte hash, stored copy."""
-
-    strategy_hash: str | None
-    file_sha256: str
-    copy: str  # relative to the stores root
-
-    @classmethod
-    def of(cls, data: bytes) -> "Served":
-        sha = sha256_hex(data)
-        return cls(_strategy_hash_of(data), sha, f"serving/{sha}.yaml")
+__all__ = ["Refused", "promote", "rollback", "ChangeResult"]
 
 
 @dataclass
@@ -64,57 +51,7 @@ class ChangeResult:
     record: CandidateRecord | None = None
 
 
-@dataclass(frozen=True)
-class ServingStatus:
-    """A serving file against the journal: ``tracked``, ``untracked``, ``drift``, ``missing`` or ``unverified``."""
-
-    target: Path
-    state: str
-    entry: dict | None
-    current: Served | None
-    problem: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        return self.state in ("tracked", "untracked")
-
-    def describe(self) -> str:
-        e = self.entry
-        if self.state == "untracked":
-            return "untracked: no PROMOTE/ROLLBACK journal entry for this file"
-        if self.state == "unverified":
-            return f"unverified: its serving history does not check out: {self.problem}"
-        installed = f"entry {e['index']} {e['type']} ({e['ts']})"
-        if self.state == "tracked":
-            return f"tracked: put there by {installed}: {_what(e)}"
-        if self.state == "missing":
-            return f"drift: the file is missing; {installed} installed strategy {e['payload']['strategy_hash']}"
-        same = self.current.strategy_hash == e["payload"]["strategy_hash"]
-        what = "bytes differ but the strategy content is the same" if same else \
-            f"strategy {self.current.strategy_hash or '(not a YAML mapping)'} is not the installed " \
-            f"{e['payload']['strategy_hash']}"
-        return f"drift: the file differs from what {installed} installed ({what})"
-
-
 # ---------------------------------------------------------------- helpers
-
-
-def _what(entry: dict) -> str:
-    """What a PROMOTE/ROLLBACK entry did, in words."""
-    p = entry["payload"]
-    if entry["type"] == "PROMOTE":
-        return f"promotion of {p['candidate_id']} ({p['verdict']})"
-    if p.get("undoes") is not None:
-        return f"rollback undoing entry {p['undoes']}"
-    return f"rollback to the file entry {p['to_entry']} served"
-
-
-def _strategy_hash_of(data: bytes) -> str | None:
-    try:
-        loaded, _ = strict_yaml.load(data.decode("utf-8"))
-        return strategy_hash(loaded) if isinstance(loaded, dict) else None
-    except (UnicodeDecodeError, TypeError, ValueError):  # not YAML, refused, or values JSON cannot hold (NaN)
-        return None
 
 
 def _validated(data: bytes, source: Path) -> dict:
@@ -127,15 +64,6 @@ def _validated(data: bytes, source: Path) -> dict:
         rule = exc.rule.replace(repr(exc.value), "the value") if exc.value is not None else exc.rule
         raise Refused(f"refused: not a valid strategy under the current schema: {where}: {exc.path or '<root>'}: "
                       f"{rule[:160]}") from None
-
-
-def _read_optional(path: Path) -> bytes | None:
-    try:
-        return path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError as exc:
-        raise StoreError(path, f"cannot read: {exc.strerror}") from None
 
 
 def _keep(root: Path, data: bytes) -> Served:
@@ -169,11 +97,6 @@ def _require_journal(view: History) -> None:
                       "the serving history cannot be trusted")
 
 
-def serving_entries(entries: list[dict], target: Path) -> list[dict]:
-    """PROMOTE/ROLLBACK entries for ``target`` (an absolute path), oldest first."""
-    return [e for e in entries if e["type"] in SERVING_TYPES and e["payload"].get("target") == str(target)]
-
-
 def undo_stack(entries: list[dict], target: Path) -> list[dict]:
     """Changes to ``target`` not yet undone: promotions and ``--to`` rollbacks, minus undone ones."""
     stack: list[dict] = []
@@ -186,62 +109,6 @@ def undo_stack(entries: list[dict], target: Path) -> list[dict]:
     return stack
 
 
-def history_problem(view: History, mine: list[dict]) -> str | None:
-    """The first entry of one file's serving history that does not check out, in words (``None`` if all do).
-
-    A PROMOTE must install the strategy its candidate's record and journaled ACCEPT name; a ROLLBACK must re-serve
-    a file an earlier entry of the same history installed or replaced; every stored copy must match its hash.
-    """
-    seen: set[tuple[str | None, str]] = set()
-    for e in mine:
-        p, at = e["payload"], f"entry {e['index']} {e['type']}"
-        served = (p["strategy_hash"], p["file_sha256"])
-        if e["type"] == "PROMOTE":
-            record = view.record(p.get("candidate_id", ""))
-            decided = view.decision_entries.get(p.get("candidate_id", ""))
-            if record is None or decided is None:
-                return f"{at} promotes {p.get('candidate_id')}, which was never decided in these stores"
-            if not changes_strategy(record.verdict) or decided["type"] != "ACCEPT":
-                return f"{at} promotes {record.candidate_id}, which was not accepted ({record.verdict})"
-            if not p["strategy_hash"] == record.strategy_hash == decided["payload"].get("strategy_hash"):
-                return (f"{at} installed strategy {str(p['strategy_hash'])[:12]}, but {record.candidate_id} was "
-                        f"accepted as {record.strategy_hash[:12]}")
-        elif served not in seen:
-            return f"{at} re-served a file that no earlier entry installed or replaced"
-        copy = view.root / p["copy"]
-        if not copy.is_file() or sha256_hex(copy.read_bytes()) != p["file_sha256"]:
-            return f"{at}: its stored copy {copy} is missing or does not match {p['file_sha256'][:12]}"
-        seen.add(served)
-        if p.get("previous_file_sha256") is not None:
-            seen.add((p["previous_hash"], p["previous_file_sha256"]))
-    return None
-
-
-def serving_status(view: History | None, target: str | Path) -> ServingStatus:
-    """The serving file ``target`` against the journal of ``view`` (``None``: no stores, so untracked)."""
-    target = Path(target).resolve()
-    mine = serving_entries(view.journal.entries(), target) if view is not None else []
-    data = _read_optional(target)
-    current = Served.of(data) if data is not None else None
-    if not mine:
-        return ServingStatus(target, "untracked", None, current)
-    last = mine[-1]
-    problem = history_problem(view, mine)
-    if problem is not None:
-        return ServingStatus(target, "unverified", last, current, problem)
-    if current is None:
-        return ServingStatus(target, "missing", last, None)
-    state = "tracked" if current.file_sha256 == last["payload"]["file_sha256"] else "drift"
-    return ServingStatus(target, state, last, current)
-
-
-def drift_report(view: History) -> list[ServingStatus]:
-    """Status of every serving file the journal knows about."""
-    entries = view.journal.entries()
-    targets = dict.fromkeys(e["payload"]["target"] for e in entries if e["type"] in SERVING_TYPES)
-    return [serving_status(view, t) for t in targets]
-
-
 # ---------------------------------------------------------------- promotion
 
 
@@ -252,10 +119,10 @@ def _resolve(view: History, ref: str) -> tuple[CandidateRecord, bytes]:
         if not record.strategy_hash:
             raise Refused(f"refused: {ref} produced no strategy ({record.reason})")
         source = view.strategy_path(record.strategy_hash)
-        data = _read_optional(source)
+        data = read_optional(source)
         if data is None:
             raise Refused(f"refused: {source} (the stored strategy of {ref}) is missing")
-        actual = _strategy_hash_of(data)
+        actual = strategy_hash_of(data)
         if actual != record.strategy_hash:
             raise Refused(f"refused: {source} hashes to {actual}, but {ref} recorded {record.strategy_hash} "
                           "(the stored file was edited)")
@@ -340,7 +207,7 @@ def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
     record, data = _resolve(view, ref)
     _check_decision(view, record, accept_monitor)
     _check_harness(view, record)
-    old = _read_optional(target)
+    old = read_optional(target)
     result = ChangeResult(target, Served.of(data), Served.of(old) if old is not None else None, _diff(old, data),
                           None, record)
     if store_set is None:
@@ -377,7 +244,7 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
             restore, undoes = _entry_target(entries, target, to_entry), None
         data = _verified_copy(view.root, restore)
         _validated(data, view.root / restore.copy)
-        old = _read_optional(target)
+        old = read_optional(target)
         previous = _keep(view.root, old) if old is not None else None
         atomic_write_bytes(target, data)
         entry = store_set.append_journal("ROLLBACK", {**_payload(target, restore, previous), "undoes": undoes,
@@ -415,12 +282,12 @@ def _entry_target(entries: list[dict], target: Path, index: int) -> Served:
 
 def _verified_copy(root: Path, served: Served) -> bytes:
     path = root / served.copy
-    data = _read_optional(path)
+    data = read_optional(path)
     if data is None:
         raise Refused(f"refused: restore point {path} is missing")
     if sha256_hex(data) != served.file_sha256:
         raise Refused(f"refused: restore point {path} does not match its recorded sha256 {served.file_sha256} "
                       "(edited or corrupted)")
-    if _strategy_hash_of(data) != served.strategy_hash:
+    if strategy_hash_of(data) != served.strategy_hash:
         raise Refused(f"refused: restore point {path} does not hash to the recorded strategy {served.strategy_hash}")
     return data

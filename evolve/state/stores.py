@@ -8,94 +8,31 @@ A round's changes are gathered in a :class:`RoundBundle` and committed by :meth:
    ``(round, seq)`` and are appended unless already present, the checkpoint is saved unless already saved;
 3. ``state.json`` is written with ``last_committed_round = N`` and the WAL file is removed.
 
-Opening a :class:`StoreSet` takes the run lock and runs :meth:`StoreSet.recover`, which finishes any
-round whose WAL is newer than ``last_committed_round``, so after a crash at any point a round is either
+Opening a :class:`StoreSet` takes the run lock, verifies the journal against the head recorded at the last
+commit (damaged committed history is refused, never repaired) and runs :meth:`StoreSet.recover`, which finishes
+any round whose WAL is newer than ``last_committed_round``, so after a crash at any point a round is either
 fully visible or absent, and no record appears twice. Rounds are numbered from 1; 0 means none committed.
 """
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
+from evolve.state.bundle import RoundBundle
 from evolve.state.checkpoint import Checkpoint
-from evolve.state.journal import ENTRY_TYPES, Journal, VerifyResult
+from evolve.state.journal import Journal, VerifyResult
 from evolve.state.files import (
     StoreError, append_lines, atomic_write_json, atomic_write_text, canonical_hash, canonical_json, ensure_dir, iter_jsonl,
     now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail,
 )
-from evolve.state.layout import DOC_STORES, JSONL_STORES, StoreLayout
+from evolve.state.layout import JSONL_STORES, StoreLayout
 from evolve.state.lock import RunLock
 from evolve.state.strategy_files import strategy_to_yaml
 from evolve.state.view import StoreReader
 from evolve.strategy.artifact import strategy_hash
 
-#: ``state.json`` fields maintained by the commit protocol (a bundle may set any other field).
-RESERVED_STATE = ("last_committed_round", "journal_head", "committed_at")
-
 _WAL_RE = re.compile(r"^round-(\d{4,})\.json$")
-
-
-@dataclass
-class RoundBundle:
-    """Everything one round changes; committed all-or-nothing by :meth:`StoreSet.commit_round`.
-
-    ``checkpoint`` is ``{"strategy": dict, "score": float, "meta": dict}`` to save as best-ever in this round;
-    ``state`` holds extra ``state.json`` fields such as ``current_strategy`` (a strategy hash).
-    """
-
-    records: dict[str, list[dict]] = field(default_factory=dict)
-    docs: dict[str, Any] = field(default_factory=dict)
-    journal: list[tuple[str, dict]] = field(default_factory=list)
-    strategies: list[dict] = field(default_factory=list)
-    checkpoint: dict | None = None
-    state: dict[str, Any] = field(default_factory=dict)
-
-    def check(self) -> None:
-        """Raise ``ValueError`` naming the offending store/field if the bundle is malformed."""
-        for name, records in self.records.items():
-            if name not in JSONL_STORES:
-                raise ValueError(f"records: unknown JSONL store {name!r}; expected one of {', '.join(JSONL_STORES)}")
-            seen: set[str] = set()
-            for i, record in enumerate(records):
-                key = record.get("key") if isinstance(record, dict) else None
-                if not isinstance(key, str) or not key:
-                    raise ValueError(f"records.{name}[{i}]: every record needs a non-empty string 'key'")
-                if key in seen:
-                    raise ValueError(f"records.{name}[{i}]: duplicate key {key!r} within the round")
-                seen.add(key)
-        for name in self.docs:
-            if name not in DOC_STORES:
-                raise ValueError(f"docs: unknown document store {name!r}; expected one of {', '.join(DOC_STORES)}")
-        for i, item in enumerate(self.journal):
-            if not isinstance(item, (tuple, list)) or len(item) != 2 or item[0] not in ENTRY_TYPES or not isinstance(item[1], dict):
-                raise ValueError(f"journal[{i}]: expected (type in {ENTRY_TYPES}, payload dict), got {item!r:.120}")
-        for i, strategy in enumerate(self.strategies):
-            if not isinstance(strategy, dict):
-                raise ValueError(f"strategies[{i}]: expected a dict, got {type(strategy).__name__}")
-        if self.checkpoint is not None:
-            cp = self.checkpoint
-            score = cp.get("score") if isinstance(cp, dict) else None
-            if (not isinstance(cp, dict) or not isinstance(cp.get("strategy"), dict)
-                    or not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score)
-                    or not isinstance(cp.get("meta", {}), dict)):
-                raise ValueError("checkpoint: expected {'strategy': dict, 'score': finite number, 'meta': dict}")
-        reserved = sorted(set(self.state) & set(RESERVED_STATE))
-        if reserved:
-            raise ValueError(f"state: {', '.join(reserved)} is maintained by the commit protocol")
-
-    def to_json(self) -> dict:
-        return {"records": self.records, "docs": self.docs, "journal": [list(item) for item in self.journal],
-                "strategies": self.strategies, "checkpoint": self.checkpoint, "state": self.state}
-
-    @classmethod
-    def from_json(cls, data: dict) -> "RoundBundle":
-        bundle = cls(records=data["records"], docs=data["docs"], journal=[tuple(i) for i in data["journal"]],
-                     strategies=data["strategies"], checkpoint=data["checkpoint"], state=data["state"])
-        bundle.check()
-        return bundle
 
 
 @dataclass

@@ -16,7 +16,8 @@ from typing import Callable
 import pytest
 import yaml
 
-from evolve.state.stores import DOC_STORES, JSONL_STORES, StoreSet
+from evolve.state.layout import DOC_STORES, JSONL_STORES
+from evolve.state.stores import StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import strategy_hash
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evolve.cli import main
-from evolve.ops.report import trajectory_plot
+from evolve.ops.plots import trajectory_plot
 from evolve.ops.history import History
 
 RENDER_SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "render_report.py"

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from evolve.data import BASELINE_PATH
-from workflow_fixtures import cli, snapshot, write_config
+from workflow_fixtures import cli, write_config
 
 BASELINE_TEXT = BASELINE_PATH.read_text(encoding="utf-8")
 BENCH = "synthetic:0:3"

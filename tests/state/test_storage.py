@@ -22,7 +22,8 @@ from evolve.state.files import (
 )
 from evolve.state.lock import RunLock
 from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
-from evolve.state.stores import DOC_STORES, JSONL_STORES, RoundBundle, StoreSet
+from evolve.state.layout import DOC_STORES, JSONL_STORES
+from evolve.state.stores import RoundBundle, StoreSet
 from evolve.state.view import StoreView
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import derive, load_strategy, strategy_hash
