@@ -1,5 +1,6 @@
 """How a decided round becomes a :class:`~evolve.state.stores.RoundBundle`: candidate records and stage audits,
-the diagnosis log, question histories, scoreboard, learned state, escalations and the journal entries."""
+the diagnosis log, question histories, scoreboard, learned state, escalations and the journal entries; and the
+check that a run's harness is the one its stores were committed on."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,6 +12,8 @@ from evolve.loop.candidate import CandidateResult
 from evolve.loop.record import STAGES
 from evolve.observe.harness import EvalRun
 from evolve.state.checkpoint import CheckpointRecord
+from evolve.state.files import StoreError, read_json
+from evolve.state.layout import StoreLayout
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import strategy_hash
 from evolve.strategy.schema import evolvable_dimensions
@@ -86,6 +89,24 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
                                      "accuracy": o.new_run.summary.accuracy, "harness": harness_id,
                                      "accepted": accepted}))
     bundle.state = {"current_strategy": new_hash, "baseline_strategy": strategy_hash(baseline), "harness": harness_id}
+
+
+#: Harness identity fields that must match the stores' for their rounds to be comparable.
+HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash")
+
+
+def check_harness(layout: StoreLayout, harness_id: dict) -> None:
+    """Refuse (:class:`StoreError`, before anything is written) stores built on another benchmark, judge, question
+    set or schema: their rounds, scores and best-ever checkpoint are not comparable with this run's."""
+    recorded = (read_json(layout.state, {}) or {}).get("harness") if layout.state.is_file() else None
+    if not recorded:
+        return
+    differs = [k for k in HARNESS_KEYS if recorded.get(k) != harness_id.get(k)]
+    if differs:
+        shown = "; ".join(f"{k}: stores {recorded.get(k)!r} ({recorded.get('benchmark')}), run config "
+                          f"{harness_id.get(k)!r} ({harness_id.get('benchmark')})" for k in differs)
+        raise StoreError(layout.state, f"these stores were built on a different harness ({shown}); use a new "
+                                       "stores directory (--stores) for this benchmark")
 
 
 def escalations(doc: dict, n: int, current: dict, results: list[CandidateResult], tree: HypothesisTree,

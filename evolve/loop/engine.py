@@ -20,14 +20,13 @@ from evolve.llm import CriticAdvisor, PlannerAdvisor, check_reachable
 from evolve.loop.backends import build_backends, roles_config
 from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
-from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
+from evolve.loop.commit import RoundOutcome, check_harness, escalations, fill_bundle, round_summary
 from evolve.loop.config import RunConfig
 from evolve.loop.learning import learn
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.observe.harness import EvalRun, Harness
 from evolve.runtime import IngestionCache
-from evolve.state.files import StoreError, read_json
 from evolve.state.layout import StoreLayout
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import load_strategy, policy_hash, strategy_hash
@@ -37,24 +36,6 @@ from evolve.verify.probe import stratified_probe
 from evolve.verify.statistics import paired_comparison
 
 log = logging.getLogger(__name__)
-
-
-#: Harness identity fields that must match the stores' for their rounds to be comparable.
-HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash")
-
-
-def check_harness(layout: StoreLayout, harness_id: dict) -> None:
-    """Refuse (:class:`StoreError`, before anything is written) stores built on another benchmark, judge, question
-    set or schema: their rounds, scores and best-ever checkpoint are not comparable with this run's."""
-    recorded = (read_json(layout.state, {}) or {}).get("harness") if layout.state.is_file() else None
-    if not recorded:
-        return
-    differs = [k for k in HARNESS_KEYS if recorded.get(k) != harness_id.get(k)]
-    if differs:
-        shown = "; ".join(f"{k}: stores {recorded.get(k)!r} ({recorded.get('benchmark')}), run config "
-                          f"{harness_id.get(k)!r} ({harness_id.get('benchmark')})" for k in differs)
-        raise StoreError(layout.state, f"these stores were built on a different harness ({shown}); use a new "
-                                       "stores directory (--stores) for this benchmark")
 
 
 class Engine:
