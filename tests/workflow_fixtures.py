@@ -112,10 +112,11 @@ def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, a
         new_hash = cand_hash if applied else parent_hash
         after = before["accuracy"] + (delta if applied else 0.0)
         scoreboard = stores.read_doc("scoreboard")
-        best_before = scoreboard["rounds"][-1]["best_accuracy"]
+        best_before = scoreboard["rounds"][-1]["best_score"]
         best = max(after, best_before)
-        scoreboard["rounds"].append({"round": n, "strategy_hash": new_hash, "accuracy": after,
-                                     "observed_accuracy": before["accuracy"], "best_accuracy": best,
+        scoreboard["rounds"].append({"round": n, "strategy_hash": new_hash, "objective": "accuracy", "score": after,
+                                     "observed_score": before["accuracy"], "best_score": best, "accuracy": after,
+                                     "observed_accuracy": before["accuracy"],
                                      "root_causes": before["root_causes"], "dcr@3": before["dcr@3"],
                                      "accepted": cid if applied else None, "restored": False,
                                      "decisions": {cid: verdict}})

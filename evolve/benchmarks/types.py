@@ -61,6 +61,15 @@ class Benchmark:
     conversations: dict[str, Conversation]
     questions: list[Question]
     warnings: list[str] = field(default_factory=list)
+    _turn_ids: dict[str, set[str]] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def known_evidence(self, question: Question) -> list[str]:
+        """The question's gold evidence ids that name a turn of its conversation (the others cannot be checked)."""
+        turns = self._turn_ids.get(question.conversation_id)
+        if turns is None:
+            turns = self._turn_ids[question.conversation_id] = {t.id for t in
+                                                                self.conversations[question.conversation_id].turns()}
+        return [e for e in question.evidence if e in turns]
 
     def content_hash(self) -> str:
         """Identity of the harness data: conversations and questions."""

@@ -60,13 +60,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evolve.loop.config import load_config
+    from evolve.loop.config import ConfigError, load_config
     from evolve.loop.engine import Engine
 
     config = load_config(args.config)
     if args.stores:
         config = config.model_copy(update={"stores": Path(args.stores).resolve()})
-    result = Engine(config, track=not args.no_tracking).run(args.rounds)
+    try:
+        engine = Engine(config, track=not args.no_tracking)
+    except ConfigError as exc:  # a setting the benchmark cannot serve: name the config file too
+        raise ConfigError(f"{args.config}: {exc}") from None
+    result = engine.run(args.rounds)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -4,6 +4,7 @@ stage that decides closes it, so cheap screens spare the expensive evaluation.""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Iterable
 
 from evolve.improve.effects import DimensionEffects
 from evolve.improve.evolver import Evolver, EvolverError, Proposal
@@ -11,10 +12,12 @@ from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
 from evolve.loop.record import CandidateRecord
 from evolve.observe.harness import EvalRun, Harness
+from evolve.observe.objective import Objective, changed as objective_changed, success
+from evolve.observe.trace import Trace
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 from evolve.strategy.diff import diff_strategies, effective_changes
 from evolve.verify.critic import Critic, CriticPacket
-from evolve.verify.decision import AcceptanceRules, Decision, Verdict, decide, probe_screen
+from evolve.verify.decision import AcceptanceRules, CostLimits, Decision, Verdict, decide, probe_screen
 from evolve.verify.gates import GateContext, change_keys, run_gates
 from evolve.verify.statistics import paired_comparison
 
@@ -57,9 +60,11 @@ class CandidateVerifier:
 
     def __init__(self, harness: Harness, evolver: Evolver, critic: Critic, effects: DimensionEffects,
                  tree: HypothesisTree, rules: AcceptanceRules, *, question_ids: list[str], probe_ids: list[str],
-                 harness_id: dict, max_reverts: int, seed: int):
+                 harness_id: dict, max_reverts: int, seed: int, objective: Objective = "accuracy",
+                 cost: CostLimits | None = None):
         self.harness, self.evolver, self.critic = harness, evolver, critic
         self.effects, self.tree, self.rules = effects, tree, rules
+        self.objective, self.cost = objective, cost
         self.question_ids, self.probe_ids, self.harness_id = question_ids, probe_ids, harness_id
         self.max_reverts, self.seed = max_reverts, seed
 
@@ -98,11 +103,14 @@ class CandidateVerifier:
             return result.close(screened, "probe")
 
         run = self.harness.evaluate(candidate, self.question_ids, desc=f"{cid} full")
-        paired = paired_comparison(screen.run.outcomes(), run.outcomes(), alpha=self.rules.alpha, seed=self.seed)
+        paired = paired_comparison(screen.run.outcomes(self.objective), run.outcomes(self.objective),
+                                   alpha=self.rules.alpha, seed=self.seed)
         result.run = run
         record.paired, record.dcr, record.summary = paired.to_dict(), run.summary.dcr3, run.summary.brief()
+        record.cost = {"words_parent": screen.run.summary.context_words["mean"],
+                       "words_candidate": run.summary.context_words["mean"]}
         record.examples = _examples(record.paired, screen.run, run)
-        return result.close(decide({"paired": record.paired, "dcr": record.dcr}, self.rules), "decision")
+        return result.close(decide(record.report(), self.rules, self.cost), "decision")
 
     def _packet(self, record: CandidateRecord, current: dict, candidate: dict, screen: Screen) -> CriticPacket:
         root_cause, _, category = record.symptom.partition("/")
@@ -114,20 +122,26 @@ class CandidateVerifier:
                             screen.recent[-10:])
 
     def _probe(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
-        """Evaluate the probe subset; a decision if the probe already decides (accuracy drop, or inert)."""
+        """Evaluate the probe subset; a decision if the probe already decides (objective drop, or inert)."""
         probe_run = self.harness.evaluate(candidate, self.probe_ids, desc=f"{record.candidate_id} probe")
         before = base.by_id()
-        base_probe = [before[q] for q in self.probe_ids if q in before]
-        base_acc = sum(t.correct for t in base_probe) / len(base_probe)
-        cand_acc = probe_run.summary.accuracy
-        changed = sum(t.answer != before[t.question_id].answer for t in probe_run.traces)
+        base_acc = self._rate(before[q] for q in self.probe_ids if q in before)
+        cand_acc = self._rate(probe_run.traces)
+        changed = sum(objective_changed(before[t.question_id], t, self.objective) for t in probe_run.traces)
+        what = "answer" if self.objective == "accuracy" else "packed context"
         record.probe = {"n": len(self.probe_ids), "acc_baseline": base_acc, "acc_candidate": cand_acc,
-                        "delta": cand_acc - base_acc, "answers_changed": changed}
+                        "delta": cand_acc - base_acc, f"{what.replace(' ', '_')}s_changed": changed}
         screened = probe_screen(base_acc, cand_acc, self.rules)
         if screened is None and changed == 0:
-            # The change did not alter a single probe answer: a full evaluation would be spent on noise.
-            return Decision(Verdict.FEATURE_FLAG, "inert: no probe answer changed", "probe-inert")
+            # The change did not alter what the objective judges on any probe question: a full evaluation
+            # would be spent on noise.
+            return Decision(Verdict.FEATURE_FLAG, f"inert: no probe {what} changed", "probe-inert")
         return screened
+
+    def _rate(self, traces: Iterable[Trace]) -> float:
+        """Success rate of ``traces`` under the objective (0.0 when none counts)."""
+        counted = [ok for t in traces if (ok := success(t, self.objective)) is not None]
+        return sum(counted) / len(counted) if counted else 0.0
 
 
 def _examples(paired: dict, base: EvalRun, cand: EvalRun) -> dict:

@@ -59,13 +59,18 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
     for t in o.new_run.traces:
         histories.setdefault(t.question_id, []).append(
             {"round": n, "strategy_hash": new_hash, "correct": t.correct, "root_cause": t.root_cause})
+    objective = harness_id.get("objective", "accuracy")
+    score = o.new_run.score(objective)
     scoreboard = stores.read_doc("scoreboard", {"rounds": []})
     best_score = max([bundle.checkpoint["score"]] if bundle.checkpoint else
-                     [s["best_accuracy"] for s in scoreboard["rounds"]][-1:] or [o.new_run.summary.accuracy])
+                     [s.get("best_score", s.get("best_accuracy")) for s in scoreboard["rounds"]][-1:] or [score])
     accepted = o.winner.record.candidate_id if o.winner else None
+    after = o.new_run.summary
     scoreboard["rounds"].append({
-        "round": n, "strategy_hash": new_hash, "accuracy": o.new_run.summary.accuracy,
-        "observed_accuracy": o.run.summary.accuracy, "best_accuracy": best_score,
+        "round": n, "strategy_hash": new_hash, "objective": objective, "score": score,
+        "observed_score": o.run.score(objective), "best_score": best_score, "accuracy": after.accuracy,
+        "observed_accuracy": o.run.summary.accuracy, "evidence_share": after.evidence_share,
+        "all_evidence_packed": after.all_evidence_packed, "context_words": after.context_words["mean"],
         "root_causes": o.run.summary.root_causes, "dcr@3": o.run.summary.dcr3,
         "accepted": accepted, "restored": o.restored is not None,
         "decisions": {r.record.candidate_id: r.record.verdict for r in o.results}})
@@ -81,18 +86,20 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
     if o.restored is not None:
         bundle.journal.append(("RESTORE", {"from": strategy_hash(o.winner.strategy if o.winner else o.current),
                                            "to": o.restored.strategy_hash, "best_score": o.restored.score,
-                                           "score": o.new_run.summary.accuracy,
+                                           "score": score,
                                            "why": f"below best-ever by more than {restore_threshold:.3f}"}))
     for key in escalations.get("new", []):
         bundle.journal.append(("ESCALATE", {"key": key, **escalations["blocked"][key]}))
     bundle.journal.append(("ROUND", {"round": n, "from": cur_hash, "to": new_hash,
-                                     "accuracy": o.new_run.summary.accuracy, "harness": harness_id,
+                                     "accuracy": after.accuracy, "score": score, "harness": harness_id,
                                      "accepted": accepted}))
     bundle.state = {"current_strategy": new_hash, "baseline_strategy": strategy_hash(baseline), "harness": harness_id}
 
 
 #: Harness identity fields that must match the stores' for their rounds to be comparable.
-HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash")
+HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash", "objective")
+#: Values of harness fields recorded before they existed.
+_HARNESS_DEFAULTS = {"objective": "accuracy"}
 
 
 def check_harness(layout: StoreLayout, harness_id: dict) -> None:
@@ -101,6 +108,7 @@ def check_harness(layout: StoreLayout, harness_id: dict) -> None:
     recorded = (read_json(layout.state, {}) or {}).get("harness") if layout.state.is_file() else None
     if not recorded:
         return
+    recorded = {**_HARNESS_DEFAULTS, **recorded}
     differs = [k for k in HARNESS_KEYS if recorded.get(k) != harness_id.get(k)]
     if differs:
         shown = "; ".join(f"{k}: stores {recorded.get(k)!r} ({recorded.get('benchmark')}), run config "
@@ -140,6 +148,9 @@ def round_summary(o: RoundOutcome, wall: float) -> dict:
     """The round's one-screen summary (printed, tracked, returned by :meth:`Engine.round`)."""
     return {"round": o.round, "from": strategy_hash(o.current)[:12], "to": strategy_hash(o.new)[:12],
             "accuracy_before": o.run.summary.accuracy, "accuracy_after": o.new_run.summary.accuracy,
+            "evidence_packed_before": o.run.summary.all_evidence_packed,
+            "evidence_packed_after": o.new_run.summary.all_evidence_packed,
+            "context_words_after": o.new_run.summary.context_words["mean"],
             "accepted": o.winner.record.candidate_id if o.winner else None, "restored": o.restored is not None,
             "candidates": [{"id": r.record.candidate_id, "change": r.record.direction["key"],
                             "decided_by": r.record.decided_by, "verdict": r.record.verdict,

@@ -9,7 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evolve.data import BASELINE_PATH
 from evolve.strategy import strict_yaml
 from evolve.strategy.strict_yaml import YAMLInputError
-from evolve.verify.decision import AcceptanceRules
+from evolve.observe.objective import Objective
+from evolve.verify.decision import AcceptanceRules, CostLimits
 
 
 class _Strict(BaseModel):
@@ -46,7 +47,9 @@ class RunConfig(_Strict):
     workers: int = Field(1, ge=1, description="evaluate conversations in this many processes (pays on idle cores)")
     max_reverts: int = Field(2, ge=1, description="replay-stability gate: reverts per symptom before refusal")
     escalation_threshold: int = Field(3, ge=1)
+    objective: Objective = Field("accuracy", description="what the loop optimises: accuracy | evidence")
     acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
+    cost: CostLimits = Field(default_factory=CostLimits)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     tracking_uri: str | None = None
     experiment: str = "memevolve"

@@ -21,7 +21,7 @@ from evolve.loop.backends import build_backends, roles_config
 from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.commit import RoundOutcome, check_harness, escalations, fill_bundle, round_summary
-from evolve.loop.config import RunConfig
+from evolve.loop.config import ConfigError, RunConfig
 from evolve.loop.learning import learn
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
@@ -50,6 +50,12 @@ class Engine:
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
+        scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
+        if config.objective == "evidence":
+            scored = {q.id: q.category for q in questions if q.id in scored and benchmark.known_evidence(q)}
+            if not scored:
+                raise ConfigError(f"objective: 'evidence' needs gold evidence turn ids, but no scored question of "
+                                  f"{config.benchmark} has any; use objective: accuracy")
         roles_cfg = roles_config(config)
         check_reachable(roles_cfg)
         layout = StoreLayout(config.stores)
@@ -57,7 +63,7 @@ class Engine:
         self.question_ids = [q.id for q in questions]
         self.harness_id = {"benchmark": config.benchmark, "benchmark_hash": benchmark.content_hash(),
                            "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
-                           "schema_hash": schema_hash()}
+                           "schema_hash": schema_hash(), "objective": config.objective}
         check_harness(layout, self.harness_id)
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
@@ -66,7 +72,6 @@ class Engine:
         self.harness = Harness(benchmark, backends.roles, cache=IngestionCache(layout.cache / "ingestion"),
                                include_adversarial=config.include_adversarial, progress=progress,
                                workers=config.workers)
-        scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         self.effects = DimensionEffects.from_dict(self.stores.read_doc("dimension_effects", {}))
         self.tree = HypothesisTree.from_dict(self.stores.read_doc("hypothesis_tree", None) or
@@ -81,7 +86,7 @@ class Engine:
         self.verifier = CandidateVerifier(self.harness, self.evolver, critic, self.effects, self.tree, self.rules,
                                           question_ids=self.question_ids, probe_ids=probe_ids,
                                           harness_id=self.harness_id, max_reverts=config.max_reverts,
-                                          seed=config.seed)
+                                          seed=config.seed, objective=config.objective, cost=config.cost)
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
         self._current_run: EvalRun | None = None
 
@@ -103,13 +108,15 @@ class Engine:
         current = self.current_strategy()
         base_run = self.harness.evaluate(self.baseline, self.question_ids, desc="baseline")
         cur_run = self._evaluate_current(current)
-        paired = paired_comparison(base_run.outcomes(), cur_run.outcomes(), alpha=self.rules.alpha,
+        objective = self.config.objective
+        paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective), alpha=self.rules.alpha,
                                    seed=self.config.seed)
         best = self.stores.checkpoint.load()
         return {
             "rounds": self.stores.last_committed_round,
-            "baseline": {"hash": strategy_hash(self.baseline), "accuracy": base_run.summary.accuracy},
-            "current": {"hash": strategy_hash(current), "accuracy": cur_run.summary.accuracy,
+            "objective": objective,
+            "baseline": {"hash": strategy_hash(self.baseline), **_headline(base_run, objective)},
+            "current": {"hash": strategy_hash(current), **_headline(cur_run, objective),
                         "path": str(self.stores.strategy_path(strategy_hash(current)))},
             "best": {"hash": best.strategy_hash, "score": best.score, "round": best.round} if best else None,
             "current_vs_baseline": {k: paired.to_dict()[k] for k in
@@ -143,7 +150,7 @@ class Engine:
         pending = learn(results, winner, self.effects, self.tree)
 
         bundle = RoundBundle()
-        best = best_ever(self.stores.checkpoint.load(), n, new_current, new_run.summary.accuracy,
+        best = best_ever(self.stores.checkpoint.load(), n, new_current, new_run.score(self.config.objective),
                          self.rules.restore_threshold, self.harness_id)
         best.apply(bundle)
         if best.restore is not None:
@@ -194,3 +201,10 @@ class Engine:
         for r in self.stores.read_jsonl("candidate_outcomes"):
             counts[r["decision"]["verdict"]] = counts.get(r["decision"]["verdict"], 0) + 1
         return counts
+
+
+def _headline(run: EvalRun, objective: str) -> dict:
+    """A run's objective score and the figures every summary reports whatever the objective."""
+    m = run.summary
+    return {"score": run.score(objective), "accuracy": m.accuracy, "evidence_share": m.evidence_share,
+            "all_evidence_packed": m.all_evidence_packed, "context_words": m.context_words}

@@ -37,6 +37,8 @@ class CandidateRecord:
     probe: dict | None = None
     paired: dict | None = None
     dcr: float | None = None
+    #: Mean packed context words of parent and candidate, ``{"words_parent", "words_candidate"}`` (full runs).
+    cost: dict | None = None
     summary: dict | None = None
     examples: dict | None = None
     decision: dict = field(default_factory=dict)
@@ -70,9 +72,14 @@ class CandidateRecord:
     def close(self, decision: Decision, decided_by: str) -> None:
         self.decision, self.decided_by = decision.to_dict(), decided_by
 
+    def report(self) -> dict[str, Any]:
+        """What the decision contract decided on (:func:`evolve.verify.decision.decide` replays it)."""
+        return {"paired": self.paired, "dcr": self.dcr, "cost": self.cost}
+
     def report_hash(self) -> str:
         """Hash of the evidence behind the decision, journaled with the verdict."""
-        return canonical_hash({k: getattr(self, k) for k in ("paired", "dcr", "probe", "gates", "critic", "decision")})
+        keys = ("paired", "dcr", "probe", "gates", "critic", "decision") + (("cost",) if self.cost else ())
+        return canonical_hash({k: getattr(self, k) for k in keys})
 
     def record_hash(self) -> str:
         """Hash of the record, journaled with the verdict so that an edit of the stored record is detected. Left out:

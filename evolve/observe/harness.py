@@ -17,10 +17,13 @@ from pathlib import Path
 from statistics import mean
 from typing import Iterable, Literal
 
+import numpy as np
 from tqdm import tqdm
 
 from evolve.benchmarks.types import Benchmark, Question
 from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
+from evolve.observe.evidence import packed_evidence
+from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
 from evolve.observe.judge import TokenF1Judge, evidence_recall
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, RoleError
@@ -50,9 +53,13 @@ class EvalRun:
     traces: list[Trace]
     summary: Summary
 
-    def outcomes(self) -> dict[str, dict]:
-        """``{question_id: {correct, category}}`` over scored questions, for paired statistics."""
-        return {t.question_id: {"correct": t.correct, "category": t.category} for t in self.traces if t.scored}
+    def outcomes(self, objective: Objective = "accuracy") -> dict[str, dict]:
+        """``{question_id: {correct, category}}`` of the questions that count under ``objective``."""
+        return objective_outcomes(self.traces, objective)
+
+    def score(self, objective: Objective = "accuracy") -> float | None:
+        """The run's success rate under ``objective``."""
+        return objective_score(self.summary, objective)
 
     def by_id(self) -> dict[str, Trace]:
         return {t.question_id: t for t in self.traces}
@@ -76,7 +83,7 @@ class _Evaluator:
         self.benchmark, self.roles, self.cache = benchmark, roles, cache
         self.include_adversarial = include_adversarial
         self.questions = {q.id: q for q in benchmark.questions}
-        self._turn_ids = {cid: {t.id for t in c.turns()} for cid, c in benchmark.conversations.items()}
+        self._turn_text = {cid: {t.id: t.text for t in c.turns()} for cid, c in benchmark.conversations.items()}
 
     def runtime(self, strategy: dict) -> MemoryRuntime:
         return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
@@ -105,7 +112,8 @@ class _Evaluator:
             if self.roles.on_error == "stop":
                 raise
             return self._failed(q, "question", exc)
-        known = [e for e in q.evidence if e in self._turn_ids[q.conversation_id]]
+        turn_text = self._turn_text[q.conversation_id]
+        known = self.benchmark.known_evidence(q)
         trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
                       evidence_known=bool(known), stored_ids=store.items_from_sources(known), **result.to_trace(),
                       judge={"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
@@ -114,7 +122,18 @@ class _Evaluator:
                       scored=self.include_adversarial or q.category != "adversarial")
         sources = [hit["source_ids"] for hit in trace.retrieved]
         trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
+        if known:
+            trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
+            trace.evidence_share = round(len(trace.packed_evidence) / len(known), 4)
+            trace.all_evidence_packed = len(trace.packed_evidence) == len(known)
         return diagnose(trace)
+
+
+def _spread(values: list[float], *stats: str) -> dict[str, float]:
+    """``stats`` ("mean", "p50", "p95") of ``values`` (0.0 for none), rounded for summaries."""
+    values = values or [0.0]
+    return {name: round(float(np.mean(values) if name == "mean" else np.percentile(values, int(name[1:]))), 3)
+            for name in stats}
 
 
 _WORKER: _Evaluator | None = None
@@ -263,6 +282,13 @@ class Harness:
             evidence_recall_by_category={c: {str(k): recall(ts, k) for k in RECALL_KS}
                                          for c, ts in sorted(by_cat.items())},
             root_causes=causes, root_causes_by_category=causes_by_cat,
+            n_evidence_known=len(known),
+            evidence_share=round(mean(t.evidence_share for t in known), 4) if known else None,
+            all_evidence_packed=round(mean(t.all_evidence_packed for t in known), 4) if known else None,
+            all_evidence_packed_by_category={c: round(mean(t.all_evidence_packed for t in ts if t.evidence_known), 4)
+                                             for c, ts in sorted(by_cat.items()) if any(t.evidence_known for t in ts)},
+            context_words=_spread([t.context_tokens for t in scored], "mean", "p95"),
+            retrieval_ms=_spread([t.retrieval_ms for t in scored], "p50", "p95"),
             dcr3=round(dcr(traces, 3), 4),
             adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),
                          "evidence_recall@10": recall(adversarial, 10)},

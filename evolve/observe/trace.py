@@ -50,6 +50,12 @@ class Trace:
     f1: float = 0.0
     scored: bool = True
     evidence_recall: dict[str, float] = field(default_factory=_empty_recall)
+    #: Known gold turns the packed context carries (:mod:`evolve.observe.evidence`), their share of the known
+    #: gold turns, and whether all of them are packed (``None`` when the gold evidence is unknown).
+    packed_evidence: list[str] = field(default_factory=list)
+    evidence_share: float | None = None
+    all_evidence_packed: bool | None = None
+    retrieval_ms: float = 0.0
     root_cause: str | None = None
     stages: list[str] = field(default_factory=list)
     #: ``{"stage", "type", "message"}`` when a role failed on this question (it is then never scored).
@@ -102,6 +108,15 @@ class Summary:
     evidence_recall_by_category: dict[str, dict[str, float | None]]
     root_causes: dict[str, int]
     root_causes_by_category: dict[str, dict[str, int]]
+    #: Scored questions with known gold evidence (the evidence objective's population).
+    n_evidence_known: int
+    evidence_share: float | None
+    all_evidence_packed: float | None
+    all_evidence_packed_by_category: dict[str, float]
+    #: Packed context words per scored question, ``{"mean", "p95"}``.
+    context_words: dict[str, float]
+    #: Retrieval time per query in milliseconds, ``{"p50", "p95"}``.
+    retrieval_ms: dict[str, float]
     dcr3: float
     adversarial: dict
     role_failures: int
@@ -110,7 +125,9 @@ class Summary:
 
     #: Fields kept in candidate and diagnosis records (the full summary goes to MLflow and ``summary.json``).
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
-                                        "dcr@3", "n_scored", "judge", "strategy_hash", "wall_time_s")
+                                        "dcr@3", "n_scored", "judge", "strategy_hash", "n_evidence_known",
+                                        "evidence_share", "all_evidence_packed", "all_evidence_packed_by_category",
+                                        "context_words", "wall_time_s")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -125,7 +142,10 @@ class Summary:
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics for tracking."""
-        out = {"accuracy": self.accuracy, "f1": self.f1, "dcr_at_3": self.dcr3}
+        out = {"accuracy": self.accuracy, "f1": self.f1, "dcr_at_3": self.dcr3, "evidence_share": self.evidence_share,
+               "all_evidence_packed": self.all_evidence_packed, "context_words_mean": self.context_words["mean"],
+               "context_words_p95": self.context_words["p95"], "retrieval_ms_p50": self.retrieval_ms["p50"],
+               "retrieval_ms_p95": self.retrieval_ms["p95"]}
         out.update({f"accuracy.{c}": v for c, v in self.accuracy_by_category.items()})
         out.update({f"recall_at_{k}": v for k, v in self.evidence_recall.items() if v is not None})
         out.update({f"root_cause.{c}": v for c, v in self.root_causes.items()})

@@ -35,16 +35,20 @@ def _figure(width: float, height: float) -> tuple[Figure, Axes]:
     return fig, ax
 
 
+def _objective_label(objective: str) -> str:
+    return "all evidence packed (rate)" if objective == "evidence" else "accuracy"
+
+
 def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
-    """Accuracy of the current strategy across rounds, best-ever, and every fully evaluated candidate."""
+    """The objective score of the current strategy across rounds, best-ever, and every fully evaluated candidate."""
     fig, ax = _figure(11, 3.8)
     if not rounds:
         ax.text(0.5, 0.5, "no rounds committed", ha="center", transform=ax.transAxes)
         return _svg(fig)
     xs = [0] + [r["round"] for r in rounds]
-    ax.plot(xs, [rounds[0]["observed_accuracy"]] + [r["accuracy"] for r in rounds], "-o", color="#24292f",
+    ax.plot(xs, [rounds[0]["observed_score"]] + [r["score"] for r in rounds], "-o", color="#24292f",
             markersize=4, linewidth=1.8, label="current strategy", zorder=3)
-    ax.step(xs, [rounds[0]["observed_accuracy"]] + [r["best_accuracy"] for r in rounds], where="post",
+    ax.step(xs, [rounds[0]["observed_score"]] + [r["best_score"] for r in rounds], where="post",
             linestyle="--", color="#8c959f", linewidth=1.2, label="best ever")
     evaluated = [r for r in records if r.paired]
     for verdict, (color, marker, label) in VERDICT_STYLE.items():
@@ -56,11 +60,11 @@ def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
                        label=label, zorder=4)
     restored = [r for r in rounds if r.get("restored")]
     if restored:
-        ax.scatter([r["round"] for r in restored], [r["accuracy"] for r in restored], marker="D", s=80,
+        ax.scatter([r["round"] for r in restored], [r["score"] for r in restored], marker="D", s=80,
                    facecolors="none", edgecolors="#8250df", linewidths=2, label="restored best-ever", zorder=5)
     screened = sum(1 for r in records if not r.paired)
     ax.set_xticks(xs, ["start"] + [f"round {x}" for x in xs[1:]])
-    ax.set_ylabel("accuracy")
+    ax.set_ylabel(_objective_label(rounds[-1].get("objective", "accuracy")))
     ax.set_title(f"Score trajectory ({len(evaluated)} candidates fully evaluated, {screened} screened out earlier; "
                  "outlined = applied)", fontsize=10, loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=9)

@@ -1,6 +1,7 @@
 """The locked memory runtime: everything it does is decided by the strategy it is given."""
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Sequence
@@ -34,6 +35,8 @@ class RuntimeResult:
     context_tokens: int
     token_budget: int
     answer: AnswerResult
+    #: Wall time of query expansion, retrieval and filtering (milliseconds).
+    retrieval_ms: float = 0.0
 
     def to_trace(self) -> dict:
         """The retrieval, filtering, assembly and answer fields of a trace record."""
@@ -42,13 +45,14 @@ class RuntimeResult:
             "subqueries": list(self.subqueries),
             "retrieved": [h.to_dict() for h in self.retrieved],
             "filtered": [{"id": i, "reason": r} for i, r in self.filtered],
-            "packed": [{"id": c.id, "layer": c.layer, "tokens": count_tokens(c.text), "source_ids": list(c.source_ids)}
-                       for c in self.packed],
+            "packed": [{"id": c.id, "layer": c.layer, "tokens": count_tokens(c.text), "source_ids": list(c.source_ids),
+                        "text": c.text} for c in self.packed],
             "dropped": [{"id": i, "reason": r} for i, r in self.dropped],
             "context_tokens": self.context_tokens,
             "token_budget": self.token_budget,
             "answer": self.answer.text,
             "answer_support": list(self.answer.support_ids),
+            "retrieval_ms": round(self.retrieval_ms, 3),
         }
 
 
@@ -93,6 +97,7 @@ class MemoryRuntime:
             raise ValueError(f"store of conversation {store.conversation_id} was embedded with "
                              f"{store.embedder_name!r}, runtime uses {self.embedder.name!r}")
         policy = self.policy
+        started = time.perf_counter()
         intent = classify_intent(question)
         subqueries = tuple(self.expander.expand(question, policy.expansion))[: policy.expansion.max_subqueries]
         vector = None
@@ -100,7 +105,8 @@ class MemoryRuntime:
             vector = self.cache.embeddings.encode(self.embedder, [question])[0]
         hits = retrieve(store, Query(question, intent, subqueries, vector, asked_at), policy)
         kept, filtered = filter_hits(store, hits, policy)
+        retrieval_ms = (time.perf_counter() - started) * 1000
         packing = assemble(store, kept, policy)
         answer = self.answerer.answer(question, packing.packed, policy.answering, intent)
         return RuntimeResult(intent, list(subqueries), hits, filtered, packing.packed, packing.dropped,
-                             packing.context_tokens, policy.assembly.token_budget, answer)
+                             packing.context_tokens, policy.assembly.token_budget, answer, retrieval_ms)

@@ -1,18 +1,21 @@
 """The decision contract: a deterministic verdict from a saved comparison report alone.
 
-``decide`` reads ``{"paired": PairedReport.to_dict(), "dcr": float}`` and applies these rules, first
-match wins:
+``decide`` reads ``{"paired": PairedReport.to_dict(), "dcr": float, "cost": {"words_parent", "words_candidate"}}``
+(``cost`` only needed under cost limits) and applies these rules, first match wins:
 
 1. ``incomplete``      report fields missing, ``n == 0``, or ids missing on either side -> FEATURE_FLAG
 2. ``significant_harm`` delta < 0, p <= alpha and ci_high < 0                            -> REJECT
 3. ``dcr_floor``        candidate's DCR@3 below ``rho_min``                              -> FEATURE_FLAG
 4. ``inconclusive``     not a significant gain (p > alpha or ci_low <= 0)                -> FEATURE_FLAG
                         With ``require_significance=False`` a result with delta > 0 goes on
-                        to rules 5-7 instead (useful on small benchmarks where no gain can be
+                        to rules 5-8 instead (useful on small benchmarks where no gain can be
                         significant); delta <= 0 stays FEATURE_FLAG.
 5. ``category_regression`` a non-protected category has delta_c < -epsilon_c             -> REJECT
-6. ``protected_slice_regression`` a protected category has delta_c < -epsilon_c         -> ACCEPT_WITH_MONITOR
-7. ``accept``                                                                            -> ACCEPT
+6. ``cost``            with :class:`CostLimits`, the candidate's mean packed context words exceed
+                        ``max_context_words``, or grow over the parent's by more than
+                        ``max_relative_increase`` (report field ``cost``)                  -> FEATURE_FLAG
+7. ``protected_slice_regression`` a protected category has delta_c < -epsilon_c         -> ACCEPT_WITH_MONITOR
+8. ``accept``                                                                            -> ACCEPT
 
 Protected slices are categories exempt from the per-category veto (typically small or noisy ones):
 their regression is accepted but flagged for monitoring. Only ACCEPT and ACCEPT_WITH_MONITOR change
@@ -75,6 +78,42 @@ class AcceptanceRules(BaseModel):
 
     def epsilon(self, category: str) -> float:
         return self.epsilon_by_category.get(category, self.epsilon_default)
+
+
+class CostLimits(BaseModel):
+    """Context cost an accepted step may have: mean packed context words per question, absolute and relative."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
+
+    max_context_words: float | None = Field(None, gt=0, description="hard cap on mean context words per question")
+    max_relative_increase: float | None = Field(None, ge=0, description="largest growth of mean context words over "
+                                                                        "the parent per accepted step (0.25 = +25%)")
+
+    @property
+    def active(self) -> bool:
+        return self.max_context_words is not None or self.max_relative_increase is not None
+
+    def violation(self, words_parent: float, words_candidate: float) -> str | None:
+        """Why the candidate's context cost is over the limits, or ``None``."""
+        if self.max_context_words is not None and words_candidate > self.max_context_words + TOLERANCE:
+            return (f"cost: {words_candidate:.1f} context words per question exceed max_context_words "
+                    f"{self.max_context_words:g}")
+        if (self.max_relative_increase is not None and words_parent > 0
+                and words_candidate > words_parent * (1 + self.max_relative_increase) + TOLERANCE):
+            return (f"cost: context words grow {words_parent:.1f} -> {words_candidate:.1f} "
+                    f"({words_candidate / words_parent - 1:+.1%}), more than max_relative_increase "
+                    f"{self.max_relative_increase:+.0%}")
+        return None
+
+
+def _cost_words(report: Mapping[str, Any]) -> tuple[float, float] | str:
+    cost = report.get("cost")
+    if not isinstance(cost, Mapping):
+        return "report lacks cost (context words of parent and candidate) although cost limits are set"
+    values = cost.get("words_parent"), cost.get("words_candidate")
+    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+        return f"cost.words_parent / cost.words_candidate must be numbers, got {values!r}"
+    return float(values[0]), float(values[1])
 
 
 #: The verdicts that change the strategy; only these can be promoted to serving.
@@ -148,11 +187,13 @@ def _parse(report: Any) -> tuple[PairedReport, float] | str:
     return paired, float(dcr)
 
 
-def decide(report: Mapping[str, Any], rules: AcceptanceRules) -> Decision:
+def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits | None = None) -> Decision:
     """Verdict for ``report`` (see the module docstring for the rule order)."""
     parsed = _parse(report)
-    if isinstance(parsed, str):
-        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {parsed}", "incomplete")
+    words = _cost_words(report) if cost is not None and cost.active and not isinstance(parsed, str) else None
+    if isinstance(parsed, str) or isinstance(words, str):
+        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {parsed if isinstance(parsed, str) else words}",
+                        "incomplete")
     paired, dcr = parsed
     delta, p, low, high = paired.delta, paired.mcnemar_p, paired.ci_low, paired.ci_high
     stats = f"delta={delta:+.4f}, p={p:.4g}, CI=[{low:+.4f}, {high:+.4f}]"
@@ -171,6 +212,9 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules) -> Decision:
             (monitored if category in rules.protected_slices else vetoed).append(entry)
     if vetoed:
         return Decision(Verdict.REJECT, f"category regression: {'; '.join(vetoed)}", "category_regression")
+    over = cost.violation(*words) if words is not None else None
+    if over is not None:
+        return Decision(Verdict.FEATURE_FLAG, f"{over} ({stats})", "cost")
     if monitored:
         return Decision(
             Verdict.ACCEPT_WITH_MONITOR,

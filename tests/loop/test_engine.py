@@ -55,7 +55,7 @@ def _force_current(stores: Path, strategy: dict) -> None:
 def test_auto_restore_at_the_threshold(tmp_path, margin, restored):
     stores = tmp_path / "stores"
     Engine(tiny(stores, candidates_per_round=1), track=False, progress=False).run()
-    best = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]["best_accuracy"]
+    best = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]["best_score"]
     bad = derive(load_strategy(BASELINE_PATH), {"extraction.min_fact_tokens": 16, "extraction.supplement": False})
     _force_current(stores, bad)
     probe = Engine(tiny(stores), track=False, progress=False)

@@ -74,8 +74,8 @@ def test_markdown_summary_for_a_pull_request(report):
 
 
 def test_trajectory_marks_restored_rounds():
-    rounds = [{"round": 1, "observed_accuracy": 0.5, "accuracy": 0.4, "best_accuracy": 0.5, "restored": False},
-              {"round": 2, "observed_accuracy": 0.4, "accuracy": 0.5, "best_accuracy": 0.5, "restored": True}]
+    rounds = [{"round": 1, "observed_score": 0.5, "score": 0.4, "best_score": 0.5, "restored": False},
+              {"round": 2, "observed_score": 0.4, "score": 0.5, "best_score": 0.5, "restored": True}]
     svg = trajectory_plot(rounds, [])
     assert "<!-- restored best-ever -->" in svg and "<!-- accepted -->" not in svg
     assert "<!-- restored best-ever -->" not in trajectory_plot([{**r, "restored": False} for r in rounds], [])

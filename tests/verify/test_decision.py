@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from pydantic import ValidationError
 
-from evolve.verify.decision import AcceptanceRules, Decision, Verdict, decide, probe_screen
+from evolve.verify.decision import AcceptanceRules, CostLimits, Decision, Verdict, decide, probe_screen
 from evolve.verify.probe import stratified_probe
 from test_statistics import outcomes
 
@@ -181,3 +181,51 @@ def test_stratified_probe_accepts_outcomes_and_small_inputs():
         stratified_probe({"z": 3})
     with pytest.raises(ValueError, match="size"):
         stratified_probe(qs, size=0)
+
+
+# ---------------------------------------------------------------- the cost rule
+
+
+def costly(words_parent: float, words_candidate: float, rows=GAIN) -> dict:
+    return {**report(rows), "cost": {"words_parent": words_parent, "words_candidate": words_candidate}}
+
+
+@pytest.mark.parametrize("limits, words, verdict, rule, needle", [
+    (CostLimits(max_context_words=160), (100, 150), Verdict.ACCEPT, "accept", "accepted"),
+    (CostLimits(max_context_words=160), (100, 170), Verdict.FEATURE_FLAG, "cost", "exceed max_context_words 160"),
+    (CostLimits(max_relative_increase=0.25), (100, 125), Verdict.ACCEPT, "accept", "accepted"),
+    (CostLimits(max_relative_increase=0.25), (100, 126), Verdict.FEATURE_FLAG, "cost", "more than max_relative"),
+    (CostLimits(), (100, 900), Verdict.ACCEPT, "accept", "accepted"),  # no limits: cost never decides
+])
+def test_cost_limits_branch_by_branch(limits, words, verdict, rule, needle):
+    d = decide(costly(*words), RULES, limits)
+    assert (d.verdict, d.rule) == (verdict, rule) and needle in d.reason, d
+
+
+def test_cost_never_turns_a_rejection_into_a_flag_and_needs_its_figures():
+    harm = [("temporal", True, False, 30), ("temporal", True, True, 30)]
+    limits = CostLimits(max_context_words=50)
+    assert decide(costly(100, 400, harm), RULES, limits).verdict == Verdict.REJECT
+    missing = report(GAIN)
+    d = decide(missing, RULES, limits)
+    assert (d.verdict, d.rule) == (Verdict.FEATURE_FLAG, "incomplete") and "lacks cost" in d.reason
+
+
+def test_cost_decision_replays_from_the_saved_record():
+    from evolve.loop.record import CandidateRecord
+
+    limits = CostLimits(max_relative_increase=0.1)
+    saved = costly(97.0, 145.0)
+    record = CandidateRecord("r001-c00", 1, {"key": "retrieval.top_k::increase"}, "kf_filtered/*", "0" * 64, {},
+                             paired=saved["paired"], dcr=saved["dcr"], cost=saved["cost"])
+    record.close(decide(record.report(), RULES, limits), "decision")
+    again = CandidateRecord.from_dict(json.loads(json.dumps(record.to_dict())))
+    assert decide(again.report(), RULES, limits) == Decision.from_dict(again.decision)
+    assert again.decision["rule"] == "cost"
+
+
+@pytest.mark.parametrize("cost", [{"max_context_words": -5}, {"max_context_words": "many"},
+                                  {"max_relative_increase": -0.1}, {"max_tokens": 3}])
+def test_bad_cost_limits_are_refused(cost):
+    with pytest.raises(ValidationError):
+        CostLimits(**cost)

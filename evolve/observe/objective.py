@@ -1,0 +1,47 @@
+"""What the loop optimises: the binary per-question outcome every verify stage (probe, McNemar, bootstrap CI,
+per-category non-regression, protected slices, best-ever, auto-restore) compares.
+
+* ``accuracy`` — the judge says the answer is correct.
+* ``evidence`` — every known gold evidence turn is carried by the packed context
+  (:mod:`evolve.observe.evidence`); questions whose gold evidence is unknown are left out and counted apart
+  (``Summary.n_scored - Summary.n_evidence_known``).
+"""
+from __future__ import annotations
+
+from typing import Iterable, Literal
+
+from evolve.observe.trace import Summary, Trace
+
+Objective = Literal["accuracy", "evidence"]
+OBJECTIVES: tuple[str, ...] = ("accuracy", "evidence")
+
+
+def success(trace: Trace, objective: Objective) -> bool | None:
+    """The question's outcome under ``objective``; ``None`` when it does not count (unscored, evidence unknown)."""
+    if not trace.scored:
+        return None
+    if objective == "evidence":
+        return trace.all_evidence_packed if trace.evidence_known else None
+    return trace.correct
+
+
+def outcomes(traces: Iterable[Trace], objective: Objective) -> dict[str, dict]:
+    """``{question_id: {correct, category}}`` of the questions that count, for paired statistics."""
+    out = {}
+    for t in traces:
+        ok = success(t, objective)
+        if ok is not None:
+            out[t.question_id] = {"correct": ok, "category": t.category}
+    return out
+
+
+def score(summary: Summary, objective: Objective) -> float | None:
+    """The run's success rate under ``objective``."""
+    return summary.all_evidence_packed if objective == "evidence" else summary.accuracy
+
+
+def changed(before: Trace, after: Trace, objective: Objective) -> bool:
+    """Whether a strategy change reached what ``objective`` judges: the answer, or the packed context."""
+    if objective == "evidence":
+        return [p["id"] for p in before.packed] != [p["id"] for p in after.packed]
+    return before.answer != after.answer

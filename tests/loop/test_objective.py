@@ -1,0 +1,77 @@
+"""The evidence objective through the loop: run-config checks, one evolution round, one harness per stores."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from evolve.benchmarks import load_benchmark
+from evolve.benchmarks.synthetic import write_locomo
+from evolve.loop.record import CandidateRecord
+from evolve.verify.decision import AcceptanceRules, CostLimits, decide
+from workflow_fixtures import cli, write_config
+
+SMALL = dict(benchmark="synthetic:0:3", limit=60, probe_size=20, rounds=1, candidates_per_round=2)
+
+
+@pytest.mark.parametrize("settings, needle", [
+    ({"objective": "evidnce"}, "objective: Input should be 'accuracy' or 'evidence'"),
+    ({"cost": {"max_context_words": -5}}, "cost.max_context_words: Input should be greater than 0"),
+    ({"cost": {"max_context_words": "lots"}}, "cost.max_context_words"),
+    ({"cost": {"max_relative_increase": -0.5}}, "cost.max_relative_increase: Input should be greater than or equal"),
+    ({"cost": {"max_words": 100}}, "cost.max_words: Extra inputs are not permitted"),
+])
+def test_bad_objective_or_cost_settings_exit_2_before_the_stores(capsys, tmp_path, settings, needle):
+    config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", **settings)
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and str(config) in out and needle in out, out
+    assert not (tmp_path / "stores").exists()
+
+
+def test_evidence_objective_on_a_benchmark_without_gold_evidence_is_refused(capsys, tmp_path):
+    bench = load_benchmark("synthetic:0:2")
+    bare = dataclasses.replace(bench, questions=[dataclasses.replace(q, evidence=()) for q in bench.questions])
+    write_locomo(bare, tmp_path / "bare.json")
+    config = write_config(tmp_path / "run.yaml", **{**SMALL, "benchmark": f"locomo:{tmp_path / 'bare.json'}"},
+                          stores=tmp_path / "stores", objective="evidence")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"{config}: objective: 'evidence' needs gold evidence turn ids" in out, out
+    assert not (tmp_path / "stores").exists()
+
+
+@pytest.fixture(scope="module")
+def evidence_round(tmp_path_factory) -> tuple[Path, Path]:
+    base = tmp_path_factory.mktemp("evidence")
+    config = write_config(base / "run.yaml", **SMALL, stores=base / "stores", objective="evidence",
+                          cost={"max_context_words": 400, "max_relative_increase": 0.5})
+    from evolve.cli import main
+
+    assert main(["run", "--config", str(config), "--no-tracking"]) == 0
+    return base / "stores", config
+
+
+def test_an_evidence_round_compares_evidence_outcomes_and_records_cost(evidence_round):
+    stores, _ = evidence_round
+    state = json.loads((stores / "state.json").read_text())
+    assert state["harness"]["objective"] == "evidence"
+    row = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]
+    assert row["objective"] == "evidence" and row["score"] == row["all_evidence_packed"]
+    records = [CandidateRecord.from_dict(json.loads(line))
+               for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
+    evaluated = [r for r in records if r.paired]
+    probed = [r for r in records if r.probe]
+    assert probed and all("packed_contexts_changed" in r.probe for r in probed)
+    for r in evaluated:  # paired over evidence-known questions only, cost recorded, decision replays
+        assert r.paired["n"] == r.summary["n_evidence_known"]
+        assert set(r.cost) == {"words_parent", "words_candidate"}
+        limits = CostLimits(max_context_words=400, max_relative_increase=0.5)
+        assert decide(r.report(), AcceptanceRules(), limits).to_dict() == r.decision
+
+
+def test_stores_built_for_one_objective_refuse_the_other(capsys, evidence_round, tmp_path):
+    stores, _ = evidence_round
+    config = write_config(tmp_path / "run.yaml", **{**SMALL, "rounds": 2}, stores=stores)  # accuracy
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and "objective: stores 'evidence'" in out, out
