@@ -1,4 +1,4 @@
-"""Dimension effects: what each ``path::direction`` did when it was tried, and its reputation.
+"""Dimension effects: what each ``path::direction`` (or coupled ``a::up&b::up``) did when tried, and its reputation.
 
 Reputation (documented rule, recomputed on every record and on load)::
 
@@ -15,6 +15,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.strategy.diff import DIRECTIONS, SET_PREFIX
+
+
+#: Joins the parts of a coupled direction key: ``"retrieval.top_k::increase&assembly.token_budget::increase"``.
+COUPLE = "&"
+
+
+def split_parts(key: str) -> list[tuple[str, str]]:
+    """The ``(path, direction)`` parts of a single or coupled key; ValueError if malformed or a path repeats."""
+    parts = [split_key(part) for part in key.split(COUPLE)]
+    if len({path for path, _ in parts}) != len(parts):
+        raise ValueError(f"malformed direction key {key!r}: a coupled key moves each path once")
+    return parts
 
 
 def split_key(key: str) -> tuple[str, str]:
@@ -54,7 +66,7 @@ class DimensionEffects:
 
     def record(self, key: str, symptom_key: str, accepted: bool, delta: float) -> None:
         """One evaluated candidate that moved ``key`` to address ``symptom_key``."""
-        split_key(key)
+        split_parts(key)
         effect = self._effects.setdefault(key, Effect())
         effect.tries += 1
         effect.sum_delta += float(delta)
@@ -93,7 +105,7 @@ class DimensionEffects:
         for key, entry in data.items():
             where = f"{source}: {key}"
             try:
-                split_key(key)
+                split_parts(key)
             except ValueError as exc:
                 raise ValueError(f"{source}: {exc}") from None
             if not isinstance(entry, dict):

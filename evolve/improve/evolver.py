@@ -30,6 +30,7 @@ import optuna
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
+from evolve.improve.effects import split_parts
 from evolve.improve.planner import Direction, max_steps, move_values
 from evolve.state.files import StoreError
 from evolve.strategy.artifact import StrategyError, derive, validate_strategy
@@ -38,6 +39,8 @@ from evolve.strategy.invariants import repair
 from evolve.strategy.paths import get_path
 
 BLIND_STUDY = "memevolve-blind"
+#: Outcomes after which the next move along the same direction doubles its step.
+GROW_AFTER = ("accepted", "inert")
 BLIND_KEY = "blind"
 
 
@@ -116,34 +119,68 @@ class Evolver:
 
     @_db_errors
     def propose(self, strategy: dict, direction: Direction) -> Proposal:
-        """A one-dimension change that moves ``direction.path`` the planned way; ask one trial for it."""
-        dim = self.dims.get(direction.path)
-        if dim is None:
-            raise EvolverError(f"{direction.key}: {direction.path!r} is not an evolvable schema path")
-        try:
-            values = move_values(strategy, dim, direction.direction)
-        except ValueError as exc:
-            raise EvolverError(f"{direction.key}: {exc}") from None
-        current = get_path(strategy, dim.path)
-        if not values:
-            raise EvolverError(f"{direction.key}: no legal move from the current value {current!r} "
-                               "(schema bound, already set, or blocked by an invariant)")
-        study = self.study(study_name(dim.group))
-        if direction.direction in ("increase", "decrease") and not any(
-                direction.key in t.params and not t.user_attrs.get("abandoned")
-                for t in study.get_trials(deepcopy=False)):
-            # The first move along a direction is its smallest step; TPE chooses step sizes after that.
-            study.enqueue_trial({direction.key: 1})
+        """A change that moves every part of ``direction.key`` the planned way; ask one trial for it.
+
+        Numeric parts move by the same magnitude ``k`` (in their own schema steps), sampled by TPE. The first move
+        along a direction is its smallest step; after a move that was accepted, or that changed nothing at the
+        probe (inert), the next one is twice as large (capped at ``max_step``) instead of the same size again."""
+        parts = []
+        for path, move in split_parts(direction.key):
+            dim = self.dims.get(path)
+            if dim is None:
+                raise EvolverError(f"{direction.key}: {path!r} is not an evolvable schema path")
+            parts.append((dim, move))
+        moved = strategy
+        for dim, move in parts:  # refuse before a trial is asked when some part cannot move at all
+            moved = derive(moved, {dim.path: self._legal(moved, dim, move, direction.key)[0]})
+        numeric = [dim for dim, move in parts if move in ("increase", "decrease")]
+        study = self.study(study_name(parts[0][0].group))
+        if numeric:
+            self._enqueue_step(study, direction.key, min(max_steps(dim) for dim in numeric))
         trial = study.ask()
-        if direction.direction in ("increase", "decrease"):
-            k = trial.suggest_int(direction.key, 1, max_steps(dim))
-            value = values[min(k, len(values)) - 1]
-        else:
-            value = values[0]
-        for name, attr in (("key", direction.key), ("symptom", direction.symptom_key), ("from", current),
-                           ("to", value)):
+        k = trial.suggest_int(direction.key, 1, min(max_steps(dim) for dim in numeric)) if numeric else 1
+        changes: dict[str, Any] = {}
+        moved = strategy
+        for dim, move in parts:
+            try:
+                values = self._legal(moved, dim, move, direction.key)
+            except EvolverError:
+                study.tell(trial.number, state=TrialState.FAIL)
+                raise
+            changes[dim.path] = values[min(k, len(values)) - 1]
+            moved = derive(moved, {dim.path: changes[dim.path]})
+        first = parts[0][0].path
+        for name, attr in (("key", direction.key), ("symptom", direction.symptom_key),
+                           ("from", get_path(strategy, first)), ("to", changes[first])):
             trial.set_user_attr(name, attr)
-        return Proposal({dim.path: value}, direction.key, study.study_name, trial.number)
+        return Proposal(changes, direction.key, study.study_name, trial.number)
+
+    @staticmethod
+    def _legal(strategy: dict, dim: EvolvableDimension, move: str, key: str) -> list:
+        """The values ``move`` can take ``dim`` to, nearest first; :class:`EvolverError` if there is none."""
+        try:
+            values = move_values(strategy, dim, move)
+        except ValueError as exc:
+            raise EvolverError(f"{key}: {exc}") from None
+        if not values:
+            raise EvolverError(f"{key}: no legal move of {dim.path} from the current value "
+                               f"{get_path(strategy, dim.path)!r} (schema bound, already set, or blocked by an "
+                               "invariant)")
+        return values
+
+    def _enqueue_step(self, study: optuna.Study, key: str, top: int) -> None:
+        """Fix the next magnitude of ``key`` where the history decides it: 1 for the first move, twice the last
+        one after an accepted or inert move (at most ``top``); otherwise TPE samples it."""
+        history = [t for t in study.get_trials(deepcopy=False) if key in t.params
+                   and not t.user_attrs.get("abandoned")]
+        if not history:
+            study.enqueue_trial({key: 1})
+            return
+        last = max(history, key=lambda t: t.number)
+        if last.state == TrialState.COMPLETE and last.user_attrs.get("outcome") in GROW_AFTER:
+            grown = min(2 * int(last.params[key]), top)
+            if grown > last.params[key]:
+                study.enqueue_trial({key: grown})
 
     # ------------------------------------------------------------ blind search
 
@@ -192,12 +229,16 @@ class Evolver:
 
     @_db_errors
     def apply_pending(self, pending: list[dict]) -> None:
-        """Tell committed results ``[{study, trial, value}]`` (value None = FAIL); trials already finished are skipped."""
+        """Tell committed results ``[{study, trial, value, outcome}]`` (value None = FAIL; outcome "accepted" or
+        "inert" steers the next step size); trials already finished are skipped."""
         for item in pending:
             study = self.study(item["study"])
             states = {t.number: t.state for t in study.get_trials(deepcopy=False)}
             if states.get(item["trial"]) != TrialState.RUNNING:
                 continue
+            if item.get("outcome"):
+                trial = next(t for t in study.get_trials(deepcopy=False) if t.number == item["trial"])
+                self.storage.set_trial_user_attr(trial._trial_id, "outcome", item["outcome"])
             if item["value"] is None:
                 study.tell(item["trial"], state=TrialState.FAIL)
             else:

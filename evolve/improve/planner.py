@@ -33,7 +33,7 @@ from evolve.benchmarks.types import CATEGORIES
 from evolve.data import BUNDLES_PATH
 from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
-from evolve.improve.effects import DimensionEffects, split_key
+from evolve.improve.effects import DimensionEffects, split_parts
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.strategy.diff import MOVES, SET_PREFIX
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
@@ -165,10 +165,20 @@ def _validate_key(table_key: str) -> None:
 
 
 def _validate_entry(entry: str, dims: dict[str, EvolvableDimension]) -> None:
-    path, direction = split_key(entry)
-    if path not in dims:
-        raise ValueError(f"{path!r} is not an evolvable schema path")
-    check_direction(dims[path], direction)
+    for path, direction in split_parts(entry):
+        if path not in dims:
+            raise ValueError(f"{path!r} is not an evolvable schema path")
+        check_direction(dims[path], direction)
+
+
+def can_move(strategy: dict, key: str, dims: dict[str, EvolvableDimension]) -> bool:
+    """Whether every part of ``key`` has a legal move from ``strategy`` and is not switched off (:data:`REQUIRES`)."""
+    for path, direction in split_parts(key):
+        if path in REQUIRES and not get_path(strategy, REQUIRES[path]):
+            return False
+        if not move_values(strategy, dims[path], direction):
+            return False
+    return True
 
 
 def parse_bundles(text: str, source: str = "<bundles>",
@@ -221,6 +231,9 @@ def load_bundles(path: str | Path = BUNDLES_PATH) -> BundleTable:
 
 @dataclass(frozen=True)
 class Direction:
+    """A planned move: ``key`` (one ``path::direction``, or several joined by ``&`` for a coupled move, whose first
+    part is ``path``/``direction``), the symptom it addresses, its priority and why."""
+
     key: str
     path: str
     direction: str
@@ -279,13 +292,13 @@ class Planner:
         for symptom in digest.ranked()[: self.max_symptoms]:
             movable: dict[str, tuple[float, str]] = {}  # key -> (factor, table key), in table order
             for key, factor, table_key in self.table.lookup(symptom, self.min_qualifier_share):
-                path, direction = split_key(key)
+                path, _ = split_parts(key)[0]
                 if path in REQUIRES and not get_path(strategy, REQUIRES[path]):
                     continue
-                can_move = bool(move_values(strategy, dims[path], direction))
+                movable_now = can_move(strategy, key, dims)
                 if self.use_tree:
-                    self.tree.mark_bound(key, not can_move, parent=symptom.key)
-                if can_move:
+                    self.tree.mark_bound(key, not movable_now, parent=symptom.key)
+                if movable_now:
                     movable[key] = (factor, table_key)
             order = self.tree.select(list(movable), parent=symptom.key) if self.use_tree else list(movable)
             for position, key in enumerate(order):
@@ -305,5 +318,5 @@ class Planner:
         why = (f"{symptom.key}: {symptom.count} failures ({symptom.share_of_failures:.0%} of failures, "
                f"{symptom.share_of_category:.0%} of {symptom.category}); via {table_key}, {rank_kind} {position + 1}; "
                f"reputation {reputation:+.3f}; {reverts} revert(s) for this symptom")
-        path, direction = split_key(key)
+        path, direction = split_parts(key)[0]
         return Direction(key, path, direction, symptom.key, priority, why)

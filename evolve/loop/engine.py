@@ -26,6 +26,7 @@ from evolve.loop.learning import learn
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.observe.harness import EvalRun, Harness
+from evolve.observe.objective import failure_view
 from evolve.runtime import IngestionCache
 from evolve.state.layout import StoreLayout
 from evolve.state.stores import RoundBundle, StoreSet
@@ -135,7 +136,7 @@ class Engine:
         self.evolver.begin_round(n, self.stores.state.get("optuna_pending", []))
         current = self.current_strategy()
         cur_run = self._evaluate_current(current, desc=f"round {n} observe")
-        dg = digest(cur_run.traces)
+        dg = digest(failure_view(cur_run.traces, self.config.objective))
         budget = self.config.candidates_per_round
         directions = self.planner.plan(dg, current, max(self.config.planner.max_directions, 3 * budget))
         if self.advisor is not None:

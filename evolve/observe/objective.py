@@ -8,6 +8,7 @@ per-category non-regression, protected slices, best-ever, auto-restore) compares
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable, Literal
 
 from evolve.observe.trace import Summary, Trace
@@ -45,3 +46,24 @@ def changed(before: Trace, after: Trace, objective: Objective) -> bool:
     if objective == "evidence":
         return [p["id"] for p in before.packed] != [p["id"] for p in after.packed]
     return before.answer != after.answer
+
+
+def evidence_root_cause(trace: Trace) -> str | None:
+    """Where the evidence objective lost a question on the evidence-loss ladder (``None``: all evidence packed)."""
+    if trace.all_evidence_packed:
+        return None
+    if not trace.stored_ids:
+        return "ingestion_gap"
+    gold = set(trace.gold_evidence)
+    retrieved = {s for hit in trace.retrieved for s in hit.get("source_ids", ())}
+    return "retrieval_gap" if not gold <= retrieved else "kf_filtered"
+
+
+def failure_view(traces: Iterable[Trace], objective: Objective) -> list[Trace]:
+    """``traces`` as the objective judges them, for diagnosis: under ``evidence`` a question fails when some known
+    gold turn is not carried by the packed context, its root cause is where that evidence was lost, and questions
+    with unknown evidence are left unscored. Under ``accuracy`` the traces are returned as they are."""
+    if objective == "accuracy":
+        return list(traces)
+    return [replace(t, correct=bool(t.all_evidence_packed), root_cause=evidence_root_cause(t))
+            if t.evidence_known else replace(t, scored=False) for t in traces]

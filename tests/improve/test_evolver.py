@@ -158,3 +158,63 @@ def test_first_move_is_smallest_step_and_rounds_replay_after_a_crash(tmp_path, b
     fresh.apply_pending([{"study": p.study, "trial": p.trial_number, "value": 0.04}])
     fresh.begin_round(2, [])
     assert fresh.propose(baseline, direction("retrieval.rrf_kappa::increase")).changes == again.changes
+
+
+# ---------------------------------------------------------------- coupled moves and step growth
+
+
+def coupled(key: str) -> Direction:
+    path, move = key.split("&")[0].split("::")
+    return Direction(key, path, move, "kf_filtered/*", 1.0, "test")
+
+
+COUPLED = "retrieval.top_k::increase&assembly.token_budget::increase"
+
+
+def test_a_coupled_move_moves_both_paths_by_the_same_number_of_steps(tmp_path, baseline):
+    evolver = Evolver(url(tmp_path), seed=3)
+    top_k, budget = DIMS["retrieval.top_k"], DIMS["assembly.token_budget"]
+    steps = set()
+    for i in range(8):
+        proposal = evolver.propose(baseline, coupled(COUPLED))
+        assert set(proposal.changes) == {"retrieval.top_k", "assembly.token_budget"} and proposal.key == COUPLED
+        k_top = (proposal.changes["retrieval.top_k"] - baseline["retrieval"]["top_k"]) / top_k.step
+        k_budget = (proposal.changes["assembly.token_budget"] - baseline["assembly"]["token_budget"]) / budget.step
+        assert k_top == k_budget >= 1 and k_top <= min(top_k.max_step / top_k.step, budget.max_step / budget.step)
+        steps.add(k_top)
+        validate_strategy(derive(baseline, proposal.changes))
+        evolver.tell(proposal, 0.01 * (i % 3))
+    assert len(steps) > 1  # TPE chooses the magnitude after the first, smallest move
+    near = set_path(set_path(baseline, "retrieval.candidate_pool", 100), "retrieval.top_k", 99)
+    clamped = evolver.propose(near, coupled(COUPLED))
+    assert clamped.changes["retrieval.top_k"] == 100 and clamped.changes["assembly.token_budget"] > 160
+
+
+def test_a_coupled_move_with_a_stuck_part_is_refused_before_a_trial(tmp_path, baseline):
+    evolver = Evolver(url(tmp_path), seed=3)
+    stuck = set_path(baseline, "assembly.token_budget", 8192)
+    before = len(evolver.study("memevolve-retrieval").trials)
+    with pytest.raises(EvolverError, match="no legal move of assembly.token_budget"):
+        evolver.propose(stuck, coupled(COUPLED))
+    assert len(evolver.study("memevolve-retrieval").trials) == before
+
+
+@pytest.mark.parametrize("outcome, expected", [("accepted", [1, 2, 4, 8, 10, 10]), ("inert", [1, 2, 4, 8, 10, 10])])
+def test_steps_double_after_a_paying_or_inert_move_up_to_max_step(tmp_path, baseline, outcome, expected):
+    evolver = Evolver(url(tmp_path), seed=5)
+    key = "retrieval.top_k::increase"
+    sizes = []
+    for _ in expected:
+        proposal = evolver.propose(baseline, coupled(key))
+        sizes.append(proposal.changes["retrieval.top_k"] - baseline["retrieval"]["top_k"])
+        evolver.apply_pending([{"study": proposal.study, "trial": proposal.trial_number, "value": 0.02,
+                                "outcome": outcome}])
+    assert sizes[:5] == expected[:5] and sizes[5] <= 10  # at max_step: no forced growth, TPE samples again
+
+
+def test_steps_do_not_grow_after_an_ordinary_result(tmp_path, baseline):
+    evolver = Evolver(url(tmp_path), seed=5)
+    first = evolver.propose(baseline, coupled("retrieval.top_k::increase"))
+    evolver.apply_pending([{"study": first.study, "trial": first.trial_number, "value": -0.01, "outcome": None}])
+    study = evolver.study(first.study)
+    assert not study.get_trials(deepcopy=False, states=(TrialState.WAITING,))  # nothing enqueued: TPE decides

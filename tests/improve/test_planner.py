@@ -199,3 +199,19 @@ def test_interleave_round_robins_over_symptoms():
               d("b.x::increase", "s2", 0.5), d("c.x::increase", "s3", 0.4)]
     assert [x.key for x in interleave(ranked)] == ["a.x::increase", "b.x::increase", "c.x::increase",
                                                    "a.y::increase", "a.z::increase"]
+
+
+def test_coupled_bundle_entries_are_validated_and_moved_only_when_every_part_can_move(baseline_strategy):
+    from evolve.improve.planner import can_move
+
+    key = "retrieval.top_k::increase&assembly.token_budget::increase"
+    table = parse_bundles(f"kf_filtered/*:\n  - {key}\n", "t")
+    assert table.entries["kf_filtered/*"] == (key,)
+    for bad, needle in [("retrieval.top_k::increase&retrieval.top_k::decrease", "moves each path once"),
+                        ("retrieval.top_k::increase&retrieval.nope::increase", "'retrieval.nope' is not an evolvable"),
+                        ("retrieval.top_k::increase&expansion.dates::increase", "not legal for a boolean")]:
+        with pytest.raises(BundleError, match=needle):
+            parse_bundles(f"kf_filtered/*:\n  - {bad}\n", "t")
+    dims = evolvable_dimensions()
+    assert can_move(baseline_strategy, key, dims)
+    assert not can_move(set_path(baseline_strategy, "assembly.token_budget", 8192), key, dims)

@@ -85,7 +85,7 @@ def optuna_trials(stores: Path, state: str) -> set[tuple[str, int]]:
     if not db.exists():
         return set()
     try:
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.05) as conn:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=0.5) as conn:
             rows = conn.execute("SELECT s.study_name, t.number FROM trials t JOIN studies s USING (study_id) "
                                 "WHERE t.state = ?", (state,)).fetchall()
     except sqlite3.OperationalError:
