@@ -52,7 +52,7 @@ class Screen:
     current: dict
     run: EvalRun
     evaluated: set[str]  # policy hashes already evaluated (novelty gate)
-    recent: list[list[str]]  # change keys of recently screened candidates (critic duplicates)
+    recent: list[list[str]]  # change keys of recently screened candidates not invited to grow (critic duplicates)
 
 
 class CandidateVerifier:

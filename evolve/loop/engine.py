@@ -12,7 +12,7 @@ import time
 
 from evolve.benchmarks import load_benchmark, select_questions
 from evolve.improve.digest import digest
-from evolve.improve.effects import DimensionEffects
+from evolve.improve.effects import DimensionEffects, split_parts
 from evolve.improve.evolver import Evolver
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction, Planner, load_bundles
@@ -22,7 +22,7 @@ from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.commit import RoundOutcome, check_harness, escalations, fill_bundle, round_summary
 from evolve.loop.config import ConfigError, RunConfig
-from evolve.loop.learning import learn
+from evolve.loop.learning import learn, runners_up
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.observe.harness import EvalRun, Harness
@@ -142,13 +142,17 @@ class Engine:
         if self.advisor is not None:
             advised = self.advisor.plan(dg, current, budget)
             directions = advised + [d for d in directions if d.key not in {x.key for x in advised}]
-        results = self._verify(n, directions, current, cur_run)
+        history = [CandidateRecord.from_dict(r) for r in self.stores.read_jsonl("candidate_outcomes")]
+        again = runners_up(history, n - 1, current)
+        taken = {path for d in again for path, _ in split_parts(d.key)}
+        directions = again + [d for d in directions if not taken & {path for path, _ in split_parts(d.key)}]
+        results = self._verify(n, directions, current, cur_run, history)
 
         winner = max((r for r in results if r.accepted), key=lambda r: r.record.delta, default=None)
         for r in results:
             r.record.applied = r is winner
         new_current, new_run = (winner.strategy, winner.run) if winner else (current, cur_run)
-        pending = learn(results, winner, self.effects, self.tree)
+        pending = learn(results, self.effects, self.tree)
 
         bundle = RoundBundle()
         best = best_ever(self.stores.checkpoint.load(), n, new_current, new_run.score(self.config.objective),
@@ -173,19 +177,19 @@ class Engine:
             track_round(self.tracker, self.stores, self.config, summary, outcome, self.llm_stats)
         return summary
 
-    def _verify(self, n: int, directions: list[Direction], current: dict, cur_run: EvalRun) -> list[CandidateResult]:
+    def _verify(self, n: int, directions: list[Direction], current: dict, cur_run: EvalRun,
+                history: list[CandidateRecord]) -> list[CandidateResult]:
         """Verify directions in order until the round's evaluation budget is spent. Gates and critic are cheap
         screens: candidates they refuse are recorded but do not use an evaluation slot."""
-        history = [CandidateRecord.from_dict(r) for r in self.stores.read_jsonl("candidate_outcomes")]
         screen = Screen(current, cur_run, {r.policy_hash for r in history} | {policy_hash(current)},
-                        [r.change_keys for r in history if r.screened][-10:])
+                        [r.change_keys for r in history if r.screened and r.step_outcome is None][-10:])
         results: list[CandidateResult] = []
         for i, direction in enumerate(directions):
             if sum(r.record.screened for r in results) >= self.config.candidates_per_round:
                 break
             res = self.verifier.verify(f"r{n:03d}-c{i:02d}", n, direction, screen)
             screen.evaluated.add(res.record.policy_hash)
-            if res.record.screened:
+            if res.record.screened and res.record.step_outcome is None:  # accepted / inert moves may grow
                 screen.recent.append(res.record.change_keys)
             results.append(res)
         return results

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from evolve.state.files import canonical_hash
-from evolve.verify.decision import Decision
+from evolve.verify.decision import Decision, changes_strategy
 
 #: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).
 STAGES = ("gates", "critic", "probe", "paired")
@@ -63,6 +63,14 @@ class CandidateRecord:
     def delta(self) -> float:
         """Paired accuracy delta of a fully evaluated candidate (0 otherwise)."""
         return (self.paired or {}).get("delta") or 0.0
+
+    @property
+    def step_outcome(self) -> str | None:
+        """``"accepted"`` or ``"inert"`` (changed nothing at the probe) when the next move along this direction should
+        be larger rather than refused as a repeat (:mod:`evolve.improve.evolver` doubles its step); else ``None``."""
+        if changes_strategy(self.decision.get("verdict", "")):
+            return "accepted"
+        return "inert" if self.decision.get("rule") == "probe-inert" else None
 
     @property
     def screened(self) -> bool:

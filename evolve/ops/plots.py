@@ -126,3 +126,43 @@ def category_plot(base: dict[str, float] | None, current: dict[str, float] | Non
     if len(series) > 1:
         ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return _svg(fig)
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The ``(words, score)`` points no other point beats on both (fewer or equal words, higher or equal score),
+    cheapest first."""
+    front: list[tuple[float, float]] = []
+    for words, score in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or score > front[-1][1]:
+            front.append((words, score))
+    return front
+
+
+def cost_plot(records: list[CandidateRecord], objective: str = "accuracy") -> str:
+    """Objective vs. mean context words of every fully evaluated candidate, with the Pareto frontier and the
+    accepted path (parent of the first accept, then each applied candidate)."""
+    fig, ax = _figure(5.6, 3.6)
+    costed = [r for r in records if r.paired and r.cost]
+    if not costed:
+        ax.text(0.5, 0.5, "no fully evaluated candidate with a recorded cost", ha="center", transform=ax.transAxes)
+        return _svg(fig)
+    points = [(r.cost["words_candidate"], r.paired["acc_candidate"]) for r in costed]
+    for verdict, (color, marker, label) in VERDICT_STYLE.items():
+        mine = [(r.cost["words_candidate"], r.paired["acc_candidate"]) for r in costed if r.verdict == verdict]
+        if mine:
+            ax.scatter([p[0] for p in mine], [p[1] for p in mine], marker=marker, color=color, s=40, label=label,
+                       zorder=4)
+    front = pareto_front(points)
+    ax.step([p[0] for p in front], [p[1] for p in front], where="post", color="#8250df", linewidth=1.2,
+            linestyle="--", label="Pareto frontier")
+    applied = [r for r in costed if r.applied]
+    if applied:
+        path = [(applied[0].cost["words_parent"], applied[0].paired["acc_baseline"])]
+        path += [(r.cost["words_candidate"], r.paired["acc_candidate"]) for r in applied]
+        ax.plot([p[0] for p in path], [p[1] for p in path], "-o", color="#24292f", markersize=4, linewidth=1.6,
+                label="accepted path", zorder=3)
+    ax.set_xlabel("context words per question (mean)")
+    ax.set_ylabel(_objective_label(objective))
+    ax.set_title("Objective vs. context cost", fontsize=10, loc="left")
+    ax.legend(fontsize=8, frameon=False, loc="lower right")
+    return _svg(fig)

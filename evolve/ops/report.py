@@ -12,7 +12,7 @@ from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.review import candidate_row, category_deltas, change_summary, fmt_ci, fmt_num
 from evolve.ops.drift import SERVING_TYPES, drift_report
-from evolve.ops.plots import category_plot, root_cause_plot, trajectory_plot
+from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
 from evolve.state.files import atomic_write_text
 from evolve.verify.decision import changes_strategy
 
@@ -174,7 +174,8 @@ def render_html(view: History) -> str:
     body = [f"<h1>memevolve report</h1><p class='muted'>stores <code>{_e(view.root)}</code> · {_e(harness)}</p>",
             _cards(ov), "<h2>Trajectory and diagnosis</h2><div class='plots'>",
             f"<figure class='wide'>{trajectory_plot(view.rounds, records)}</figure>",
-            f"<figure>{root_cause_plot(view.rounds)}</figure><figure>{_category_plot(ov)}</figure></div>",
+            f"<figure>{root_cause_plot(view.rounds)}</figure><figure>{_category_plot(ov)}</figure>",
+            f"<figure>{cost_plot(records, ov.harness.get('objective', 'accuracy'))}</figure></div>",
             "<h2>Serving</h2>", _serving_html(view),
             f"<h2 id='candidates'>Candidates ({len(records)})</h2>",
             _candidates_html(records) if records else "<p>none</p>",

@@ -151,6 +151,10 @@ def render_record(record: CandidateRecord, view: History) -> str:
     probe = r.probe
     lines.append(f"probe: {probe['n']} questions, parent {probe['acc_baseline']:.3f} -> candidate "
                  f"{probe['acc_candidate']:.3f} (Δ {probe['delta']:+.3f})" if probe else "probe: not run")
+    if r.cost:
+        before, after = r.cost["words_parent"], r.cost["words_candidate"]
+        growth = f" ({after / before - 1:+.1%})" if before else ""
+        lines.append(f"cost: context words per question {before:.1f} -> {after:.1f}{growth}")
     lines += ["", *_paired_lines(r), "", *_example_lines(r, "improved"), "",
               *_example_lines(r, "regressed"), "", "restore / promote:",
               f"  parent file (what was current before): {view.strategy_path(r.parent_hash)}"]

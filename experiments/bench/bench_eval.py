@@ -12,7 +12,11 @@ One process, in order:
    conversation, default ``bm25s`` parameters, and tokenises documents and questions with the runtime's own
    ``content_tokens`` (lower-cased words, stopwords removed, light stemming). Both sides are timed at
    query time with their indexes built (BM25 index time and the pipeline's one-off ingestion are shown
-   apart); the pipeline's query vectors come from the warm embedding cache.
+   apart); the pipeline's query vectors come from the warm embedding cache;
+5. packed evidence at equal word budgets (100, 160, 400): the pipeline (baseline with ``token_budget`` set to the
+   budget and ``top_k = 50``, so the budget binds) against plain ``bm25s`` packing raw turns in rank order, first
+   fit, into the same number of words; a gold turn counts when the context carries its content
+   (:mod:`evolve.observe.evidence`), for BM25 when the turn itself is packed.
 
 Peak memory is ``ru_maxrss`` of this process and of its largest child (worker processes). Run from the
 repository root:
@@ -40,14 +44,18 @@ from evolve.observe.judge import evidence_recall
 from evolve.runtime import IngestionCache, MemoryRuntime, classify_intent
 from evolve.runtime.retrieval import Query, retrieve
 from evolve.runtime.store import MemoryStore
-from evolve.runtime.text import content_tokens
-from evolve.strategy.artifact import load_strategy
+from evolve.runtime.text import content_tokens, count_tokens
+from evolve.strategy.artifact import derive, load_strategy
 from evolve.strategy.paths import get_path, set_path
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BENCH = "locomo:../shared/data/locomo/locomo_dev4.json"
 FALLBACK_BENCH = "synthetic:0:12"
 TOP = 10
+#: Word budgets at which the pipeline's packed context and plain BM25 packing are compared.
+BUDGETS = (100, 160, 400)
+#: top_k for the budget comparison: large enough that the word budget, not the item count, binds.
+BUDGET_TOP_K = 50
 T = TypeVar("T")
 
 
@@ -76,13 +84,7 @@ def traces_hash(run: EvalRun) -> str:
 
 def recall_questions(bench: Benchmark) -> list[tuple[Question, list[str]]]:
     """Scored questions with known gold evidence, each with its known gold turn ids."""
-    turn_ids = {cid: {t.id for t in c.turns()} for cid, c in bench.conversations.items()}
-    out = []
-    for q in bench.questions:
-        known = [e for e in q.evidence if e in turn_ids[q.conversation_id]]
-        if q.category != "adversarial" and known:
-            out.append((q, known))
-    return out
+    return [(q, known) for q in bench.questions if q.category != "adversarial" and (known := bench.known_evidence(q))]
 
 
 def best_of(repeats: int, run: Callable[[], T]) -> tuple[T, float]:
@@ -133,6 +135,29 @@ def plain_bm25(indexes: dict[str, tuple[bm25s.BM25, list[str]]], questions: list
     return float(np.mean(recalls))
 
 
+def packed_bm25(bench: Benchmark, indexes: dict[str, tuple[bm25s.BM25, list[str]]],
+                budget: int) -> tuple[float, float, float]:
+    """Plain bm25s packing: raw turns ``"<speaker>: <text>"`` in rank order, first fit, into ``budget`` words, over
+    the scored questions with known gold evidence; (mean share of gold turns packed, all-packed rate, mean words)."""
+    shares, words = [], []
+    turns = {cid: {t.id: f"{t.speaker}: {t.text}" for t in conv.turns()} for cid, conv in bench.conversations.items()}
+    for q, known in recall_questions(bench):
+        index, ids = indexes[q.conversation_id]
+        tokens = content_tokens(q.question)
+        scores = np.asarray(index.get_scores(tokens)) if tokens else np.zeros(len(ids))
+        used, packed = 0, set()
+        for i in np.lexsort((np.arange(len(ids)), -scores)):
+            if scores[i] <= 0:
+                break
+            cost = count_tokens(turns[q.conversation_id][ids[i]])
+            if used + cost <= budget:
+                used += cost
+                packed.add(ids[i])
+        shares.append(len(packed & set(known)) / len(known))
+        words.append(used)
+    return float(np.mean(shares)), float(np.mean([s == 1.0 for s in shares])), float(np.mean(words))
+
+
 def mb(kilobytes: int) -> str:
     return f"{kilobytes / 1024:.0f} MB"
 
@@ -160,13 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         warm, warm_s = timed(harness, baseline)
         retr, retr_s = timed(harness, retrieval_only)
         top10 = set_path(baseline, "retrieval.top_k", TOP)
-        harness_recall = harness.evaluate(top10).summary["evidence_recall"]["10"]
+        harness_recall = harness.evaluate(top10).summary.evidence_recall["10"]
+        packed = {budget: harness.evaluate(derive(baseline, {"assembly.token_budget": budget,
+                                                             "retrieval.top_k": BUDGET_TOP_K})).summary
+                  for budget in BUDGETS}
         harness.close()
         print(f"{'evaluation':<44}{'seconds':>9}{'q/s':>9}{'accuracy':>10}")
         for label, run, secs in (("cold (fresh process, empty caches)", cold, cold_s),
                                  ("warm (same process, caches populated)", warm, warm_s),
                                  (f"retrieval-only (weights.vector {vector} -> {vector + 0.2:g})", retr, retr_s)):
-            print(f"{label:<44}{secs:>9.2f}{n / secs:>9.1f}{run.summary['accuracy']:>10.3f}")
+            print(f"{label:<44}{secs:>9.2f}{n / secs:>9.1f}{run.summary.accuracy:>10.3f}")
         print(f"speed-up over cold: warm {cold_s / warm_s:.0f}x, retrieval-only {cold_s / retr_s:.0f}x (target >= 10x)")
         assert traces_hash(cold) == traces_hash(warm), "warm traces differ from cold traces"
 
@@ -196,11 +224,23 @@ def main(argv: list[str] | None = None) -> int:
         for label, recall, secs in (("pipeline, top_k=10 (bm25+vector+subquery)", ours, ours_s),
                                     ("plain bm25s top-10 over raw turns", theirs, theirs_s)):
             print(f"{label:<44}{recall:>10.3f}{1000 * secs / len(questions):>8.2f}")
-        baseline_recall = cold.summary["evidence_recall"]["10"]
+        baseline_recall = cold.summary.evidence_recall["10"]
         print(f"pipeline vs BM25: recall {ours - theirs:+.3f}, time {ours_s / theirs_s:.1f}x "
               f"(target: better recall at <= 3x); baseline (top_k=5) recall@10 {baseline_recall:.3f}")
         print(f"not in the query time: query embedding {1000 * embed_s / len(texts):.1f} ms/q uncached (one batch); "
               f"index build: BM25 {index_s:.2f}s, pipeline stores = the cold run ({load_s:.2f}s from cache)")
+
+        print(f"packed evidence at equal word budgets on {packed[BUDGETS[0]].n_evidence_known} questions (mean share of "
+              "the gold turns the context carries; all = every gold turn carried)")
+        print(f"{'budget (words)':<16}{'pipeline share':>15}{'all':>7}{'words':>8}{'bm25s share':>13}{'all':>7}{'words':>8}")
+        base = cold.summary
+        print(f"{'baseline 160':<16}{base.evidence_share:>15.3f}{base.all_evidence_packed:>7.3f}"
+              f"{base.context_words['mean']:>8.1f}{'(top_k 5)':>13}")
+        for budget in BUDGETS:
+            m = packed[budget]
+            share, every, words = packed_bm25(bench, indexes, budget)
+            print(f"{budget:<16}{m.evidence_share:>15.3f}{m.all_evidence_packed:>7.3f}{m.context_words['mean']:>8.1f}"
+                  f"{share:>13.3f}{every:>7.3f}{words:>8.1f}")
 
     own = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evolve.cli import main
-from evolve.ops.plots import trajectory_plot
+from evolve.ops.plots import pareto_front, trajectory_plot
 from evolve.ops.history import History
 
 RENDER_SCRIPT = Path(__file__).resolve().parents[2] / "experiments" / "render_report.py"
@@ -36,17 +36,24 @@ def _svgs(text: str) -> list[str]:
     return re.findall(r"<svg.*?</svg>", text, re.S)
 
 
-def test_html_is_self_contained_and_has_three_plots(report):
+def test_html_is_self_contained_and_has_four_plots(report):
     _, text, _ = report
     assert _render_module().check_html(text) == []
     assert not re.search(r'(?:src|href)="https?:', text) and "<script" not in text and "<link" not in text
-    trajectory, causes, categories = _svgs(text)
+    trajectory, causes, categories, cost = _svgs(text)
     for label in ("current strategy", "best ever", "accepted", "accepted (monitor)", "feature flag", "round 3"):
         assert f"<!-- {label} -->" in trajectory, label
     for cause in ("ingestion gap", "generation error", "R1", "R3"):
         assert f"<!-- {cause} -->" in causes, cause
     # the current strategy (r002-c00) is recorded 0.05 above the baseline in every category
     assert categories.count("<!-- +0.050 -->") == 4 and "<!-- Accuracy by category vs baseline -->" in categories
+    for label in ("Pareto frontier", "accepted path", "context words per question (mean)"):
+        assert f"<!-- {label} -->" in cost, label
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    points = [(100, 0.50), (120, 0.48), (140, 0.55), (140, 0.53), (90, 0.40), (200, 0.55), (210, 0.60)]
+    assert pareto_front(points) == [(90, 0.40), (100, 0.50), (140, 0.55), (210, 0.60)]
 
 
 def test_candidate_table_links_every_candidate_to_its_evidence(report, engine_stores):
