@@ -9,13 +9,17 @@ search the same evolvable space; each gets ``--budget`` candidate evaluations in
   baseline observation are not candidate evaluations. Rounds run until the budget is spent; events
   of the last round past the budget are reported but left out of the comparison.
 * blind: ``Evolver.blind_trial`` samples every evolvable dimension over its full range; each trial is
-  evaluated fully (cost 1) and its accuracy told back to TPE.
+  evaluated fully (cost 1) and its score told back to TPE.
 
-A curve is the best accuracy among fully evaluated strategies (baseline included) after each
-evaluation; the guided run's *current* strategy (what its decisions accepted) is shown as well.
+Scores are the run's objective (``--objective accuracy|evidence``: the share of questions answered right, or
+whose gold evidence is all packed). With ``--max-context-words W`` the guided run decides under that cost limit
+and a blind trial above ``W`` mean context words scores 0 for TPE and never counts as best, so both methods are
+held to the same context budget. A curve is the best score among fully evaluated strategies (baseline included)
+after each evaluation; the guided run's *current* strategy (what its decisions accepted) is shown as well.
 Stores and caches live in a temporary directory. Run from the repository root:
 
-    python experiments/bench/bench_planner.py [--bench SPEC] [--budget N]
+    python experiments/bench/bench_planner.py [--bench SPEC] [--budget N] [--objective evidence]
+        [--max-context-words W]
 """
 from __future__ import annotations
 
@@ -34,7 +38,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from evolve.benchmarks import load_benchmark  # noqa: E402
 from evolve.loop.config import RunConfig  # noqa: E402
-from evolve.verify.decision import AcceptanceRules  # noqa: E402
+from evolve.verify.decision import AcceptanceRules, CostLimits  # noqa: E402
 from evolve.loop.engine import Engine  # noqa: E402
 from evolve.improve.evolver import Evolver  # noqa: E402
 from evolve.observe.harness import EvalRun, Harness  # noqa: E402
@@ -73,7 +77,7 @@ class Curve:
 class MethodResult:
     curve: Curve
     best_strategy: dict
-    best_accuracy: float
+    best_score: float
     lines: list[str]
     counts: dict[str, float | int]
     wall_s: float
@@ -85,7 +89,8 @@ def run_config(args: argparse.Namespace, stores: Path) -> RunConfig:
     """The guided run's configuration: the nightly job's acceptance and planner settings."""
     config = RunConfig(benchmark=args.bench, strategy=Path(args.strategy), stores=stores, rounds=args.max_rounds,
                        candidates_per_round=args.candidates_per_round, seed=args.seed, limit=args.limit,
-                       probe_size=args.probe_size,
+                       probe_size=args.probe_size, objective=args.objective,
+                       cost=CostLimits(max_context_words=args.max_context_words),
                        acceptance=AcceptanceRules(epsilon_default=0.03, protected_slices=["temporal"]))
     return config.resolve(Path.cwd())
 
@@ -114,7 +119,8 @@ def run_guided(config: RunConfig, budget: float) -> tuple[MethodResult, Engine]:
     wall = time.perf_counter() - started
 
     baseline_hash = strategy_hash(engine.baseline)
-    base_acc = scoreboard[0]["observed_accuracy"]
+    base_acc = scoreboard[0]["observed_score"]
+    key = "all_evidence_packed" if config.objective == "evidence" else "accuracy"
     best = Curve("guided: best evaluated", base_acc)
     current = Curve("guided: current (accepted)", base_acc)
     counts = {"probes_total": 0, "full_total": 0, "probes_in_budget": 0, "full_in_budget": 0, "refused_free": 0,
@@ -133,12 +139,14 @@ def run_guided(config: RunConfig, budget: float) -> tuple[MethodResult, Engine]:
             counts[f"{kind}_in_budget"] += inside
             counts["cost_in_budget"] = cost if inside else counts["cost_in_budget"]
             if kind == "full" and inside:
-                if r["summary"]["accuracy"] > best_acc + EPS:
-                    best_acc, best_hash = r["summary"]["accuracy"], r["strategy_hash"]
+                within = not config.cost.max_context_words or \
+                    r["summary"]["context_words"]["mean"] <= config.cost.max_context_words
+                if within and r["summary"][key] > best_acc + EPS:
+                    best_acc, best_hash = r["summary"][key], r["strategy_hash"]
                 best.points.append((cost, best_acc))
         round_end[r["round"]] = cost
         paired = r.get("paired")
-        acc = f"{r['summary']['accuracy']:.4f}" if paired else ""
+        acc = f"{r['summary'][key]:.4f}" if paired else ""
         moved = f"+{len(paired['improved'])}/-{len(paired['regressed'])}" if paired else ""
         lines.append(f"{cost:7.3f} {r['round']:5d} {r['candidate_id']:<11} {r['direction']['key'][:44]:<44} "
                      f"{r['decided_by'][:9]:<9} {r['decision']['verdict']:<19} {acc:>6} {moved:>10} {best_acc:6.4f}"
@@ -148,11 +156,11 @@ def run_guided(config: RunConfig, budget: float) -> tuple[MethodResult, Engine]:
     for entry in scoreboard:  # the current strategy changes at round ends
         end = round_end.get(entry["round"], end)
         if end <= budget + EPS:
-            current.points.append((end, entry["accuracy"]))
+            current.points.append((end, entry["score"]))
             current_hash = entry["strategy_hash"]
     counts.update(rounds=len(scoreboard), n_questions=n_q, restores=sum(e["restored"] for e in scoreboard),
                   probe_size=next((r["probe"]["n"] for r in records if r.get("probe")), 0),
-                  current_accuracy=current.at(budget))
+                  current_score=current.at(budget))
     result = MethodResult(best, _stored(engine, best_hash), best_acc, lines, counts, wall, [current],
                           _stored(engine, current_hash))
     return result, engine
@@ -187,9 +195,10 @@ def run_blind(config: RunConfig, budget: int, work: Path, question_ids: list[str
     baseline = load_strategy(config.strategy)
     base_run = harness.evaluate(baseline, question_ids, desc="baseline")
     evolver = Evolver(f"sqlite:///{work / 'optuna.db'}", config.seed)
-    curve = Curve("blind TPE: best evaluated", base_run.summary["accuracy"])
+    curve = Curve("blind TPE: best evaluated", base_run.score(config.objective))
+    cap = config.cost.max_context_words
     best_run, best_strategy = base_run, baseline
-    lines = [f"{'trial':>5} {'acc':>6} {'best':>6} {'changed dims':>12} {'re-ingest':>9} {'wall s':>7}"]
+    lines = [f"{'trial':>5} {'score':>6} {'best':>6} {'changed dims':>12} {'re-ingest':>9} {'words':>7} {'wall s':>7}"]
     invalid = 0
     while len(curve.points) < budget:
         try:
@@ -201,17 +210,19 @@ def run_blind(config: RunConfig, budget: int, work: Path, question_ids: list[str
             continue
         strategy = derive(baseline, proposal.changes)
         run = harness.evaluate(strategy, question_ids, desc=f"blind {proposal.trial_number}")
-        acc = run.summary["accuracy"]
-        evolver.tell(proposal, acc)
-        if acc > best_run.summary["accuracy"] + EPS:
+        acc = run.score(config.objective)
+        within = not cap or run.summary.context_words["mean"] <= cap
+        evolver.tell(proposal, acc if within else 0.0)
+        if within and acc > best_run.score(config.objective) + EPS:
             best_run, best_strategy = run, strategy
-        curve.points.append((float(len(curve.points) + 1), best_run.summary["accuracy"]))
+        curve.points.append((float(len(curve.points) + 1), best_run.score(config.objective)))
         changed = sum(1 for p, v in proposal.changes.items() if get_path(baseline, p) != v)
         reingest = ingestion_key(strategy) != ingestion_key(baseline)
-        lines.append(f"{len(curve.points):5d} {acc:6.4f} {best_run.summary['accuracy']:6.4f} {changed:12d} "
-                     f"{'yes' if reingest else 'no':>9} {run.summary['wall_time_s']:7.1f}")
+        lines.append(f"{len(curve.points):5d} {acc:6.4f} {best_run.score(config.objective):6.4f} {changed:12d} "
+                     f"{'yes' if reingest else 'no':>9} {run.summary.context_words['mean']:7.1f} "
+                     f"{run.summary.wall_time_s:7.1f}")
     counts = {"full_total": budget, "invalid_samples_free": invalid}
-    result = MethodResult(curve, best_strategy, best_run.summary["accuracy"], lines, counts,
+    result = MethodResult(curve, best_strategy, best_run.score(config.objective), lines, counts,
                           time.perf_counter() - started)
     return result, base_run, best_run, harness
 
@@ -224,9 +235,12 @@ def fmt_reach(value: float | None) -> str:
 
 
 def paired_line(label: str, base: EvalRun, cand: EvalRun, config: RunConfig) -> list[str]:
-    p = paired_comparison(base.outcomes(), cand.outcomes(), alpha=config.acceptance.alpha, seed=config.seed)
+    p = paired_comparison(base.outcomes(config.objective), cand.outcomes(config.objective),
+                          alpha=config.acceptance.alpha, seed=config.seed)
     cats = ", ".join(f"{c} {v['delta']:+.3f}" for c, v in p.per_category.items())
-    return [f"{label}: n={p.n} acc {p.acc_baseline:.4f} -> {p.acc_candidate:.4f} (delta {p.delta:+.4f}), "
+    words = f"context words {base.summary.context_words['mean']:.0f} -> {cand.summary.context_words['mean']:.0f}"
+    return [f"{label}: n={p.n} {config.objective} {p.acc_baseline:.4f} -> {p.acc_candidate:.4f} "
+            f"(delta {p.delta:+.4f}), {words}, "
             f"+{len(p.improved)}/-{len(p.regressed)} questions, McNemar p={p.mcnemar_p:.3g}, "
             f"95% CI [{p.ci_low:+.4f}, {p.ci_high:+.4f}] ({p.ci_method}), significant={p.significant}",
             f"    per category: {cats}"]
@@ -246,7 +260,7 @@ def plot(curves: list[Curve], budget: float, baseline: float, target: float, pat
     ax.axhline(target, color="tab:red", linewidth=0.8, linestyle=":", label=f"target {target:.4f}")
     ax.set_xlim(0, budget)
     ax.set_xlabel("candidate evaluations used (full-evaluation units)")
-    ax.set_ylabel("best accuracy so far")
+    ax.set_ylabel("best score so far")
     ax.set_title(title)
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize=8)
@@ -267,6 +281,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
     p.add_argument("--target-pp", type=float, default=5.0, help="fixed target: baseline + this many points")
     p.add_argument("--max-rounds", type=int, default=None, help="cap on guided rounds (default 2 x budget)")
+    p.add_argument("--objective", choices=("accuracy", "evidence"), default="accuracy")
+    p.add_argument("--max-context-words", type=float, default=None,
+                   help="cost limit: mean context words per question (guided decisions and blind best alike)")
     p.add_argument("--report", default=str(HERE / "planner_report.md"))
     p.add_argument("--plot", default=str(HERE / "planner_curves.png"))
     args = p.parse_args(argv)
@@ -288,24 +305,25 @@ def main(argv: list[str] | None = None) -> int:
         current_run = engine.harness.evaluate(guided.current_strategy, engine.question_ids, desc="guided current")
     total = time.perf_counter() - started
 
-    baseline = base_run.summary["accuracy"]
+    baseline = base_run.score(args.objective)
     target = baseline + args.target_pp / 100
     g_final, b_final = guided.curve.at(args.budget), blind.curve.at(args.budget)
     c = guided.counts
     out = [f"command: {command}",
-           f"benchmark {args.bench} | {c['n_questions']} questions ({base_run.summary['n_scored']} scored) | "
+           f"benchmark {args.bench} | {c['n_questions']} questions ({base_run.summary.n_scored} scored) | "
+           f"objective {args.objective} | max context words {args.max_context_words or '-'} | "
            f"seed {args.seed} | budget {args.budget} evaluations | probe {c['probe_size']} questions = "
            f"{c['probe_size'] / c['n_questions']:.3f} evaluation",
-           f"baseline accuracy {baseline:.4f} (guided harness: {guided.curve.start:.4f}); "
+           f"baseline score {baseline:.4f} (guided harness: {guided.curve.start:.4f}); "
            f"fixed target = baseline + {args.target_pp:g}pp = {target:.4f}", "",
-           "## Best accuracy so far after k evaluation units", "",
+           "## Best score so far after k evaluation units", "",
            f"{'k':>3} {'guided best':>11} {'guided current':>14} {'blind TPE':>9}"]
     for k in range(args.budget + 1):
         out.append(f"{k:3d} {guided.curve.at(k):11.4f} {guided.extra_curves[0].at(k):14.4f} "
                    f"{blind.curve.at(k):9.4f}")
     out += ["", "## Guided engine, per candidate (cost = cumulative evaluation units)", "", *guided.lines,
             "", "## Blind TPE, per trial", "", *blind.lines, "", "## Summary", "",
-            f"guided: final best {g_final:.4f}; current (accepted) strategy {c['current_accuracy']:.4f}; "
+            f"guided: final best {g_final:.4f}; current (accepted) strategy {c['current_score']:.4f}; "
             f"{c['rounds']} rounds; full evaluations {c['full_in_budget']} in budget ({c['full_total']} total); "
             f"probes {c['probes_in_budget']} in budget ({c['probes_total']} total); units used "
             f"{c['cost_in_budget']:.3f} in budget ({c['cost_total']:.3f} total); gate/critic/planner refusals "
@@ -317,11 +335,12 @@ def main(argv: list[str] | None = None) -> int:
             f"evaluations to reach target {target:.4f}: guided {fmt_reach(guided.curve.reaching(target, args.budget))}"
             f", blind {fmt_reach(blind.curve.reaching(target, args.budget))}", "",
             "## Paired tests vs. baseline (McNemar exact, paired bootstrap CI)", ""]
-    for label, run, expected in (("guided best", guided_run, guided.best_accuracy),
-                                 ("guided current", current_run, c["current_accuracy"]),
-                                 ("blind best", blind_run, blind.best_accuracy)):
-        if abs(run.summary["accuracy"] - expected) > EPS:
-            out.append(f"WARNING {label}: re-evaluated accuracy {run.summary['accuracy']:.4f} != recorded {expected:.4f}")
+    for label, run, expected in (("guided best", guided_run, guided.best_score),
+                                 ("guided current", current_run, c["current_score"]),
+                                 ("blind best", blind_run, blind.best_score)):
+        if abs(run.score(args.objective) - expected) > EPS:
+            out.append(f"WARNING {label}: re-evaluated score {run.score(args.objective):.4f} != recorded "
+                       f"{expected:.4f}")
         out += paired_line(label, base_run, run, config)
     out += ["", f"total wall time {total:.0f}s"]
     text = "\n".join(out)
@@ -337,10 +356,10 @@ def write_report(path: Path, command: str, text: str, plot_path: Path) -> None:
             f"Generated by `experiments/bench/bench_planner.py` (run from the repository root); re-running it "
             "overwrites this file.\n\n"
             f"```\n{command}\n```\n\n"
-            f"![best accuracy so far]({plot_path.name})\n\n"
+            f"![best score so far]({plot_path.name})\n\n"
             "Accounting: a full evaluation of a candidate costs 1 unit; a probe costs probe size / n questions. "
             "Gate, critic and planner refusals cost nothing; the per-round evaluation of the current strategy and "
-            "the baseline evaluation are not candidate evaluations. *Best* is the highest accuracy among fully "
+            "the baseline evaluation are not candidate evaluations. *Best* is the highest score among fully "
             "evaluated strategies (baseline included) — the same rule for both methods; *current* is the strategy "
             "the guided engine's decisions accepted, changing at round ends. Paired tests reuse the questions the "
             "selection was made on, so the best-of-N figures are optimistic for both methods.\n\n"
