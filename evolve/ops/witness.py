@@ -58,13 +58,18 @@ def witness_anchors(target: Path, stores_root: Path) -> list[Anchor]:
 
 def tracking_anchors(uri: str, stores_root: Path) -> list[Anchor]:
     """Heads of ``stores_root``'s journal tagged on MLflow round runs at ``uri``."""
+    from mlflow.exceptions import MlflowException
     from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
-    ids = [e.experiment_id for e in client.search_experiments()]
-    if not ids:
-        return []
-    runs = client.search_runs(ids, filter_string=f"tags.`{STORES_TAG}` = {json.dumps(str(stores_root.resolve()))}")
+    if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
+        raise StoreError(uri, "no such tracking store (the SQLite file does not exist)")
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        ids = [e.experiment_id for e in client.search_experiments()]
+        tag = json.dumps(str(stores_root.resolve()))
+        runs = client.search_runs(ids, filter_string=f"tags.`{STORES_TAG}` = {tag}") if ids else []
+    except (MlflowException, OSError) as exc:
+        raise StoreError(uri, f"cannot read the tracking store: {str(exc).splitlines()[0]}") from None
     anchors = []
     for run in runs:
         index, _, digest = run.data.tags.get(HEAD_TAG, "").partition(":")
