@@ -24,7 +24,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # the loop
     "Engine": "evolve.loop.engine", "RunConfig": "evolve.loop.config", "load_config": "evolve.loop.config",
-    "ConfigError": "evolve.loop.config", "CandidateRecord": "evolve.loop.record",
+    "ConfigError": "evolve.loop.config", "CandidateRecord": "evolve.loop.record", "History": "evolve.ops.history",
     # the strategy artifact
     "BASELINE_PATH": "evolve.data", "StrategyError": "evolve.strategy.artifact",
     "load_strategy": "evolve.strategy.artifact", "parse_strategy": "evolve.strategy.artifact",
@@ -38,7 +38,8 @@ _EXPORTS = {
     "load_benchmark": "evolve.benchmarks", "Benchmark": "evolve.benchmarks", "BenchmarkError": "evolve.benchmarks",
     "generate_synthetic": "evolve.benchmarks",
     # decisions
-    "AcceptanceRules": "evolve.verify.decision", "Decision": "evolve.verify.decision",
+    "AcceptanceRules": "evolve.verify.decision", "CostLimits": "evolve.verify.decision",
+    "Decision": "evolve.verify.decision",
     "Verdict": "evolve.verify.decision", "decide": "evolve.verify.decision",
     "paired_comparison": "evolve.verify.statistics",
 }
