@@ -22,11 +22,13 @@ class Overview:
 
     n_rounds: int
     harness: dict
+    objective: str
     baseline_hash: str | None
     current_hash: str | None
     baseline: dict | None  # evaluation summaries (accuracy, accuracy_by_category, ...)
     current: dict | None
-    current_accuracy: float | None
+    baseline_score: float | None  # under the objective
+    current_score: float | None
     best: dict | None  # checkpoint manifest: strategy_hash, round, score
     best_summary: dict | None
     decisions: Counter
@@ -34,11 +36,16 @@ class Overview:
     @classmethod
     def of(cls, view: History) -> "Overview":
         base, cur = view.state.get("baseline_strategy"), view.state.get("current_strategy")
-        rounds, best = view.rounds, view.best
-        return cls(len(rounds), view.harness or {}, base, cur, view.summary_of(base) if base else None,
-                   view.summary_of(cur) if cur else None, rounds[-1]["accuracy"] if rounds else None,
+        rounds, best, harness = view.rounds, view.best, view.harness or {}
+        return cls(len(rounds), harness, harness.get("objective", "accuracy"), base, cur,
+                   view.summary_of(base) if base else None, view.summary_of(cur) if cur else None,
+                   rounds[0]["observed_score"] if rounds else None, rounds[-1]["score"] if rounds else None,
                    best, view.summary_of(best["strategy_hash"]) if best else None,
                    Counter(r.verdict for r in view.records))
+
+    @property
+    def label(self) -> str:
+        return "all evidence packed" if self.objective == "evidence" else "accuracy"
 
 
 def _category_plot(ov: Overview) -> str:
@@ -70,9 +77,8 @@ def _badge(verdict: str) -> str:
 
 
 def _cards(ov: Overview) -> str:
-    base_acc = (ov.baseline or {}).get("accuracy")
-    items = [(str(ov.n_rounds), "rounds"), (fmt_num(base_acc, ".3f"), "baseline accuracy"),
-             (fmt_num(ov.current_accuracy, ".3f"), f"current accuracy ({(ov.current_hash or '-')[:12]})")]
+    items = [(str(ov.n_rounds), "rounds"), (fmt_num(ov.baseline_score, ".3f"), f"baseline {ov.label}"),
+             (fmt_num(ov.current_score, ".3f"), f"current {ov.label} ({(ov.current_hash or '-')[:12]})")]
     if ov.best:
         items.append((f"{ov.best['score']:.3f}",
                       f"best ever (round {ov.best['round']}, {ov.best['strategy_hash'][:12]})"))
@@ -195,15 +201,16 @@ def render_markdown(view: History, html_name: str | None = None) -> str:
     """A short summary suitable for a pull-request comment."""
     ov = Overview.of(view)
     records, h = view.records, ov.harness
-    base_acc = (ov.baseline or {}).get("accuracy")
     lines = [f"### memevolve: {ov.n_rounds} round(s) on {h.get('benchmark', '?')} "
-             f"({h.get('n_questions', '?')} questions, judge {h.get('judge', '?')})", "",
-             "| strategy | hash | accuracy |", "| --- | --- | ---: |",
-             f"| baseline | `{(ov.baseline_hash or '-')[:12]}` | {fmt_num(base_acc, '.3f')} |",
-             f"| current | `{(ov.current_hash or '-')[:12]}` | {fmt_num(ov.current_accuracy, '.3f')} |"]
+             f"({h.get('n_questions', '?')} questions, judge {h.get('judge', '?')}, objective {ov.objective})", "",
+             f"| strategy | hash | {ov.label} | accuracy |", "| --- | --- | ---: | ---: |"]
+    rows = [("baseline", ov.baseline_hash, ov.baseline_score, ov.baseline),
+            ("current", ov.current_hash, ov.current_score, ov.current)]
     if ov.best:
-        lines.append(f"| best ever (round {ov.best['round']}) | `{ov.best['strategy_hash'][:12]}` | "
-                     f"{ov.best['score']:.3f} |")
+        rows.append((f"best ever (round {ov.best['round']})", ov.best["strategy_hash"], ov.best["score"],
+                     ov.best_summary))
+    lines += [f"| {name} | `{(digest or '-')[:12]}` | {fmt_num(score, '.3f')} | "
+              f"{fmt_num((summary or {}).get('accuracy'), '.3f')} |" for name, digest, score, summary in rows]
     lines += ["", "Decisions: " + (", ".join(f"{n} {v}" for v, n in sorted(ov.decisions.items())) or "none")]
     accepted = [r for r in records if changes_strategy(r.verdict)]
     if accepted:
