@@ -6,6 +6,7 @@ reply format the parser relies on. The judge uses the framework's versioned prom
 from __future__ import annotations
 
 import re
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from evolve.benchmarks.types import Turn
@@ -29,7 +30,17 @@ def _date(turn_time: Any) -> str:
     return turn_time.strftime("%Y-%m-%d") if turn_time else "undated"
 
 
-class LLMExtractor:
+class _LLMRole:
+    """A role backed by an :class:`LLMClient`; ``concurrency`` is the role's configured limit of calls in flight."""
+
+    client: LLMClient
+
+    @property
+    def concurrency(self) -> int:
+        return self.client.cfg.concurrency
+
+
+class LLMExtractor(_LLMRole):
     """Facts from a dialogue window through the strategy's extraction prompt."""
 
     def __init__(self, client: LLMClient):
@@ -68,7 +79,7 @@ class LLMExtractor:
                              timestamp=source.timestamp, kind=kind)
 
 
-class LLMExpander:
+class LLMExpander(_LLMRole):
     """Sub-queries for a question through the strategy's expansion prompt."""
 
     def __init__(self, client: LLMClient):
@@ -91,7 +102,7 @@ class LLMExpander:
         return out[: policy.max_subqueries]
 
 
-class LLMAnswerer:
+class LLMAnswerer(_LLMRole):
     """An answer from packed context through the strategy's answering prompt."""
 
     def __init__(self, client: LLMClient):
@@ -116,7 +127,7 @@ class LLMAnswerer:
 # ---------------------------------------------------------------- judge
 
 
-class LLMJudge:
+class LLMJudge(_LLMRole):
     """LoCoMo-style CORRECT/WRONG judgment: ``votes`` calls with distinct seeds, majority wins."""
 
     def __init__(self, client: LLMClient, votes: int = 3):
@@ -128,7 +139,10 @@ class LLMJudge:
 
     def judge(self, question: str, gold: str, answer: str) -> Judgment:
         prompt = fill(self._template, question=question, gold=str(gold), answer=answer)
-        votes = tuple(self._vote(self.client.complete(user_message(prompt), seed=seed)) for seed in range(self.votes))
+        with ThreadPoolExecutor(min(self.votes, self.concurrency)) as pool:  # votes in parallel, kept in seed order
+            replies = list(pool.map(lambda seed: self.client.complete(user_message(prompt), seed=seed),
+                                    range(self.votes)))
+        votes = tuple(self._vote(reply) for reply in replies)
         share = sum(votes) / len(votes)
         return Judgment(correct=share > 0.5, score=share, judge=self.name, votes=votes)
 

@@ -10,7 +10,7 @@ import threading
 import time
 import traceback
 from collections import defaultdict
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +44,12 @@ class Roles:
     #: When a role fails (:class:`RoleError`): "stop" the evaluation, or "mark" the question as failed (its
     #: trace carries the error and it is left out of scoring, so a paired comparison sees it as missing).
     on_error: Literal["stop", "mark"] = "stop"
+
+    def concurrency(self) -> int:
+        """How many questions may be in flight at once: the largest ``concurrency`` of a role that waits on a
+        model server (LLM roles); 1 when every role is local and deterministic."""
+        return max([getattr(r, "concurrency", 1) for r in (self.extractor, self.expander, self.answerer, self.judge)
+                    if r is not None])
 
 
 @dataclass
@@ -97,7 +103,19 @@ class _Evaluator:
                 raise
             return [self._failed(q, "ingestion", exc) for q in questions]
         runtime.prefetch([q.question for q in questions])
-        return [self._trace(q, store, runtime) for q in questions]
+        parallel = min(self.roles.concurrency(), len(questions))
+        if parallel <= 1:
+            return [self._trace(q, store, runtime) for q in questions]
+        # Questions wait on the model server, not the CPU: run them in threads (each role's client still bounds
+        # its own calls in flight) and keep the traces in question order, so results equal a sequential run.
+        with ThreadPoolExecutor(parallel) as pool:
+            futures = [pool.submit(self._trace, q, store, runtime) for q in questions]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()  # a stopping failure spends no further calls on questions not yet started
+                raise
 
     def _failed(self, q: Question, stage: str, exc: Exception) -> Trace:
         """The trace of a question a role failed on: recorded, never scored."""

@@ -1,0 +1,47 @@
+"""Concurrent evaluation on the LLM path: questions (and judge votes) in flight at once, bounded by each role's
+``concurrency``, with traces identical to a one-at-a-time evaluation and in the same order."""
+from __future__ import annotations
+
+import json
+import re
+
+from llm_server import LoopbackLLMServer
+
+from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
+from evolve.llm import RolesConfig
+from evolve.loop.backends import build_backends
+
+
+def responder(body: dict) -> str:
+    text = "\n".join(m["content"] for m in body["messages"])
+    if "GOLD ANSWER:" in text:
+        gold, answer = (re.search(rf"{k}: (.*)", text).group(1) for k in ("GOLD ANSWER", "GENERATED ANSWER"))
+        return json.dumps({"reasoning": "overlap", "label": "CORRECT" if set(gold.split()) & set(answer.split())
+                           else "WRONG"})
+    question = re.search(r"QUESTION: (.*)", text).group(1)
+    return "ANSWER: " + question.split()[-1].rstrip("?")
+
+
+def evaluate(server: LoopbackLLMServer, tmp_path, concurrency: int, name: str):
+    roles = {role: {"backend": "llm", "base_url": server.base_url, "model": f"{role}-model", "timeout_s": 5,
+                    "max_retries": 0, "concurrency": concurrency} for role in ("answerer", "judge")}
+    backends = build_backends(RolesConfig.from_sources(roles, source="test"), 0.5, tmp_path / name)
+    bench = load_benchmark("synthetic:0:2")
+    ids = [q.id for q in bench.questions if q.category != "adversarial"][:12]
+    return Harness(bench, backends.roles, progress=False).evaluate(load_strategy(BASELINE_PATH), ids)
+
+
+def comparable(run) -> list[dict]:
+    return [{k: v for k, v in t.to_dict().items() if k != "retrieval_ms"} for t in run.traces]
+
+
+def test_questions_and_votes_run_concurrently_with_sequential_results(tmp_path):
+    with LoopbackLLMServer(responder, models=("answerer-model", "judge-model"), delay_s=0.05) as server:
+        one = evaluate(server, tmp_path, 1, "cache-1")
+        assert server.max_in_flight == 1
+        assert server.request_count == len(one.traces) * 4  # one answer and three judge votes per question
+        four = evaluate(server, tmp_path, 4, "cache-4")
+        assert 1 < server.max_in_flight <= 2 * 4  # two roles, each holding at most four calls in flight
+    assert comparable(four) == comparable(one)
+    assert [t.question_id for t in four.traces] == [t.question_id for t in one.traces]
+    assert four.summary.accuracy == one.summary.accuracy and all(len(t.judge["votes"]) == 3 for t in four.traces)
