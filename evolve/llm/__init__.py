@@ -1,7 +1,8 @@
 """LLM-backed roles through any OpenAI-compatible endpoint, replayed exactly from a response cache."""
 from evolve.llm.cache import CacheError, ResponseCache, cache_key
 from evolve.llm.client import (LLMAuthError, LLMClient, LLMError, LLMModelNotFoundError, LLMRequestError,
-                               LLMUnavailableError, UsageStats)
+                               LLMUnavailableError)
+from evolve.runtime.usage import UsageStats
 from evolve.llm.config import ROLES, ConfigError, RoleConfig, RolesConfig, check_reachable
 from evolve.llm.advisors import (CriticAdvisor, CriticVerdict, LLMCritic, LLMPlanner, PlannerAdvisor, PlannerResult,
                                  Proposal)

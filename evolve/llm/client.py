@@ -5,16 +5,14 @@ import hashlib
 import json
 import threading
 import time
-from collections import Counter
 
 import openai
 
 from evolve.llm.cache import ResponseCache, cache_key
 from evolve.llm.config import RoleConfig
 from evolve.runtime.roles import RoleError
+from evolve.runtime.usage import UsageStats, current_question
 
-#: Counters kept per role by :class:`UsageStats`.
-COUNTERS = ("requests", "retries", "failures", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses")
 _RETRY_STATUS = frozenset({408, 409, 429})
 _JITTER = 0.25  # at most +25 % of a backoff delay
 
@@ -43,37 +41,6 @@ class LLMUnavailableError(LLMError):
     """Rate limits, server errors, timeouts, connection errors or malformed responses outlasted the retries."""
 
 
-class UsageStats:
-    """Thread-safe per-role counters of requests, tokens and cache use."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._counts: dict[str, Counter[str]] = {}
-
-    def add(self, role: str, **counts: int) -> None:
-        unknown = set(counts) - set(COUNTERS)
-        if unknown:
-            raise KeyError(f"unknown usage counters {sorted(unknown)}; expected {COUNTERS}")
-        with self._lock:
-            self._counts.setdefault(role, Counter()).update(counts)
-
-    def get(self, role: str, counter: str) -> int:
-        with self._lock:
-            return self._counts.get(role, Counter())[counter]
-
-    def to_dict(self) -> dict[str, int]:
-        """Flat metrics ``llm.<role>.<counter>`` and ``llm.total.<counter>`` (ready to log to MLflow)."""
-        with self._lock:
-            out: dict[str, int] = {}
-            total: Counter[str] = Counter()
-            for role in sorted(self._counts):
-                for counter in COUNTERS:
-                    out[f"llm.{role}.{counter}"] = self._counts[role][counter]
-                total.update(self._counts[role])
-            out.update({f"llm.total.{counter}": total[counter] for counter in COUNTERS})
-            return out
-
-
 def _retry_after(exc: openai.APIStatusError) -> float:
     """Seconds from a ``Retry-After`` header (0 when absent or given as a date)."""
     try:
@@ -100,13 +67,19 @@ class LLMClient:
         key = cache_key(self.role, self.model, messages, request)
         entry = self.cache.get(key)
         if entry is not None:
-            self.stats.add(self.role, cache_hits=1)
+            self._tally(cache_hits=1)
             return entry["content"]
-        self.stats.add(self.role, cache_misses=1)
+        self._tally(cache_misses=1)
         content, usage = self._call(messages, request, key)
         self.cache.put(key, {"role": self.role, "model": self.model, "messages": messages, "params": request,
                              "content": content, "usage": usage})
         return content
+
+    def _tally(self, **counts: int) -> None:
+        self.stats.add(self.role, **counts)
+        question = current_question()
+        if question is not None:
+            question.add(self.role, **counts)
 
     def _error(self, cls: type[LLMError], reason: str) -> LLMError:
         return cls(self.role, self.cfg.endpoint, self.model, reason)
@@ -117,8 +90,12 @@ class LLMClient:
             retry_after = 0.0
             try:
                 with self._slots:
-                    self.stats.add(self.role, requests=1)
-                    response = self._api.chat.completions.create(model=self.model, messages=messages, **request)
+                    self._tally(requests=1)
+                    started = time.perf_counter()
+                    try:
+                        response = self._api.chat.completions.create(model=self.model, messages=messages, **request)
+                    finally:
+                        self._tally(latency_ms=round((time.perf_counter() - started) * 1000))
             except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
                 raise self._error(LLMAuthError, f"HTTP {exc.status_code} authentication failed; check the key "
                                                 f"in ${self.cfg.api_key_env} ({exc.message})") from None
@@ -141,13 +118,13 @@ class LLMClient:
                     usage = response.usage
                     tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0,
                               "completion_tokens": usage.completion_tokens if usage else 0}
-                    self.stats.add(self.role, **tokens)
+                    self._tally(**tokens)
                     return content, tokens
                 last = "malformed response (no message content)"
             if attempt < self.cfg.max_retries:
-                self.stats.add(self.role, retries=1)
+                self._tally(retries=1)
                 time.sleep(self._delay(key, attempt, retry_after))
-        self.stats.add(self.role, failures=1)
+        self._tally(failures=1)
         raise self._error(LLMUnavailableError, f"gave up after {self.cfg.max_retries + 1} attempts; last error: {last}")
 
     def _delay(self, key: str, attempt: int, retry_after: float) -> float:

@@ -5,13 +5,15 @@ reply format the parser relies on. The judge uses the framework's versioned prom
 """
 from __future__ import annotations
 
+import contextvars
 import re
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
 from evolve.benchmarks.types import Turn
 from evolve.llm.cache import ResponseCache
-from evolve.llm.client import LLMClient, UsageStats
+from evolve.llm.client import LLMClient
+from evolve.runtime.usage import UsageStats
 from evolve.llm.config import RolesConfig
 from evolve.llm.advisors import LLMCritic, LLMPlanner
 from evolve.llm.prompting import after_marker, fill, json_payload, load_prompt, reply_lines, strip_citations, user_message
@@ -139,9 +141,10 @@ class LLMJudge(_LLMRole):
 
     def judge(self, question: str, gold: str, answer: str) -> Judgment:
         prompt = fill(self._template, question=question, gold=str(gold), answer=answer)
+        contexts = [contextvars.copy_context() for _ in range(self.votes)]  # each vote tallied to this question
         with ThreadPoolExecutor(min(self.votes, self.concurrency)) as pool:  # votes in parallel, kept in seed order
-            replies = list(pool.map(lambda seed: self.client.complete(user_message(prompt), seed=seed),
-                                    range(self.votes)))
+            replies = list(pool.map(lambda seed: contexts[seed].run(self.client.complete, user_message(prompt),
+                                                                     seed=seed), range(self.votes)))
         votes = tuple(self._vote(reply) for reply in replies)
         share = sum(votes) / len(votes)
         return Judgment(correct=share > 0.5, score=share, judge=self.name, votes=votes)

@@ -123,6 +123,7 @@ class Engine:
             "current_vs_baseline": {k: paired.to_dict()[k] for k in
                                     ("n", "delta", "mcnemar_p", "ci_low", "ci_high", "per_category")},
             "decisions": self._decision_counts(),
+            "llm": self.llm_stats.by_role() if self.llm_stats else {},
         }
 
     def current_strategy(self) -> dict:

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 import traceback
-from collections import defaultdict
+from collections import Counter, defaultdict
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
@@ -28,6 +28,7 @@ from evolve.observe.judge import TokenF1Judge, evidence_recall
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
+from evolve.runtime.usage import question_usage
 from evolve.state.files import atomic_write_json, atomic_write_text
 from evolve.strategy.artifact import policy_hash, strategy_hash
 
@@ -123,13 +124,16 @@ class _Evaluator:
                      error={"stage": stage, "type": type(exc).__name__, "message": str(exc)})
 
     def _trace(self, q: Question, store, runtime: MemoryRuntime) -> Trace:
-        try:
-            result = runtime.ask(store, q.question, q.asked_at)
-            judgment = self.roles.judge.judge(q.question, q.answer, result.answer.text)
-        except RoleError as exc:
-            if self.roles.on_error == "stop":
-                raise
-            return self._failed(q, "question", exc)
+        with question_usage() as usage:
+            try:
+                result = runtime.ask(store, q.question, q.asked_at)
+                judgment = self.roles.judge.judge(q.question, q.answer, result.answer.text)
+            except RoleError as exc:
+                if self.roles.on_error == "stop":
+                    raise
+                failed = self._failed(q, "question", exc)
+                failed.llm = usage.by_role()
+                return failed
         turn_text = self._turn_text[q.conversation_id]
         known = self.benchmark.known_evidence(q)
         trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
@@ -138,6 +142,7 @@ class _Evaluator:
                              "votes": list(judgment.votes)},
                       correct=judgment.correct, f1=judgment.score,
                       scored=self.include_adversarial or q.category != "adversarial")
+        trace.llm = usage.by_role()
         sources = [hit["source_ids"] for hit in trace.retrieved]
         trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
         if known:
@@ -152,6 +157,15 @@ def _spread(values: list[float], *stats: str) -> dict[str, float]:
     values = values or [0.0]
     return {name: round(float(np.mean(values) if name == "mean" else np.percentile(values, int(name[1:]))), 3)
             for name in stats}
+
+
+def _usage_totals(traces: list[Trace]) -> dict[str, dict[str, int]]:
+    """Per-role sums of the traces' LLM usage (empty when no role calls a model server)."""
+    totals: dict[str, Counter] = defaultdict(Counter)
+    for t in traces:
+        for role, counts in t.llm.items():
+            totals[role].update(counts)
+    return {role: dict(counts) for role, counts in sorted(totals.items())}
 
 
 _WORKER: _Evaluator | None = None
@@ -311,6 +325,7 @@ class Harness:
             adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),
                          "evidence_recall@10": recall(adversarial, 10)},
             role_failures=sum(1 for t in traces if t.error is not None),
+            llm=_usage_totals(traces),
             ingestion_cache={"hits": hits, "misses": misses},
             wall_time_s=round(wall, 3),
         )

@@ -56,6 +56,8 @@ class Trace:
     evidence_share: float | None = None
     all_evidence_packed: bool | None = None
     retrieval_ms: float = 0.0
+    #: LLM calls made for this question, per role: requests, tokens, cache hits/misses, latency (empty: no LLM).
+    llm: dict[str, dict[str, int]] = field(default_factory=dict)
     root_cause: str | None = None
     stages: list[str] = field(default_factory=list)
     #: ``{"stage", "type", "message"}`` when a role failed on this question (it is then never scored).
@@ -71,6 +73,13 @@ class Trace:
         out.update((f.name, getattr(self, f.name)) for f in fields(self))
         if out["error"] is None:
             del out["error"]
+        return out
+
+    def deterministic_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the measured times (retrieval and LLM latency): what equal inputs reproduce."""
+        out = self.to_dict()
+        del out["retrieval_ms"]
+        out["llm"] = {role: {c: n for c, n in counts.items() if c != "latency_ms"} for role, counts in self.llm.items()}
         return out
 
     @classmethod
@@ -120,6 +129,8 @@ class Summary:
     dcr3: float
     adversarial: dict
     role_failures: int
+    #: LLM usage of the evaluation's questions, per role (empty when no role calls a model server).
+    llm: dict[str, dict[str, int]]
     ingestion_cache: dict[str, int]
     wall_time_s: float
 
@@ -127,7 +138,7 @@ class Summary:
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
                                         "dcr@3", "n_scored", "judge", "strategy_hash", "n_evidence_known",
                                         "evidence_share", "all_evidence_packed", "all_evidence_packed_by_category",
-                                        "context_words", "wall_time_s")
+                                        "context_words", "llm", "wall_time_s")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -146,6 +157,7 @@ class Summary:
                "all_evidence_packed": self.all_evidence_packed, "context_words_mean": self.context_words["mean"],
                "context_words_p95": self.context_words["p95"], "retrieval_ms_p50": self.retrieval_ms["p50"],
                "retrieval_ms_p95": self.retrieval_ms["p95"]}
+        out.update({f"llm.{role}.{c}": n for role, counts in self.llm.items() for c, n in counts.items()})
         out.update({f"accuracy.{c}": v for c, v in self.accuracy_by_category.items()})
         out.update({f"recall_at_{k}": v for k, v in self.evidence_recall.items() if v is not None})
         out.update({f"root_cause.{c}": v for c, v in self.root_causes.items()})

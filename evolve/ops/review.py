@@ -44,6 +44,13 @@ def change_summary(record: CandidateRecord, width: int = 60) -> str:
     return short(", ".join(parts), width)
 
 
+def usage_line(by_role: dict[str, dict[str, int]]) -> str:
+    """LLM usage per role in words: calls, cache hits, tokens in/out and time waited."""
+    return "; ".join(f"{role} {c.get('requests', 0)} calls ({c.get('cache_hits', 0)} cached), "
+                     f"{c.get('prompt_tokens', 0)}+{c.get('completion_tokens', 0)} tokens, "
+                     f"{c.get('latency_ms', 0) / 1000:.1f}s" for role, c in by_role.items())
+
+
 def fmt_num(x: float | None, spec: str = "+.3f") -> str:
     return "-" if x is None else format(x, spec)
 
@@ -151,6 +158,8 @@ def render_record(record: CandidateRecord, view: History) -> str:
     probe = r.probe
     lines.append(f"probe: {probe['n']} questions, parent {probe['acc_baseline']:.3f} -> candidate "
                  f"{probe['acc_candidate']:.3f} (Δ {probe['delta']:+.3f})" if probe else "probe: not run")
+    if r.summary and r.summary.get("llm"):
+        lines.append("llm: " + usage_line(r.summary["llm"]))
     if r.cost:
         before, after = r.cost["words_parent"], r.cost["words_candidate"]
         growth = f" ({after / before - 1:+.1%})" if before else ""

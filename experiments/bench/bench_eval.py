@@ -80,7 +80,7 @@ def timed(harness: Harness, strategy: dict) -> tuple[EvalRun, float]:
 
 def traces_hash(run: EvalRun) -> str:
     """Hash of the traces but their measured retrieval times."""
-    rows = [{k: v for k, v in t.to_dict().items() if k != "retrieval_ms"} for t in run.traces]
+    rows = [t.deterministic_dict() for t in run.traces]
     return hashlib.sha256("".join(json.dumps(r, default=str) + "\n" for r in rows).encode()).hexdigest()
 
 

@@ -50,7 +50,7 @@ def evaluate(server: LoopbackLLMServer, cache: Path, concurrency: int, ids: list
     started = time.perf_counter()
     run = harness.evaluate(strategy, ids)
     wall = time.perf_counter() - started
-    return [{k: v for k, v in t.to_dict().items() if k != "retrieval_ms"} for t in run.traces], wall
+    return [t.deterministic_dict() for t in run.traces], wall
 
 
 def main(argv: list[str] | None = None) -> int:

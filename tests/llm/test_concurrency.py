@@ -32,7 +32,7 @@ def evaluate(server: LoopbackLLMServer, tmp_path, concurrency: int, name: str):
 
 
 def comparable(run) -> list[dict]:
-    return [{k: v for k, v in t.to_dict().items() if k != "retrieval_ms"} for t in run.traces]
+    return [t.deterministic_dict() for t in run.traces]
 
 
 def test_questions_and_votes_run_concurrently_with_sequential_results(tmp_path):
@@ -45,3 +45,19 @@ def test_questions_and_votes_run_concurrently_with_sequential_results(tmp_path):
     assert comparable(four) == comparable(one)
     assert [t.question_id for t in four.traces] == [t.question_id for t in one.traces]
     assert four.summary.accuracy == one.summary.accuracy and all(len(t.judge["votes"]) == 3 for t in four.traces)
+
+
+def test_every_call_lands_in_its_question_trace_and_the_summary(tmp_path):
+    with LoopbackLLMServer(responder, models=("answerer-model", "judge-model")) as server:
+        run = evaluate(server, tmp_path, 4, "cache")
+        calls = server.request_count
+        again = evaluate(server, tmp_path, 4, "cache")  # same cache: served without HTTP
+        assert server.request_count == calls
+    for t in run.traces:  # one answer and three votes, each under its role, votes from the judge's own threads
+        assert t.llm["answerer"]["requests"] == 1 and t.llm["judge"]["requests"] == 3
+        assert t.llm["answerer"]["prompt_tokens"] > 0 and t.llm["answerer"]["cache_misses"] == 1
+    totals = run.summary.llm
+    assert totals["answerer"]["requests"] + totals["judge"]["requests"] == calls
+    assert totals["judge"]["completion_tokens"] == sum(t.llm["judge"]["completion_tokens"] for t in run.traces)
+    assert again.summary.llm["judge"]["cache_hits"] == 3 * len(run.traces) and "requests" not in again.summary.llm["judge"]
+    assert run.summary.metrics()["llm.judge.requests"] == totals["judge"]["requests"]
