@@ -60,6 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    from evolve.llm.config import ConfigError as RolesConfigError
     from evolve.loop.config import ConfigError, load_config
     from evolve.loop.engine import Engine
 
@@ -68,8 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"stores": Path(args.stores).resolve()})
     try:
         engine = Engine(config, track=not args.no_tracking)
-    except ConfigError as exc:  # a setting the benchmark cannot serve: name the config file too
-        raise ConfigError(f"{args.config}: {exc}") from None
+    except (ConfigError, RolesConfigError) as exc:  # a setting the benchmark or a role cannot serve: name the file
+        raise ConfigError(f"{args.config}: {str(exc).removeprefix('run config: ')}") from None
     result = engine.run(args.rounds)
     print(json.dumps(result, indent=2))
     return 0

@@ -61,3 +61,13 @@ def test_every_call_lands_in_its_question_trace_and_the_summary(tmp_path):
     assert totals["judge"]["completion_tokens"] == sum(t.llm["judge"]["completion_tokens"] for t in run.traces)
     assert again.summary.llm["judge"]["cache_hits"] == 3 * len(run.traces) and "requests" not in again.summary.llm["judge"]
     assert run.summary.metrics()["llm.judge.requests"] == totals["judge"]["requests"]
+
+
+def test_concurrency_zero_is_refused_naming_the_config_file(capsys, tmp_path):
+    from workflow_fixtures import cli, write_config
+
+    roles = {"answerer": {"backend": "llm", "base_url": "http://127.0.0.1:9/v1", "model": "m", "concurrency": 0}}
+    config = write_config(tmp_path / "run.yaml", stores=tmp_path / "stores", roles=roles)
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"{config}: roles.answerer.concurrency: Input should be greater than or equal to 1" in out
+    assert not (tmp_path / "stores").exists()
