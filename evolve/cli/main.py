@@ -60,7 +60,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evolve.llm.config import ConfigError as RolesConfigError
+    from evolve.llm.config import ConfigError as RolesConfigError, EndpointUnreachable
     from evolve.loop.config import ConfigError, load_config
     from evolve.loop.engine import Engine
 
@@ -69,6 +69,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         config = config.model_copy(update={"stores": Path(args.stores).resolve()})
     try:
         engine = Engine(config, track=not args.no_tracking)
+    except EndpointUnreachable:
+        raise
     except (ConfigError, RolesConfigError) as exc:  # a setting the benchmark or a role cannot serve: name the file
         raise ConfigError(f"{args.config}: {str(exc).removeprefix('run config: ')}") from None
     result = engine.run(args.rounds)

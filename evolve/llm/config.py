@@ -109,6 +109,10 @@ class RolesConfig(BaseModel):
             raise ConfigError(f"{source}: {where}: {err['msg']}") from None
 
 
+class EndpointUnreachable(ConfigError):
+    """A configured endpoint does not answer (a fact about the network, not about the configuration file)."""
+
+
 def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
     """Raise :class:`ConfigError` naming role, URL and cause if an LLM endpoint does not answer ``GET /models``.
 
@@ -129,4 +133,4 @@ def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
             pass  # the server answered
         except (urllib.error.URLError, OSError, ValueError) as exc:
             cause = getattr(exc, "reason", None) or exc
-            raise ConfigError(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {cause}") from None
+            raise EndpointUnreachable(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {cause}") from None
