@@ -1,6 +1,7 @@
-"""One candidate through the Verify half: evolver values → gates → critic → probe screen → paired comparison →
-decision. Each stage's outcome lands in the candidate's :class:`~evolve.loop.record.CandidateRecord`; the first
-stage that decides closes it, so cheap screens spare the expensive evaluation."""
+"""One candidate through the Verify half: evolver values → gates → critic → (with LLM answers: an LLM-free evidence
+screen) → probe screen → paired comparison → decision. Each stage's outcome lands in the candidate's
+:class:`~evolve.loop.record.CandidateRecord`; the first stage that decides closes it, so cheap screens spare the
+expensive evaluation."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -17,7 +18,9 @@ from evolve.observe.trace import Trace
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 from evolve.strategy.diff import diff_strategies, effective_changes
 from evolve.verify.critic import Critic, CriticPacket
-from evolve.verify.decision import AcceptanceRules, CostLimits, Decision, Verdict, decide, probe_screen
+from evolve.verify.decision import (
+    AcceptanceRules, CostLimits, Decision, Verdict, decide, evidence_screen, probe_screen,
+)
 from evolve.verify.gates import GateContext, change_keys, run_gates
 from evolve.verify.statistics import paired_comparison
 
@@ -98,6 +101,11 @@ class CandidateVerifier:
         if review.blocks:
             return result.close(Decision(Verdict.REJECT, "; ".join(review.reasons), "critic"), "critic")
 
+        if self.harness.roles.answers_call_models():
+            flagged = self._evidence_screen(record, candidate, screen.run)
+            if flagged is not None:
+                return result.close(flagged, "evidence-screen")
+
         screened = self._probe(record, candidate, screen.run)
         if screened is not None:
             return result.close(screened, "probe")
@@ -120,6 +128,16 @@ class CandidateVerifier:
         return CriticPacket(effective_changes(current, candidate), record.change_keys, root_cause, category,
                             {k: self.effects.reputation(k) for k in record.change_keys}, examples,
                             screen.recent[-10:])
+
+    def _evidence_screen(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
+        """Evaluate the candidate up to the packed context (no answerer or judge call) and reject it if it loses gold
+        evidence significantly against its parent."""
+        run = self.harness.evaluate(candidate, self.question_ids, desc=f"{record.candidate_id} evidence screen",
+                                    answer=False)
+        paired = paired_comparison(base.outcomes("evidence"), run.outcomes("evidence"), alpha=self.rules.alpha,
+                                   seed=self.seed)
+        record.evidence_screen = {k: paired.to_dict()[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
+        return evidence_screen(paired, self.rules)
 
     def _probe(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
         """Evaluate the probe subset; a decision if the probe already decides (objective drop, or inert)."""

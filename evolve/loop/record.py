@@ -12,7 +12,7 @@ from evolve.state.files import canonical_hash
 from evolve.verify.decision import Decision, changes_strategy
 
 #: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).
-STAGES = ("gates", "critic", "probe", "paired")
+STAGES = ("gates", "critic", "evidence_screen", "probe", "paired")
 
 
 @dataclass
@@ -34,6 +34,8 @@ class CandidateRecord:
     optuna: dict | None = None
     gates: dict | None = None
     critic: dict | None = None
+    #: LLM-free screen on the evidence outcome (only when answers cost model calls).
+    evidence_screen: dict | None = None
     probe: dict | None = None
     paired: dict | None = None
     dcr: float | None = None
@@ -86,7 +88,8 @@ class CandidateRecord:
 
     def report_hash(self) -> str:
         """Hash of the evidence behind the decision, journaled with the verdict."""
-        keys = ("paired", "dcr", "probe", "gates", "critic", "decision") + (("cost",) if self.cost else ())
+        keys = ("paired", "dcr", "probe", "gates", "critic", "decision") + (("cost",) if self.cost else ()) + \
+            (("evidence_screen",) if self.evidence_screen else ())
         return canonical_hash({k: getattr(self, k) for k in keys})
 
     def record_hash(self) -> str:

@@ -26,7 +26,7 @@ from evolve.observe.evidence import packed_evidence
 from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
 from evolve.observe.judge import TokenF1Judge, evidence_recall
 from evolve.observe.trace import RECALL_KS, Summary, Trace
-from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, RoleError
+from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.usage import question_usage
 from evolve.state.files import atomic_write_json, atomic_write_text
@@ -45,6 +45,10 @@ class Roles:
     #: When a role fails (:class:`RoleError`): "stop" the evaluation, or "mark" the question as failed (its
     #: trace carries the error and it is left out of scoring, so a paired comparison sees it as missing).
     on_error: Literal["stop", "mark"] = "stop"
+
+    def answers_call_models(self) -> bool:
+        """Whether answering or judging waits on a model server (an LLM answerer or judge)."""
+        return any(hasattr(r, "concurrency") for r in (self.answerer, self.judge) if r is not None)
 
     def concurrency(self) -> int:
         """How many questions may be in flight at once: the largest ``concurrency`` of a role that waits on a
@@ -96,7 +100,8 @@ class _Evaluator:
         return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
                              answerer=self.roles.answerer, cache=self.cache)
 
-    def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question]) -> list[Trace]:
+    def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question],
+                     answer: bool = True) -> list[Trace]:
         try:
             store = runtime.ingest(self.benchmark.conversations[cid])
         except RoleError as exc:
@@ -106,11 +111,11 @@ class _Evaluator:
         runtime.prefetch([q.question for q in questions])
         parallel = min(self.roles.concurrency(), len(questions))
         if parallel <= 1:
-            return [self._trace(q, store, runtime) for q in questions]
+            return [self._trace(q, store, runtime, answer) for q in questions]
         # Questions wait on the model server, not the CPU: run them in threads (each role's client still bounds
         # its own calls in flight) and keep the traces in question order, so results equal a sequential run.
         with ThreadPoolExecutor(parallel) as pool:
-            futures = [pool.submit(self._trace, q, store, runtime) for q in questions]
+            futures = [pool.submit(self._trace, q, store, runtime, answer) for q in questions]
             try:
                 return [f.result() for f in futures]
             except BaseException:
@@ -123,11 +128,12 @@ class _Evaluator:
         return Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence), scored=False,
                      error={"stage": stage, "type": type(exc).__name__, "message": str(exc)})
 
-    def _trace(self, q: Question, store, runtime: MemoryRuntime) -> Trace:
+    def _trace(self, q: Question, store, runtime: MemoryRuntime, answer: bool = True) -> Trace:
         with question_usage() as usage:
             try:
-                result = runtime.ask(store, q.question, q.asked_at)
-                judgment = self.roles.judge.judge(q.question, q.answer, result.answer.text)
+                result = runtime.ask(store, q.question, q.asked_at, answer=answer)
+                judgment = (self.roles.judge.judge(q.question, q.answer, result.answer.text) if answer
+                            else Judgment(False, 0.0, "none (context only)"))
             except RoleError as exc:
                 if self.roles.on_error == "stop":
                     raise
@@ -202,12 +208,13 @@ class _WorkerError(Exception):
         return exc
 
 
-def _work(strategy: dict, cid: str, question_ids: list[str]) -> tuple[list[Trace], int, int]:
+def _work(strategy: dict, cid: str, question_ids: list[str], answer: bool) -> tuple[list[Trace], int, int]:
     """Worker task: ``(traces, ingestion cache hits, misses)`` of one conversation."""
     assert _WORKER is not None, "worker not initialised"
     try:
         hits, misses = _WORKER.cache.hits, _WORKER.cache.misses
-        traces = _WORKER.conversation(_WORKER.runtime(strategy), cid, [_WORKER.questions[q] for q in question_ids])
+        traces = _WORKER.conversation(_WORKER.runtime(strategy), cid, [_WORKER.questions[q] for q in question_ids],
+                                      answer)
         return traces, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
     except Exception as exc:
         raise _WorkerError(type(exc), exc.args, dict(vars(exc)), "".join(traceback.format_exception(exc))) from None
@@ -236,7 +243,11 @@ class Harness:
         self._benchmark_hash = benchmark.content_hash()
         self._pool: ProcessPoolExecutor | None = None
 
-    def evaluate(self, strategy: dict, question_ids: Iterable[str] | None = None, desc: str = "eval") -> EvalRun:
+    def evaluate(self, strategy: dict, question_ids: Iterable[str] | None = None, desc: str = "eval", *,
+                 answer: bool = True) -> EvalRun:
+        """Traces and summary of ``strategy`` on the questions (all by default). With ``answer=False`` questions stop
+        at the packed context: no answerer or judge call is made, and only the retrieval, context and evidence
+        fields mean anything (an LLM-free screen)."""
         wanted = set(question_ids) if question_ids is not None else None
         questions = [q for q in self.benchmark.questions if wanted is None or q.id in wanted]
         by_conv: dict[str, list[Question]] = defaultdict(list)
@@ -250,7 +261,8 @@ class Harness:
         with tqdm(total=len(questions), desc=desc, disable=not self.progress, leave=False) as bar:
             if self.workers > 1 and len(by_conv) > 1:
                 pool = self._worker_pool()
-                futures = [pool.submit(_work, strategy, cid, [q.id for q in qs]) for cid, qs in by_conv.items()]
+                futures = [pool.submit(_work, strategy, cid, [q.id for q in qs], answer)
+                           for cid, qs in by_conv.items()]
                 for future in futures:
                     try:
                         part, h, m = future.result()
@@ -264,7 +276,7 @@ class Harness:
                     bar.update(len(part))
             else:
                 for cid, conv_questions in by_conv.items():
-                    traces.extend(self._evaluator.conversation(runtime, cid, conv_questions))
+                    traces.extend(self._evaluator.conversation(runtime, cid, conv_questions, answer))
                     bar.update(len(conv_questions))
         summary = self._summary(strategy, traces, time.perf_counter() - started,
                                 hits + self.cache.hits - hits0, misses + self.cache.misses - misses0)

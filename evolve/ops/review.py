@@ -155,6 +155,10 @@ def render_record(record: CandidateRecord, view: History) -> str:
     critic = r.critic
     lines.append(f"critic: {critic['label']}{' (blocks)' if critic['blocks'] else ''}" if critic else "critic: not run")
     lines += [f"  - {reason}" for reason in (critic or {}).get("reasons", [])]
+    if r.evidence_screen:
+        e = r.evidence_screen
+        lines.append(f"evidence screen (no LLM call): {e['n']} questions, all-evidence-packed Δ {e['delta']:+.4f}, "
+                     f"McNemar p={e['mcnemar_p']:.4g}, CI [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}]")
     probe = r.probe
     lines.append(f"probe: {probe['n']} questions, parent {probe['acc_baseline']:.3f} -> candidate "
                  f"{probe['acc_candidate']:.3f} (Δ {probe['delta']:+.3f})" if probe else "probe: not run")

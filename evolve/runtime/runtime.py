@@ -91,8 +91,9 @@ class MemoryRuntime:
         if wanted:
             self.cache.embeddings.encode(self.embedder, wanted)
 
-    def ask(self, store: MemoryStore, question: str, asked_at: datetime | None = None) -> RuntimeResult:
-        """Retrieve, filter, assemble and answer one question."""
+    def ask(self, store: MemoryStore, question: str, asked_at: datetime | None = None, *,
+            answer: bool = True) -> RuntimeResult:
+        """Retrieve, filter, assemble and (unless ``answer`` is false: context only) answer one question."""
         if store.embedder_name != self.embedder.name:
             raise ValueError(f"store of conversation {store.conversation_id} was embedded with "
                              f"{store.embedder_name!r}, runtime uses {self.embedder.name!r}")
@@ -107,6 +108,7 @@ class MemoryRuntime:
         kept, filtered = filter_hits(store, hits, policy)
         retrieval_ms = (time.perf_counter() - started) * 1000
         packing = assemble(store, kept, policy)
-        answer = self.answerer.answer(question, packing.packed, policy.answering, intent)
+        reply = (self.answerer.answer(question, packing.packed, policy.answering, intent) if answer
+                 else AnswerResult(""))
         return RuntimeResult(intent, list(subqueries), hits, filtered, packing.packed, packing.dropped,
-                             packing.context_tokens, policy.assembly.token_budget, answer, retrieval_ms)
+                             packing.context_tokens, policy.assembly.token_budget, reply, retrieval_ms)

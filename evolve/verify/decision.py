@@ -224,6 +224,17 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
     return Decision(Verdict.ACCEPT, f"accepted: {stats}", "accept")
 
 
+def evidence_screen(paired: PairedReport, rules: AcceptanceRules) -> Decision | None:
+    """REJECT a candidate whose packed context significantly loses gold evidence against its parent (same rule as
+    ``significant_harm``, on the evidence outcome); found before any answerer or judge call is spent on it."""
+    if paired.n and paired.delta < 0 and paired.mcnemar_p <= rules.alpha and paired.ci_high < 0:
+        return Decision(Verdict.REJECT, f"evidence screen: the packed context loses gold evidence (delta="
+                                        f"{paired.delta:+.4f}, p={paired.mcnemar_p:.4g}, CI=[{paired.ci_low:+.4f}, "
+                                        f"{paired.ci_high:+.4f}]); rejected before any LLM answer or judgment",
+                        "evidence_screen")
+    return None
+
+
 def probe_screen(base_acc: float, cand_acc: float, rules: AcceptanceRules) -> Decision | None:
     """REJECT when the candidate's probe accuracy is more than ``probe_delta`` below the baseline's."""
     drop = base_acc - cand_acc
