@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 
 from llm_server import LoopbackLLMServer
 
@@ -24,7 +25,7 @@ def responder(body: dict) -> str:
 
 def evaluate(server: LoopbackLLMServer, tmp_path, concurrency: int, name: str):
     roles = {role: {"backend": "llm", "base_url": server.base_url, "model": f"{role}-model", "timeout_s": 5,
-                    "max_retries": 0, "concurrency": concurrency} for role in ("answerer", "judge")}
+                    "max_retries": 2, "concurrency": concurrency} for role in ("answerer", "judge")}
     backends = build_backends(RolesConfig.from_sources(roles, source="test"), 0.5, tmp_path / name)
     bench = load_benchmark("synthetic:0:2")
     ids = [q.id for q in bench.questions if q.category != "adversarial"][:12]
@@ -71,3 +72,18 @@ def test_concurrency_zero_is_refused_naming_the_config_file(capsys, tmp_path):
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and f"{config}: roles.answerer.concurrency: Input should be greater than or equal to 1" in out
     assert not (tmp_path / "stores").exists()
+
+
+def test_a_429_burst_under_concurrency_is_retried_after_the_servers_delay(tmp_path):
+    with LoopbackLLMServer(responder, models=("answerer-model", "judge-model")) as server:
+        reference = evaluate(server, tmp_path, 1, "cache-ref")
+        server.fail_next("429", n=6, retry_after=0.3)
+        started = time.perf_counter()
+        burst = evaluate(server, tmp_path, 4, "cache-burst")
+        waited = time.perf_counter() - started
+    def content(run) -> list[dict]:  # what was answered and judged; the usage counters differ by the retries
+        return [{k: v for k, v in row.items() if k != "llm"} for row in comparable(run)]
+
+    assert content(burst) == content(reference)
+    retries = sum(counts.get("retries", 0) for t in burst.traces for counts in t.llm.values())
+    assert retries == 6 and waited >= 0.3  # every rejected call waited Retry-After, then went through
