@@ -12,7 +12,7 @@ from pathlib import Path
 
 from evolve.ops.history import History
 from evolve.ops.review import DECISIONS, candidates_table, render_record, select
-from evolve.ops.drift import drift_report, serving_status
+from evolve.ops.drift import serving_status, serving_targets
 from evolve.ops.serving import ChangeResult, Refused, promote, rollback
 from evolve.ops.targets import SERVING_DIR_ENV
 from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
@@ -132,8 +132,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     if not result.ok:
         print(f"verification failed at entry {result.first_bad_index}: {result.reason}")
         return 1
-    targets = dict.fromkeys([Path(t).resolve() for t in args.serving] +
-                            [s.target for s in drift_report(view)])
+    targets = dict.fromkeys(Path(t).resolve() for t in [*args.serving, *serving_targets(view.entries)])
     anchors = [a for t in targets for a in witness_anchors(t, view.root)]
     uri = _tracking_uri(args.tracking_uri)
     if uri is not None:
@@ -147,7 +146,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     print(f"ok: {result.n} entries{keyed}; {len(view.records)} candidate records match their journaled decisions; "
           f"{len(anchors)} external head(s) checked ({len(targets)} serving file(s)"
           f"{', tracking ' + uri if uri else ', no tracking store'})")
-    statuses = [s for s in map(lambda t: serving_status(view, t), targets) if s.entry or s.current]
+    statuses = [s for s in (serving_status(view, t) for t in targets) if s.entry or s.current]
     for status in statuses:
         print(f"serving {_shown(status.target)}: {status.describe()}")
     return 0 if all(s.ok for s in statuses) else 1

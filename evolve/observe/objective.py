@@ -15,6 +15,9 @@ from evolve.observe.trace import Summary, Trace
 
 Objective = Literal["accuracy", "evidence"]
 OBJECTIVES: tuple[str, ...] = ("accuracy", "evidence")
+#: The summary field (also a key of a summary's dict form) holding each objective's score, and its name in words.
+SCORE_FIELD = {"accuracy": "accuracy", "evidence": "all_evidence_packed"}
+LABEL = {"accuracy": "accuracy", "evidence": "all evidence packed"}
 
 
 def success(trace: Trace, objective: Objective) -> bool | None:
@@ -38,7 +41,7 @@ def outcomes(traces: Iterable[Trace], objective: Objective) -> dict[str, dict]:
 
 def score(summary: Summary, objective: Objective) -> float | None:
     """The run's success rate under ``objective``."""
-    return summary.all_evidence_packed if objective == "evidence" else summary.accuracy
+    return getattr(summary, SCORE_FIELD[objective])
 
 
 def changed(before: Trace, after: Trace, objective: Objective) -> bool:

@@ -131,7 +131,7 @@ def history_problem(view: History, mine: list[dict]) -> str | None:
 def serving_status(view: History | None, target: str | Path) -> ServingStatus:
     """The serving file ``target`` against the journal of ``view`` (``None``: no stores, so untracked)."""
     target = Path(target).resolve()
-    mine = serving_entries(view.journal.entries(), target) if view is not None else []
+    mine = serving_entries(view.entries, target) if view is not None else []
     data = read_optional(target)
     current = Served.of(data) if data is not None else None
     if not mine:
@@ -146,8 +146,11 @@ def serving_status(view: History | None, target: str | Path) -> ServingStatus:
     return ServingStatus(target, state, last, current)
 
 
+def serving_targets(entries: list[dict]) -> list[Path]:
+    """Every serving file the journal's PROMOTE/ROLLBACK entries name, in first-seen order."""
+    return list(dict.fromkeys(Path(e["payload"]["target"]) for e in entries if e["type"] in SERVING_TYPES))
+
+
 def drift_report(view: History) -> list[ServingStatus]:
     """Status of every serving file the journal knows about."""
-    entries = view.journal.entries()
-    targets = dict.fromkeys(e["payload"]["target"] for e in entries if e["type"] in SERVING_TYPES)
-    return [serving_status(view, t) for t in targets]
+    return [serving_status(view, t) for t in serving_targets(view.entries)]

@@ -47,7 +47,7 @@ class History(StoreView):
     @cached_property
     def decision_entries(self) -> dict[str, dict]:
         """The journaled decision (ACCEPT / FLAG / REJECT entry of a round commit) of each candidate id."""
-        return {e["payload"]["candidate_id"]: e for e in self.journal.entries()
+        return {e["payload"]["candidate_id"]: e for e in self.entries
                 if e["type"] in DECISION_ENTRY_TYPES and e["round"] is not None and "candidate_id" in e["payload"]}
 
     def record_problem(self, record: CandidateRecord) -> str | None:

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from evolve.loop.record import CandidateRecord
 from evolve.observe.diagnosis import ROOT_CAUSES
+from evolve.observe.objective import LABEL
 
 CAUSE_COLORS = {"ingestion_gap": "#8250df", "retrieval_gap": "#0969da", "kf_filtered": "#bf8700",
                 "generation_error": "#cf222e", "unresolved": "#8c959f"}
@@ -33,10 +34,6 @@ def _figure(width: float, height: float) -> tuple[Figure, Axes]:
     ax.grid(axis="y", color="#d0d7de", linewidth=0.6)
     ax.set_axisbelow(True)
     return fig, ax
-
-
-def _objective_label(objective: str) -> str:
-    return "all evidence packed (rate)" if objective == "evidence" else "accuracy"
 
 
 def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
@@ -64,7 +61,7 @@ def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
                    facecolors="none", edgecolors="#8250df", linewidths=2, label="restored best-ever", zorder=5)
     screened = sum(1 for r in records if not r.paired)
     ax.set_xticks(xs, ["start"] + [f"round {x}" for x in xs[1:]])
-    ax.set_ylabel(_objective_label(rounds[-1].get("objective", "accuracy")))
+    ax.set_ylabel(LABEL[rounds[-1].get("objective", "accuracy")])
     ax.set_title(f"Score trajectory ({len(evaluated)} candidates fully evaluated, {screened} screened out earlier; "
                  "outlined = applied)", fontsize=10, loc="left")
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=9)
@@ -162,7 +159,7 @@ def cost_plot(records: list[CandidateRecord], objective: str = "accuracy") -> st
         ax.plot([p[0] for p in path], [p[1] for p in path], "-o", color="#24292f", markersize=4, linewidth=1.6,
                 label="accepted path", zorder=3)
     ax.set_xlabel("context words per question (mean)")
-    ax.set_ylabel(_objective_label(objective))
+    ax.set_ylabel(LABEL[objective])
     ax.set_title("Objective vs. context cost", fontsize=10, loc="left")
     ax.legend(fontsize=8, frameon=False, loc="lower right")
     return _svg(fig)

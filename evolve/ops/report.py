@@ -11,6 +11,7 @@ from evolve.data import REPORT_CSS_PATH
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.review import candidate_row, category_deltas, change_summary, fmt_ci, fmt_num
+from evolve.observe.objective import LABEL
 from evolve.ops.drift import SERVING_TYPES, drift_report
 from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
 from evolve.state.files import atomic_write_text
@@ -45,7 +46,7 @@ class Overview:
 
     @property
     def label(self) -> str:
-        return "all evidence packed" if self.objective == "evidence" else "accuracy"
+        return LABEL[self.objective]
 
 
 def _category_plot(ov: Overview) -> str:
@@ -158,7 +159,7 @@ def _facts(r: CandidateRecord) -> str:
 
 
 def _serving_html(view: History) -> str:
-    entries = [e for e in view.journal.entries() if e["type"] in SERVING_TYPES]
+    entries = [e for e in view.entries if e["type"] in SERVING_TYPES]
     if not entries:
         return "<p class='muted'>No promotion recorded yet (<code>memevolve promote</code>).</p>"
     rows = [[str(e["index"]), _e(e["type"]), _e(e["ts"][:19]), _e(e["payload"].get("candidate_id", "")),

@@ -203,7 +203,7 @@ def promote(stores: str | Path, ref: str, target: str | Path, *, accept_monitor:
 
 def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
              accept_monitor: bool) -> ChangeResult:
-    _require_journal(view)
+    """Checks and (with ``store_set``) the promotion; the journal was verified (again when the lock was taken)."""
     record, data = _resolve(view, ref)
     _check_decision(view, record, accept_monitor)
     _check_harness(view, record)
@@ -231,10 +231,9 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
     view = History(stores)
     target = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
     _require_journal(view)
-    with StoreSet(stores) as store_set:
+    with StoreSet(stores) as store_set:  # opening verifies the journal again under the lock
         view = History(stores)
-        _require_journal(view)
-        entries = view.journal.entries()
+        entries = view.entries
         problem = history_problem(view, serving_entries(entries, target))
         if problem is not None:
             raise Refused(f"refused: the serving history of {target} does not check out: {problem}")

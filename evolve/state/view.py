@@ -74,6 +74,11 @@ class StoreView(StoreReader):
     def state(self) -> dict:
         return read_json(self.layout.state)
 
+    @cached_property
+    def entries(self) -> list[dict]:
+        """The journal's entries, read once per view (verify with :meth:`verify_journal`)."""
+        return self.journal.entries()
+
     @property
     def harness(self) -> dict | None:
         """The harness identity (benchmark, judge, question count, schema) the stores were built on."""

@@ -42,6 +42,7 @@ from evolve.verify.decision import AcceptanceRules, CostLimits  # noqa: E402
 from evolve.loop.engine import Engine  # noqa: E402
 from evolve.improve.evolver import Evolver  # noqa: E402
 from evolve.observe.harness import EvalRun, Harness  # noqa: E402
+from evolve.observe.objective import SCORE_FIELD  # noqa: E402
 from evolve.loop.backends import build_backends, roles_config  # noqa: E402
 from evolve.runtime import IngestionCache  # noqa: E402
 from evolve.verify.statistics import paired_comparison  # noqa: E402
@@ -120,7 +121,7 @@ def run_guided(config: RunConfig, budget: float) -> tuple[MethodResult, Engine]:
 
     baseline_hash = strategy_hash(engine.baseline)
     base_acc = scoreboard[0]["observed_score"]
-    key = "all_evidence_packed" if config.objective == "evidence" else "accuracy"
+    key = SCORE_FIELD[config.objective]
     best = Curve("guided: best evaluated", base_acc)
     current = Curve("guided: current (accepted)", base_acc)
     counts = {"probes_total": 0, "full_total": 0, "probes_in_budget": 0, "full_in_budget": 0, "refused_free": 0,
