@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 import numpy as np
@@ -160,6 +161,16 @@ def embedding_text(item: MemoryItem) -> str:
     return f"{speaker}: {body}" if speaker else item.text
 
 
+def _extract(extractor: Extractor, batch: list[list[Turn]], policy: Extraction) -> list[list[ExtractedFact]]:
+    """The extractor's facts of every window, in window order. Windows are extracted independently, so an extractor
+    that waits on a model server (one with a ``concurrency`` limit) gets that many windows in flight at once."""
+    parallel = min(getattr(extractor, "concurrency", 1), len(batch))
+    if parallel <= 1:
+        return [extractor.extract(window, policy) for window in batch]
+    with ThreadPoolExecutor(parallel) as pool:  # map yields in order and cancels what is left on an error
+        return list(pool.map(lambda window: extractor.extract(window, policy), batch))
+
+
 def build_store(conversation: Conversation, policy: Policy, extractor: Extractor, embed: Embed,
                 embedder_name: str) -> MemoryStore:
     """Run the whole ingestion pipeline for one conversation."""
@@ -170,10 +181,9 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
     if len(position) != len(turns):
         raise ValueError(f"conversation {conversation.id}: turn ids are not unique")
     facts: list[ExtractedFact] = []
-    for session in sessions:
-        for window in windows(session.turns, ex.window_size, ex.window_overlap):
-            extracted = [_anchored(f, window) for f in extractor.extract(window, ex)]
-            facts.extend(_cap(extracted, ex.max_facts_per_window))
+    all_windows = [w for s in sessions for w in windows(s.turns, ex.window_size, ex.window_overlap)]
+    for window, extracted in zip(all_windows, _extract(extractor, all_windows, ex)):
+        facts.extend(_cap([_anchored(f, window) for f in extracted], ex.max_facts_per_window))
     facts = _dedup(facts, ex.dedup_threshold)
     if ex.supplement:
         covered = {s for f in facts for s in f.source_ids}

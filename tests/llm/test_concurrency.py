@@ -87,3 +87,32 @@ def test_a_429_burst_under_concurrency_is_retried_after_the_servers_delay(tmp_pa
     assert content(burst) == content(reference)
     retries = sum(counts.get("retries", 0) for t in burst.traces for counts in t.llm.values())
     assert retries == 6 and waited >= 0.3  # every rejected call waited Retry-After, then went through
+
+
+def extraction_responder(body: dict) -> str:
+    """Extraction prompts get one fact per turn of the window (the turn's text, cited); others as ``responder``."""
+    text = "\n".join(m["content"] for m in body["messages"])
+    turns = re.findall(r"^(\S+) \([^)]*\) \[([^\]]+)\]: (.*)$", text, re.MULTILINE)
+    if "QUESTION:" not in text and turns:
+        return "FACTS:\n" + "\n".join(f"{speaker} said {said} [{tid}]" for speaker, tid, said in turns)
+    return responder(body)
+
+
+def test_extraction_windows_run_concurrently_with_sequential_memory(tmp_path):
+    def run(server: LoopbackLLMServer, concurrency: int):
+        roles = {"extractor": {"backend": "llm", "base_url": server.base_url, "model": "extractor-model",
+                               "timeout_s": 5, "max_retries": 2, "concurrency": concurrency}}
+        backends = build_backends(RolesConfig.from_sources(roles, source="test"), 0.5, tmp_path / f"c{concurrency}")
+        bench = load_benchmark("synthetic:0:1")
+        ids = [q.id for q in bench.questions if q.category != "adversarial"][:8]
+        return Harness(bench, backends.roles, progress=False).evaluate(load_strategy(BASELINE_PATH), ids)
+
+    with LoopbackLLMServer(extraction_responder, models=("extractor-model",), delay_s=0.02) as server:
+        one = run(server, 1)
+        assert server.max_in_flight == 1
+        calls = server.request_count
+        server.max_in_flight = 0
+        four = run(server, 4)
+        assert 1 < server.max_in_flight <= 4 and server.request_count == 2 * calls
+    assert calls > 4 and comparable(four) == comparable(one)
+    assert any(" said " in item["text"] for t in one.traces for item in t.packed)  # the extracted facts are used
