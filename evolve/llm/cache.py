@@ -48,6 +48,21 @@ class ResponseCache:
             raise CacheError(f"{path}: not a response entry for key {key}")
         return entry
 
+    def mean_completion_tokens(self, role: str, model: str, sample: int = 200, scan: int = 2000) -> float | None:
+        """Mean completion tokens of up to ``sample`` cached replies of ``role``/``model`` (looking at no more than
+        ``scan`` entries), or None when there are none."""
+        sizes: list[int] = []
+        for i, path in enumerate(self.root.glob("*/*.json")):
+            if i >= scan or len(sizes) >= sample:
+                break
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError):
+                continue
+            if entry.get("role") == role and entry.get("model") == model and isinstance(entry.get("usage"), dict):
+                sizes.append(int(entry["usage"].get("completion_tokens", 0)))
+        return sum(sizes) / len(sizes) if sizes else None
+
     def put(self, key: str, entry: dict) -> None:
         """Store ``entry`` (which gains ``key``) atomically: temp file, fsync, rename."""
         atomic_write_text(self.path(key), json.dumps({**entry, "key": key}, sort_keys=True, ensure_ascii=False, indent=1))

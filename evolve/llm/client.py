@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import threading
 import time
+from dataclasses import dataclass
 
 import openai
 
@@ -49,14 +51,37 @@ def _retry_after(exc: openai.APIStatusError) -> float:
         return 0.0
 
 
-class LLMClient:
-    """Completions for one role. Identical requests are answered from ``cache`` without HTTP calls."""
+#: Characters per token of the dry-run prompt estimate (the usual rule of thumb for BPE tokenizers on English).
+CHARS_PER_TOKEN = 4
 
-    def __init__(self, role_cfg: RoleConfig, cache: ResponseCache, stats: UsageStats, *, role: str):
+
+@dataclass(frozen=True)
+class DryRun:
+    """Answer cache misses without calling the endpoint: a fixed ``reply`` in the role's reply format, with the
+    usage the call would have had tallied as a request. Prompt tokens are estimated from the prompt's length
+    (:data:`CHARS_PER_TOKEN`); completion tokens are the mean of the ``observed`` real calls of the role, else of
+    the cached replies, else the role's ``max_tokens`` (an upper bound)."""
+
+    reply: str
+    observed: UsageStats | None = None
+
+
+def prompt_tokens_estimate(messages: list[dict]) -> int:
+    """Prompt tokens of ``messages`` by the characters-per-token rule, plus a few per message for the chat format."""
+    return sum(math.ceil(len(str(m.get("content", ""))) / CHARS_PER_TOKEN) + 4 for m in messages)
+
+
+class LLMClient:
+    """Completions for one role. Identical requests are answered from ``cache`` without HTTP calls; with ``dry``
+    set, requests the cache cannot answer are counted instead of sent (see :class:`DryRun`)."""
+
+    def __init__(self, role_cfg: RoleConfig, cache: ResponseCache, stats: UsageStats, *, role: str,
+                 dry: DryRun | None = None):
         if role_cfg.backend != "llm" or not role_cfg.model:
             raise ValueError(f"role {role!r} is not configured for the llm backend")
-        self.role, self.cfg, self.cache, self.stats = role, role_cfg, cache, stats
+        self.role, self.cfg, self.cache, self.stats, self.dry = role, role_cfg, cache, stats, dry
         self.model: str = role_cfg.model
+        self._completion_guess: float | None = None
         self._slots = threading.BoundedSemaphore(role_cfg.concurrency)
         self._api = openai.OpenAI(base_url=role_cfg.endpoint, api_key=role_cfg.api_key(),
                                   timeout=role_cfg.timeout_s, max_retries=0)
@@ -70,10 +95,22 @@ class LLMClient:
             self._tally(cache_hits=1)
             return entry["content"]
         self._tally(cache_misses=1)
+        if self.dry is not None:
+            self._tally(requests=1, prompt_tokens=prompt_tokens_estimate(messages),
+                        completion_tokens=self._completion_estimate())
+            return self.dry.reply
         content, usage = self._call(messages, request, key)
         self.cache.put(key, {"role": self.role, "model": self.model, "messages": messages, "params": request,
                              "content": content, "usage": usage})
         return content
+
+    def _completion_estimate(self) -> int:
+        observed = self.dry.observed if self.dry else None
+        if observed is not None and observed.get(self.role, "requests"):
+            return round(observed.get(self.role, "completion_tokens") / observed.get(self.role, "requests"))
+        if self._completion_guess is None:
+            self._completion_guess = self.cache.mean_completion_tokens(self.role, self.model) or self.cfg.max_tokens
+        return round(self._completion_guess)
 
     def _tally(self, **counts: int) -> None:
         self.stats.add(self.role, **counts)

@@ -12,7 +12,7 @@ from typing import Any, Sequence
 
 from evolve.benchmarks.types import Turn
 from evolve.llm.cache import ResponseCache
-from evolve.llm.client import LLMClient
+from evolve.llm.client import DryRun, LLMClient
 from evolve.runtime.usage import UsageStats
 from evolve.llm.config import RolesConfig
 from evolve.llm.advisors import LLMCritic, LLMPlanner
@@ -169,7 +169,17 @@ ROLE_CLASSES: dict[str, type] = {"extractor": LLMExtractor, "expander": LLMExpan
                                  "judge": LLMJudge, "planner": LLMPlanner, "critic": LLMCritic}
 
 
-def build_llm_roles(config: RolesConfig, cache: ResponseCache, stats: UsageStats) -> dict[str, Any]:
-    """LLM role objects, by role name, for every role whose backend is ``llm``."""
-    return {role: cls(LLMClient(config.role(role), cache, stats, role=role))
+#: What a dry run (:class:`~evolve.llm.client.DryRun`) answers in place of a call, in each role's reply format:
+#: no facts, no sub-queries, a non-answer, a WRONG verdict.
+DRY_REPLIES = {"extractor": "FACTS:", "expander": "SUBQUERIES:", "answerer": "ANSWER: (dry run)",
+               "judge": '{"label": "WRONG"}', "planner": "{}", "critic": "{}"}
+
+
+def build_llm_roles(config: RolesConfig, cache: ResponseCache, stats: UsageStats, *,
+                    dry_observing: UsageStats | None = None, dry: bool = False) -> dict[str, Any]:
+    """LLM role objects, by role name, for every role whose backend is ``llm``. With ``dry`` they call no endpoint:
+    cache misses are tallied in ``stats`` as the requests they would be (``dry_observing``: the real calls whose
+    completion sizes the estimate follows)."""
+    return {role: cls(LLMClient(config.role(role), cache, stats, role=role,
+                                dry=DryRun(DRY_REPLIES[role], dry_observing) if dry else None))
             for role, cls in ROLE_CLASSES.items() if config.role(role).backend == "llm"}

@@ -25,9 +25,11 @@ def roles_config(config: Any) -> RolesConfig:
     return RolesConfig.from_sources(config.roles, source="run config")
 
 
-def build_backends(roles_cfg: RolesConfig, judge_threshold: float, cache_dir: Path, on_error: str = "stop") -> Backends:
+def build_backends(roles_cfg: RolesConfig, judge_threshold: float, cache_dir: Path, on_error: str = "stop", *,
+                   dry: bool = False, dry_observing: UsageStats | None = None) -> Backends:
+    """The roles of ``roles_cfg``; with ``dry`` their LLM clients call no endpoint (see ``build_llm_roles``)."""
     stats = UsageStats()
-    llm = build_llm_roles(roles_cfg, ResponseCache(cache_dir), stats)
+    llm = build_llm_roles(roles_cfg, ResponseCache(cache_dir), stats, dry=dry, dry_observing=dry_observing)
     roles = Roles(extractor=llm.get("extractor"), expander=llm.get("expander"), answerer=llm.get("answerer"),
                   judge=llm.get("judge") or TokenF1Judge(judge_threshold), on_error=on_error)
     return Backends(roles, stats if llm else None, llm.get("planner"), llm.get("critic"))

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from evolve.data import BASELINE_PATH
 from evolve.strategy import strict_yaml
 from evolve.strategy.strict_yaml import YAMLInputError
+from evolve.loop.budget import BudgetConfig
 from evolve.observe.objective import Objective
 from evolve.verify.decision import AcceptanceRules, CostLimits
 
@@ -50,6 +51,7 @@ class RunConfig(_Strict):
     objective: Objective = Field("accuracy", description="what the loop optimises: accuracy | evidence")
     acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
     cost: CostLimits = Field(default_factory=CostLimits)
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     tracking_uri: str | None = None
     experiment: str = "memevolve"

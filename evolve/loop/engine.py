@@ -10,30 +10,26 @@ from __future__ import annotations
 import logging
 import time
 
-from evolve.benchmarks import load_benchmark, select_questions
 from evolve.improve.digest import digest
 from evolve.improve.effects import DimensionEffects, split_parts
 from evolve.improve.evolver import Evolver
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction, Planner, load_bundles
-from evolve.llm import CriticAdvisor, PlannerAdvisor, check_reachable
-from evolve.loop.backends import build_backends, roles_config
+from evolve.llm import CriticAdvisor, PlannerAdvisor
 from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
-from evolve.loop.commit import RoundOutcome, check_harness, escalations, fill_bundle, round_summary
-from evolve.loop.config import ConfigError, RunConfig
+from evolve.loop.budget import BudgetExhausted
+from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
+from evolve.loop.config import RunConfig
 from evolve.loop.learning import learn, runners_up
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
-from evolve.observe.harness import EvalRun, Harness
+from evolve.loop.setup import RunSetup
+from evolve.observe.harness import EvalRun
 from evolve.observe.objective import failure_view
-from evolve.runtime import IngestionCache
-from evolve.state.layout import StoreLayout
 from evolve.state.stores import RoundBundle, StoreSet
-from evolve.strategy.artifact import load_strategy, policy_hash, strategy_hash
-from evolve.strategy.schema import schema_hash
+from evolve.strategy.artifact import policy_hash, strategy_hash
 from evolve.verify.critic import Critic, DeterministicCritic
-from evolve.verify.probe import stratified_probe
 from evolve.verify.statistics import paired_comparison
 
 log = logging.getLogger(__name__)
@@ -46,34 +42,13 @@ class Engine:
         self.config = config
         self.rules = config.acceptance
         # All input is validated before the stores are opened, so bad input never touches them.
-        self.baseline = load_strategy(config.strategy)
-        benchmark = load_benchmark(config.benchmark)
-        for warning in benchmark.warnings:
-            log.warning("benchmark: %s", warning)
-        questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
-        scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
-        if config.objective == "evidence":
-            scored = {q.id: q.category for q in questions if q.id in scored and benchmark.known_evidence(q)}
-            if not scored:
-                raise ConfigError(f"objective: 'evidence' needs gold evidence turn ids, but no scored question of "
-                                  f"{config.benchmark} has any; use objective: accuracy")
-        roles_cfg = roles_config(config)
-        check_reachable(roles_cfg)
-        layout = StoreLayout(config.stores)
-        backends = build_backends(roles_cfg, config.judge_threshold, layout.cache / "llm", config.on_role_error)
-        self.question_ids = [q.id for q in questions]
-        self.harness_id = {"benchmark": config.benchmark, "benchmark_hash": benchmark.content_hash(),
-                           "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
-                           "schema_hash": schema_hash(), "objective": config.objective}
-        check_harness(layout, self.harness_id)
+        setup = RunSetup.prepare(config)
+        self.baseline, self.question_ids = setup.baseline, setup.question_ids
+        self.harness, backends, self.harness_id = setup.harness(progress)
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())
         self.llm_stats = backends.usage
-        self.harness = Harness(benchmark, backends.roles, cache=IngestionCache(layout.cache / "ingestion"),
-                               include_adversarial=config.include_adversarial, progress=progress,
-                               workers=config.workers)
-        probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         self.effects = DimensionEffects.from_dict(self.stores.read_doc("dimension_effects", {}))
         self.tree = HypothesisTree.from_dict(self.stores.read_doc("hypothesis_tree", None) or
                                              HypothesisTree(c0=config.planner.exploration).to_dict())
@@ -85,7 +60,7 @@ class Engine:
         self.evolver.apply_pending(self.stores.state.get("optuna_pending", []))
         critic: Critic = CriticAdvisor(backends.critic) if backends.critic else DeterministicCritic()
         self.verifier = CandidateVerifier(self.harness, self.evolver, critic, self.effects, self.tree, self.rules,
-                                          question_ids=self.question_ids, probe_ids=probe_ids,
+                                          question_ids=self.question_ids, probe_ids=setup.probe_ids,
                                           harness_id=self.harness_id, max_reverts=config.max_reverts,
                                           seed=config.seed, objective=config.objective, cost=config.cost)
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
@@ -94,37 +69,55 @@ class Engine:
     # ------------------------------------------------------------------ public
 
     def run(self, rounds: int | None = None) -> dict:
-        """Run ``rounds`` more rounds (default: until the config's round count is reached) and summarise."""
+        """Run ``rounds`` more rounds (default: until the config's round count is reached) and summarise. A budget
+        that the next evaluation would exceed stops the run between rounds: the round in progress is not committed,
+        the stop is journaled (BUDGET_STOP) with its figures, and the next run starts that round again."""
         try:
             target = rounds if rounds is not None else self.config.rounds - self.stores.last_committed_round
-            for _ in range(max(0, target)):
-                self.round(self.stores.last_committed_round + 1)
-            return self.summary()
+            stop: dict | None = None
+            try:
+                for _ in range(max(0, target)):
+                    self.round(self.stores.last_committed_round + 1)
+            except BudgetExhausted as exc:
+                stop = {"round": self.stores.last_committed_round + 1, **exc.figures()}
+                entry = self.stores.append_journal("BUDGET_STOP", stop)
+                stop["journal_index"] = entry["index"]
+                log.warning("%s; stopped before round %d (not committed); the next run starts it again",
+                            exc, stop["round"])
+            return {**self.summary(), "budget_stop": stop}
         finally:
             self.harness.close()
             self.stores.close()
 
     def summary(self) -> dict:
-        """Current vs. baseline on a paired test, plus the best-ever checkpoint."""
+        """Current vs. baseline on a paired test, plus the best-ever checkpoint. When the budget cannot pay for the
+        two evaluations, the comparison is left out and says why."""
         current = self.current_strategy()
-        base_run = self.harness.evaluate(self.baseline, self.question_ids, desc="baseline")
-        cur_run = self._evaluate_current(current)
         objective = self.config.objective
-        paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective), alpha=self.rules.alpha,
-                                   seed=self.config.seed)
         best = self.stores.checkpoint.load()
-        return {
+        out = {
             "rounds": self.stores.last_committed_round,
             "objective": objective,
-            "baseline": {"hash": strategy_hash(self.baseline), **_headline(base_run, objective)},
-            "current": {"hash": strategy_hash(current), **_headline(cur_run, objective),
-                        "path": str(self.stores.strategy_path(strategy_hash(current)))},
+            "baseline": {"hash": strategy_hash(self.baseline)},
+            "current": {"hash": strategy_hash(current), "path": str(self.stores.strategy_path(strategy_hash(current)))},
             "best": {"hash": best.strategy_hash, "score": best.score, "round": best.round} if best else None,
-            "current_vs_baseline": {k: paired.to_dict()[k] for k in
-                                    ("n", "delta", "mcnemar_p", "ci_low", "ci_high", "per_category")},
+            "current_vs_baseline": None,
             "decisions": self._decision_counts(),
-            "llm": self.llm_stats.by_role() if self.llm_stats else {},
         }
+        try:
+            base_run = self.harness.evaluate(self.baseline, self.question_ids, desc="baseline")
+            cur_run = self._evaluate_current(current)
+        except BudgetExhausted as exc:
+            out["current_vs_baseline"] = {"skipped": str(exc)}
+        else:
+            paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective),
+                                       alpha=self.rules.alpha, seed=self.config.seed)
+            out["baseline"].update(_headline(base_run, objective))
+            out["current"].update(_headline(cur_run, objective))
+            out["current_vs_baseline"] = {k: paired.to_dict()[k] for k in
+                                          ("n", "delta", "mcnemar_p", "ci_low", "ci_high", "per_category")}
+        out["llm"] = self.llm_stats.by_role() if self.llm_stats else {}
+        return out
 
     def current_strategy(self) -> dict:
         digest_ = self.stores.current_strategy

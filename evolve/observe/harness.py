@@ -101,23 +101,25 @@ class _Evaluator:
                              answerer=self.roles.answerer, cache=self.cache)
 
     def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question],
-                     answer: bool = True) -> list[Trace]:
-        try:
-            store = runtime.ingest(self.benchmark.conversations[cid])
-        except RoleError as exc:
-            if self.roles.on_error == "stop":
-                raise
-            return [self._failed(q, "ingestion", exc) for q in questions]
+                     answer: bool = True) -> tuple[list[Trace], dict[str, dict[str, int]]]:
+        """The questions' traces, and the LLM usage of ingesting the conversation (per role; empty if cached)."""
+        with question_usage() as ingestion:
+            try:
+                store = runtime.ingest(self.benchmark.conversations[cid])
+            except RoleError as exc:
+                if self.roles.on_error == "stop":
+                    raise
+                return [self._failed(q, "ingestion", exc) for q in questions], ingestion.by_role()
         runtime.prefetch([q.question for q in questions])
         parallel = min(self.roles.concurrency(), len(questions))
         if parallel <= 1:
-            return [self._trace(q, store, runtime, answer) for q in questions]
+            return [self._trace(q, store, runtime, answer) for q in questions], ingestion.by_role()
         # Questions wait on the model server, not the CPU: run them in threads (each role's client still bounds
         # its own calls in flight) and keep the traces in question order, so results equal a sequential run.
         with ThreadPoolExecutor(parallel) as pool:
             futures = [pool.submit(self._trace, q, store, runtime, answer) for q in questions]
             try:
-                return [f.result() for f in futures]
+                return [f.result() for f in futures], ingestion.by_role()
             except BaseException:
                 for f in futures:
                     f.cancel()  # a stopping failure spends no further calls on questions not yet started
@@ -165,11 +167,11 @@ def _spread(values: list[float], *stats: str) -> dict[str, float]:
             for name in stats}
 
 
-def _usage_totals(traces: list[Trace]) -> dict[str, dict[str, int]]:
-    """Per-role sums of the traces' LLM usage (empty when no role calls a model server)."""
+def _usage_totals(usages: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """Per-role sums of LLM usage records (empty when no role calls a model server)."""
     totals: dict[str, Counter] = defaultdict(Counter)
-    for t in traces:
-        for role, counts in t.llm.items():
+    for usage in usages:
+        for role, counts in usage.items():
             totals[role].update(counts)
     return {role: dict(counts) for role, counts in sorted(totals.items())}
 
@@ -208,14 +210,14 @@ class _WorkerError(Exception):
         return exc
 
 
-def _work(strategy: dict, cid: str, question_ids: list[str], answer: bool) -> tuple[list[Trace], int, int]:
-    """Worker task: ``(traces, ingestion cache hits, misses)`` of one conversation."""
+def _work(strategy: dict, cid: str, question_ids: list[str], answer: bool) -> tuple[list[Trace], dict, int, int]:
+    """Worker task: ``(traces, ingestion LLM usage, ingestion cache hits, misses)`` of one conversation."""
     assert _WORKER is not None, "worker not initialised"
     try:
         hits, misses = _WORKER.cache.hits, _WORKER.cache.misses
-        traces = _WORKER.conversation(_WORKER.runtime(strategy), cid, [_WORKER.questions[q] for q in question_ids],
-                                      answer)
-        return traces, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
+        traces, usage = _WORKER.conversation(_WORKER.runtime(strategy), cid,
+                                             [_WORKER.questions[q] for q in question_ids], answer)
+        return traces, usage, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
     except Exception as exc:
         raise _WorkerError(type(exc), exc.args, dict(vars(exc)), "".join(traceback.format_exception(exc))) from None
 
@@ -257,6 +259,7 @@ class Harness:
         hits0, misses0 = self.cache.hits, self.cache.misses
         started = time.perf_counter()
         traces: list[Trace] = []
+        ingestion: list[dict] = []  # LLM usage of ingesting each conversation
         hits = misses = 0
         with tqdm(total=len(questions), desc=desc, disable=not self.progress, leave=False) as bar:
             if self.workers > 1 and len(by_conv) > 1:
@@ -265,21 +268,25 @@ class Harness:
                            for cid, qs in by_conv.items()]
                 for future in futures:
                     try:
-                        part, h, m = future.result()
+                        part, usage, h, m = future.result()
                     except _WorkerError as exc:
                         raise exc.rebuild() from None
                     except BrokenProcessPool:
                         self._pool = None  # a worker died; the next parallel evaluation starts new ones
                         raise
                     traces.extend(part)
+                    ingestion.append(usage)
                     hits, misses = hits + h, misses + m
                     bar.update(len(part))
             else:
                 for cid, conv_questions in by_conv.items():
-                    traces.extend(self._evaluator.conversation(runtime, cid, conv_questions, answer))
+                    part, usage = self._evaluator.conversation(runtime, cid, conv_questions, answer)
+                    traces.extend(part)
+                    ingestion.append(usage)
                     bar.update(len(conv_questions))
         summary = self._summary(strategy, traces, time.perf_counter() - started,
-                                hits + self.cache.hits - hits0, misses + self.cache.misses - misses0)
+                                hits + self.cache.hits - hits0, misses + self.cache.misses - misses0,
+                                _usage_totals([*ingestion, *(t.llm for t in traces)]))
         return EvalRun(traces, summary)
 
     def close(self) -> None:
@@ -300,7 +307,8 @@ class Harness:
                                              initializer=_init_worker, initargs=initargs)
         return self._pool
 
-    def _summary(self, strategy: dict, traces: list[Trace], wall: float, hits: int, misses: int) -> Summary:
+    def _summary(self, strategy: dict, traces: list[Trace], wall: float, hits: int, misses: int,
+                 llm: dict[str, dict[str, int]]) -> Summary:
         scored = [t for t in traces if t.scored]
         known = [t for t in scored if t.evidence_known]
         by_cat: dict[str, list[Trace]] = defaultdict(list)
@@ -337,7 +345,7 @@ class Harness:
             adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),
                          "evidence_recall@10": recall(adversarial, 10)},
             role_failures=sum(1 for t in traces if t.error is not None),
-            llm=_usage_totals(traces),
+            llm=llm,
             ingestion_cache={"hits": hits, "misses": misses},
             wall_time_s=round(wall, 3),
         )

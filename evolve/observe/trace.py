@@ -129,7 +129,8 @@ class Summary:
     dcr3: float
     adversarial: dict
     role_failures: int
-    #: LLM usage of the evaluation's questions, per role (empty when no role calls a model server).
+    #: LLM usage of the evaluation (its questions and the ingestion it needed), per role (empty when no role calls a
+    #: model server).
     llm: dict[str, dict[str, int]]
     ingestion_cache: dict[str, int]
     wall_time_s: float

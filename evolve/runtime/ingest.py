@@ -1,6 +1,7 @@
 """Ingestion: dialogue windows -> extracted facts -> capped, de-duplicated, lifecycle-marked layered memory."""
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -167,8 +168,9 @@ def _extract(extractor: Extractor, batch: list[list[Turn]], policy: Extraction) 
     parallel = min(getattr(extractor, "concurrency", 1), len(batch))
     if parallel <= 1:
         return [extractor.extract(window, policy) for window in batch]
+    contexts = [contextvars.copy_context() for _ in batch]  # each call tallied where ingestion is accounted
     with ThreadPoolExecutor(parallel) as pool:  # map yields in order and cancels what is left on an error
-        return list(pool.map(lambda window: extractor.extract(window, policy), batch))
+        return list(pool.map(lambda i: contexts[i].run(extractor.extract, batch[i], policy), range(len(batch))))
 
 
 def build_store(conversation: Conversation, policy: Policy, extractor: Extractor, embed: Embed,

@@ -41,6 +41,7 @@ ENTRY_TYPES = (
     "ESCALATE",    # a problem needs a human decision
     "FLAG",        # an anomaly worth attention that needs no decision
     "RECOVER",     # crash recovery finished an interrupted round or repaired a store
+    "BUDGET_STOP", # a run stopped before a round because its next evaluation would pass the budget
 )
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})

@@ -1,0 +1,89 @@
+"""Everything a run validates and builds before its stores are opened: inputs, question sets, backends, harness."""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from evolve.benchmarks import load_benchmark, select_questions
+from evolve.benchmarks.types import Benchmark
+from evolve.llm import RolesConfig, check_reachable
+from evolve.loop.backends import Backends, build_backends, roles_config
+from evolve.loop.budget import Budget, BudgetedHarness
+from evolve.loop.commit import check_harness
+from evolve.loop.config import ConfigError, RunConfig
+from evolve.observe.harness import Harness
+from evolve.runtime import IngestionCache
+from evolve.runtime.usage import UsageStats
+from evolve.state.layout import StoreLayout
+from evolve.strategy.artifact import load_strategy
+from evolve.strategy.schema import schema_hash
+from evolve.verify.probe import stratified_probe
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class RunSetup:
+    """A run config's validated inputs: baseline, benchmark, the questions evaluated and scored, the probe, roles."""
+
+    config: RunConfig
+    baseline: dict
+    benchmark: Benchmark
+    question_ids: list[str]
+    scored: dict[str, str]  # question id -> category, of the questions the objective counts
+    probe_ids: list[str]
+    roles: RolesConfig
+    layout: StoreLayout
+
+    @classmethod
+    def prepare(cls, config: RunConfig) -> "RunSetup":
+        """Validate every input of ``config`` (raising :class:`ConfigError` naming the field) without touching
+        the stores or any endpoint."""
+        baseline = load_strategy(config.strategy)
+        benchmark = load_benchmark(config.benchmark)
+        for warning in benchmark.warnings:
+            log.warning("benchmark: %s", warning)
+        questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
+        scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
+        if config.objective == "evidence":
+            scored = {q.id: q.category for q in questions if q.id in scored and benchmark.known_evidence(q)}
+            if not scored:
+                raise ConfigError(f"objective: 'evidence' needs gold evidence turn ids, but no scored question of "
+                                  f"{config.benchmark} has any; use objective: accuracy")
+        roles = roles_config(config)
+        try:
+            config.budget.check_models(roles)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
+        return cls(config, baseline, benchmark, [q.id for q in questions], scored, probe_ids, roles,
+                   StoreLayout(config.stores))
+
+    def backends(self, *, dry_observing: UsageStats | None = None, dry: bool = False) -> Backends:
+        return build_backends(self.roles, self.config.judge_threshold, self.layout.cache / "llm",
+                              self.config.on_role_error, dry=dry, dry_observing=dry_observing)
+
+    def dry_harness(self, observing: UsageStats | None = None) -> Harness:
+        """A harness whose LLM roles call no endpoint (see :class:`~evolve.llm.client.DryRun`). Its ingestion cache
+        is the run's when ingestion is deterministic, else its own in memory (dry extraction yields no facts)."""
+        roles = self.backends(dry=True, dry_observing=observing).roles
+        cache = IngestionCache(self.layout.cache / "ingestion") if roles.extractor is None else IngestionCache()
+        return Harness(self.benchmark, roles, cache=cache, include_adversarial=self.config.include_adversarial,
+                       progress=False)
+
+    def harness(self, progress: bool | None = None) -> tuple[Harness | BudgetedHarness, Backends, dict]:
+        """The run's harness (behind the budget when one is set and a role calls an LLM), its backends and the
+        harness identity recorded in the stores; refuses stores built on another harness and unreachable endpoints."""
+        check_reachable(self.roles)
+        backends = self.backends()
+        harness_id = {"benchmark": self.config.benchmark, "benchmark_hash": self.benchmark.content_hash(),
+                      "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
+                      "schema_hash": schema_hash(), "objective": self.config.objective}
+        check_harness(self.layout, harness_id)
+        harness: Harness | BudgetedHarness = Harness(
+            self.benchmark, backends.roles, cache=IngestionCache(self.layout.cache / "ingestion"),
+            include_adversarial=self.config.include_adversarial, progress=progress, workers=self.config.workers)
+        if self.config.budget.limited and backends.usage is not None:
+            budget = Budget(self.config.budget, self.roles, backends.usage)
+            harness = BudgetedHarness(harness, self.dry_harness(backends.usage), budget)
+        return harness, backends, harness_id

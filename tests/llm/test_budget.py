@@ -1,0 +1,96 @@
+"""Budgets of a night on an LLM endpoint: a stop between rounds when the next evaluation's expected spend does not
+fit (never half a round), journaled with its figures; the next run resumes to the decisions an unbudgeted run
+takes; bad budget settings refused before the stores are opened."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from llm_server import LoopbackLLMServer
+from test_llm_run import scripted as responder
+from workflow_fixtures import cli, journal, write_config
+
+from evolve.loop.budget import BudgetConfig, Spend
+from evolve.loop.config import RunConfig
+from evolve.loop.engine import Engine
+
+MODELS = ("answerer-model", "judge-model")
+
+
+def llm_roles(base_url: str) -> dict:
+    return {role: {"backend": "llm", "base_url": base_url, "model": f"{role}-model", "timeout_s": 5,
+                   "max_retries": 1, "concurrency": 8} for role in ("answerer", "judge")}
+
+
+def config(tmp: Path, base_url: str, name: str, **budget) -> RunConfig:
+    return RunConfig(benchmark="synthetic:0:2", probe_size=10, rounds=2, candidates_per_round=2, seed=0,
+                     stores=tmp / name, roles=llm_roles(base_url), budget=BudgetConfig(**budget))
+
+
+def decisions(stores: Path) -> list[tuple]:
+    rows = [json.loads(line) for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
+    return [(r["candidate_id"], r["policy_hash"], r["decided_by"], r["decision"]["verdict"]) for r in rows]
+
+
+def test_a_budget_stops_the_night_between_rounds_and_the_next_run_resumes_to_the_same_decisions(tmp_path):
+    with LoopbackLLMServer(responder, models=MODELS) as server:
+        Engine(config(tmp_path, server.base_url, "free"), track=False).run(1)
+        round_one = server.request_count
+        free = Engine(config(tmp_path, server.base_url, "free"), track=False).run()
+        night = server.request_count  # both rounds on a fresh cache
+        assert free["budget_stop"] is None and night > round_one
+
+        limit = round_one + (night - round_one) // 3  # enough for round 1, not for round 2
+        before = server.request_count
+        stopped = Engine(config(tmp_path, server.base_url, "budget", max_llm_calls=limit), track=False).run()
+        spent = server.request_count - before
+        stop = stopped["budget_stop"]
+        assert spent <= limit and stopped["rounds"] == 1  # round 2 neither committed nor half written
+        assert stop["round"] == 2 and stop["exceeded"] == ["max_llm_calls"] and stop["spent"]["calls"] == spent
+        assert stop["spent"]["calls"] + stop["expected"]["calls"] > limit
+        stores = tmp_path / "budget"
+        assert [r[0][:4] for r in decisions(stores)] == ["r001"] * len([r for r in decisions(stores)])
+        assert not list(stores.glob("rounds/*.wal*")) and journal(stores)[-1]["type"] == "BUDGET_STOP"
+        assert journal(stores)[-1]["payload"]["spent"]["calls"] == spent
+
+        resumed = Engine(config(tmp_path, server.base_url, "budget"), track=False).run()
+    assert resumed["budget_stop"] is None and resumed["rounds"] == 2
+    assert decisions(tmp_path / "budget") == decisions(tmp_path / "free")
+    assert resumed["current"]["hash"] == free["current"]["hash"]
+
+
+def test_cache_hits_cost_nothing(tmp_path):
+    with LoopbackLLMServer(responder, models=MODELS) as server:
+        Engine(config(tmp_path, server.base_url, "stores"), track=False).run(1)
+        calls = server.request_count
+        # The same round again from a copy of the cache costs no call, so a budget of zero calls lets it run.
+        again = config(tmp_path, server.base_url, "again", max_llm_calls=0)
+        shutil.copytree(tmp_path / "stores" / "cache" / "llm", tmp_path / "again" / "cache" / "llm")
+        out = Engine(again, track=False).run(1)
+        assert server.request_count == calls and out["budget_stop"] is None and out["rounds"] == 1
+
+
+def test_spend_prices_tokens_per_model():
+    prices = BudgetConfig(max_cost=1.0, prices={"a": {"input": 2.0, "output": 10.0}}).prices
+    usage = {"answerer": {"requests": 3, "prompt_tokens": 1000, "completion_tokens": 100, "cache_hits": 5}}
+    spend = Spend.of(usage, {"answerer": "a"}, prices)
+    assert (spend.calls, spend.tokens) == (3, 1100) and spend.cost == pytest.approx((2000 + 1000) / 1e6)
+
+
+@pytest.mark.parametrize("budget, where, rule", [
+    ({"max_llm_calls": -1}, "budget.max_llm_calls", "greater than or equal to 0"),
+    ({"max_tokens": "many"}, "budget.max_tokens", "Input should be a valid integer"),
+    ({"max_cost": 5.0, "prices": {"gpt-x": {"input": 1.0, "output": 2.0}}}, "budget.prices.gpt-x",
+     "no role uses model 'gpt-x'"),
+    ({"max_cost": 5.0}, "budget.max_cost", "no price for model 'answerer-model'"),
+    ({"prices": {"answerer-model": {"input": -1.0, "output": 2.0}}}, "budget.prices.answerer-model.input",
+     "greater than or equal to 0"),
+])
+def test_bad_budget_settings_are_refused_naming_file_and_field(capsys, tmp_path, budget, where, rule):
+    roles = llm_roles("http://127.0.0.1:9/v1")  # never reached: the settings are refused first
+    path = write_config(tmp_path / "run.yaml", stores=tmp_path / "stores", roles=roles, budget=budget)
+    code, out = cli(capsys, "run", "--config", path, "--no-tracking")
+    assert code == 2 and str(path) in out and where in out and rule in out, out
+    assert not (tmp_path / "stores").exists()
