@@ -68,6 +68,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.stores:
         config = config.model_copy(update={"stores": Path(args.stores).resolve()})
     try:
+        if args.estimate:
+            from evolve.loop.estimate import estimate
+
+            print(json.dumps(estimate(config, args.rounds), indent=2))
+            return 0
         engine = Engine(config, track=not args.no_tracking)
     except EndpointUnreachable:
         raise
@@ -119,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run N more rounds (default: until the config's round count is reached)")
     p.add_argument("--stores", help="override the stores directory")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    p.add_argument("--estimate", action="store_true",
+                   help="print the LLM calls, tokens and cost one evaluation, one candidate and the rest of the night "
+                        "are expected to spend (no endpoint is called, the stores are not touched) and exit")
     p.set_defaults(func=cmd_run)
 
     from evolve.cli.workflow import register

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from evolve.benchmarks import load_benchmark, select_questions
 from evolve.benchmarks.types import Benchmark
@@ -59,15 +60,15 @@ class RunSetup:
         return cls(config, baseline, benchmark, [q.id for q in questions], scored, probe_ids, roles,
                    StoreLayout(config.stores))
 
-    def backends(self, *, dry_observing: UsageStats | None = None, dry: bool = False) -> Backends:
-        return build_backends(self.roles, self.config.judge_threshold, self.layout.cache / "llm",
-                              self.config.on_role_error, dry=dry, dry_observing=dry_observing)
-
-    def dry_harness(self, observing: UsageStats | None = None) -> Harness:
-        """A harness whose LLM roles call no endpoint (see :class:`~evolve.llm.client.DryRun`). Its ingestion cache
-        is the run's when ingestion is deterministic, else its own in memory (dry extraction yields no facts)."""
-        roles = self.backends(dry=True, dry_observing=observing).roles
-        cache = IngestionCache(self.layout.cache / "ingestion") if roles.extractor is None else IngestionCache()
+    def dry_harness(self, observing: UsageStats | None = None, *, cache_dir: Path | None = None,
+                    persist: bool = True) -> Harness:
+        """A harness whose LLM roles call no endpoint (see :class:`~evolve.llm.client.DryRun`), answering from the
+        response cache in ``cache_dir`` (default: the run's). Its ingestion cache is the run's when ingestion is
+        deterministic and ``persist`` is set, else its own in memory (dry extraction yields no facts)."""
+        roles = build_backends(self.roles, self.config.judge_threshold, cache_dir or self.layout.cache / "llm",
+                               self.config.on_role_error, dry=True, dry_observing=observing).roles
+        shared = persist and roles.extractor is None
+        cache = IngestionCache(self.layout.cache / "ingestion") if shared else IngestionCache()
         return Harness(self.benchmark, roles, cache=cache, include_adversarial=self.config.include_adversarial,
                        progress=False)
 
@@ -75,7 +76,8 @@ class RunSetup:
         """The run's harness (behind the budget when one is set and a role calls an LLM), its backends and the
         harness identity recorded in the stores; refuses stores built on another harness and unreachable endpoints."""
         check_reachable(self.roles)
-        backends = self.backends()
+        backends = build_backends(self.roles, self.config.judge_threshold, self.layout.cache / "llm",
+                                  self.config.on_role_error)
         harness_id = {"benchmark": self.config.benchmark, "benchmark_hash": self.benchmark.content_hash(),
                       "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
                       "schema_hash": schema_hash(), "objective": self.config.objective}

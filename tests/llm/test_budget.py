@@ -12,9 +12,12 @@ from llm_server import LoopbackLLMServer
 from test_llm_run import scripted as responder
 from workflow_fixtures import cli, journal, write_config
 
+from evolve import Harness
+from evolve.loop.backends import build_backends
 from evolve.loop.budget import BudgetConfig, Spend
-from evolve.loop.config import RunConfig
+from evolve.loop.config import RunConfig, load_config
 from evolve.loop.engine import Engine
+from evolve.loop.setup import RunSetup
 
 MODELS = ("answerer-model", "judge-model")
 
@@ -94,3 +97,28 @@ def test_bad_budget_settings_are_refused_naming_file_and_field(capsys, tmp_path,
     code, out = cli(capsys, "run", "--config", path, "--no-tracking")
     assert code == 2 and str(path) in out and where in out and rule in out, out
     assert not (tmp_path / "stores").exists()
+
+
+def test_estimate_predicts_the_calls_of_an_evaluation_on_a_fresh_cache_without_calling(capsys, tmp_path):
+    with LoopbackLLMServer(responder, models=MODELS) as server:
+        path = write_config(tmp_path / "run.yaml", benchmark="synthetic:0:2", stores=tmp_path / "stores",
+                            roles=llm_roles(server.base_url), rounds=1, candidates_per_round=2, probe_size=10,
+                            limit=None, budget={"max_llm_calls": 100000})
+        code, out = cli(capsys, "run", "--config", path, "--estimate")
+        assert code == 0 and server.request_count == 0 and not (tmp_path / "stores").exists()
+        figures = json.loads(out)
+
+        setup = RunSetup.prepare(load_config(path))  # one real evaluation of the baseline on a fresh cache
+        backends = build_backends(setup.roles, 0.5, tmp_path / "fresh-cache")
+        Harness(setup.benchmark, backends.roles, progress=False).evaluate(setup.baseline, setup.question_ids)
+        one_evaluation = server.request_count
+
+        code, _ = cli(capsys, "run", "--config", path, "--no-tracking")
+        night = server.request_count - one_evaluation
+        code, again = cli(capsys, "run", "--config", path, "--estimate", "--rounds", "1")
+    fresh = figures["evaluation"]["fresh_cache"]["calls"]
+    assert abs(fresh - one_evaluation) <= 0.1 * one_evaluation
+    assert figures["evaluation"]["cache_coverage"] == 0.0 and json.loads(again)["evaluation"]["cache_coverage"] == 1.0
+    assert figures["night"]["expected"]["calls"] <= figures["night"]["at_most"]["calls"]
+    assert 0 < night <= figures["night"]["at_most"]["calls"]
+    assert figures["budget"]["max_llm_calls"] == {"limit": 100000, "expected_fits": True, "at_most_fits": True}
