@@ -46,16 +46,25 @@ class Effect:
     reverts: int = 0
     reverts_by_symptom: dict[str, int] = field(default_factory=dict)
     sum_delta: float = 0.0
+    #: Fully evaluated tries, and the sum of their relative growth of mean context words over the parent.
+    costed: int = 0
+    sum_growth: float = 0.0
 
     @property
     def reputation(self) -> float:
         mean_delta = self.sum_delta / self.tries if self.tries else 0.0
         return (self.accepts + 1) / (self.tries + 2) - 0.5 + mean_delta
 
+    @property
+    def growth(self) -> float | None:
+        """Mean relative growth of context words per fully evaluated try (None before any)."""
+        return self.sum_growth / self.costed if self.costed else None
+
     def to_dict(self) -> dict:
-        return {"tries": self.tries, "accepts": self.accepts, "reverts": self.reverts,
-                "reverts_by_symptom": dict(sorted(self.reverts_by_symptom.items())),
-                "sum_delta": self.sum_delta, "reputation": round(self.reputation, 6)}
+        out = {"tries": self.tries, "accepts": self.accepts, "reverts": self.reverts,
+               "reverts_by_symptom": dict(sorted(self.reverts_by_symptom.items())),
+               "sum_delta": self.sum_delta, "reputation": round(self.reputation, 6)}
+        return {**out, "costed": self.costed, "sum_growth": self.sum_growth} if self.costed else out
 
 
 class DimensionEffects:
@@ -64,12 +73,16 @@ class DimensionEffects:
     def __init__(self) -> None:
         self._effects: dict[str, Effect] = {}
 
-    def record(self, key: str, symptom_key: str, accepted: bool, delta: float) -> None:
-        """One evaluated candidate that moved ``key`` to address ``symptom_key``."""
+    def record(self, key: str, symptom_key: str, accepted: bool, delta: float, growth: float | None = None) -> None:
+        """One evaluated candidate that moved ``key`` to address ``symptom_key`` (``growth``: its relative change of
+        mean context words over the parent, when fully evaluated)."""
         split_parts(key)
         effect = self._effects.setdefault(key, Effect())
         effect.tries += 1
         effect.sum_delta += float(delta)
+        if growth is not None:
+            effect.costed += 1
+            effect.sum_growth += float(growth)
         if accepted:
             effect.accepts += 1
         else:
@@ -86,6 +99,16 @@ class DimensionEffects:
         if effect is None:
             return 0
         return effect.reverts if symptom_key is None else effect.reverts_by_symptom.get(symptom_key, 0)
+
+    def growth(self, key: str) -> float | None:
+        """Expected relative growth of context words of moving ``key``: its own record, else the sum over the parts
+        of a coupled key that have one; None when nothing is known."""
+        own = self._effects.get(key)
+        if own is not None and own.growth is not None:
+            return own.growth
+        known = [e.growth for path, move in split_parts(key)
+                 if (e := self._effects.get(f"{path}::{move}")) is not None and e.growth is not None]
+        return sum(known) if known else None
 
     def get(self, key: str) -> Effect | None:
         return self._effects.get(key)
@@ -125,5 +148,11 @@ class DimensionEffects:
             sum_delta = entry.get("sum_delta")
             if not isinstance(sum_delta, (int, float)) or isinstance(sum_delta, bool):
                 raise ValueError(f"{where}: sum_delta: expected a number, got {sum_delta!r}")
-            out._effects[key] = Effect(reverts_by_symptom=dict(by_symptom), sum_delta=float(sum_delta), **counts)
+            costed, sum_growth = entry.get("costed", 0), entry.get("sum_growth", 0.0)
+            if not isinstance(costed, int) or isinstance(costed, bool) or not 0 <= costed <= counts["tries"]:
+                raise ValueError(f"{where}: costed: expected an integer between 0 and tries, got {costed!r}")
+            if not isinstance(sum_growth, (int, float)) or isinstance(sum_growth, bool):
+                raise ValueError(f"{where}: sum_growth: expected a number, got {sum_growth!r}")
+            out._effects[key] = Effect(reverts_by_symptom=dict(by_symptom), sum_delta=float(sum_delta),
+                                       costed=costed, sum_growth=float(sum_growth), **counts)
         return out

@@ -20,12 +20,13 @@ so are moves of a path whose switch (:data:`REQUIRES`) is off.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 from dataclasses import dataclass
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 import yaml
 
@@ -128,11 +129,16 @@ def move_values(strategy: dict, dim: EvolvableDimension, direction: str) -> list
 # ---------------------------------------------------------------- bundle table
 
 
+#: The bundle table's list of moves that shrink the packed context, tried with a gain the cost rule blocked.
+RELIEF_KEY = "cost_relief"
+
+
 @dataclass(frozen=True)
 class BundleTable:
-    """Validated ``root_cause[qualifier]/category -> [path::direction, ...]``."""
+    """Validated ``root_cause[qualifier]/category -> [path::direction, ...]``, plus the :data:`RELIEF_KEY` moves."""
 
     entries: dict[str, tuple[str, ...]]
+    relief: tuple[str, ...] = ()
 
     def lookup(self, symptom: Symptom, min_qualifier_share: float) -> list[tuple[str, float, str]]:
         """``(key, factor, table_key)`` for every direction the symptom triggers, in table order, deduplicated."""
@@ -196,7 +202,8 @@ def parse_bundles(text: str, source: str = "<bundles>",
     for key_node, value_node in root.value:
         table_key, line = str(key_node.value), key_node.start_mark.line + 1
         try:
-            _validate_key(table_key)
+            if table_key != RELIEF_KEY:
+                _validate_key(table_key)
         except ValueError as exc:
             raise BundleError(f"{source}:{line}: {table_key}: {exc}") from None
         if not isinstance(value_node, yaml.SequenceNode) or not value_node.value:
@@ -214,7 +221,8 @@ def parse_bundles(text: str, source: str = "<bundles>",
                 raise BundleError(f"{source}:{item_line}: {table_key}: {item.value}: listed twice")
             keys.append(item.value)
         entries[table_key] = tuple(keys)
-    return BundleTable(entries)
+    relief = entries.pop(RELIEF_KEY, ())
+    return BundleTable(entries, relief)
 
 
 def load_bundles(path: str | Path = BUNDLES_PATH) -> BundleTable:
@@ -240,10 +248,13 @@ class Direction:
     symptom_key: str
     priority: float
     why: str
+    #: Candidates whose accepted changes this move joins (see :func:`evolve.loop.learning.merged`).
+    merged_from: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
-        return {"key": self.key, "path": self.path, "direction": self.direction, "symptom_key": self.symptom_key,
-                "priority": self.priority, "why": self.why}
+        out = {"key": self.key, "path": self.path, "direction": self.direction, "symptom_key": self.symptom_key,
+               "priority": self.priority, "why": self.why}
+        return {**out, "merged_from": list(self.merged_from)} if self.merged_from else out
 
 
 class Proposer(Protocol):
@@ -269,18 +280,37 @@ class Planner:
 
     def __init__(self, table: BundleTable, effects: DimensionEffects, tree: HypothesisTree | None = None,
                  use_tree: bool = False, max_symptoms: int = 8, min_qualifier_share: float = 0.25,
-                 revert_penalty: float = 0.25):
+                 revert_penalty: float = 0.25,
+                 cost_violation: Callable[[float, float], str | None] | None = None):
         if use_tree and tree is None:
             raise ValueError("Planner: use_tree=True needs a HypothesisTree")
         self.table, self.effects, self.tree, self.use_tree = table, effects, tree, use_tree
         self.max_symptoms, self.min_qualifier_share = max_symptoms, min_qualifier_share
-        self.revert_penalty = revert_penalty
+        self.revert_penalty, self.cost_violation = revert_penalty, cost_violation
         self.dims = evolvable_dimensions()
 
-    def plan(self, digest: Digest, strategy: dict, max_directions: int = 6) -> list[Direction]:
+    def plan(self, digest: Digest, strategy: dict, max_directions: int = 6, *,
+             words: float | None = None) -> list[Direction]:
         """The top directions, interleaved across symptoms (each symptom's best first, then each one's
-        second, ...) so that one round's candidates probe several diagnosed failures instead of one."""
-        return interleave(self.propose(digest, strategy, self.effects, self.dims))[:max_directions]
+        second, ...) so that one round's candidates probe several diagnosed failures instead of one. Given
+        ``cost_violation(words_parent, words_candidate)`` (the decision's cost rule) and the strategy's mean context
+        ``words``, a direction whose recorded context growth would break it goes behind the others (the decision
+        would not accept its gain)."""
+        ranked = interleave(self.propose(digest, strategy, self.effects, self.dims))
+        if self.cost_violation is not None and words:
+            fits = [d for d in ranked if self._fits(d, words)]
+            ranked = fits + [self._deferred(d, words) for d in ranked if not self._fits(d, words)]
+        return ranked[:max_directions]
+
+    def _fits(self, direction: Direction, words: float) -> bool:
+        growth = self.effects.growth(direction.key)
+        return growth is None or self.cost_violation(words, words * (1 + growth)) is None
+
+    def _deferred(self, direction: Direction, words: float) -> Direction:
+        growth = self.effects.growth(direction.key)
+        why = (f"{direction.why}; deferred: its recorded context growth ({growth:+.0%}) would take {words:.0f} "
+               f"words past the cost limits")
+        return dataclasses.replace(direction, why=why)
 
     def propose(self, digest: Digest, strategy: dict, effects: DimensionEffects,
                 dims: dict[str, EvolvableDimension]) -> list[Direction]:

@@ -74,7 +74,7 @@ class CandidateVerifier:
     def verify(self, cid: str, round_no: int, direction: Direction, screen: Screen) -> CandidateResult:
         current = screen.current
         record = CandidateRecord(cid, round_no, direction.to_dict(), direction.symptom_key, strategy_hash(current),
-                                 self.harness_id)
+                                 self.harness_id, merged_from=list(direction.merged_from) or None)
         try:
             proposal = self.evolver.propose(current, direction)
         except EvolverError as exc:

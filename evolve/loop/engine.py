@@ -21,7 +21,7 @@ from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
 from evolve.loop.config import RunConfig
-from evolve.loop.learning import learn, runners_up
+from evolve.loop.learning import learn, merged, relieved, runners_up
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
@@ -52,7 +52,8 @@ class Engine:
         self.effects = DimensionEffects.from_dict(self.stores.read_doc("dimension_effects", {}))
         self.tree = HypothesisTree.from_dict(self.stores.read_doc("hypothesis_tree", None) or
                                              HypothesisTree(c0=config.planner.exploration).to_dict())
-        self.planner = Planner(load_bundles(), self.effects, self.tree, use_tree=config.planner.use_tree)
+        self.planner = Planner(load_bundles(), self.effects, self.tree, use_tree=config.planner.use_tree,
+                               cost_violation=config.cost.violation if config.cost.active else None)
         self.advisor = (PlannerAdvisor(backends.planner, self.effects, self.planner.dims)
                         if backends.planner else None)
         self.evolver = Evolver(f"sqlite:///{self.stores.optuna_path}", config.seed)
@@ -132,7 +133,8 @@ class Engine:
         cur_run = self._evaluate_current(current, desc=f"round {n} observe")
         dg = digest(failure_view(cur_run.traces, self.config.objective))
         budget = self.config.candidates_per_round
-        directions = self.planner.plan(dg, current, max(self.config.planner.max_directions, 3 * budget))
+        directions = self.planner.plan(dg, current, max(self.config.planner.max_directions, 3 * budget),
+                                       words=cur_run.summary.context_words["mean"])
         if self.advisor is not None:
             advised = self.advisor.plan(dg, current, budget)
             directions = advised + [d for d in directions if d.key not in {x.key for x in advised}]
@@ -174,18 +176,25 @@ class Engine:
     def _verify(self, n: int, directions: list[Direction], current: dict, cur_run: EvalRun,
                 history: list[CandidateRecord]) -> list[CandidateResult]:
         """Verify directions in order until the round's evaluation budget is spent. Gates and critic are cheap
-        screens: candidates they refuse are recorded but do not use an evaluation slot."""
+        screens: candidates they refuse are recorded but do not use an evaluation slot. Once two accepted candidates
+        change disjoint paths, the next slot verifies them merged (:func:`~evolve.loop.learning.merged`); a gain the
+        cost rule blocked is verified again with a context-shrinking move (:func:`~evolve.loop.learning.relieved`)."""
         screen = Screen(current, cur_run, {r.policy_hash for r in history} | {policy_hash(current)},
                         [r.change_keys for r in history if r.screened and r.step_outcome is None][-10:])
         results: list[CandidateResult] = []
-        for i, direction in enumerate(directions):
-            if sum(r.record.screened for r in results) >= self.config.candidates_per_round:
-                break
-            res = self.verifier.verify(f"r{n:03d}-c{i:02d}", n, direction, screen)
+        queue, tried = list(directions), set()
+        while queue and sum(r.record.screened for r in results) < self.config.candidates_per_round:
+            merge = merged(results, current)  # accepts side by side: verify them together in the next slot
+            direction = merge if merge is not None and merge.key not in tried else queue.pop(0)
+            tried.add(direction.key)
+            res = self.verifier.verify(f"r{n:03d}-c{len(results):02d}", n, direction, screen)
             screen.evaluated.add(res.record.policy_hash)
             if res.record.screened and res.record.step_outcome is None:  # accepted / inert moves may grow
                 screen.recent.append(res.record.change_keys)
             results.append(res)
+            relief = relieved(res, self.planner.table.relief, self.effects, current)
+            if relief is not None and relief.key not in tried:
+                queue.insert(0, relief)
         return results
 
     # ------------------------------------------------------------------ helpers

@@ -1,15 +1,17 @@
 """What a round teaches the Improve half: dimension effects, the hypothesis tree, the Optuna results to tell
-once the round is committed (telling them earlier would break exact replay after a crash), and the accepted
-runners-up to verify again in the next round."""
+once the round is committed (telling them earlier would break exact replay after a crash), the accepted
+runners-up to verify again in the next round, and the joined moves verified within a round (accepts found side by
+side, and a cost-blocked gain with a move that shrinks the context)."""
 from __future__ import annotations
 
-from evolve.improve.effects import COUPLE, DimensionEffects
+from evolve.improve.effects import COUPLE, DimensionEffects, split_parts
 from evolve.improve.hypotheses import HypothesisTree, reward_of
-from evolve.improve.planner import Direction
+from evolve.improve.planner import Direction, can_move
 from evolve.loop.candidate import CandidateResult
 from evolve.loop.record import CandidateRecord
 from evolve.strategy.diff import SET_PREFIX
 from evolve.strategy.paths import get_path
+from evolve.strategy.schema import evolvable_dimensions
 from evolve.verify.decision import changes_strategy
 
 
@@ -26,14 +28,24 @@ def learn(results: list[CandidateResult], effects: DimensionEffects, tree: Hypot
         if evaluated or record.decided_by == "probe":
             delta = record.delta if evaluated else record.probe["delta"]
             won = r.accepted  # an accept that lost the round to a better one still paid off
+            growth = _growth(record) if evaluated else None
             for key in dict.fromkeys(record.change_keys + [r.proposal.key]):
-                effects.record(key, record.symptom, won, delta)
+                # A change key shares the words of a move of several keys with the others: not its own cost.
+                own = key == r.proposal.key or len(record.change_keys) == 1
+                effects.record(key, record.symptom, won, delta, growth if own else None)
                 tree.update(key, reward_of(won, delta), delta, won, parent=record.symptom)
             pending.append({"study": r.proposal.study, "trial": r.proposal.trial_number, "value": delta,
                             "outcome": record.step_outcome})
         else:
             pending.append({"study": r.proposal.study, "trial": r.proposal.trial_number, "value": None})
     return pending
+
+
+def _growth(record: CandidateRecord) -> float | None:
+    """Relative change of mean context words, candidate over parent."""
+    cost = record.cost or {}
+    parent, candidate = cost.get("words_parent"), cost.get("words_candidate")
+    return candidate / parent - 1 if parent and candidate is not None else None
 
 
 def runners_up(records: list[CandidateRecord], round_no: int, current: dict) -> list[Direction]:
@@ -55,6 +67,45 @@ def runners_up(records: list[CandidateRecord], round_no: int, current: dict) -> 
                              f"{r.candidate_id} was accepted in round {round_no} (delta {r.delta:+.4f}) but another "
                              "accept won the round; verified again on the new current strategy"))
     return out
+
+
+def merged(results: list[CandidateResult], current: dict) -> Direction | None:
+    """The accepted candidates of this round, best first, that change disjoint paths, as one coupled ``set:`` move
+    on ``current``, when there are at least two: gains found side by side in one round are verified together
+    rather than one per round. ``None`` when fewer than two can be joined."""
+    joined, paths = [], set()
+    for r in sorted((r for r in results if r.accepted and r.record.merged_from is None),
+                    key=lambda r: -r.record.delta):
+        if not paths & set(r.record.changes):
+            joined.append(r.record)
+            paths |= set(r.record.changes)
+    if len(joined) < 2:
+        return None
+    moves = [_move(path, value) for rec in joined for path, value in sorted(rec.changes.items())
+             if get_path(current, path) != value]
+    ids = tuple(rec.candidate_id for rec in joined)
+    return Direction(COUPLE.join(f"{p}::{m}" for p, m in moves), *moves[0], joined[0].symptom, 1e6,
+                     f"merge of {', '.join(ids)}, each accepted in this round", merged_from=ids)
+
+
+def relieved(result: CandidateResult, relief: tuple[str, ...], effects: DimensionEffects, current: dict) -> Direction | None:
+    """A candidate whose significant gain the cost rule blocked, joined with the first relief move (bundle table
+    ``cost_relief``) that touches none of its paths, can move from it, and has not been seen to grow the context."""
+    if result.decision is None or result.decision.rule != "cost":
+        return None
+    record = result.record
+    moves = [_move(path, value) for path, value in sorted(record.changes.items())]
+    for key in relief:
+        parts = split_parts(key)
+        growth = effects.growth(key)
+        if {p for p, _ in parts} & set(record.changes) or (growth is not None and growth >= 0):
+            continue
+        joined = COUPLE.join([f"{p}::{m}" for p, m in moves] + [key])
+        if can_move(current, joined, evolvable_dimensions()):
+            return Direction(joined, *moves[0], record.symptom, 1e6,
+                             f"{record.candidate_id} gained (delta {record.delta:+.4f}) but {result.decision.reason}; "
+                             f"verified again with {key} to stay within the cost limits")
+    return None
 
 
 def _move(path: str, value: object) -> tuple[str, str]:

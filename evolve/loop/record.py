@@ -46,6 +46,8 @@ class CandidateRecord:
     decision: dict = field(default_factory=dict)
     decided_by: str = ""
     applied: bool = False
+    #: For a merge of a round's accepted candidates: their ids (omitted from the stored record otherwise).
+    merged_from: list[str] | None = None
 
     @property
     def key(self) -> str:
@@ -104,7 +106,10 @@ class CandidateRecord:
         return canonical_hash(data)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        out = {"key": self.key, **{f.name: getattr(self, f.name) for f in fields(self)}}
+        if self.merged_from is None:
+            del out["merged_from"]
+        return out
 
     @classmethod
     def from_dict(cls, data: dict) -> "CandidateRecord":

@@ -49,6 +49,7 @@ def test_shipped_table_is_valid_and_covers_every_dimension():
     used = {key.split("::")[0] for keys in table.entries.values() for key in keys}
     assert used == set(DIMS)
     assert "retrieval.time_decay.half_life_days::increase" in table.entries["retrieval_gap/temporal"]
+    assert table.relief[0] == "assembly.format::set:dialogue" and "cost_relief" not in table.entries
 
 
 @pytest.mark.parametrize("text, message", [
@@ -65,6 +66,7 @@ def test_shipped_table_is_valid_and_covers_every_dimension():
      r"test:3: kf_filtered/\*: duplicate key"),
     ("kf_filtered/*: []\n", r"test:1: .*non-empty list"),
     ("kf_filtered/*:\n  - retrieval.top_k::up\n", r"test:2: .*malformed direction key"),
+    ("cost_relief:\n  - assembly.format::set:tiny\n", r"test:2: cost_relief: .*'tiny' is not one of"),
 ])
 def test_table_errors_name_the_line(text, message):
     with pytest.raises(BundleError, match=message):
@@ -182,10 +184,45 @@ def test_effects_reputation_and_contract_round_trip():
     ({"tries": 1, "accepts": 1, "reverts": 1, "sum_delta": 0.0}, "tries must equal accepts \\+ reverts"),
     ({"tries": -1, "accepts": 0, "reverts": 0, "sum_delta": 0.0}, "tries: expected a non-negative integer"),
     ({"tries": 0, "accepts": 0, "reverts": 0, "sum_delta": "x"}, "sum_delta: expected a number"),
+    ({"tries": 1, "accepts": 1, "reverts": 0, "sum_delta": 0.0, "costed": 2, "sum_growth": 0.1},
+     "costed: expected an integer between 0 and tries"),
 ])
 def test_effects_from_dict_names_bad_field(entry, message):
     with pytest.raises(ValueError, match=f"effects.json: retrieval.top_k::increase: {message}"):
         DimensionEffects.from_dict({"retrieval.top_k::increase": entry}, "effects.json")
+
+
+def test_context_growth_is_learned_per_key_and_summed_over_the_parts_of_a_coupled_key():
+    effects = DimensionEffects()
+    top_k, budget = "retrieval.top_k::increase", "assembly.token_budget::increase"
+    effects.record(top_k, "retrieval_gap/*", True, 0.02, growth=0.10)
+    effects.record(top_k, "retrieval_gap/*", False, 0.0, growth=0.20)
+    effects.record(top_k, "retrieval_gap/*", False, -0.01)  # decided at the probe: no cost measured
+    effects.record(budget, "kf_filtered/*", True, 0.01, growth=0.05)
+    assert effects.growth(top_k) == pytest.approx(0.15) and effects.growth("retrieval.top_k::decrease") is None
+    assert effects.growth(f"{top_k}&{budget}") == pytest.approx(0.20)
+    effects.record(f"{top_k}&{budget}", "retrieval_gap/*", True, 0.03, growth=0.12)  # its own record wins
+    assert effects.growth(f"{top_k}&{budget}") == pytest.approx(0.12)
+    data = effects.to_dict()
+    assert data[top_k]["costed"] == 2 and DimensionEffects.from_dict(data).to_dict() == data
+
+
+def test_moves_whose_recorded_growth_breaks_the_cost_limits_go_last(baseline):
+    from evolve.verify.decision import CostLimits
+
+    d = make_digest(symptom("retrieval_gap", "*", 8, 0.8))
+    effects = DimensionEffects()
+    free = Planner(TABLE, effects).plan(d, baseline, max_directions=50)
+    assert free[0].key == "retrieval.top_k::increase"
+    effects.record("retrieval.top_k::increase", "retrieval_gap/*", True, 0.02, growth=0.15)
+    limits = CostLimits(max_context_words=160)
+    planner = Planner(TABLE, effects, cost_violation=limits.violation)
+    roomy = planner.plan(d, baseline, max_directions=50, words=100.0)  # 115 words fit: order unchanged
+    assert [x.key for x in roomy] == [x.key for x in free]
+    tight = planner.plan(d, baseline, max_directions=50, words=150.0)  # 172.5 words would not
+    assert [x.key for x in tight] == [x.key for x in free if x.key != "retrieval.top_k::increase"] + [
+        "retrieval.top_k::increase"]
+    assert "deferred: its recorded context growth (+15%) would take 150 words past" in tight[-1].why
 
 
 def test_interleave_round_robins_over_symptoms():

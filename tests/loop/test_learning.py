@@ -1,9 +1,13 @@
-"""What a round teaches: accepted runners-up come back as exact moves on the new current strategy."""
+"""What a round teaches: accepted runners-up come back as exact moves on the new current strategy, and accepts found
+side by side in one round are merged into one move."""
 from __future__ import annotations
 
 from evolve.improve.evolver import Evolver
-from evolve.loop.learning import runners_up
+from evolve.loop.candidate import CandidateResult
+from evolve.improve.effects import DimensionEffects
+from evolve.loop.learning import merged, relieved, runners_up
 from evolve.loop.record import CandidateRecord
+from evolve.verify.decision import Decision, Verdict
 from evolve.strategy.artifact import derive, validate_strategy
 
 
@@ -33,3 +37,51 @@ def test_accepted_runners_up_return_as_exact_moves_on_the_new_current(tmp_path, 
         proposal = evolver.propose(current, d)
         assert proposal.changes == expected
         validate_strategy(derive(current, proposal.changes))
+
+
+def accepted(cid: str, changes: dict, delta: float, verdict: str = "ACCEPT", merged_from=None) -> CandidateResult:
+    r = record(cid, changes, verdict)
+    r.paired, r.merged_from = {"delta": delta}, merged_from
+    return CandidateResult(r, {}, None, decision=Decision(Verdict(verdict), "test", "accept"))
+
+
+def test_accepts_side_by_side_merge_into_one_move_best_first_on_disjoint_paths(tmp_path, baseline_strategy):
+    results = [accepted("r001-c00", {"retrieval.top_k": 6}, 0.019),
+               accepted("r001-c01", {"retrieval.top_k": 7, "assembly.token_budget": 192}, 0.021),  # shares top_k
+               accepted("r001-c02", {"retrieval.intent_top_k_multiplier.single_hop": 1.25}, 0.015),
+               accepted("r001-c03", {"lifecycle.supersession": False}, 0.03, verdict="FEATURE_FLAG")]  # not accepted
+    assert merged(results[:1], baseline_strategy) is None  # one accept: nothing to merge
+    direction = merged(results, baseline_strategy)
+    assert direction.merged_from == ("r001-c01", "r001-c02")  # c00 touches the better c01's path
+    assert direction.key == ("assembly.token_budget::set:192&retrieval.top_k::set:7"
+                             "&retrieval.intent_top_k_multiplier.single_hop::set:1.25")
+    proposal = Evolver(f"sqlite:///{tmp_path / 'optuna.db'}", seed=0).propose(baseline_strategy, direction)
+    assert proposal.changes == {**results[1].record.changes, **results[2].record.changes}
+    validate_strategy(derive(baseline_strategy, proposal.changes))
+    # A merge is not merged again; with it and one accept left there is nothing new to join.
+    merge = accepted("r001-c04", proposal.changes, 0.04, merged_from=["r001-c01", "r001-c02"])
+    assert merged([results[1], merge], baseline_strategy) is None
+    assert merge.record.to_dict()["merged_from"] == ["r001-c01", "r001-c02"]
+    assert "merged_from" not in results[0].record.to_dict()  # records of other candidates keep their stored form
+
+
+def test_a_gain_blocked_by_cost_is_joined_with_the_first_relief_move_that_can_shrink_the_context(tmp_path,
+                                                                                                  baseline_strategy):
+    blocked = accepted("r004-c01", {"lifecycle.supersession": False}, 0.02, verdict="FEATURE_FLAG")
+    blocked.decision = Decision(Verdict.FEATURE_FLAG, "cost: 160.2 context words per question exceed 160", "cost")
+    relief = ("assembly.format::set:dialogue", "assembly.token_budget::decrease")
+    effects = DimensionEffects()
+    direction = relieved(blocked, relief, effects, baseline_strategy)
+    assert direction.key == "lifecycle.supersession::disable&assembly.format::set:dialogue"
+    assert "r004-c01 gained (delta +0.0200) but cost: 160.2" in direction.why
+    proposal = Evolver(f"sqlite:///{tmp_path / 'optuna.db'}", seed=0).propose(baseline_strategy, direction)
+    assert proposal.changes == {"lifecycle.supersession": False, "assembly.format": "dialogue"}
+    # A relief move seen to grow the context is passed over; one the candidate itself moves is too.
+    effects.record("assembly.format::set:dialogue", "kf_filtered/*", False, 0.0, growth=0.02)
+    assert relieved(blocked, relief, effects, baseline_strategy).key == \
+        "lifecycle.supersession::disable&assembly.token_budget::decrease"
+    assert relieved(blocked, relief[1:], DimensionEffects(), derive(baseline_strategy, {"assembly.token_budget": 32})) \
+        is None  # at its schema minimum: nothing left to relieve with
+    # Only the cost rule asks for relief.
+    assert relieved(accepted("r004-c02", {"lifecycle.supersession": False}, 0.02), relief, effects,
+                    baseline_strategy) is None
