@@ -1,6 +1,7 @@
 """The fixed benchmark harness: runs the locked runtime over a benchmark and produces traces and a summary."""
 from __future__ import annotations
 
+import contextvars
 import json
 import multiprocessing
 import os
@@ -279,15 +280,33 @@ class Harness:
                     hits, misses = hits + h, misses + m
                     bar.update(len(part))
             else:
-                for cid, conv_questions in by_conv.items():
-                    part, usage = self._evaluator.conversation(runtime, cid, conv_questions, answer)
+                for part, usage in self._conversations(runtime, by_conv, answer, bar):
                     traces.extend(part)
                     ingestion.append(usage)
-                    bar.update(len(conv_questions))
         summary = self._summary(strategy, traces, time.perf_counter() - started,
                                 hits + self.cache.hits - hits0, misses + self.cache.misses - misses0,
                                 _usage_totals([*ingestion, *(t.llm for t in traces)]))
         return EvalRun(traces, summary)
+
+    def _conversations(self, runtime: MemoryRuntime, by_conv: dict[str, list[Question]], answer: bool,
+                       bar: tqdm) -> list[tuple[list[Trace], dict]]:
+        """Each conversation's traces and ingestion usage, in conversation order. When roles wait on a model server,
+        conversations run in threads too (every role's client still bounds its own calls in flight)."""
+        def one(cid: str) -> tuple[list[Trace], dict]:
+            out = self._evaluator.conversation(runtime, cid, by_conv[cid], answer)
+            bar.update(len(by_conv[cid]))
+            return out
+
+        if self.roles.concurrency() <= 1 or len(by_conv) <= 1:
+            return [one(cid) for cid in by_conv]
+        with ThreadPoolExecutor(len(by_conv)) as pool:
+            futures = [pool.submit(contextvars.copy_context().run, one, cid) for cid in by_conv]
+            try:
+                return [f.result() for f in futures]
+            except BaseException:
+                for f in futures:
+                    f.cancel()
+                raise
 
     def close(self) -> None:
         """Stop the worker processes (a later parallel evaluation starts new ones)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 import hashlib
 import io
 import pickle
+import threading
 import warnings
 from collections import OrderedDict
 from pathlib import Path
@@ -41,6 +42,7 @@ class EmbeddingCache:
         self.directory = Path(directory) if directory else None
         self.hits = 0
         self.misses = 0
+        self._lock = threading.RLock()  # conversations may be ingested in threads (LLM path)
         self._vectors: dict[str, np.ndarray] = {}
         self._shards: set[str] = set()
         self._refresh()
@@ -65,7 +67,11 @@ class EmbeddingCache:
         return len(self._vectors)
 
     def encode(self, embedder: "Embedder", texts: Sequence[str]) -> np.ndarray:
-        """Rows for ``texts`` in order; only texts never seen with this embedder are encoded."""
+        """Rows for ``texts`` in order; only texts never seen with this embedder are encoded. Thread-safe."""
+        with self._lock:
+            return self._encode(embedder, texts)
+
+    def _encode(self, embedder: "Embedder", texts: Sequence[str]) -> np.ndarray:
         keys = [_text_key(embedder.name, t) for t in texts]
         if self.directory and any(k not in self._vectors for k in keys):
             self._refresh()
@@ -105,6 +111,7 @@ class IngestionCache:
         self.max_entries = max_entries
         self.hits = 0
         self.misses = 0
+        self._lock = threading.RLock()
         self._stores: OrderedDict[str, "MemoryStore"] = OrderedDict()
         self.embeddings = EmbeddingCache(self.directory / "embeddings" if self.directory else None)
 
@@ -117,7 +124,11 @@ class IngestionCache:
         return self.directory / "stores" / f"{key}.pkl" if self.directory else None
 
     def get(self, key: str) -> "MemoryStore | None":
-        """The cached store, counting a hit, or ``None``, counting a miss."""
+        """The cached store, counting a hit, or ``None``, counting a miss. Thread-safe, like :meth:`put`."""
+        with self._lock:
+            return self._get(key)
+
+    def _get(self, key: str) -> "MemoryStore | None":
         store = self._stores.get(key)
         if store is None:
             store = self._read(key)
@@ -132,7 +143,8 @@ class IngestionCache:
         return store
 
     def put(self, key: str, store: "MemoryStore") -> None:
-        self._remember(key, store)
+        with self._lock:
+            self._remember(key, store)
         path = self._path(key)
         if path is not None:
             atomic_write_bytes(path, pickle.dumps(store, protocol=pickle.HIGHEST_PROTOCOL))

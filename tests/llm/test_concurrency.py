@@ -98,13 +98,17 @@ def extraction_responder(body: dict) -> str:
     return responder(body)
 
 
-def test_extraction_windows_run_concurrently_with_sequential_memory(tmp_path):
+def test_extraction_windows_and_conversations_run_concurrently_with_sequential_memory(tmp_path):
     def run(server: LoopbackLLMServer, concurrency: int):
         roles = {"extractor": {"backend": "llm", "base_url": server.base_url, "model": "extractor-model",
                                "timeout_s": 5, "max_retries": 2, "concurrency": concurrency}}
         backends = build_backends(RolesConfig.from_sources(roles, source="test"), 0.5, tmp_path / f"c{concurrency}")
-        bench = load_benchmark("synthetic:0:1")
-        ids = [q.id for q in bench.questions if q.category != "adversarial"][:8]
+        bench = load_benchmark("synthetic:0:2")
+        by_conv: dict[str, list[str]] = {}
+        for q in bench.questions:
+            if q.category != "adversarial":
+                by_conv.setdefault(q.conversation_id, []).append(q.id)
+        ids = [qid for qids in by_conv.values() for qid in qids[:4]]  # two conversations, ingested side by side
         return Harness(bench, backends.roles, progress=False).evaluate(load_strategy(BASELINE_PATH), ids)
 
     with LoopbackLLMServer(extraction_responder, models=("extractor-model",), delay_s=0.02) as server:
@@ -114,5 +118,6 @@ def test_extraction_windows_run_concurrently_with_sequential_memory(tmp_path):
         server.max_in_flight = 0
         four = run(server, 4)
         assert 1 < server.max_in_flight <= 4 and server.request_count == 2 * calls
-    assert calls > 4 and comparable(four) == comparable(one)
+    assert calls > 4 and comparable(four) == comparable(one) and len({t.conversation_id for t in one.traces}) == 2
+    assert [t.question_id for t in four.traces] == [t.question_id for t in one.traces]
     assert any(" said " in item["text"] for t in one.traces for item in t.packed)  # the extracted facts are used
