@@ -42,20 +42,63 @@ def print_summary(summary: Summary) -> None:
           f"strategy {summary.strategy_hash[:12]} | {summary.wall_time_s:.1f}s")
 
 
-def cmd_eval(args: argparse.Namespace) -> int:
+def _harness(args: argparse.Namespace):
+    """The benchmark's harness (deterministic roles, token-F1 judge) with its ingestion cache in ``--cache``, and the
+    ids of the questions to evaluate."""
     from evolve.observe.harness import Harness, Roles
+    from evolve.runtime import IngestionCache
 
-    out = require_output_dir(Path(args.out))
-    strategy = load_strategy(args.strategy)
     bench = load_benchmark(args.bench)
     for warning in bench.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     ids = [q.id for q in select_questions(bench, args.bench, args.limit, args.include_adversarial)]
-    harness = Harness(bench, Roles(judge=TokenF1Judge(args.judge_threshold)), include_adversarial=args.include_adversarial)
+    harness = Harness(bench, Roles(judge=TokenF1Judge(args.judge_threshold)), include_adversarial=args.include_adversarial,
+                      cache=IngestionCache(args.cache or None))
+    return harness, ids
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    out = require_output_dir(Path(args.out))
+    strategy = load_strategy(args.strategy)
+    harness, ids = _harness(args)
     run = harness.evaluate(strategy, ids)
     run.write(out)
     print_summary(run.summary)
     print(f"wrote {out / 'summary.json'} and {out / 'traces.jsonl'}")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """Paired comparison of strategy B against strategy A on one benchmark, question by question."""
+    from evolve.verify.statistics import paired_comparison
+
+    a, b = load_strategy(args.a), load_strategy(args.b)
+    harness, ids = _harness(args)
+    run_a, run_b = harness.evaluate(a, ids, desc="A"), harness.evaluate(b, ids, desc="B")
+    report = paired_comparison(run_a.outcomes(args.objective), run_b.outcomes(args.objective), alpha=args.alpha)
+    if report.n == 0:
+        raise ConfigError(f"--objective {args.objective}: no question of {args.bench} counts under it"
+                          + (" (no gold evidence turn ids)" if args.objective == "evidence" else ""))
+    if args.json:
+        print(json.dumps({"a": str(args.a), "b": str(args.b), "objective": args.objective, **report.to_dict()},
+                         indent=2))
+        return 0
+    label = {"accuracy": "accuracy", "evidence": "all evidence packed"}[args.objective]
+    print(f"A {args.a} ({run_a.summary.strategy_hash[:12]})  vs  B {args.b} ({run_b.summary.strategy_hash[:12]})")
+    print(f"{args.bench}: {report.n} questions paired by id, objective {args.objective} ({label})")
+    print(f"A {report.acc_baseline:.4f} -> B {report.acc_candidate:.4f}  delta {report.delta:+.4f}  "
+          f"McNemar p={report.mcnemar_p:.4g}  {report.confidence:.0%} CI [{report.ci_low:+.4f}, {report.ci_high:+.4f}] "
+          f"({report.ci_method})  {'significant' if report.significant else 'not significant'} at alpha "
+          f"{args.alpha:g}")
+    rows = [("category", "n", "A", "B", "delta")]
+    rows += [(c, str(v["n"]), f"{v['acc_baseline']:.3f}", f"{v['acc_candidate']:.3f}", f"{v['delta']:+.3f}")
+             for c, v in report.per_category.items()]
+    print(_table(rows))
+    for side, ids_ in (("improved", report.improved), ("regressed", report.regressed)):
+        shown = ", ".join(ids_[: args.show]) + (f", ... (+{len(ids_) - args.show})" if len(ids_) > args.show else "")
+        print(f"{side} ({len(ids_)}): {shown or '-'}")
+    print(f"context words per question: A {run_a.summary.context_words['mean']:.1f}, "
+          f"B {run_b.summary.context_words['mean']:.1f}")
     return 0
 
 
@@ -116,7 +159,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="runs/eval")
     p.add_argument("--judge-threshold", type=threshold, default=0.5, help="token-F1 threshold in (0, 1]")
     p.add_argument("--include-adversarial", action="store_true")
+    p.add_argument("--cache", default=str(Path("stores") / "cache" / "ingestion"), metavar="DIR",
+                   help="ingestion and embedding cache shared across evaluations and processes "
+                        "(default: stores/cache/ingestion; '' for none)")
     p.set_defaults(func=cmd_eval)
+
+    p = sub.add_parser("compare", help="paired comparison of two strategy files on a benchmark")
+    p.add_argument("a", type=Path, help="strategy A (the reference)")
+    p.add_argument("b", type=Path, help="strategy B (compared with A)")
+    p.add_argument("--bench", required=True, help="locomo:PATH | longmemeval:PATH | synthetic[:SEED[:PERSONAS]]")
+    p.add_argument("--objective", choices=("accuracy", "evidence"), default="accuracy")
+    p.add_argument("--limit", type=positive_int, help="compare on the first N questions only")
+    p.add_argument("--judge-threshold", type=threshold, default=0.5, help="token-F1 threshold in (0, 1]")
+    p.add_argument("--include-adversarial", action="store_true")
+    p.add_argument("--alpha", type=threshold, default=0.05, help="significance level in (0, 1]")
+    p.add_argument("--show", type=positive_int, default=20, help="question ids listed per side (default 20)")
+    p.add_argument("--cache", default=str(Path("stores") / "cache" / "ingestion"), metavar="DIR",
+                   help="ingestion and embedding cache (default: stores/cache/ingestion; '' for none)")
+    p.add_argument("--json", action="store_true", help="print the full paired report as JSON")
+    p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("run", help="run Observe-Improve-Verify rounds from a run config")
     p.add_argument("--config", default="experiments/nightly.yaml")
