@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
 
 from evolve.data import BASELINE_PATH
 from evolve.strategy import strict_yaml
@@ -55,7 +57,22 @@ class RunConfig(_Strict):
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     tracking_uri: str | None = None
     experiment: str = "memevolve"
+    optuna_storage: str | None = Field(None, description="SQLAlchemy URL of the Optuna studies (default: the SQLite "
+                                                         "file optuna.db in the stores)")
     roles: dict = Field(default_factory=dict, description="per-role backend settings (see README, LLM roles)")
+
+    @field_validator("optuna_storage")
+    @classmethod
+    def _storage_url(cls, url: str | None) -> str | None:
+        if url is not None:
+            try:
+                parsed = make_url(url)
+            except ArgumentError:
+                raise ValueError(f"{url!r} is not a SQLAlchemy database URL (e.g. sqlite:///path/optuna.db or "
+                                 "postgresql://user@host/db)") from None
+            if parsed.drivername.startswith("sqlite") and not parsed.database:
+                raise ValueError(f"{url!r} names no database file; an in-memory SQLite study would not persist")
+        return url
 
     def resolve(self, base: Path) -> "RunConfig":
         """Make relative paths absolute against ``base``."""

@@ -45,6 +45,7 @@ class Engine:
         setup = RunSetup.prepare(config)
         self.baseline, self.question_ids = setup.baseline, setup.question_ids
         self.harness, backends, self.harness_id = setup.harness(progress)
+        self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())
@@ -56,7 +57,7 @@ class Engine:
                                cost_violation=config.cost.violation if config.cost.active else None)
         self.advisor = (PlannerAdvisor(backends.planner, self.effects, self.planner.dims)
                         if backends.planner else None)
-        self.evolver = Evolver(f"sqlite:///{self.stores.optuna_path}", config.seed)
+        self.evolver = Evolver(config.optuna_storage or f"sqlite:///{self.stores.optuna_path}", config.seed)
         # Results committed by a round whose process died before telling Optuna are in state.json: tell them now.
         self.evolver.apply_pending(self.stores.state.get("optuna_pending", []))
         critic: Critic = CriticAdvisor(backends.critic) if backends.critic else DeterministicCritic()
@@ -64,7 +65,6 @@ class Engine:
                                           question_ids=self.question_ids, probe_ids=setup.probe_ids,
                                           harness_id=self.harness_id, max_reverts=config.max_reverts,
                                           seed=config.seed, objective=config.objective, cost=config.cost)
-        self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
         self._current_run: EvalRun | None = None
 
     # ------------------------------------------------------------------ public

@@ -4,6 +4,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -12,7 +14,7 @@ from mlflow.tracking import MlflowClient
 
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
-from evolve.loop.config import RunConfig
+from evolve.loop.config import ConfigError, RunConfig
 from evolve.state.journal import HEAD_TAG, STORES_TAG
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import strategy_hash
@@ -35,6 +37,25 @@ def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
 
 
+def _is_server(uri: str) -> bool:
+    return uri.startswith(("http://", "https://"))
+
+
+def check_tracking(uri: str, timeout_s: float = 3.0) -> None:
+    """Raise :class:`ConfigError` naming ``tracking_uri`` if a tracking server does not answer (any HTTP status
+    counts as an answer), instead of letting the MLflow client retry for minutes."""
+    if not _is_server(uri):
+        return
+    try:
+        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):
+            pass
+    except urllib.error.HTTPError:
+        pass
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ConfigError(f"tracking_uri: cannot reach the MLflow tracking server at {uri}: "
+                          f"{getattr(exc, 'reason', None) or exc}") from None
+
+
 class Tracker:
     """Thin wrapper over :class:`MlflowClient` with the run layout the engine uses."""
 
@@ -42,6 +63,7 @@ class Tracker:
         logging.getLogger("alembic").setLevel(logging.WARNING)
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         self.uri = uri or default_tracking_uri()
+        check_tracking(self.uri)
         if self.uri.startswith("sqlite:///"):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -49,8 +71,10 @@ class Tracker:
         if found is not None:
             self.experiment_id = found.experiment_id
         else:
-            root = Path(artifact_root) if artifact_root else self._artifact_dir()
-            location = root.resolve().as_uri() if "://" not in str(root) else str(root)
+            location = None  # a tracking server keeps (or proxies) the artifacts itself
+            if artifact_root or not _is_server(self.uri):
+                root = Path(artifact_root) if artifact_root else self._artifact_dir()
+                location = root.resolve().as_uri() if "://" not in str(root) else str(root)
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
 
     def _artifact_dir(self) -> Path:
