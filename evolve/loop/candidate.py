@@ -1,5 +1,5 @@
 """One candidate through the Verify half: evolver values → gates → critic → (with LLM answers: an LLM-free evidence
-screen) → probe screen → paired comparison → decision. Each stage's outcome lands in the candidate's
+screen) → probe screen → paired comparison → decision (→ with a holdout, a would-be accept checked on it). Each stage's outcome lands in the candidate's
 :class:`~evolve.loop.record.CandidateRecord`; the first stage that decides closes it, so cheap screens spare the
 expensive evaluation."""
 from __future__ import annotations
@@ -11,6 +11,7 @@ from evolve.improve.effects import DimensionEffects
 from evolve.improve.evolver import Evolver, EvolverError, Proposal
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
+from evolve.loop.holdout import Holdout
 from evolve.loop.record import CandidateRecord
 from evolve.observe.harness import EvalRun, Harness
 from evolve.observe.objective import Objective, changed as objective_changed, success
@@ -64,8 +65,8 @@ class CandidateVerifier:
     def __init__(self, harness: Harness, evolver: Evolver, critic: Critic, effects: DimensionEffects,
                  tree: HypothesisTree, rules: AcceptanceRules, *, question_ids: list[str], probe_ids: list[str],
                  harness_id: dict, max_reverts: int, seed: int, objective: Objective = "accuracy",
-                 cost: CostLimits | None = None):
-        self.harness, self.evolver, self.critic = harness, evolver, critic
+                 cost: CostLimits | None = None, holdout: Holdout | None = None):
+        self.harness, self.evolver, self.critic, self.holdout = harness, evolver, critic, holdout
         self.effects, self.tree, self.rules = effects, tree, rules
         self.objective, self.cost = objective, cost
         self.question_ids, self.probe_ids, self.harness_id = question_ids, probe_ids, harness_id
@@ -118,7 +119,11 @@ class CandidateVerifier:
         record.cost = {"words_parent": screen.run.summary.context_words["mean"],
                        "words_candidate": run.summary.context_words["mean"]}
         record.examples = _examples(record.paired, screen.run, run)
-        return result.close(decide(record.report(), self.rules, self.cost), "decision")
+        decision = decide(record.report(), self.rules, self.cost)
+        if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked
+            record.holdout = self.holdout.compare(current, candidate)
+            decision = decide(record.report(), self.rules, self.cost)
+        return result.close(decision, "decision")
 
     def _packet(self, record: CandidateRecord, current: dict, candidate: dict, screen: Screen) -> CriticPacket:
         root_cause, _, category = record.symptom.partition("/")

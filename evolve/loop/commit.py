@@ -39,6 +39,7 @@ class RoundOutcome:
     results: list[CandidateResult]
     winner: CandidateResult | None
     restored: CheckpointRecord | None
+    holdout_score: float | None = None  # the new current strategy on the held-out questions
 
 
 def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, baseline: dict, harness_id: dict,
@@ -71,6 +72,7 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
         "observed_score": o.run.score(objective), "best_score": best_score, "accuracy": after.accuracy,
         "observed_accuracy": o.run.summary.accuracy, "evidence_share": after.evidence_share,
         "all_evidence_packed": after.all_evidence_packed, "context_words": after.context_words["mean"],
+        "holdout_score": o.holdout_score,
         "root_causes": o.run.summary.root_causes, "dcr@3": o.run.summary.dcr3,
         "accepted": accepted, "restored": o.restored is not None,
         "decisions": {r.record.candidate_id: r.record.verdict for r in o.results}})
@@ -97,9 +99,9 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
 
 
 #: Harness identity fields that must match the stores' for their rounds to be comparable.
-HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash", "objective")
+HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash", "objective", "holdout")
 #: Values of harness fields recorded before they existed.
-_HARNESS_DEFAULTS = {"objective": "accuracy"}
+_HARNESS_DEFAULTS = {"objective": "accuracy", "holdout": None}
 
 
 def check_harness(layout: StoreLayout, harness_id: dict) -> None:
@@ -150,7 +152,7 @@ def round_summary(o: RoundOutcome, wall: float) -> dict:
             "accuracy_before": o.run.summary.accuracy, "accuracy_after": o.new_run.summary.accuracy,
             "evidence_packed_before": o.run.summary.all_evidence_packed,
             "evidence_packed_after": o.new_run.summary.all_evidence_packed,
-            "context_words_after": o.new_run.summary.context_words["mean"],
+            "context_words_after": o.new_run.summary.context_words["mean"], "holdout_score_after": o.holdout_score,
             "accepted": o.winner.record.candidate_id if o.winner else None, "restored": o.restored is not None,
             "candidates": [{"id": r.record.candidate_id, "change": r.record.direction["key"],
                             "decided_by": r.record.decided_by, "verdict": r.record.verdict,

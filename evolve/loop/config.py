@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
@@ -32,6 +32,30 @@ class PlannerConfig(_Strict):
     max_directions: int = Field(6, ge=1)
 
 
+class SplitConfig(_Strict):
+    """A deterministic split of the benchmark's conversations into dev and holdout."""
+
+    holdout_fraction: float = Field(gt=0, lt=1, description="share of conversations held out")
+    seed: int = 0
+
+
+class HoldoutConfig(_Strict):
+    """Questions the search never sees: a second benchmark, or a split of the run's benchmark by conversation."""
+
+    benchmark: str | None = None
+    split: SplitConfig | None = None
+
+    @model_validator(mode="after")
+    def _one_source(self) -> "HoldoutConfig":
+        if (self.benchmark is None) == (self.split is None):
+            raise ValueError("give exactly one of benchmark (a second benchmark) or split (holdout_fraction, seed)")
+        return self
+
+    def describe(self) -> str:
+        """How the holdout is chosen, as recorded with the stores' harness identity."""
+        return self.benchmark or f"split:{self.split.holdout_fraction:g}:{self.split.seed}"
+
+
 class RunConfig(_Strict):
     """Everything a nightly run needs."""
 
@@ -54,6 +78,7 @@ class RunConfig(_Strict):
     acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
     cost: CostLimits = Field(default_factory=CostLimits)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    holdout: HoldoutConfig | None = None
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
     tracking_uri: str | None = None
     experiment: str = "memevolve"
@@ -79,11 +104,17 @@ class RunConfig(_Strict):
         def fix(p: Path) -> Path:
             return p if p.is_absolute() else (base / p).resolve()
 
-        bench = self.benchmark
-        scheme, _, rest = bench.partition(":")
-        if scheme in ("locomo", "longmemeval") and rest and not Path(rest).is_absolute():
-            bench = f"{scheme}:{(base / rest).resolve()}"
-        return self.model_copy(update={"strategy": fix(self.strategy), "stores": fix(self.stores), "benchmark": bench})
+        def spec(bench: str) -> str:
+            scheme, _, rest = bench.partition(":")
+            if scheme in ("locomo", "longmemeval") and rest and not Path(rest).is_absolute():
+                return f"{scheme}:{(base / rest).resolve()}"
+            return bench
+
+        holdout = self.holdout
+        if holdout is not None and holdout.benchmark is not None:
+            holdout = holdout.model_copy(update={"benchmark": spec(holdout.benchmark)})
+        return self.model_copy(update={"strategy": fix(self.strategy), "stores": fix(self.stores),
+                                       "benchmark": spec(self.benchmark), "holdout": holdout})
 
 
 class ConfigError(ValueError):

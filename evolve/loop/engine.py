@@ -21,6 +21,7 @@ from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
 from evolve.loop.config import RunConfig
+from evolve.loop.holdout import Holdout
 from evolve.loop.learning import learn, merged, relieved, runners_up
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
@@ -44,7 +45,9 @@ class Engine:
         # All input is validated before the stores are opened, so bad input never touches them.
         setup = RunSetup.prepare(config)
         self.baseline, self.question_ids = setup.baseline, setup.question_ids
-        self.harness, backends, self.harness_id = setup.harness(progress)
+        self.harness, holdout_harness, backends, self.harness_id = setup.harness(progress)
+        self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, alpha=self.rules.alpha,
+                                seed=config.seed) if holdout_harness is not None else None)
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
@@ -64,7 +67,8 @@ class Engine:
         self.verifier = CandidateVerifier(self.harness, self.evolver, critic, self.effects, self.tree, self.rules,
                                           question_ids=self.question_ids, probe_ids=setup.probe_ids,
                                           harness_id=self.harness_id, max_reverts=config.max_reverts,
-                                          seed=config.seed, objective=config.objective, cost=config.cost)
+                                          seed=config.seed, objective=config.objective, cost=config.cost,
+                                          holdout=self.holdout)
         self._current_run: EvalRun | None = None
 
     # ------------------------------------------------------------------ public
@@ -117,6 +121,9 @@ class Engine:
             out["current"].update(_headline(cur_run, objective))
             out["current_vs_baseline"] = {k: paired.to_dict()[k] for k in
                                           ("n", "delta", "mcnemar_p", "ci_low", "ci_high", "per_category")}
+            if self.holdout is not None:
+                out["holdout"] = {"questions": len(self.holdout.question_ids),
+                                  **self.holdout.compare(self.baseline, current)}
         out["llm"] = self.llm_stats.by_role() if self.llm_stats else {}
         return out
 
@@ -158,7 +165,8 @@ class Engine:
             new_current = best.restore.strategy
             new_run = self.harness.evaluate(new_current, self.question_ids, desc=f"round {n} restore")
         outcome = RoundOutcome(n, current, cur_run, new_current, new_run, dg, directions,
-                               self.advisor.notes if self.advisor else [], results, winner, best.restore)
+                               self.advisor.notes if self.advisor else [], results, winner, best.restore,
+                               self.holdout.score(new_current) if self.holdout else None)
         fill_bundle(bundle, outcome, self.stores, baseline=self.baseline, harness_id=self.harness_id,
                     docs={"dimension_effects": self.effects.to_dict(), "hypothesis_tree": self.tree.to_dict()},
                     escalations=escalations(self.stores.read_doc("escalations", {"blocked": {}, "escalated": []}),

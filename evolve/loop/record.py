@@ -13,6 +13,8 @@ from evolve.verify.decision import Decision, changes_strategy
 
 #: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).
 STAGES = ("gates", "critic", "evidence_screen", "probe", "paired")
+#: Fields left out of the stored record while ``None``.
+OPTIONAL = ("merged_from", "holdout")
 
 
 @dataclass
@@ -48,6 +50,8 @@ class CandidateRecord:
     applied: bool = False
     #: For a merge of a round's accepted candidates: their ids (omitted from the stored record otherwise).
     merged_from: list[str] | None = None
+    #: Candidate vs. parent on the held-out questions, for a candidate the dev data would accept (omitted otherwise).
+    holdout: dict | None = None
 
     @property
     def key(self) -> str:
@@ -86,12 +90,13 @@ class CandidateRecord:
 
     def report(self) -> dict[str, Any]:
         """What the decision contract decided on (:func:`evolve.verify.decision.decide` replays it)."""
-        return {"paired": self.paired, "dcr": self.dcr, "cost": self.cost}
+        out = {"paired": self.paired, "dcr": self.dcr, "cost": self.cost}
+        return {**out, "holdout": self.holdout} if self.holdout is not None else out
 
     def report_hash(self) -> str:
         """Hash of the evidence behind the decision, journaled with the verdict."""
         keys = ("paired", "dcr", "probe", "gates", "critic", "decision") + (("cost",) if self.cost else ()) + \
-            (("evidence_screen",) if self.evidence_screen else ())
+            (("evidence_screen",) if self.evidence_screen else ()) + (("holdout",) if self.holdout else ())
         return canonical_hash({k: getattr(self, k) for k in keys})
 
     def record_hash(self) -> str:
@@ -107,8 +112,9 @@ class CandidateRecord:
 
     def to_dict(self) -> dict[str, Any]:
         out = {"key": self.key, **{f.name: getattr(self, f.name) for f in fields(self)}}
-        if self.merged_from is None:
-            del out["merged_from"]
+        for name in OPTIONAL:  # fields newer than most records: stored only when set, so old hashes still hold
+            if out[name] is None:
+                del out[name]
         return out
 
     @classmethod

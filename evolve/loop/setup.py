@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,18 @@ from evolve.verify.probe import stratified_probe
 log = logging.getLogger(__name__)
 
 
+def _split(benchmark: Benchmark, questions: list, fraction: float, seed: int) -> set[str]:
+    """The held-out conversation ids: ``fraction`` of the questions' conversations (at least one, and at least one
+    left), drawn by ``seed`` from their sorted ids."""
+    conversations = sorted({q.conversation_id for q in questions})
+    if len(conversations) < 2:
+        raise ConfigError(f"holdout.split: {benchmark.name} has {len(conversations)} conversation(s) among the "
+                          "questions; a split by conversation needs at least 2")
+    random.Random(seed).shuffle(conversations)
+    k = min(len(conversations) - 1, max(1, round(fraction * len(conversations))))
+    return set(conversations[:k])
+
+
 @dataclass
 class RunSetup:
     """A run config's validated inputs: baseline, benchmark, the questions evaluated and scored, the probe, roles."""
@@ -35,6 +48,9 @@ class RunSetup:
     probe_ids: list[str]
     roles: RolesConfig
     layout: StoreLayout
+    #: Held-out questions (never searched, probed or decided on) and the benchmark they come from.
+    holdout_ids: list[str]
+    holdout_benchmark: Benchmark | None
 
     @classmethod
     def prepare(cls, config: RunConfig) -> "RunSetup":
@@ -45,6 +61,21 @@ class RunSetup:
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
+        holdout_bench, holdout_ids = None, []
+        if config.holdout is not None and config.holdout.split is not None:
+            held = _split(benchmark, questions, config.holdout.split.holdout_fraction, config.holdout.split.seed)
+            holdout_bench, holdout_ids = benchmark, [q.id for q in questions if q.conversation_id in held]
+            questions = [q for q in questions if q.conversation_id not in held]
+        elif config.holdout is not None:
+            holdout_bench = load_benchmark(config.holdout.benchmark)
+            shared = {c.content_hash() for c in benchmark.conversations.values()} & {
+                c.content_hash() for c in holdout_bench.conversations.values()}
+            if shared:
+                ids = sorted(cid for cid, c in holdout_bench.conversations.items() if c.content_hash() in shared)
+                raise ConfigError(f"holdout.benchmark: shares {len(ids)} conversation(s) with the benchmark "
+                                  f"({', '.join(ids[:5])}); held-out data must be unseen by the search")
+            holdout_ids = [q.id for q in select_questions(holdout_bench, config.holdout.benchmark, None,
+                                                          config.include_adversarial)]
         scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
         if config.objective == "evidence":
             scored = {q.id: q.category for q in questions if q.id in scored and benchmark.known_evidence(q)}
@@ -58,10 +89,10 @@ class RunSetup:
             raise ConfigError(str(exc)) from None
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         return cls(config, baseline, benchmark, [q.id for q in questions], scored, probe_ids, roles,
-                   StoreLayout(config.stores))
+                   StoreLayout(config.stores), holdout_ids, holdout_bench)
 
     def dry_harness(self, observing: UsageStats | None = None, *, cache_dir: Path | None = None,
-                    persist: bool = True) -> Harness:
+                    persist: bool = True, benchmark: Benchmark | None = None) -> Harness:
         """A harness whose LLM roles call no endpoint (see :class:`~evolve.llm.client.DryRun`), answering from the
         response cache in ``cache_dir`` (default: the run's). Its ingestion cache is the run's when ingestion is
         deterministic and ``persist`` is set, else its own in memory (dry extraction yields no facts)."""
@@ -69,23 +100,35 @@ class RunSetup:
                                self.config.on_role_error, dry=True, dry_observing=observing).roles
         shared = persist and roles.extractor is None
         cache = IngestionCache(self.layout.cache / "ingestion") if shared else IngestionCache()
-        return Harness(self.benchmark, roles, cache=cache, include_adversarial=self.config.include_adversarial,
-                       progress=False)
+        return Harness(benchmark or self.benchmark, roles, cache=cache,
+                       include_adversarial=self.config.include_adversarial, progress=False)
 
-    def harness(self, progress: bool | None = None) -> tuple[Harness | BudgetedHarness, Backends, dict]:
-        """The run's harness (behind the budget when one is set and a role calls an LLM), its backends and the
-        harness identity recorded in the stores; refuses stores built on another harness and unreachable endpoints."""
+    def harness(self, progress: bool | None = None) -> tuple[Harness | BudgetedHarness, Harness | BudgetedHarness | None,
+                                                            Backends, dict]:
+        """The run's harness and its holdout's (``None`` without a holdout; each behind the budget when one is set
+        and a role calls an LLM), the backends and the harness identity recorded in the stores; refuses stores built
+        on another harness and unreachable endpoints."""
         check_reachable(self.roles)
         backends = build_backends(self.roles, self.config.judge_threshold, self.layout.cache / "llm",
                                   self.config.on_role_error)
         harness_id = {"benchmark": self.config.benchmark, "benchmark_hash": self.benchmark.content_hash(),
                       "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
-                      "schema_hash": schema_hash(), "objective": self.config.objective}
+                      "schema_hash": schema_hash(), "objective": self.config.objective,
+                      "holdout": self.config.holdout.describe() if self.config.holdout else None}
         check_harness(self.layout, harness_id)
-        harness: Harness | BudgetedHarness = Harness(
-            self.benchmark, backends.roles, cache=IngestionCache(self.layout.cache / "ingestion"),
-            include_adversarial=self.config.include_adversarial, progress=progress, workers=self.config.workers)
-        if self.config.budget.limited and backends.usage is not None:
-            budget = Budget(self.config.budget, self.roles, backends.usage)
-            harness = BudgetedHarness(harness, self.dry_harness(backends.usage), budget)
-        return harness, backends, harness_id
+        cache = IngestionCache(self.layout.cache / "ingestion")
+        budget = (Budget(self.config.budget, self.roles, backends.usage)
+                  if self.config.budget.limited and backends.usage is not None else None)
+
+        def build(benchmark: Benchmark) -> Harness | BudgetedHarness:
+            harness = Harness(benchmark, backends.roles, cache=cache, include_adversarial=self.config.include_adversarial,
+                              progress=progress, workers=self.config.workers)
+            if budget is None:
+                return harness
+            return BudgetedHarness(harness, self.dry_harness(backends.usage, benchmark=benchmark), budget)
+
+        main = build(self.benchmark)
+        if self.holdout_benchmark is None:
+            return main, None, backends, harness_id
+        return main, main if self.holdout_benchmark is self.benchmark else build(self.holdout_benchmark), \
+            backends, harness_id

@@ -37,7 +37,8 @@ def _figure(width: float, height: float) -> tuple[Figure, Axes]:
 
 
 def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
-    """The objective score of the current strategy across rounds, best-ever, and every fully evaluated candidate."""
+    """The objective score of the current strategy across rounds (and on the holdout, when there is one), best-ever,
+    and every fully evaluated candidate."""
     fig, ax = _figure(11, 3.8)
     if not rounds:
         ax.text(0.5, 0.5, "no rounds committed", ha="center", transform=ax.transAxes)
@@ -47,6 +48,10 @@ def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
             markersize=4, linewidth=1.8, label="current strategy", zorder=3)
     ax.step(xs, [rounds[0]["observed_score"]] + [r["best_score"] for r in rounds], where="post",
             linestyle="--", color="#8c959f", linewidth=1.2, label="best ever")
+    held = [r for r in rounds if r.get("holdout_score") is not None]
+    if held:
+        ax.plot([r["round"] for r in held], [r["holdout_score"] for r in held], "-s", color="#0969da", markersize=4,
+                linewidth=1.4, label="current, on the holdout", zorder=3)
     evaluated = [r for r in records if r.paired]
     for verdict, (color, marker, label) in VERDICT_STYLE.items():
         pts = [(r.round + _offset(r, records), r.paired["acc_candidate"], r.applied)

@@ -168,6 +168,11 @@ def render_record(record: CandidateRecord, view: History) -> str:
         before, after = r.cost["words_parent"], r.cost["words_candidate"]
         growth = f" ({after / before - 1:+.1%})" if before else ""
         lines.append(f"cost: context words per question {before:.1f} -> {after:.1f}{growth}")
+    if r.holdout:
+        h = r.holdout
+        lines.append(f"holdout: {h['n']} held-out questions, parent {h['score_parent']:.3f} -> candidate "
+                     f"{h['score_candidate']:.3f} (Δ {h['delta']:+.4f}, +{h['improved']}/-{h['regressed']}, McNemar "
+                     f"p={h['mcnemar_p']:.4g}, CI [{h['ci_low']:+.4f}, {h['ci_high']:+.4f}])")
     lines += ["", *_paired_lines(r), "", *_example_lines(r, "improved"), "",
               *_example_lines(r, "regressed"), "", "restore / promote:",
               f"  parent file (what was current before): {view.strategy_path(r.parent_hash)}"]

@@ -14,8 +14,11 @@
 6. ``cost``            with :class:`CostLimits`, the candidate's mean packed context words exceed
                         ``max_context_words``, or grow over the parent's by more than
                         ``max_relative_increase`` (report field ``cost``)                  -> FEATURE_FLAG
-7. ``protected_slice_regression`` a protected category has delta_c < -epsilon_c         -> ACCEPT_WITH_MONITOR
-8. ``accept``                                                                            -> ACCEPT
+7. ``holdout``         with a holdout comparison in the report (field ``holdout``: n, delta, mcnemar_p, ci_low,
+                        ci_high of candidate vs. parent on held-out questions), a significant regression
+                        there (delta < 0, p <= alpha, ci_high < 0)                            -> FEATURE_FLAG
+8. ``protected_slice_regression`` a protected category has delta_c < -epsilon_c         -> ACCEPT_WITH_MONITOR
+9. ``accept``                                                                            -> ACCEPT
 
 Protected slices are categories exempt from the per-category veto (typically small or noisy ones):
 their regression is accepted but flagged for monitoring. Only ACCEPT and ACCEPT_WITH_MONITOR change
@@ -215,6 +218,16 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
     over = cost.violation(*words) if words is not None else None
     if over is not None:
         return Decision(Verdict.FEATURE_FLAG, f"{over} ({stats})", "cost")
+    held = report.get("holdout")
+    if held is not None:
+        if not isinstance(held, Mapping) or any(isinstance(held.get(k), bool) or not isinstance(held.get(k), (int, float))
+                                                for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")):
+            return Decision(Verdict.FEATURE_FLAG, f"incomplete report: holdout must carry numbers n, delta, mcnemar_p, "
+                                                  f"ci_low, ci_high, got {held!r}", "incomplete")
+        if held["delta"] < 0 and held["mcnemar_p"] <= rules.alpha and held["ci_high"] < 0:
+            return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {held['n']} held-out questions (delta="
+                                                  f"{held['delta']:+.4f}, p={held['mcnemar_p']:.4g}, CI=[{held['ci_low']:+.4f}, "
+                                                  f"{held['ci_high']:+.4f}]) although the dev data gain ({stats})", "holdout")
     if monitored:
         return Decision(
             Verdict.ACCEPT_WITH_MONITOR,

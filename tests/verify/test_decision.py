@@ -229,3 +229,24 @@ def test_cost_decision_replays_from_the_saved_record():
 def test_bad_cost_limits_are_refused(cost):
     with pytest.raises(ValidationError):
         CostLimits(**cost)
+
+
+#: A significant loss on held-out questions, and a small one that is not significant.
+HELD_LOSS = [("temporal", True, False, 15), ("temporal", True, True, 35)]
+HELD_NOISE = [("temporal", True, False, 2), ("temporal", False, True, 1), ("temporal", True, True, 47)]
+
+
+def test_a_gain_that_regresses_on_the_holdout_is_feature_flagged_and_replays():
+    def held(rows):
+        paired = paired_comparison(*outcomes(rows), n_resamples=500).to_dict()
+        return {k: paired[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
+
+    blocked = {**report(GAIN), "holdout": held(HELD_LOSS)}
+    d = decide(blocked, RULES)
+    assert (d.verdict, d.rule) == (Verdict.FEATURE_FLAG, "holdout") and "regresses on 50 held-out" in d.reason
+    assert decide(json.loads(json.dumps(blocked)), RULES) == d  # from the saved record alone
+    assert decide({**report(GAIN), "holdout": held(HELD_NOISE)}, RULES).rule == "accept"
+    assert decide({**report(GAIN), "holdout": {"n": 3}}, RULES).rule == "incomplete"
+    # The dev data decides first: a dev loss is rejected whatever the holdout says.
+    assert decide({**report([("temporal", True, False, 20), ("temporal", True, True, 30)]),
+                   "holdout": held(HELD_NOISE)}, RULES).rule == "significant_harm"
