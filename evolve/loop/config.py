@@ -32,6 +32,16 @@ class PlannerConfig(_Strict):
     max_directions: int = Field(6, ge=1)
 
 
+class ExecutorConfig(_Strict):
+    """Where conversations are evaluated: this machine (``workers`` processes) or Ray actors."""
+
+    kind: Literal["local", "ray"] = "local"
+    address: str | None = Field(None, description="ray: None starts a local Ray; 'auto', 'host:port' or "
+                                                   "'ray://host:port' joins a cluster")
+    num_workers: int = Field(2, ge=1, description="ray: actors, each holding the embedding model and a warm cache")
+    max_retries: int = Field(1, ge=0, description="ray: retries of a conversation whose actor died")
+
+
 class SplitConfig(_Strict):
     """A deterministic split of the benchmark's conversations into dev and holdout."""
 
@@ -72,6 +82,7 @@ class RunConfig(_Strict):
     on_role_error: Literal["stop", "mark"] = Field(
         "stop", description="a failing role (e.g. LLM endpoint) stops the run, or marks the question unscored")
     workers: int = Field(1, ge=1, description="evaluate conversations in this many processes (pays on idle cores)")
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     max_reverts: int = Field(2, ge=1, description="replay-stability gate: reverts per symptom before refusal")
     escalation_threshold: int = Field(3, ge=1)
     objective: Objective = Field("accuracy", description="what the loop optimises: accuracy | evidence")

@@ -103,6 +103,19 @@ class RunSetup:
         return Harness(benchmark or self.benchmark, roles, cache=cache,
                        include_adversarial=self.config.include_adversarial, progress=False)
 
+    def _executor(self, benchmark: Benchmark, backends: Backends, cache: IngestionCache):
+        """Ray actors for ``executor: {kind: ray}`` (connecting now, so a bad address fails before the stores)."""
+        ex = self.config.executor
+        if ex.kind != "ray":
+            return None
+        from evolve.observe.ray_pool import ExecutorError, RayPool
+
+        try:
+            return RayPool(benchmark, backends.roles, cache, self.config.include_adversarial,
+                           num_workers=ex.num_workers, address=ex.address, max_retries=ex.max_retries)
+        except ExecutorError as exc:
+            raise ConfigError(str(exc)) from None
+
     def harness(self, progress: bool | None = None) -> tuple[Harness | BudgetedHarness, Harness | BudgetedHarness | None,
                                                             Backends, dict]:
         """The run's harness and its holdout's (``None`` without a holdout; each behind the budget when one is set
@@ -122,7 +135,8 @@ class RunSetup:
 
         def build(benchmark: Benchmark) -> Harness | BudgetedHarness:
             harness = Harness(benchmark, backends.roles, cache=cache, include_adversarial=self.config.include_adversarial,
-                              progress=progress, workers=self.config.workers)
+                              progress=progress, workers=self.config.workers,
+                              executor=self._executor(benchmark, backends, cache))
             if budget is None:
                 return harness
             return BudgetedHarness(harness, self.dry_harness(backends.usage, benchmark=benchmark), budget)

@@ -16,7 +16,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import mean
-from typing import Iterable, Literal
+from typing import Callable, Iterable, Literal, Protocol
 
 import numpy as np
 from tqdm import tqdm
@@ -33,6 +33,15 @@ from evolve.runtime.usage import question_usage
 from evolve.state.files import atomic_write_json, atomic_write_text
 from evolve.strategy.artifact import policy_hash, strategy_hash
 
+
+
+class Executor(Protocol):
+    """Evaluates conversations elsewhere (e.g. on Ray actors), results in task order."""
+
+    def map(self, strategy: dict, tasks: list[tuple[str, list[str]]], answer: bool,
+            progress: Callable[[int], object]) -> list[tuple[list[Trace], dict, int, int]]: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -211,16 +220,22 @@ class _WorkerError(Exception):
         return exc
 
 
-def _work(strategy: dict, cid: str, question_ids: list[str], answer: bool) -> tuple[list[Trace], dict, int, int]:
-    """Worker task: ``(traces, ingestion LLM usage, ingestion cache hits, misses)`` of one conversation."""
-    assert _WORKER is not None, "worker not initialised"
+def evaluate_conversation(evaluator: _Evaluator, strategy: dict, cid: str, question_ids: list[str],
+                          answer: bool) -> tuple[list[Trace], dict, int, int]:
+    """A worker's task (process or Ray actor): ``(traces, ingestion LLM usage, ingestion cache hits, misses)`` of one
+    conversation; an exception comes back as a picklable :class:`_WorkerError`."""
     try:
-        hits, misses = _WORKER.cache.hits, _WORKER.cache.misses
-        traces, usage = _WORKER.conversation(_WORKER.runtime(strategy), cid,
-                                             [_WORKER.questions[q] for q in question_ids], answer)
-        return traces, usage, _WORKER.cache.hits - hits, _WORKER.cache.misses - misses
+        hits, misses = evaluator.cache.hits, evaluator.cache.misses
+        traces, usage = evaluator.conversation(evaluator.runtime(strategy), cid,
+                                               [evaluator.questions[q] for q in question_ids], answer)
+        return traces, usage, evaluator.cache.hits - hits, evaluator.cache.misses - misses
     except Exception as exc:
         raise _WorkerError(type(exc), exc.args, dict(vars(exc)), "".join(traceback.format_exception(exc))) from None
+
+
+def _work(strategy: dict, cid: str, question_ids: list[str], answer: bool) -> tuple[list[Trace], dict, int, int]:
+    assert _WORKER is not None, "worker not initialised"
+    return evaluate_conversation(_WORKER, strategy, cid, question_ids, answer)
 
 
 class Harness:
@@ -228,12 +243,14 @@ class Harness:
 
     With ``workers > 1`` conversations are evaluated in that many worker processes, started on first use and
     reused by every later evaluation (the embedding model loads once per worker); they share the cache's
-    directory on disk. Traces, their order and the exceptions raised are those of ``workers=1``. Roles must be
-    picklable; workers are spawned, so a script using them needs the ``if __name__ == "__main__":`` guard.
+    directory on disk. With an ``executor`` (e.g. :class:`evolve.observe.ray_pool.RayPool`) conversations go to it
+    instead. Traces, their order and the exceptions raised are those of ``workers=1``. Roles must be picklable;
+    workers are spawned, so a script using them needs the ``if __name__ == "__main__":`` guard.
     """
 
     def __init__(self, benchmark: Benchmark, roles: Roles | None = None, *, cache: IngestionCache | None = None,
-                 include_adversarial: bool = False, progress: bool | None = None, workers: int = 1):
+                 include_adversarial: bool = False, progress: bool | None = None, workers: int = 1,
+                 executor: "Executor | None" = None):
         if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
             raise ValueError(f"Harness workers: expected an integer >= 1, got {workers!r}")
         self.benchmark = benchmark
@@ -241,7 +258,7 @@ class Harness:
         self.cache = cache or IngestionCache()
         self.include_adversarial = include_adversarial
         self.progress = sys.stderr.isatty() if progress is None else progress
-        self.workers = workers
+        self.workers, self.executor = workers, executor
         self._evaluator = _Evaluator(benchmark, self.roles, self.cache, include_adversarial)
         self._benchmark_hash = benchmark.content_hash()
         self._pool: ProcessPoolExecutor | None = None
@@ -263,10 +280,15 @@ class Harness:
         ingestion: list[dict] = []  # LLM usage of ingesting each conversation
         hits = misses = 0
         with tqdm(total=len(questions), desc=desc, disable=not self.progress, leave=False) as bar:
-            if self.workers > 1 and len(by_conv) > 1:
+            tasks = [(cid, [q.id for q in qs]) for cid, qs in by_conv.items()]
+            if self.executor is not None:
+                for part, usage, h, m in self.executor.map(strategy, tasks, answer, bar.update):
+                    traces.extend(part)
+                    ingestion.append(usage)
+                    hits, misses = hits + h, misses + m
+            elif self.workers > 1 and len(by_conv) > 1:
                 pool = self._worker_pool()
-                futures = [pool.submit(_work, strategy, cid, [q.id for q in qs], answer)
-                           for cid, qs in by_conv.items()]
+                futures = [pool.submit(_work, strategy, cid, ids, answer) for cid, ids in tasks]
                 for future in futures:
                     try:
                         part, usage, h, m = future.result()
@@ -309,7 +331,9 @@ class Harness:
                 raise
 
     def close(self) -> None:
-        """Stop the worker processes (a later parallel evaluation starts new ones)."""
+        """Stop the worker processes (a later parallel evaluation starts new ones) and the executor's workers."""
+        if self.executor is not None:
+            self.executor.close()
         if self._pool is not None:
             self._pool.shutdown(cancel_futures=True)
             self._pool = None
