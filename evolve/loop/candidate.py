@@ -112,6 +112,7 @@ class CandidateVerifier:
             return result.close(screened, "probe")
 
         run = self.harness.evaluate(candidate, self.question_ids, desc=f"{cid} full")
+        _spent(record, run)
         paired = paired_comparison(screen.run.outcomes(self.objective), run.outcomes(self.objective),
                                    alpha=self.rules.alpha, seed=self.seed)
         result.run = run
@@ -139,6 +140,7 @@ class CandidateVerifier:
         evidence significantly against its parent."""
         run = self.harness.evaluate(candidate, self.question_ids, desc=f"{record.candidate_id} evidence screen",
                                     answer=False)
+        _spent(record, run)
         paired = paired_comparison(base.outcomes("evidence"), run.outcomes("evidence"), alpha=self.rules.alpha,
                                    seed=self.seed)
         record.evidence_screen = {k: paired.to_dict()[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
@@ -147,6 +149,7 @@ class CandidateVerifier:
     def _probe(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
         """Evaluate the probe subset; a decision if the probe already decides (objective drop, or inert)."""
         probe_run = self.harness.evaluate(candidate, self.probe_ids, desc=f"{record.candidate_id} probe")
+        _spent(record, probe_run)
         before = base.by_id()
         base_acc = self._rate(before[q] for q in self.probe_ids if q in before)
         cand_acc = self._rate(probe_run.traces)
@@ -165,6 +168,16 @@ class CandidateVerifier:
         """Success rate of ``traces`` under the objective (0.0 when none counts)."""
         counted = [ok for t in traces if (ok := success(t, self.objective)) is not None]
         return sum(counted) / len(counted) if counted else 0.0
+
+
+def _spent(record: CandidateRecord, run: EvalRun) -> None:
+    """Add an evaluation's LLM usage to the candidate's (per role; nothing without LLM roles)."""
+    total = record.llm or {}
+    for role, counts in run.summary.llm.items():
+        mine = total.setdefault(role, {})
+        for counter, n in counts.items():
+            mine[counter] = mine.get(counter, 0) + n
+    record.llm = total or None
 
 
 def _examples(paired: dict, base: EvalRun, cand: EvalRun) -> dict:

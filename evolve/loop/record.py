@@ -14,7 +14,7 @@ from evolve.verify.decision import Decision, changes_strategy
 #: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).
 STAGES = ("gates", "critic", "evidence_screen", "probe", "paired")
 #: Fields left out of the stored record while ``None``.
-OPTIONAL = ("merged_from", "holdout")
+OPTIONAL = ("merged_from", "holdout", "llm")
 
 
 @dataclass
@@ -52,6 +52,8 @@ class CandidateRecord:
     merged_from: list[str] | None = None
     #: Candidate vs. parent on the held-out questions, for a candidate the dev data would accept (omitted otherwise).
     holdout: dict | None = None
+    #: LLM usage of the candidate's evaluations (screen, probe, full), per role (omitted without LLM roles).
+    llm: dict | None = None
 
     @property
     def key(self) -> str:

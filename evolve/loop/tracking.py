@@ -128,7 +128,9 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
         metrics = {**(r.run.summary.metrics() if r.run else {}),
                    **{f"paired.{k}": paired.get(k) for k in ("delta", "mcnemar_p", "ci_low", "ci_high")},
                    **{f"paired.delta.{c}": v["delta"] for c, v in paired.get("per_category", {}).items()},
-                   **{f"probe.{k}": v for k, v in (rec.probe or {}).items()}}
+                   **{f"probe.{k}": v for k, v in (rec.probe or {}).items()},
+                   **{f"candidate.llm.{role}.{c}": v for role, counts in (rec.llm or {}).items()
+                      for c, v in counts.items()}}
         tracker.log(child, params=diff_strategies(outcome.current, r.strategy).params() if rec.strategy_hash else {},
                     metrics=metrics, tags={"decision": rec.verdict, "decided_by": rec.decided_by,
                                            "reason": rec.decision["reason"], "applied": rec.applied}, step=n)

@@ -162,8 +162,8 @@ def render_record(record: CandidateRecord, view: History) -> str:
     probe = r.probe
     lines.append(f"probe: {probe['n']} questions, parent {probe['acc_baseline']:.3f} -> candidate "
                  f"{probe['acc_candidate']:.3f} (Δ {probe['delta']:+.3f})" if probe else "probe: not run")
-    if r.summary and r.summary.get("llm"):
-        lines.append("llm: " + usage_line(r.summary["llm"]))
+    if r.llm:
+        lines.append("llm (screen, probe and full evaluation): " + usage_line(r.llm))
     if r.cost:
         before, after = r.cost["words_parent"], r.cost["words_candidate"]
         growth = f" ({after / before - 1:+.1%})" if before else ""

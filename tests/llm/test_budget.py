@@ -32,6 +32,11 @@ def config(tmp: Path, base_url: str, name: str, **budget) -> RunConfig:
                      stores=tmp / name, roles=llm_roles(base_url), budget=BudgetConfig(**budget))
 
 
+def free_questions(tmp: Path) -> int:
+    """Questions of one full evaluation in the unbudgeted run (the harness identity in its state)."""
+    return json.loads((tmp / "free" / "state.json").read_text())["harness"]["n_questions"]
+
+
 def decisions(stores: Path) -> list[tuple]:
     rows = [json.loads(line) for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
     return [(r["candidate_id"], r["policy_hash"], r["decided_by"], r["decision"]["verdict"]) for r in rows]
@@ -44,6 +49,12 @@ def test_a_budget_stops_the_night_between_rounds_and_the_next_run_resumes_to_the
         free = Engine(config(tmp_path, server.base_url, "free"), track=False).run()
         night = server.request_count  # both rounds on a fresh cache
         assert free["budget_stop"] is None and night > round_one
+        records = [json.loads(line) for line in (tmp_path / "free" / "candidate_outcomes.jsonl").read_text()
+                   .splitlines()]
+        for r in records:  # each candidate's own usage: one answer per question of each evaluation it reached
+            answered = {"probe": 10, "decision": 10 + free_questions(tmp_path)}.get(r["decided_by"], 0)
+            counts = r.get("llm", {}).get("answerer", {})
+            assert counts.get("requests", 0) + counts.get("cache_hits", 0) == answered, r["candidate_id"]
 
         limit = round_one + (night - round_one) // 3  # enough for round 1, not for round 2
         before = server.request_count
