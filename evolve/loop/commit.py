@@ -40,6 +40,7 @@ class RoundOutcome:
     winner: CandidateResult | None
     restored: CheckpointRecord | None
     holdout_score: float | None = None  # the new current strategy on the held-out questions
+    holdout_best_score: float | None = None  # the best-ever strategy there
 
 
 def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, baseline: dict, harness_id: dict,
@@ -72,7 +73,7 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
         "observed_score": o.run.score(objective), "best_score": best_score, "accuracy": after.accuracy,
         "observed_accuracy": o.run.summary.accuracy, "evidence_share": after.evidence_share,
         "all_evidence_packed": after.all_evidence_packed, "context_words": after.context_words["mean"],
-        "holdout_score": o.holdout_score,
+        "holdout_score": o.holdout_score, "holdout_best_score": o.holdout_best_score,
         "root_causes": o.run.summary.root_causes, "dcr@3": o.run.summary.dcr3,
         "accepted": accepted, "restored": o.restored is not None,
         "decisions": {r.record.candidate_id: r.record.verdict for r in o.results}})

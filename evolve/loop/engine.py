@@ -158,7 +158,8 @@ class Engine:
         pending = learn(results, self.effects, self.tree)
 
         bundle = RoundBundle()
-        best = best_ever(self.stores.checkpoint.load(), n, new_current, new_run.score(self.config.objective),
+        prior = self.stores.checkpoint.load()
+        best = best_ever(prior, n, new_current, new_run.score(self.config.objective),
                          self.rules.restore_threshold, self.harness_id)
         best.apply(bundle)
         if best.restore is not None:
@@ -166,7 +167,8 @@ class Engine:
             new_run = self.harness.evaluate(new_current, self.question_ids, desc=f"round {n} restore")
         outcome = RoundOutcome(n, current, cur_run, new_current, new_run, dg, directions,
                                self.advisor.notes if self.advisor else [], results, winner, best.restore,
-                               self.holdout.score(new_current) if self.holdout else None)
+                               *self._holdout_scores(new_current, best.checkpoint["strategy"] if best.checkpoint
+                                                     else prior.strategy))
         fill_bundle(bundle, outcome, self.stores, baseline=self.baseline, harness_id=self.harness_id,
                     docs={"dimension_effects": self.effects.to_dict(), "hypothesis_tree": self.tree.to_dict()},
                     escalations=escalations(self.stores.read_doc("escalations", {"blocked": {}, "escalated": []}),
@@ -206,6 +208,12 @@ class Engine:
         return results
 
     # ------------------------------------------------------------------ helpers
+
+    def _holdout_scores(self, current: dict, best: dict) -> tuple[float | None, float | None]:
+        """The current and the best-ever strategy on the holdout (``None`` without one)."""
+        if self.holdout is None:
+            return None, None
+        return self.holdout.score(current), self.holdout.score(best)
 
     def _evaluate_current(self, current: dict, desc: str = "current") -> EvalRun:
         if self._current_run is None or self._current_run.summary.strategy_hash != strategy_hash(current):

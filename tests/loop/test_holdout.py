@@ -43,7 +43,8 @@ def test_a_run_with_a_holdout_checks_accepts_there_and_scores_each_round(tmp_pat
         if "holdout" in r:
             assert r["holdout"]["n"] > 0 and set(r["holdout"]) >= {"delta", "mcnemar_p", "score_parent"}
     rounds = json.loads((tmp_path / "stores" / "scoreboard.json").read_text())["rounds"]
-    assert all(isinstance(row["holdout_score"], float) for row in rounds)
+    assert all(isinstance(row["holdout_score"], float) and isinstance(row["holdout_best_score"], float)
+               for row in rounds)
     assert summary["holdout"]["score_candidate"] == pytest.approx(rounds[-1]["holdout_score"])
     state = json.loads((tmp_path / "stores" / "state.json").read_text())
     assert state["harness"]["holdout"] == "split:0.5:0"
