@@ -123,6 +123,7 @@ class _Ask:
     answer: str
     category: str
     evidence: tuple[_Line, ...]
+    outdated: tuple[_Line, ...] = ()
 
 
 class _Script:
@@ -146,8 +147,8 @@ class _Script:
         self.facts[session].append(line)
         return line
 
-    def ask(self, question: str, answer: str, category: str, *evidence: _Line) -> None:
-        self.asks.append(_Ask(question, answer, category, evidence))
+    def ask(self, question: str, answer: str, category: str, *evidence: _Line, outdated: tuple[_Line, ...] = ()) -> None:
+        self.asks.append(_Ask(question, answer, category, evidence, outdated))
 
     def sessions(self, k: int) -> list[int]:
         """``k`` distinct sessions in increasing order."""
@@ -166,7 +167,7 @@ def _preferences(s: _Script) -> dict[str, _Line]:
             f"My favorite {thing} is no longer {old}; it's {new} now.",
             f"I switched to {new}, so that's my favorite {thing} now.",
         )))
-        s.ask(f"What is {s.p}'s favorite {thing}?", new, "single_hop", after)
+        s.ask(f"What is {s.p}'s favorite {thing}?", new, "single_hop", after, outdated=(before,))
         if i == 0:
             s.ask(f"What was {s.p}'s favorite {thing} before {new}?", old, "temporal", before, after)
     stable = {}
@@ -188,11 +189,11 @@ def _appointments(s: _Script) -> None:
         where, when = f"Where is {s.p}'s {event}?", f"What day is {s.p}'s {event}?"
         if kind == "place":
             moved = s.say(later, f"The {event} moved to the {new_place}.")
-            s.ask(where, new_place, "single_hop", moved)
+            s.ask(where, new_place, "single_hop", moved, outdated=(stated,))
             s.ask(when, day, "single_hop", stated)
         else:
             moved = s.say(later, f"The {event} moved to {new_day}.")
-            s.ask(when, new_day, "single_hop", moved)
+            s.ask(when, new_day, "single_hop", moved, outdated=(stated,))
             s.ask(where, place, "single_hop", stated)
 
 
@@ -200,28 +201,30 @@ def _retractions(s: _Script) -> None:
     for claim, topic, question, values in s.rng.sample(RETRACTABLE, 2):
         value = s.rng.choice(values)
         first, later = s.sessions(2)
-        s.say(first, claim.format(x=value))
+        claimed = s.say(first, claim.format(x=value))
         retraction = s.say(later, f"Forget what I said about {topic.format(x=value)}; that's not true anymore.")
-        s.ask(question.format(p=s.p, x=value), "No", "single_hop", retraction)
+        s.ask(question.format(p=s.p, x=value), "No", "single_hop", retraction, outdated=(claimed,))
 
 
 def _profile(s: _Script) -> None:
     """Job change, residence (maybe moved) with a world-knowledge country question, and an instrument."""
     old_job, new_job = s.rng.sample(JOBS, 2)
     first, later = s.sessions(2)
-    s.say(first, f"I work as {_a(old_job)}.")
+    old = s.say(first, f"I work as {_a(old_job)}.")
     job = s.say(later, f"I no longer work as {_a(old_job)}; I work as {_a(new_job)} now.")
-    s.ask(f"What is {s.p}'s job?", new_job, "single_hop", job)
+    s.ask(f"What is {s.p}'s job?", new_job, "single_hop", job, outdated=(old,))
 
     home, new_home = s.rng.sample(sorted(CITIES), 2)
     while CITIES[new_home] == CITIES[home]:
         new_home = s.rng.choice(sorted(CITIES))
     first, later = s.sessions(2)
     current = s.say(first, f"I live in {home}.")
+    left: tuple[_Line, ...] = ()
     if s.rng.random() < 0.5:
+        left = (current,)
         current, home = s.say(later, f"Actually, I live in {new_home} now; we moved there last month."), new_home
-    s.ask(f"Which city does {s.p} live in?", home, "single_hop", current)
-    s.ask(f"In which country does {s.p} live?", CITIES[home], "open_domain", current)
+    s.ask(f"Which city does {s.p} live in?", home, "single_hop", current, outdated=left)
+    s.ask(f"In which country does {s.p} live?", CITIES[home], "open_domain", current, outdated=left)
 
     instrument = s.rng.choice(sorted(INSTRUMENTS))
     played = s.say(s.rng.randrange(s.n), f"I play the {instrument} in a community orchestra.")
@@ -235,19 +238,21 @@ def _counts(s: _Script) -> None:
         count = s.rng.randint(1, 4)
         sessions = s.sessions(versions)
         latest = s.say(sessions[0], f"I have {count} {singular if count == 1 else plural}.")
+        earlier: list[_Line] = []
         for session in sessions[1:]:
+            earlier.append(latest)
             change = s.rng.choice([d for d in (-1, 1, 2) if count + d >= 1])
             count += change
             noun = singular if count == 1 else plural
             how = f"I got {('one', 'two')[change - 1]} more" if change > 0 else "I gave one away"
             latest = s.say(session, f"Actually, I have {count} {noun} now; {how}.")
-        s.ask(f"How many {plural} does {s.p} have?", str(count), "single_hop", latest)
+        s.ask(f"How many {plural} does {s.p} have?", str(count), "single_hop", latest, outdated=tuple(earlier))
     rent = s.rng.randrange(900, 2001, 50)
     first, later = s.sessions(2)
-    s.say(first, f"My rent is ${rent} a month.")
+    old_rent = s.say(first, f"My rent is ${rent} a month.")
     rent += s.rng.randrange(50, 301, 25)
     raised = s.say(later, f"Actually, my rent is ${rent} a month now; it went up.")
-    s.ask(f"How much is {s.p}'s monthly rent?", f"${rent}", "single_hop", raised)
+    s.ask(f"How much is {s.p}'s monthly rent?", f"${rent}", "single_hop", raised, outdated=(old_rent,))
 
 
 def _details(s: _Script) -> None:
@@ -268,9 +273,11 @@ def _relatives(s: _Script) -> None:
         if kind == "city":
             city, new_city = s.rng.sample(sorted(CITIES), 2)
             fact = s.say(sessions[1], f"{name} lives in {city}.")
+            left = ()
             if i == 0:
+                left = (fact,)
                 fact, city = s.say(sessions[2], f"{name} moved to {new_city} last month."), new_city
-            s.ask(f"Where does {whose} live?", city, "multi_hop", link, fact)
+            s.ask(f"Where does {whose} live?", city, "multi_hop", link, fact, outdated=left)
             if i == 1:
                 s.ask(f"In which country does {whose} live?", CITIES[city], "open_domain", link, fact)
         elif kind == "job":
@@ -347,7 +354,8 @@ def _conversation(rng: random.Random, cid: str, persona: str, n_sessions: int) -
             turns.append(Turn(line.turn_id, speaker, line.text, session_id, stamp))
         sessions.append(Session(session_id, stamp, tuple(turns)))
     questions = [
-        Question(f"{cid}/q{i}", cid, a.question, a.answer, a.category, tuple(line.turn_id for line in a.evidence))
+        Question(f"{cid}/q{i}", cid, a.question, a.answer, a.category, tuple(line.turn_id for line in a.evidence),
+                 outdated=tuple(line.turn_id for line in a.outdated))
         for i, a in enumerate(script.asks)
     ]
     return Conversation(cid, (persona, script.friend), tuple(sessions)), questions

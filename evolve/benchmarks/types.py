@@ -53,6 +53,9 @@ class Question:
     category: str  # one of CATEGORIES
     evidence: tuple[str, ...] = ()  # gold turn ids
     asked_at: datetime | None = None
+    #: Turn ids stating what is no longer true when the question is asked (a superseded preference, a moved
+    #: appointment, a retracted plan, an earlier version of a number): context that carries them is stale.
+    outdated: tuple[str, ...] = ()
 
 
 @dataclass
@@ -77,7 +80,10 @@ class Benchmark:
         for cid in sorted(self.conversations):
             h.update(self.conversations[cid].content_hash().encode())
         for q in self.questions:
-            h.update(json.dumps(asdict(q), default=str, sort_keys=True).encode())
+            record = asdict(q)
+            if not record["outdated"]:  # benchmarks without outdated evidence keep the hash they always had
+                del record["outdated"]
+            h.update(json.dumps(record, default=str, sort_keys=True).encode())
         return h.hexdigest()
 
 

@@ -163,6 +163,10 @@ class _Evaluator:
         trace.llm = usage.by_role()
         sources = [hit["source_ids"] for hit in trace.retrieved]
         trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
+        if q.outdated:
+            trace.gold_outdated = list(q.outdated)
+            trace.stale_retrieved = {str(k): any(set(q.outdated) & set(ids) for ids in sources[:k]) for k in (5, 10)}
+            trace.stale_packed = packed_evidence(list(q.outdated), turn_text, trace.packed)
         if known:
             trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
             trace.evidence_share = round(len(trace.packed_evidence) / len(known), 4)
@@ -175,6 +179,16 @@ def _spread(values: list[float], *stats: str) -> dict[str, float]:
     values = values or [0.0]
     return {name: round(float(np.mean(values) if name == "mean" else np.percentile(values, int(name[1:]))), 3)
             for name in stats}
+
+
+def _staleness(traces: list[Trace]) -> dict[str, float | int]:
+    """Share of ``traces`` (questions with outdated evidence) whose top 5 / 10 retrieved items or packed context carry
+    an outdated turn."""
+    if not traces:
+        return {}
+    return {"n": len(traces),
+            **{f"retrieved@{k}": round(mean(t.stale_retrieved[str(k)] for t in traces), 4) for k in (5, 10)},
+            "packed": round(mean(bool(t.stale_packed) for t in traces), 4)}
 
 
 def _usage_totals(usages: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
@@ -383,6 +397,7 @@ class Harness:
             all_evidence_packed_by_category={c: round(mean(t.all_evidence_packed for t in ts if t.evidence_known), 4)
                                              for c, ts in sorted(by_cat.items()) if any(t.evidence_known for t in ts)},
             context_words=_spread([t.context_tokens for t in scored], "mean", "p95"),
+            staleness=_staleness([t for t in scored if t.gold_outdated]),
             retrieval_ms=_spread([t.retrieval_ms for t in scored], "p50", "p95"),
             dcr3=round(dcr(traces, 3), 4),
             adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),

@@ -55,6 +55,11 @@ class Trace:
     packed_evidence: list[str] = field(default_factory=list)
     evidence_share: float | None = None
     all_evidence_packed: bool | None = None
+    #: Turns stating what is no longer true (:attr:`Question.outdated`); whether one is among the sources of the top
+    #: 5 / 10 retrieved items; and those the packed context carries (content-checked). ``None`` without any.
+    gold_outdated: list[str] = field(default_factory=list)
+    stale_retrieved: dict[str, bool] | None = None
+    stale_packed: list[str] | None = None
     retrieval_ms: float = 0.0
     #: LLM calls made for this question, per role: requests, tokens, cache hits/misses, latency (empty: no LLM).
     llm: dict[str, dict[str, int]] = field(default_factory=dict)
@@ -124,6 +129,9 @@ class Summary:
     all_evidence_packed_by_category: dict[str, float]
     #: Packed context words per scored question, ``{"mean", "p95"}``.
     context_words: dict[str, float]
+    #: Over scored questions with outdated evidence: ``{"n", "retrieved@5", "retrieved@10", "packed"}``, the share whose
+    #: top 5 / top 10 retrieved items or packed context carry an outdated turn (empty when no question has one).
+    staleness: dict[str, float | int]
     #: Retrieval time per query in milliseconds, ``{"p50", "p95"}``.
     retrieval_ms: dict[str, float]
     dcr3: float
@@ -139,7 +147,7 @@ class Summary:
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
                                         "dcr@3", "n_scored", "judge", "strategy_hash", "n_evidence_known",
                                         "evidence_share", "all_evidence_packed", "all_evidence_packed_by_category",
-                                        "context_words", "llm", "wall_time_s")
+                                        "context_words", "staleness", "llm", "wall_time_s")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -162,4 +170,5 @@ class Summary:
         out.update({f"accuracy.{c}": v for c, v in self.accuracy_by_category.items()})
         out.update({f"recall_at_{k}": v for k, v in self.evidence_recall.items() if v is not None})
         out.update({f"root_cause.{c}": v for c, v in self.root_causes.items()})
+        out.update({f"staleness.{k.replace('@', '_at_')}": v for k, v in self.staleness.items() if k != "n"})
         return out

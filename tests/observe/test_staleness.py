@@ -1,0 +1,57 @@
+"""Staleness: the synthetic benchmark marks the turns each question's answer has made outdated (superseded
+preferences, moved appointments, retracted plans, earlier versions of a number); traces say whether retrieval or the
+packed context still carries them, and the summary gives the shares."""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, replace
+
+from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
+from evolve.observe.evidence import carries
+from evolve.strategy.artifact import derive
+
+
+def test_outdated_turns_precede_the_current_evidence_and_belong_to_the_conversation():
+    bench = load_benchmark("synthetic:0:4")
+    marked = [q for q in bench.questions if q.outdated]
+    assert len(marked) >= 4 * 10
+    order = {cid: [t.id for t in c.turns()] for cid, c in bench.conversations.items()}
+    for q in marked:
+        turns = order[q.conversation_id]
+        assert set(q.outdated) <= set(turns) and not set(q.outdated) & set(q.evidence)
+        assert max(turns.index(t) for t in q.outdated) < max(turns.index(t) for t in q.evidence)
+    assert not any(q.outdated for q in bench.questions if q.category == "adversarial")
+
+
+def test_turning_lifecycle_masks_off_makes_the_context_stale():
+    bench = load_benchmark("synthetic:0:6")
+    harness = Harness(bench, progress=False)
+    baseline = load_strategy(BASELINE_PATH)
+    masked = harness.evaluate(baseline)
+    kept = harness.evaluate(derive(baseline, {"lifecycle.supersession": False, "lifecycle.forget_guard": False}))
+    assert masked.summary.staleness["n"] == kept.summary.staleness["n"] > 50
+    assert kept.summary.staleness["packed"] > masked.summary.staleness["packed"] + 0.1
+    assert masked.summary.metrics()["staleness.packed"] == masked.summary.staleness["packed"]
+    turn_text = {(cid, t.id): t.text for cid, c in bench.conversations.items() for t in c.turns()}
+    stale = [t for t in kept.traces if t.stale_packed]
+    assert stale
+    for t in stale:  # a stale turn counts only where a packed memory sourced from it carries its content
+        assert set(t.stale_packed) <= set(t.gold_outdated)
+        for turn in t.stale_packed:
+            assert any(turn in item["source_ids"] and carries(item["text"], turn_text[t.conversation_id, turn])
+                       for item in t.packed)
+
+
+def test_benchmarks_without_outdated_turns_keep_their_hash_and_report_no_staleness():
+    bench = load_benchmark("synthetic:0:2")
+    plain = replace(bench, questions=[replace(q, outdated=()) for q in bench.questions])
+    h = hashlib.sha256()
+    for cid in sorted(plain.conversations):
+        h.update(plain.conversations[cid].content_hash().encode())
+    for q in plain.questions:  # the hash as it was before questions had outdated turns
+        record = {k: v for k, v in asdict(q).items() if k != "outdated"}
+        h.update(json.dumps(record, default=str, sort_keys=True).encode())
+    assert plain.content_hash() == h.hexdigest() != bench.content_hash()
+    run = Harness(plain, progress=False).evaluate(load_strategy(BASELINE_PATH))
+    assert run.summary.staleness == {} and all(t.stale_packed is None for t in run.traces)
