@@ -20,11 +20,12 @@ from evolve.observe.trace import Trace, TraceError
 #: kf_filtered[<reason>] — a gold-derived item was filtered or dropped for <reason>;
 #: retrieval_gap[no_subqueries] — the question was searched without any sub-query;
 #: generation_error[near_miss] — answer partly overlaps gold (token F1 >= NEAR_MISS_F1);
-#: generation_error[wrong_support] — the answer did not cite any gold-derived packed item.
+#: generation_error[wrong_support] — the answer did not cite any gold-derived packed item;
+#: generation_error[stale] — the packed context carried a turn the answer made outdated (``Trace.stale_packed``).
 QUALIFIERS: dict[str, tuple[str, ...]] = {
     "kf_filtered": ("budget", "superseded", "retracted", "pruned", "conflict"),
     "retrieval_gap": ("no_subqueries",),
-    "generation_error": ("near_miss", "wrong_support"),
+    "generation_error": ("near_miss", "wrong_support", "stale"),
 }
 NEAR_MISS_F1 = 0.3
 WILDCARD = "*"
@@ -151,6 +152,8 @@ def _qualifier_hits(record: Trace) -> set[str]:
         gold_packed = {p["id"] for p in record.packed if gold & set(p.get("source_ids") or ())}
         if not gold_packed & set(record.answer_support):
             hits.add("wrong_support")
+        if record.stale_packed:
+            hits.add("stale")
         return hits
     return set()
 

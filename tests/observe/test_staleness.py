@@ -55,3 +55,19 @@ def test_benchmarks_without_outdated_turns_keep_their_hash_and_report_no_stalene
     assert plain.content_hash() == h.hexdigest() != bench.content_hash()
     run = Harness(plain, progress=False).evaluate(load_strategy(BASELINE_PATH))
     assert run.summary.staleness == {} and all(t.stale_packed is None for t in run.traces)
+
+
+def test_stale_failures_are_a_symptom_the_planner_answers_with_lifecycle_moves():
+    from evolve.improve.digest import digest
+    from evolve.improve.effects import DimensionEffects
+    from evolve.improve.planner import Planner, load_bundles
+
+    naive = derive(load_strategy(BASELINE_PATH), {"lifecycle.supersession": False, "lifecycle.forget_guard": False})
+    run = Harness(load_benchmark("synthetic:0:6"), progress=False).evaluate(naive)
+    dg = digest(run.traces)
+    stale = [s for s in dg.ranked() if s.root_cause == "generation_error" and s.category == "*"]
+    assert stale and stale[0].qualifiers["stale"] >= 0.25
+    failures = [t for t in run.traces if t.failed and t.root_cause == "generation_error"]
+    assert stale[0].qualifiers["stale"] == round(sum(bool(t.stale_packed) for t in failures) / len(failures), 6)
+    keys = [d.key for d in Planner(load_bundles(), DimensionEffects()).plan(dg, naive, max_directions=40)]
+    assert {"lifecycle.supersession::enable", "lifecycle.forget_guard::enable"} <= set(keys)
