@@ -5,33 +5,36 @@ from pathlib import Path
 
 from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.longmemeval import load_longmemeval
+from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.synthetic import generate_synthetic, write_locomo
-from evolve.benchmarks.types import CATEGORIES, Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+from evolve.benchmarks.types import (CATEGORIES, LIFECYCLE_CATEGORIES, LOCOMO_CATEGORIES, Benchmark, BenchmarkError,
+                                     Conversation, Question, Session, Turn)
 
-__all__ = ["CATEGORIES", "Benchmark", "BenchmarkError", "Conversation", "Question", "Session", "Turn",
-           "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "select_questions",
+__all__ = ["CATEGORIES", "LIFECYCLE_CATEGORIES", "LOCOMO_CATEGORIES", "Benchmark", "BenchmarkError", "Conversation", "Question", "Session", "Turn",
+           "generate_lifecycle", "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "select_questions",
            "write_locomo"]
 
 _FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval}
-SPEC_HELP = "expected 'locomo:PATH', 'longmemeval:PATH', 'synthetic', 'synthetic:SEED' or 'synthetic:SEED:N_PERSONAS'"
+SPEC_HELP = ("expected 'locomo:PATH', 'longmemeval:PATH', 'synthetic[:SEED[:N_PERSONAS]]' or "
+             "'lifecycle[:SEED[:N_PERSONAS]]'")
 
 
-def _synthetic(spec: str, args: list[str]) -> Benchmark:
+def _generated(spec: str, args: list[str]) -> Benchmark:
     if len(args) > 2:
         raise BenchmarkError(f"benchmark spec {spec!r}: too many fields; {SPEC_HELP}")
     try:
         numbers = [int(arg) for arg in args]
     except ValueError:
         raise BenchmarkError(f"benchmark spec {spec!r}: SEED and N_PERSONAS must be integers") from None
-    return generate_synthetic(*numbers)
+    return (generate_lifecycle if spec.startswith("lifecycle") else generate_synthetic)(*numbers)
 
 
 def load_benchmark(spec: str) -> Benchmark:
-    """Load a benchmark from ``"locomo:PATH"``, ``"longmemeval:PATH"``, ``"synthetic"``, ``"synthetic:SEED"``
-    or ``"synthetic:SEED:N_PERSONAS"``."""
+    """Load a benchmark from ``"locomo:PATH"``, ``"longmemeval:PATH"``, ``"synthetic[:SEED[:N_PERSONAS]]"`` or
+    ``"lifecycle[:SEED[:N_PERSONAS]]"``."""
     scheme, _, rest = spec.partition(":")
-    if scheme == "synthetic":
-        return _synthetic(spec, rest.split(":") if rest else [])
+    if scheme in ("synthetic", "lifecycle"):
+        return _generated(spec, rest.split(":") if rest else [])
     if scheme not in _FILE_LOADERS:
         raise BenchmarkError(f"benchmark spec {spec!r}: unknown scheme {scheme!r}; {SPEC_HELP}")
     if not rest:

@@ -169,7 +169,10 @@ def _question(record: Any, qid: str, conversation: Conversation, where: str, log
         raise BenchmarkError(f"{where}: missing field 'answer'")
     known = {t.id for t in conversation.turns()}
     evidence = _evidence(require_field(record, "evidence", list, where), known, qid, where, log)
-    return Question(qid, conversation.id, text, answer, CATEGORY_BY_CODE[code], evidence)
+    outdated = record.get("outdated_evidence", [])  # this project's extension: turns the answer made outdated
+    if not isinstance(outdated, list) or not all(isinstance(t, str) and t in known for t in outdated):
+        raise BenchmarkError(f"{where}: field 'outdated_evidence' must list turn ids of the conversation")
+    return Question(qid, conversation.id, text, answer, CATEGORY_BY_CODE[code], evidence, outdated=tuple(outdated))
 
 
 def load_locomo(path: str | Path) -> Benchmark:

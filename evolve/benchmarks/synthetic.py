@@ -16,11 +16,15 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Callable
 
 from evolve.benchmarks.locomo import CODE_BY_CATEGORY, NOT_MENTIONED, format_locomo_date
-from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+from evolve.benchmarks.types import (LIFECYCLE_CATEGORIES, Benchmark, BenchmarkError, Conversation, Question, Session,
+                                     Turn)
 from evolve.state.files import atomic_write_text
 
+#: Lifecycle attack vectors (:mod:`evolve.benchmarks.lifecycle`), the category of each question that tests one.
+AV = LIFECYCLE_CATEGORIES
 PERSONAS = ("Alice", "Priya", "Marco", "Hannah", "Diego", "Yuki", "Omar", "Sofia", "Liam", "Grace",
             "Noah", "Zara", "Tomas", "Ingrid", "Kwame", "Mei", "Rafael", "Leila", "Jonas", "Amara")
 WOMEN = ("Carol", "Erin", "Gina", "Iris", "Kate", "Maya", "Nina", "Paula", "Rosa", "Tara")
@@ -124,6 +128,7 @@ class _Ask:
     category: str
     evidence: tuple[_Line, ...]
     outdated: tuple[_Line, ...] = ()
+    av: str | None = None  # the lifecycle attack vector the question tests (the lifecycle benchmark's category)
 
 
 class _Script:
@@ -147,8 +152,9 @@ class _Script:
         self.facts[session].append(line)
         return line
 
-    def ask(self, question: str, answer: str, category: str, *evidence: _Line, outdated: tuple[_Line, ...] = ()) -> None:
-        self.asks.append(_Ask(question, answer, category, evidence, outdated))
+    def ask(self, question: str, answer: str, category: str, *evidence: _Line, outdated: tuple[_Line, ...] = (),
+            av: str | None = None) -> None:
+        self.asks.append(_Ask(question, answer, category, evidence, outdated, av))
 
     def sessions(self, k: int) -> list[int]:
         """``k`` distinct sessions in increasing order."""
@@ -167,14 +173,14 @@ def _preferences(s: _Script) -> dict[str, _Line]:
             f"My favorite {thing} is no longer {old}; it's {new} now.",
             f"I switched to {new}, so that's my favorite {thing} now.",
         )))
-        s.ask(f"What is {s.p}'s favorite {thing}?", new, "single_hop", after, outdated=(before,))
+        s.ask(f"What is {s.p}'s favorite {thing}?", new, "single_hop", after, outdated=(before,), av=AV[0])
         if i == 0:
             s.ask(f"What was {s.p}'s favorite {thing} before {new}?", old, "temporal", before, after)
     stable = {}
     for thing in things[4:]:
         value = s.rng.choice(PREFERENCES[thing])
         stable[thing] = s.say(s.rng.randrange(s.n), f"My favorite {thing} is {value}.")
-        s.ask(f"What is {s.p}'s favorite {thing}?", value, "single_hop", stable[thing])
+        s.ask(f"What is {s.p}'s favorite {thing}?", value, "single_hop", stable[thing], av=AV[2])
     return stable
 
 
@@ -189,11 +195,11 @@ def _appointments(s: _Script) -> None:
         where, when = f"Where is {s.p}'s {event}?", f"What day is {s.p}'s {event}?"
         if kind == "place":
             moved = s.say(later, f"The {event} moved to the {new_place}.")
-            s.ask(where, new_place, "single_hop", moved, outdated=(stated,))
+            s.ask(where, new_place, "single_hop", moved, outdated=(stated,), av=AV[5])
             s.ask(when, day, "single_hop", stated)
         else:
             moved = s.say(later, f"The {event} moved to {new_day}.")
-            s.ask(when, new_day, "single_hop", moved, outdated=(stated,))
+            s.ask(when, new_day, "single_hop", moved, outdated=(stated,), av=AV[5])
             s.ask(where, place, "single_hop", stated)
 
 
@@ -203,7 +209,7 @@ def _retractions(s: _Script) -> None:
         first, later = s.sessions(2)
         claimed = s.say(first, claim.format(x=value))
         retraction = s.say(later, f"Forget what I said about {topic.format(x=value)}; that's not true anymore.")
-        s.ask(question.format(p=s.p, x=value), "No", "single_hop", retraction, outdated=(claimed,))
+        s.ask(question.format(p=s.p, x=value), "No", "single_hop", retraction, outdated=(claimed,), av=AV[6])
 
 
 def _profile(s: _Script) -> None:
@@ -212,7 +218,7 @@ def _profile(s: _Script) -> None:
     first, later = s.sessions(2)
     old = s.say(first, f"I work as {_a(old_job)}.")
     job = s.say(later, f"I no longer work as {_a(old_job)}; I work as {_a(new_job)} now.")
-    s.ask(f"What is {s.p}'s job?", new_job, "single_hop", job, outdated=(old,))
+    s.ask(f"What is {s.p}'s job?", new_job, "single_hop", job, outdated=(old,), av=AV[5])
 
     home, new_home = s.rng.sample(sorted(CITIES), 2)
     while CITIES[new_home] == CITIES[home]:
@@ -223,7 +229,7 @@ def _profile(s: _Script) -> None:
     if s.rng.random() < 0.5:
         left = (current,)
         current, home = s.say(later, f"Actually, I live in {new_home} now; we moved there last month."), new_home
-    s.ask(f"Which city does {s.p} live in?", home, "single_hop", current, outdated=left)
+    s.ask(f"Which city does {s.p} live in?", home, "single_hop", current, outdated=left, av=AV[5] if left else AV[2])
     s.ask(f"In which country does {s.p} live?", CITIES[home], "open_domain", current, outdated=left)
 
     instrument = s.rng.choice(sorted(INSTRUMENTS))
@@ -246,20 +252,21 @@ def _counts(s: _Script) -> None:
             noun = singular if count == 1 else plural
             how = f"I got {('one', 'two')[change - 1]} more" if change > 0 else "I gave one away"
             latest = s.say(session, f"Actually, I have {count} {noun} now; {how}.")
-        s.ask(f"How many {plural} does {s.p} have?", str(count), "single_hop", latest, outdated=tuple(earlier))
+        s.ask(f"How many {plural} does {s.p} have?", str(count), "single_hop", latest, outdated=tuple(earlier),
+              av=AV[3])
     rent = s.rng.randrange(900, 2001, 50)
     first, later = s.sessions(2)
     old_rent = s.say(first, f"My rent is ${rent} a month.")
     rent += s.rng.randrange(50, 301, 25)
     raised = s.say(later, f"Actually, my rent is ${rent} a month now; it went up.")
-    s.ask(f"How much is {s.p}'s monthly rent?", f"${rent}", "single_hop", raised, outdated=(old_rent,))
+    s.ask(f"How much is {s.p}'s monthly rent?", f"${rent}", "single_hop", raised, outdated=(old_rent,), av=AV[3])
 
 
 def _details(s: _Script) -> None:
     for statement, question, answer, values in s.rng.sample(DETAILS, 5):
         value = s.rng.choice(values)
         line = s.say(s.rng.randrange(s.n), statement.format(x=value))
-        s.ask(question.format(p=s.p), answer.format(x=value), "single_hop", line)
+        s.ask(question.format(p=s.p), answer.format(x=value), "single_hop", line, av=AV[7])
 
 
 def _relatives(s: _Script) -> None:
@@ -277,7 +284,7 @@ def _relatives(s: _Script) -> None:
             if i == 0:
                 left = (fact,)
                 fact, city = s.say(sessions[2], f"{name} moved to {new_city} last month."), new_city
-            s.ask(f"Where does {whose} live?", city, "multi_hop", link, fact, outdated=left)
+            s.ask(f"Where does {whose} live?", city, "multi_hop", link, fact, outdated=left, av=AV[5] if left else None)
             if i == 1:
                 s.ask(f"In which country does {whose} live?", CITIES[city], "open_domain", link, fact)
         elif kind == "job":
@@ -328,7 +335,12 @@ def _session_lines(rng: random.Random, facts: list[_Line], p: str, f: str) -> li
     return lines + [_Line(True, bye), _Line(False, answer.format(p=p))]
 
 
-def _conversation(rng: random.Random, cid: str, persona: str, n_sessions: int) -> tuple[Conversation, list[Question]]:
+#: Extra planting patterns run after the standard ones (the lifecycle benchmark's), given the session dates.
+Extra = Callable[["_Script", list[datetime]], None]
+
+
+def _conversation(rng: random.Random, cid: str, persona: str, n_sessions: int,
+                  extra: Extra | None = None) -> tuple[Conversation, list[_Ask], list[Question]]:
     start = datetime(2023, 1, 1, rng.randint(8, 21), rng.randrange(60)) + timedelta(days=rng.randrange(240))
     dates = [start]
     for _ in range(n_sessions - 1):
@@ -344,6 +356,8 @@ def _conversation(rng: random.Random, cid: str, persona: str, n_sessions: int) -
     _relatives(script)
     _events(script, dates)
     _traps(script, stable)
+    if extra is not None:
+        extra(script, dates)
     sessions = []
     for index, (facts, stamp) in enumerate(zip(script.facts, dates), start=1):
         session_id = f"D{index}"
@@ -358,28 +372,36 @@ def _conversation(rng: random.Random, cid: str, persona: str, n_sessions: int) -
                  outdated=tuple(line.turn_id for line in a.outdated))
         for i, a in enumerate(script.asks)
     ]
-    return Conversation(cid, (persona, script.friend), tuple(sessions)), questions
+    return Conversation(cid, (persona, script.friend), tuple(sessions)), script.asks, questions
 
 
 def generate_synthetic(seed: int = 0, n_personas: int = 6, n_sessions: int = 8) -> Benchmark:
     """Build the synthetic lifecycle benchmark; the same arguments always give the same content."""
+    conversations, questions = generate(seed, n_personas, n_sessions)
+    return Benchmark(f"synthetic:{seed}:{n_personas}", conversations, [q for q, _ in questions])
+
+
+def generate(seed: int, n_personas: int, n_sessions: int,
+             extra: Extra | None = None) -> tuple[dict[str, Conversation], list[tuple[Question, _Ask]]]:
+    """The seeded conversations, and every question with the plan it was asked from."""
     if not 1 <= n_personas <= len(PERSONAS):
         raise BenchmarkError(f"synthetic benchmark: n_personas must be 1..{len(PERSONAS)}, got {n_personas}")
     if n_sessions < 5:
         raise BenchmarkError(f"synthetic benchmark: n_sessions must be at least 5, got {n_sessions}")
     rng = random.Random(seed)
     conversations: dict[str, Conversation] = {}
-    questions: list[Question] = []
+    questions: list[tuple[Question, _Ask]] = []
     for k, persona in enumerate(rng.sample(PERSONAS, n_personas), start=1):
         cid = f"synth{seed}-{k}"
-        conversations[cid], asked = _conversation(rng, cid, persona, n_sessions)
-        questions += asked
-    return Benchmark(f"synthetic:{seed}:{n_personas}", conversations, questions)
+        conversations[cid], asks, asked = _conversation(rng, cid, persona, n_sessions, extra)
+        questions += list(zip(asked, asks))
+    return conversations, questions
 
 
 def write_locomo(benchmark: Benchmark, path: str | Path) -> None:
     """Write ``benchmark`` in the ``locomo10.json`` layout (atomically). Sessions become ``session_1..N`` in
-    order; reading the file back renumbers question ids as ``"{sample_id}/q{index}"``."""
+    order; reading the file back renumbers question ids as ``"{sample_id}/q{index}"``. Outdated turns go to an extra
+    per-question field ``outdated_evidence``, which :func:`~evolve.benchmarks.locomo.load_locomo` reads back."""
     orphans = sorted({q.conversation_id for q in benchmark.questions} - set(benchmark.conversations))
     if orphans:
         raise BenchmarkError(f"benchmark {benchmark.name!r}: questions refer to unknown conversation(s) {orphans}")
@@ -397,8 +419,11 @@ def write_locomo(benchmark: Benchmark, path: str | Path) -> None:
                 data[f"session_{number}_date_time"] = format_locomo_date(session.timestamp)
             data[f"session_{number}"] = [{"speaker": t.speaker, "dia_id": t.id, "text": t.text}
                                          for t in session.turns]
+        unknown = sorted({q.category for q in asked[cid]} - set(CODE_BY_CATEGORY))
+        if unknown:
+            raise BenchmarkError(f"conversation {cid!r}: categories {unknown} have no LoCoMo code")
         qa = [{"question": q.question, "answer": q.answer, "evidence": list(q.evidence),
-               "category": CODE_BY_CATEGORY[q.category]}
+               "category": CODE_BY_CATEGORY[q.category], **({"outdated_evidence": list(q.outdated)} if q.outdated else {})}
               for q in asked[cid]]
         samples.append({"sample_id": cid, "conversation": data, "qa": qa})
     atomic_write_text(path, json.dumps(samples, indent=1, ensure_ascii=False) + "\n")

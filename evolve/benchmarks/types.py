@@ -7,7 +7,14 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
 #: Category names used in reports; adapters map their own labels onto these.
-CATEGORIES = ("multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
+#: LoCoMo's question categories (the synthetic benchmark uses them too).
+LOCOMO_CATEGORIES = ("multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
+#: The lifecycle benchmark's categories, one per attack vector (:mod:`evolve.benchmarks.lifecycle`).
+LIFECYCLE_CATEGORIES = ("av1_superseded_preference", "av2_expired_logistics", "av3_stable_identity",
+                        "av4_multi_version", "av5_aggregation", "av6_contradiction", "av7_retraction", "av8_numeric",
+                        "av9_soft_supersession")
+#: Every category a question may have (acceptance rules and the planner table validate against it).
+CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evolve.benchmarks import (
-    CATEGORIES,
+    LOCOMO_CATEGORIES,
     BenchmarkError,
     generate_synthetic,
     load_benchmark,
@@ -205,7 +205,7 @@ def test_synthetic_deterministic(synthetic):
 
 def test_synthetic_shape(synthetic):
     assert len(synthetic.conversations) == 6 and 200 <= len(synthetic.questions) <= 400
-    assert set(q.category for q in synthetic.questions) == set(CATEGORIES)
+    assert set(q.category for q in synthetic.questions) == set(LOCOMO_CATEGORIES)
     assert len({q.id for q in synthetic.questions}) == len(synthetic.questions)
     assert synthetic.warnings == []
     for conv in synthetic.conversations.values():

@@ -81,7 +81,7 @@ def test_retrieval_and_generation_qualifiers(traces):
     d = digest(traces)
     assert d.symptom("retrieval_gap/temporal").qualifiers == {"no_subqueries": pytest.approx(1 / 3, abs=1e-6)}
     gen = d.symptom("generation_error/single_hop")
-    assert gen.qualifiers == {"near_miss": 1.0, "wrong_support": 0.0}
+    assert gen.qualifiers == {"near_miss": 1.0, "wrong_support": 0.0, "stale": 0.0}
 
 
 def test_run_wide_signals(traces):
