@@ -25,7 +25,7 @@ from evolve.benchmarks.types import Benchmark, Question
 from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
-from evolve.observe.judge import TokenF1Judge, evidence_recall
+from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
@@ -159,6 +159,7 @@ class _Evaluator:
                       judge={"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
                              "votes": list(judgment.votes)},
                       correct=judgment.correct, f1=judgment.score,
+                      answer_kind=answer_kind(result.answer.text, judgment.correct) if answer else None,
                       scored=self.include_adversarial or q.category != "adversarial")
         trace.llm = usage.by_role()
         sources = [hit["source_ids"] for hit in trace.retrieved]
@@ -398,6 +399,7 @@ class Harness:
                                              for c, ts in sorted(by_cat.items()) if any(t.evidence_known for t in ts)},
             context_words=_spread([t.context_tokens for t in scored], "mean", "p95"),
             staleness=_staleness([t for t in scored if t.gold_outdated]),
+            answers=dict(Counter(t.answer_kind for t in scored if t.answer_kind)),
             retrieval_ms=_spread([t.retrieval_ms for t in scored], "p50", "p95"),
             dcr3=round(dcr(traces, 3), 4),
             adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),

@@ -12,6 +12,19 @@ _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
 
 
+#: Answers that decline instead of asserting something (compared after :func:`normalize`).
+ABSTENTIONS = ("not mentioned in conversation", "not mentioned", "unknown", "i dont know", "i do not know",
+               "no information", "cannot be determined", "not enough information", "none")
+
+
+def answer_kind(answer: str, correct: bool) -> str:
+    """``correct``, ``abstain`` (an empty or declining answer) or ``confabulated`` (a wrong assertion)."""
+    if correct:
+        return "correct"
+    text = " ".join(normalize(answer))
+    return "abstain" if not text or text in ABSTENTIONS else "confabulated"
+
+
 def normalize(text: str) -> list[str]:
     """LoCoMo/SQuAD-style normalisation: lower case, no punctuation, no articles."""
     text = _ARTICLES.sub(" ", str(text).lower().replace(",", " ").translate(_PUNCT))

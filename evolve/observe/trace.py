@@ -48,6 +48,8 @@ class Trace:
     judge: dict | None = None
     correct: bool = False
     f1: float = 0.0
+    #: ``correct``, ``abstain`` or ``confabulated`` (:func:`evolve.observe.judge.answer_kind`); ``None`` unanswered.
+    answer_kind: str | None = None
     scored: bool = True
     evidence_recall: dict[str, float] = field(default_factory=_empty_recall)
     #: Known gold turns the packed context carries (:mod:`evolve.observe.evidence`), their share of the known
@@ -132,6 +134,8 @@ class Summary:
     #: Over scored questions with outdated evidence: ``{"n", "retrieved@5", "retrieved@10", "packed"}``, the share whose
     #: top 5 / top 10 retrieved items or packed context carry an outdated turn (empty when no question has one).
     staleness: dict[str, float | int]
+    #: Scored answers by kind: ``{"correct", "abstain", "confabulated"}`` counts (empty when nothing was answered).
+    answers: dict[str, int]
     #: Retrieval time per query in milliseconds, ``{"p50", "p95"}``.
     retrieval_ms: dict[str, float]
     dcr3: float
@@ -147,7 +151,7 @@ class Summary:
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
                                         "dcr@3", "n_scored", "judge", "strategy_hash", "n_evidence_known",
                                         "evidence_share", "all_evidence_packed", "all_evidence_packed_by_category",
-                                        "context_words", "staleness", "llm", "wall_time_s")
+                                        "context_words", "staleness", "answers", "llm", "wall_time_s")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
