@@ -92,6 +92,8 @@ class Engine:
             return {**self.summary(), "budget_stop": stop}
         finally:
             self.harness.close()
+            if self.holdout is not None and self.holdout.harness is not self.harness:
+                self.holdout.harness.close()
             self.stores.close()
 
     def summary(self) -> dict:

@@ -42,7 +42,7 @@ def decisions(stores: Path) -> list[tuple]:
     return [(r["candidate_id"], r["policy_hash"], r["decided_by"], r["decision"]["verdict"]) for r in rows]
 
 
-def test_a_budget_stops_the_night_between_rounds_and_the_next_run_resumes_to_the_same_decisions(tmp_path):
+def test_a_budget_stops_the_night_between_rounds_and_the_next_run_resumes_to_the_same_decisions(capsys, tmp_path):
     with LoopbackLLMServer(responder, models=MODELS) as server:
         Engine(config(tmp_path, server.base_url, "free"), track=False).run(1)
         round_one = server.request_count
@@ -68,6 +68,8 @@ def test_a_budget_stops_the_night_between_rounds_and_the_next_run_resumes_to_the
         assert [r[0][:4] for r in decisions(stores)] == ["r001"] * len([r for r in decisions(stores)])
         assert not list(stores.glob("rounds/*.wal*")) and journal(stores)[-1]["type"] == "BUDGET_STOP"
         assert journal(stores)[-1]["payload"]["spent"]["calls"] == spent
+        code, out = cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", "")
+        assert code == 0, out  # the stop is an ordinary, verified entry of the history
 
         resumed = Engine(config(tmp_path, server.base_url, "budget"), track=False).run()
     assert resumed["budget_stop"] is None and resumed["rounds"] == 2
