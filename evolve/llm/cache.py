@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.state.files import atomic_write_text
-from evolve.state.files import canonical_json
+from evolve.canonical import canonical_json
 
 
 class CacheError(RuntimeError):

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from evolve.state.files import canonical_hash
+from evolve.canonical import canonical_hash
 from evolve.verify.decision import Decision, changes_strategy
 
 #: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import socket
-from pathlib import Path
 from typing import Callable
 
 from evolve.benchmarks.types import Benchmark

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.ops.history import History
-from evolve.state.files import StoreError, sha256_hex
+from evolve.state.files import StoreError
+from evolve.canonical import sha256_hex
 from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import strategy_hash
 from evolve.verify.decision import changes_strategy

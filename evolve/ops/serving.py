@@ -28,7 +28,8 @@ from evolve.ops.history import History
 from evolve.ops.review import CANDIDATE_ID_RE
 from evolve.ops.targets import Refused, check_target
 from evolve.ops.witness import write_witness
-from evolve.state.files import atomic_write_bytes, ensure_dir, sha256_hex
+from evolve.state.files import atomic_write_bytes, ensure_dir
+from evolve.canonical import sha256_hex
 from evolve.state.stores import StoreSet
 from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import StrategyError, parse_strategy, policy_hash, strategy_hash

@@ -19,7 +19,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.state.files import StoreError, append_lines, canonical_json, iter_jsonl
+from evolve.state.files import StoreError, append_lines, iter_jsonl
+from evolve.canonical import canonical_json
 from evolve.state.journal import HEAD_TAG, STORES_TAG
 
 WITNESS_SUFFIX = ".witness"

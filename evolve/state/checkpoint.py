@@ -18,9 +18,8 @@ import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from evolve.state.files import (
-    StoreError, atomic_write_json, atomic_write_text, canonical_hash, now_iso, os_error, read_json, sha256_hex,
-)
+from evolve.canonical import canonical_hash, sha256_hex
+from evolve.state.files import StoreError, atomic_write_json, atomic_write_text, now_iso, os_error, read_json
 from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
 from evolve.strategy.artifact import strategy_hash
 

@@ -1,4 +1,4 @@
-"""Crash-safe file primitives: atomic replace, durable appends, torn-tail repair, canonical JSON and hashing.
+"""Crash-safe file primitives: atomic replace, durable appends, torn-tail repair.
 
 Every write of persistent state goes through here so that a crash (or ``kill -9``) at any
 instant leaves either the old or the new content of a file, never a mix.
@@ -6,7 +6,6 @@ instant leaves either the old or the new content of a file, never a mix.
 from __future__ import annotations
 
 import errno
-import hashlib
 import json
 import logging
 import os
@@ -250,16 +249,3 @@ def remove_stale_temps(directory: Path, recursive: bool = False) -> list[Path]:
             raise os_error(tmp, exc, "remove stale temp file") from None
     return found
 
-
-def canonical_json(data: Any) -> str:
-    """Compact JSON with sorted keys: equal data always serialises (and hashes) equal."""
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
-
-
-def sha256_hex(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def canonical_hash(data: Any) -> str:
-    """SHA-256 of the canonical JSON form of ``data``."""
-    return sha256_hex(canonical_json(data).encode("utf-8"))

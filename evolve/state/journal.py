@@ -24,10 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evolve.canonical import canonical_hash, canonical_json
 from evolve.state.files import (
-    StoreError, append_lines, canonical_hash, ensure_dir, iter_jsonl, now_iso, os_error, repair_torn_tail,
+    StoreError, append_lines, ensure_dir, iter_jsonl, now_iso, os_error, repair_torn_tail,
 )
-from evolve.state.files import canonical_json
 
 #: Every entry type the journal accepts.
 ENTRY_TYPES = (

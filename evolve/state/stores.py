@@ -22,9 +22,10 @@ from pathlib import Path
 from evolve.state.bundle import RoundBundle
 from evolve.state.checkpoint import Checkpoint
 from evolve.state.journal import Journal, VerifyResult
+from evolve.canonical import canonical_hash, canonical_json
 from evolve.state.files import (
-    StoreError, append_lines, atomic_write_json, atomic_write_text, canonical_hash, canonical_json, ensure_dir, iter_jsonl,
-    now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail,
+    StoreError, append_lines, atomic_write_json, atomic_write_text, ensure_dir, iter_jsonl, now_iso, os_error, read_json,
+    remove_stale_temps, repair_torn_tail,
 )
 from evolve.state.layout import JSONL_STORES, StoreLayout
 from evolve.state.lock import RunLock

@@ -14,7 +14,7 @@ from typing import Any, Iterator
 import jsonschema
 import yaml
 
-from evolve.state.files import canonical_json
+from evolve.canonical import canonical_json
 from evolve.strategy.schema import load_schema
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path

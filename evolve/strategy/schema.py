@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from evolve.data import SCHEMA_PATH
-from evolve.state.files import canonical_json
+from evolve.canonical import canonical_json
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from evolve.data import BASELINE_PATH
-from evolve.state.files import canonical_hash, canonical_json, sha256_hex
+from evolve.canonical import canonical_hash, canonical_json, sha256_hex
 from evolve.state.journal import GENESIS_HASH, KEY_ENV, entry_hash
 from workflow_fixtures import cli, journal, snapshot, write_config
 

@@ -8,7 +8,7 @@ import pytest
 
 from evolve.state.journal import ENTRY_TYPES, GENESIS_HASH, Journal
 from evolve.state.files import StoreError
-from evolve.state.files import canonical_json
+from evolve.canonical import canonical_json
 
 
 def filled(tmp_path, n: int = 6) -> Journal:
