@@ -13,7 +13,7 @@ from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
 from evolve.loop.holdout import Holdout
 from evolve.loop.record import CandidateRecord
-from evolve.observe.harness import EvalRun, Harness
+from evolve.observe.harness import EvalRun, Harness, usage_totals
 from evolve.observe.objective import Objective, changed as objective_changed, success
 from evolve.observe.trace import Trace
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
@@ -172,12 +172,7 @@ class CandidateVerifier:
 
 def _spent(record: CandidateRecord, run: EvalRun) -> None:
     """Add an evaluation's LLM usage to the candidate's (per role; nothing without LLM roles)."""
-    total = record.llm or {}
-    for role, counts in run.summary.llm.items():
-        mine = total.setdefault(role, {})
-        for counter, n in counts.items():
-            mine[counter] = mine.get(counter, 0) + n
-    record.llm = total or None
+    record.llm = usage_totals([record.llm or {}, run.summary.llm]) or None
 
 
 def _examples(paired: dict, base: EvalRun, cand: EvalRun) -> dict:

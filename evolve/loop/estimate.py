@@ -17,7 +17,7 @@ from evolve.loop.budget import Spend, models_by_role
 from evolve.loop.config import RunConfig
 from evolve.loop.record import CandidateRecord
 from evolve.loop.setup import RunSetup
-from evolve.observe.harness import EvalRun
+from evolve.observe.harness import EvalRun, usage_totals
 from evolve.state.view import StoreView
 
 #: Share of screened candidates assumed to reach a full evaluation when the stores hold no history.
@@ -47,12 +47,7 @@ def estimate(config: RunConfig, rounds: int | None = None) -> dict:
         return {**out, "note": "no role calls an LLM endpoint: the night makes no LLM calls"}
 
     def spend(usage: list[dict]) -> Spend:
-        total: dict[str, dict[str, int]] = {}
-        for by_role in usage:
-            for role, counts in by_role.items():
-                for k, v in counts.items():
-                    total.setdefault(role, {})[k] = total.setdefault(role, {}).get(k, 0) + v
-        return Spend.of(total, models, config.budget.prices)
+        return Spend.of(usage_totals(usage), models, config.budget.prices)
 
     with tempfile.TemporaryDirectory(prefix="memevolve-estimate-") as empty:
         fresh = setup.dry_harness(cache_dir=Path(empty), persist=False).evaluate(current, setup.question_ids)

@@ -192,7 +192,7 @@ def _staleness(traces: list[Trace]) -> dict[str, float | int]:
             "packed": round(mean(bool(t.stale_packed) for t in traces), 4)}
 
 
-def _usage_totals(usages: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+def usage_totals(usages: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
     """Per-role sums of LLM usage records (empty when no role calls a model server)."""
     totals: dict[str, Counter] = defaultdict(Counter)
     for usage in usages:
@@ -322,7 +322,7 @@ class Harness:
                     ingestion.append(usage)
         summary = self._summary(strategy, traces, time.perf_counter() - started,
                                 hits + self.cache.hits - hits0, misses + self.cache.misses - misses0,
-                                _usage_totals([*ingestion, *(t.llm for t in traces)]))
+                                usage_totals([*ingestion, *(t.llm for t in traces)]))
         return EvalRun(traces, summary)
 
     def _conversations(self, runtime: MemoryRuntime, by_conv: dict[str, list[Question]], answer: bool,
