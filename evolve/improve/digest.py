@@ -15,17 +15,19 @@ from typing import Any, Iterable
 
 from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.observe.trace import Trace, TraceError
+from evolve.strategy.policy import FACT_CATEGORIES
 
 #: Sub-patterns per root cause, each the share of that symptom's failures showing it:
 #: kf_filtered[<reason>] — a gold-derived item was filtered or dropped for <reason>;
 #: retrieval_gap[no_subqueries] — the question was searched without any sub-query;
 #: generation_error[near_miss] — answer partly overlaps gold (token F1 >= NEAR_MISS_F1);
 #: generation_error[wrong_support] — the answer did not cite any gold-derived packed item;
-#: generation_error[stale] — the packed context carried a turn the answer made outdated (``Trace.stale_packed``).
+#: generation_error[stale] — the packed context carried a turn the answer made outdated (``Trace.stale_packed``);
+#: generation_error[stale_<category>] — and a retrieved fact of that behavioural category carried it.
 QUALIFIERS: dict[str, tuple[str, ...]] = {
-    "kf_filtered": ("budget", "superseded", "retracted", "pruned", "conflict"),
+    "kf_filtered": ("budget", "superseded", "retracted", "expired", "pruned", "conflict"),
     "retrieval_gap": ("no_subqueries",),
-    "generation_error": ("near_miss", "wrong_support", "stale"),
+    "generation_error": ("near_miss", "wrong_support", "stale") + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
 }
 NEAR_MISS_F1 = 0.3
 WILDCARD = "*"
@@ -154,6 +156,9 @@ def _qualifier_hits(record: Trace) -> set[str]:
             hits.add("wrong_support")
         if record.stale_packed:
             hits.add("stale")
+            stale = set(record.stale_packed)
+            hits |= {f"stale_{hit['fact']['category']}" for hit in record.retrieved
+                     if "fact" in hit and stale & set(hit["source_ids"])}
         return hits
     return set()
 

@@ -53,7 +53,7 @@ REQUIRES = {
     "assembly.reserved.profile": "features.profile_layer",
     "assembly.reserved.corrections": "features.profile_layer",
 }
-_BUNDLE_KEY = re.compile(r"^(?P<cause>[a-z_]+)(?:\[(?P<qualifier>[a-z_]+)\])?/(?P<category>[a-z_]+|\*)$")
+_BUNDLE_KEY = re.compile(r"^(?P<cause>[a-z_]+)(?:\[(?P<qualifier>[a-z_]+)\])?/(?P<category>[a-z0-9_]+|\*)$")
 
 
 class BundleError(ValueError):

@@ -119,6 +119,8 @@ class CandidateVerifier:
         record.paired, record.dcr, record.summary = paired.to_dict(), run.summary.dcr3, run.summary.brief()
         record.cost = {"words_parent": screen.run.summary.context_words["mean"],
                        "words_candidate": run.summary.context_words["mean"]}
+        if run.summary.staleness:
+            record.staleness = {"parent": screen.run.summary.staleness, "candidate": run.summary.staleness}
         record.examples = _examples(record.paired, screen.run, run)
         decision = decide(record.report(), self.rules, self.cost)
         if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked

@@ -14,7 +14,7 @@ from evolve.verify.decision import Decision, changes_strategy
 #: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).
 STAGES = ("gates", "critic", "evidence_screen", "probe", "paired")
 #: Fields left out of the stored record while ``None``.
-OPTIONAL = ("merged_from", "holdout", "llm")
+OPTIONAL = ("merged_from", "holdout", "llm", "staleness")
 
 
 @dataclass
@@ -54,6 +54,9 @@ class CandidateRecord:
     holdout: dict | None = None
     #: LLM usage of the candidate's evaluations (screen, probe, full), per role (omitted without LLM roles).
     llm: dict | None = None
+    #: Staleness of parent and candidate, ``{"parent", "candidate"}`` (full runs of a benchmark marking outdated
+    #: evidence; omitted otherwise).
+    staleness: dict | None = None
 
     @property
     def key(self) -> str:

@@ -166,7 +166,9 @@ class _Evaluator:
         trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
         if q.outdated:
             trace.gold_outdated = list(q.outdated)
-            trace.stale_retrieved = {str(k): any(set(q.outdated) & set(ids) for ids in sources[:k]) for k in (5, 10)}
+            hidden = {f["id"] for f in trace.filtered}  # what the lifecycle filter hid never reaches the answerer
+            visible = [hit["source_ids"] for hit in trace.retrieved if hit["id"] not in hidden]
+            trace.stale_retrieved = {str(k): any(set(q.outdated) & set(ids) for ids in visible[:k]) for k in (5, 10)}
             trace.stale_packed = packed_evidence(list(q.outdated), turn_text, trace.packed)
         if known:
             trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
@@ -183,8 +185,8 @@ def _spread(values: list[float], *stats: str) -> dict[str, float]:
 
 
 def _staleness(traces: list[Trace]) -> dict[str, float | int]:
-    """Share of ``traces`` (questions with outdated evidence) whose top 5 / 10 retrieved items or packed context carry
-    an outdated turn."""
+    """Share of ``traces`` (questions with outdated evidence) whose top 5 / 10 retrieved items that passed the
+    filter, or whose packed context, carry an outdated turn."""
     if not traces:
         return {}
     return {"n": len(traces),

@@ -168,6 +168,11 @@ def render_record(record: CandidateRecord, view: History) -> str:
         before, after = r.cost["words_parent"], r.cost["words_candidate"]
         growth = f" ({after / before - 1:+.1%})" if before else ""
         lines.append(f"cost: context words per question {before:.1f} -> {after:.1f}{growth}")
+    if r.staleness:
+        parent, cand = r.staleness["parent"], r.staleness["candidate"]
+        lines.append(f"staleness ({cand['n']} questions with outdated evidence): outdated turn in the context "
+                     f"{parent.get('packed', 0):.3f} -> {cand['packed']:.3f}, in the top 5 "
+                     f"{parent.get('retrieved@5', 0):.3f} -> {cand['retrieved@5']:.3f}")
     if r.holdout:
         h = r.holdout
         lines.append(f"holdout: {h['n']} held-out questions, parent {h['score_parent']:.3f} -> candidate "

@@ -1,15 +1,28 @@
 """The deterministic extractive answerer (``roles.Answerer``)."""
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from evolve.strategy.policy import Answering
 from evolve.runtime.roles import AnswerResult, ContextItem
 from evolve.runtime.render import plain_parts
-from evolve.runtime.text import (STOPWORDS, clauses, content_set, content_tokens, find_date, format_date, sentences,
-                                 tokens)
+from evolve.runtime.text import (STOPWORDS, classify_kind, clauses, content_set, content_tokens, find_date,
+                                 format_date, normalise, sentences, tokens)
 
 _EDGE_PUNCT = ".,;:!?\"'()[]{}-"
+#: Yes/no questions about a fact (not the speculative "would/could ..."), and what denies one.
+_POLAR = re.compile(r"^(?:is|are|does|do|did|has|have|was|were)\s", re.I)
+_DENIAL = re.compile(r"(?<![a-z])(?:not|no longer|never|n't|nor)(?![a-z])")
+
+
+def _polar(question: str, unit: str, body: str) -> str | None:
+    """``Yes`` or ``No`` for a yes/no question, by whether the supporting sentence (or its whole item) retracts
+    or denies what it mentions."""
+    if not _POLAR.match(normalise(question).strip()):
+        return None
+    denied = classify_kind(body) == "retraction" or _DENIAL.search(" " + normalise(unit).lower() + " ")
+    return "No" if denied else "Yes"
 
 
 def _asked(word: str, wanted: frozenset[str]) -> bool:
@@ -37,9 +50,10 @@ class ExtractiveAnswerer:
     with the question (a speaker named in the question adds half a word; ties go to the better-scored item)
     and answers with it minus the question's own words (``keywords``: the best clause's remaining
     content words only). Time questions are answered with the supporting
-    item's date when ``temporal_dates`` is on: a date written in it, else the date it was said."""
+    item's date when ``temporal_dates`` is on: a date written in it, else the date it was said. Yes/no questions
+    ("Is/Does/Did ...?") are answered ``No`` when the supporting sentence denies or its item retracts, else ``Yes``."""
 
-    name = "extractive/v1"
+    name = "extractive/v2"
 
     def answer(self, question: str, context: Sequence[ContextItem], policy: Answering, intent: str) -> AnswerResult:
         if not context:
@@ -61,6 +75,9 @@ class ExtractiveAnswerer:
             date = find_date(plain_parts(item.text)[1]) or (format_date(item.timestamp) if item.timestamp else None)
             if date:
                 return AnswerResult(date, (item.id,))
+        polar = _polar(question, unit, plain_parts(item.text)[1])
+        if polar is not None:
+            return AnswerResult(polar, (item.id,))
         text = _without_question_words(unit, wanted) or unit
         if policy.span == "keywords":
             text = _keywords(text, wanted).strip(_EDGE_PUNCT + " ") or text

@@ -11,9 +11,10 @@ import numpy as np
 from scipy import sparse
 
 from evolve.benchmarks.types import Conversation, Session, Turn
-from evolve.strategy.policy import Extraction, Lifecycle, Policy
+from evolve.strategy.policy import FACT_CATEGORIES, Extraction, Lifecycle, Policy
 from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
+from evolve.runtime.facts import annotate
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
                                  tokens, words)
@@ -45,12 +46,15 @@ def windows(turns: Sequence[Turn], size: int, overlap: int) -> list[list[Turn]]:
 
 
 def _anchored(fact: ExtractedFact, window: Sequence[Turn]) -> ExtractedFact:
-    """Keep only source ids from the window (all of the window if none match) and a known kind."""
+    """Keep only source ids from the window (all of the window if none match), a known kind and category."""
     ids = {t.id for t in window}
     sources = tuple(s for s in fact.source_ids if s in ids) or tuple(t.id for t in window)
     kind = fact.kind if fact.kind in FACT_KINDS else "fact"
     salience = min(1.0, max(0.0, float(fact.salience)))
-    return dataclasses.replace(fact, source_ids=sources, kind=kind, salience=salience)
+    meta = fact.meta
+    if meta is not None and meta.category not in FACT_CATEGORIES:
+        meta = dataclasses.replace(meta, category="other")
+    return dataclasses.replace(fact, source_ids=sources, kind=kind, salience=salience, meta=meta)
 
 
 def _cap(facts: list[ExtractedFact], limit: int) -> list[ExtractedFact]:
@@ -91,8 +95,27 @@ def _dedup(facts: list[ExtractedFact], threshold: float) -> list[ExtractedFact]:
 
 
 def _items(layer: str, facts: Sequence[ExtractedFact]) -> list[MemoryItem]:
-    return [MemoryItem(f"{layer}:{i}", layer, f.text, f.source_ids, f.speaker, f.timestamp, f.kind, f.salience)
+    return [MemoryItem(f"{layer}:{i}", layer, f.text, f.source_ids, f.speaker, f.timestamp, f.kind, f.salience,
+                       meta=f.meta or annotate(split_attribution(f.text)[2], f.speaker))
             for i, f in enumerate(facts)]
+
+
+def _versions(items: list[MemoryItem], position: dict[str, int]) -> list[MemoryItem]:
+    """Link every fact that sets a slot to the later facts setting the same slot (query time decides which of
+    them supersede it: that depends on the strategy's thresholds, not on what is stored)."""
+    first = [min(position[s] for s in item.source_ids) for item in items]
+    by_slot: dict[str, list[int]] = {}
+    for i, item in enumerate(items):
+        if item.meta.slot is not None:
+            by_slot.setdefault(item.meta.slot, []).append(i)
+    out = list(items)
+    for members in by_slot.values():
+        members.sort(key=lambda i: (first[i], i))
+        for i in members:
+            later = tuple(items[j].id for j in members if first[j] > first[i])
+            if later:
+                out[i] = dataclasses.replace(items[i], versions=later)
+    return out
 
 
 def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, position: dict[str, int]) -> list[MemoryItem]:
@@ -193,7 +216,7 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
     facts.sort(key=lambda f: min(position[s] for s in f.source_ids))
     l0 = _items("L0", facts)
     sm = _items("SM", [turn_fact(t, ex) for s in _latest_sessions(sessions) for t in s.turns])
-    marked = _lifecycle(l0 + sm, len(l0), policy.lifecycle, position)
+    marked = _versions(_lifecycle(l0 + sm, len(l0), policy.lifecycle, position), position)
     l0, sm = marked[:len(l0)], marked[len(l0):]
     l2 = []
     if policy.features.profile_layer:
@@ -203,7 +226,7 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
     if policy.features.session_rollups:
         session_of = {t.id: s.id for s in sessions for t in s.turns}
         live = [x for x in l0 if x.salience >= policy.lifecycle.prune_threshold and not x.retracted
-                and x.superseded_by is None]
+                and x.superseded_by is None and not x.versions]  # a summary states what is current
         for session in sessions:
             rollup = _rollup(session, [x for x in live if session_of[x.source_ids[0]] == session.id], len(l1))
             if rollup is not None:

@@ -7,6 +7,8 @@ from datetime import datetime
 import numpy as np
 
 from evolve.strategy.policy import Policy
+from evolve.runtime.facts import FactMeta
+from evolve.runtime.lifecycle import ACTIVE, Standing, current_state, decay_multipliers, standing
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
 
@@ -19,10 +21,13 @@ class Hit:
     score: float
     source_ids: tuple[str, ...]
     channels: dict[str, dict] = field(default_factory=dict)
+    meta: FactMeta = FactMeta()
+    standing: Standing = ACTIVE  # the fact's lifecycle state for this question
 
     def to_dict(self) -> dict:
+        fact = {**self.meta.to_dict(), "state": self.standing.state, "by": self.standing.by}
         return {"id": self.id, "rank": self.rank, "score": self.score, "source_ids": list(self.source_ids),
-                "channels": {c: dict(v) for c, v in self.channels.items()}}
+                "channels": {c: dict(v) for c, v in self.channels.items()}, "fact": fact}
 
 
 @dataclass(frozen=True)
@@ -68,15 +73,33 @@ def _channel_scores(store: MemoryStore, query: Query, policy: Policy, eligible: 
     return out
 
 
-def _decay(store: MemoryStore, policy: Policy, asked_at: datetime | None) -> np.ndarray:
+def _decay(store: MemoryStore, policy: Policy, ref: float | None) -> np.ndarray:
+    """The uniform time decay of every item (numeric facts keep the rescue floor when numeric rescue is on)."""
     td = policy.retrieval.time_decay
-    if not td.enabled:
-        return np.ones(len(store))
-    ref = day_number(asked_at) if asked_at is not None else store.newest_day()
-    if ref is None or not np.isfinite(ref):
+    if not td.enabled or ref is None or not np.isfinite(ref):
         return np.ones(len(store))
     age = np.clip(ref - store.days, 0.0, None)
-    return np.where(np.isfinite(age), 0.5 ** (age / td.half_life_days), 1.0)
+    decay = np.where(np.isfinite(age), 0.5 ** (age / td.half_life_days), 1.0)
+    rescue = policy.lifecycle.numeric_rescue
+    return np.where(store.numeric, np.maximum(decay, rescue.floor), decay) if rescue.enabled else decay
+
+
+def _lifecycle_scores(channels: dict[str, tuple], candidates: np.ndarray, keep: np.ndarray,
+                      size: int) -> np.ndarray:
+    """The candidates' relevance times the share each keeps under per-category decay. Relevance is the best of
+    the item's BM25 and vector scores, each divided by that channel's best. Rank fusions (the fused score, the
+    sub-query channel) cannot carry it: their sums differ by a few percent between ranks, far less than decay does."""
+    relevance = np.zeros(size)
+    for name in ("bm25", "vector"):
+        if name not in channels:
+            continue
+        scores = channels[name][1]
+        top = scores[candidates].max()
+        if top > 0:
+            relevance[candidates] = np.maximum(relevance[candidates], np.clip(scores[candidates] / top, 0.0, 1.0))
+    out = np.zeros(size)
+    out[candidates] = np.maximum(relevance[candidates] * keep[candidates], 1e-12)  # stays a candidate
+    return out
 
 
 def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
@@ -96,9 +119,12 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
         fused[ranked] += getattr(weights, name) / (rt.rrf_kappa + positions)
         ranks[name] = np.zeros(len(store), dtype=np.int64)
         ranks[name][ranked] = positions
+    ref = day_number(query.asked_at) if query.asked_at is not None else store.newest_day()
     if rt.time_decay.enabled:
-        fused *= _decay(store, policy, query.asked_at)
+        fused *= _decay(store, policy, ref)
     candidates = np.flatnonzero(fused > 0)
+    if policy.lifecycle.decay.enabled and candidates.size and current_state(query.text):
+        fused = _lifecycle_scores(channels, candidates, decay_multipliers(store, policy.lifecycle, ref), len(store))
     candidates = candidates[np.lexsort((candidates, -fused[candidates]))]
     final = fused
     if rt.rerank.enabled and candidates.size:
@@ -111,26 +137,25 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
         candidates = candidates[np.lexsort((candidates, -final[candidates]))]
     top = candidates[: rt.top_k_for(query.intent)]
     columns = {name: (ranks[name][top].tolist(), scores[top].tolist()) for name, (_, scores) in channels.items()}
+    now = query.asked_at or store.newest
     hits = []
     for j, (i, score) in enumerate(zip(top.tolist(), final[top].tolist())):
         item = store.items[i]
         found = {name: {"rank": r[j], "score": round(s[j], 6)} for name, (r, s) in columns.items() if r[j]}
-        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found))
+        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found, item.meta,
+                        standing(store, item, policy.lifecycle, query.text, now)))
     return hits
 
 
 def filter_hits(store: MemoryStore, hits: list[Hit], policy: Policy) -> tuple[list[Hit], list[tuple[str, str]]]:
-    """Remove pruned, superseded and retracted memories (as the lifecycle policy says); return kept and removed."""
-    lc = policy.lifecycle
+    """Remove pruned memories and those the lifecycle policy does not let answer the question (superseded,
+    retracted, expired: the hit's standing); return kept and removed with the reason."""
     kept, removed = [], []
     for hit in hits:
-        item = store.item(hit.id)
-        if item.salience < lc.prune_threshold:
+        if store.item(hit.id).salience < policy.lifecycle.prune_threshold:
             removed.append((hit.id, "pruned"))
-        elif lc.supersession and item.superseded_by is not None:
-            removed.append((hit.id, "superseded"))
-        elif lc.forget_guard and item.retracted:
-            removed.append((hit.id, "retracted"))
+        elif hit.standing.state != "active":
+            removed.append((hit.id, hit.standing.state))
         else:
             kept.append(hit)
     return kept, removed

@@ -7,6 +7,7 @@ from datetime import datetime
 from typing import Protocol, Sequence
 
 from evolve.benchmarks.types import Turn
+from evolve.runtime.facts import FactMeta
 from evolve.strategy.policy import Answering, Expansion, Extraction
 
 class RoleError(RuntimeError):
@@ -25,6 +26,7 @@ class ExtractedFact:
     timestamp: datetime | None
     kind: str = "fact"  # one of FACT_KINDS
     salience: float = 1.0  # 0..1, compared with lifecycle.prune_threshold
+    meta: FactMeta | None = None  # lifecycle metadata; read from the text at ingestion when not given
 
 
 @dataclass(frozen=True)

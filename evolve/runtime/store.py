@@ -9,7 +9,9 @@ import bm25s
 import numpy as np
 
 from evolve.benchmarks.types import Turn
+from evolve.runtime.facts import FactMeta
 from evolve.runtime.text import content_tokens, split_attribution
+from evolve.strategy.policy import FACT_CATEGORIES
 
 @dataclass(frozen=True)
 class MemoryItem:
@@ -25,6 +27,9 @@ class MemoryItem:
     salience: float
     superseded_by: str | None = None
     retracted: bool = False
+    meta: FactMeta = FactMeta()
+    #: Later items stating the same slot, oldest first (candidates to supersede this one at query time).
+    versions: tuple[str, ...] = ()
 
 
 class MemoryStore:
@@ -46,6 +51,12 @@ class MemoryStore:
         self.body_sets = [frozenset(content_tokens(split_attribution(item.text)[2])) for item in self.items]
         self.layers = np.array([item.layer for item in self.items], dtype=object)
         self.days = np.array([day_number(item.timestamp) for item in self.items], dtype=np.float64)
+        stamps = [item.timestamp for item in self.items if item.timestamp is not None]
+        self.newest: datetime | None = max(stamps) if stamps else None
+        known = {c: i for i, c in enumerate(FACT_CATEGORIES)}
+        self.category_index = np.array([known.get(item.meta.category, known["other"]) for item in self.items],
+                                       dtype=np.int64)
+        self.numeric = np.array([item.meta.numeric for item in self.items], dtype=bool)
         self._by_source: dict[str, list[str]] = {}
         for item in self.items:
             for tid in item.source_ids:

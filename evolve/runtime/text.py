@@ -235,7 +235,8 @@ def split_attribution(text: str) -> tuple[str | None, str | None, str]:
 RETRACTION_CUES = ("forget what i said about", "forget about what i said", "forget i said", "scratch that",
                    "never mind about", "nevermind about", "that's not true anymore", "that is not true anymore",
                    "that's no longer true", "disregard what i said", "ignore what i said", "i take that back",
-                   "i take back what i said")
+                   "i take back what i said", "forget i mentioned", "scrapped", "called off", "is cancelled",
+                   "is canceled", "plan is dead", "idea is dead")
 CORRECTION_CUES = ("actually", "no longer", "not anymore", "any more", "changed my mind", "now prefer",
                    "switched to", "moved to", "i now", "these days i", "instead of", "not really into")
 PROFILE_CUES = ("i am a ", "i am an ", "i'm a ", "i'm an ", "i am from", "i'm from", "my favorite", "my favourite",
@@ -261,10 +262,12 @@ def classify_kind(sentence: str) -> str:
 
 
 def retraction_topic(sentence: str) -> frozenset[str]:
-    """Content stems of what a retraction retracts (the words after its cue)."""
+    """Content stems of what a retraction retracts: the words after its cue ("we scrapped the trip"), else those
+    before it ("the trip is cancelled"); empty for a bare "scratch that"."""
     lowered = normalise(sentence).lower()
     for cue in RETRACTION_CUES:
         at = lowered.find(cue)
         if at >= 0:
-            return frozenset(content_tokens(lowered[at + len(cue):])) - CUE_STEMS
+            after = frozenset(content_tokens(lowered[at + len(cue):])) - CUE_STEMS
+            return after or frozenset(content_tokens(lowered[:at])) - CUE_STEMS
     return frozenset()

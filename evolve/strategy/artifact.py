@@ -27,7 +27,8 @@ LINEAGE = ("parent", "name", "version")
 #: is a label). ``version`` is bumped by people only: a candidate that changes it is refused by the gates.
 FREE_LINEAGE = ("parent", "name")
 #: Sections whose values change what ingestion stores; they key the ingestion cache.
-INGESTION_PATHS = ("extraction", "lifecycle", "features.session_rollups", "features.profile_layer")
+INGESTION_PATHS = ("extraction", "lifecycle.supersession", "lifecycle.forget_guard", "lifecycle.prune_threshold",
+                   "features.session_rollups", "features.profile_layer")
 
 
 class StrategyError(ValueError):

@@ -85,10 +85,83 @@ class Retrieval(_Frozen):
         return max(1, round(self.top_k * getattr(self.intent_top_k_multiplier, intent)))
 
 
+class PerCategory(_Frozen):
+    """One value per fact category (:data:`evolve.runtime.facts.FACT_CATEGORIES`)."""
+
+    identity: float
+    relational: float
+    intellectual: float
+    health: float
+    projects: float
+    hobbies: float
+    preferences: float
+    financial: float
+    obligations: float
+    logistics: float
+    other: float
+
+    def of(self, category: str) -> float:
+        return getattr(self, category)
+
+
+#: Behavioural categories of facts (what a fact is about): the keys of every per-category map.
+FACT_CATEGORIES: tuple[str, ...] = tuple(PerCategory.model_fields)
+
+SlotMode = Literal["replace", "accumulate"]
+
+
+class SlotModes(_Frozen):
+    identity: SlotMode
+    relational: SlotMode
+    intellectual: SlotMode
+    health: SlotMode
+    projects: SlotMode
+    hobbies: SlotMode
+    preferences: SlotMode
+    financial: SlotMode
+    obligations: SlotMode
+    logistics: SlotMode
+    other: SlotMode
+
+
+class Slots(_Frozen):
+    enabled: bool
+    replace_confidence: float
+    accumulate_confidence: float
+    mode: SlotModes
+
+    def threshold(self, category: str) -> float:
+        """Confidence a later statement of a slot needs to supersede an earlier fact of ``category``."""
+        accumulate = getattr(self.mode, category) == "accumulate"
+        return self.accumulate_confidence if accumulate else self.replace_confidence
+
+
+class Expiry(_Frozen):
+    enabled: bool
+    buffer_days: float
+
+
+class NumericRescue(_Frozen):
+    enabled: bool
+    floor: float
+
+
+class Decay(_Frozen):
+    enabled: bool
+    half_life_days: PerCategory
+    alpha: PerCategory
+    floor: PerCategory
+
+
 class Lifecycle(_Frozen):
     supersession: bool
     forget_guard: bool
     prune_threshold: float
+    slots: Slots
+    bypass_cues: bool
+    expiry: Expiry
+    numeric_rescue: NumericRescue
+    decay: Decay
 
 
 class Reserved(_Frozen):

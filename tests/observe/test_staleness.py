@@ -62,7 +62,8 @@ def test_stale_failures_are_a_symptom_the_planner_answers_with_lifecycle_moves()
     from evolve.improve.effects import DimensionEffects
     from evolve.improve.planner import Planner, load_bundles
 
-    naive = derive(load_strategy(BASELINE_PATH), {"lifecycle.supersession": False, "lifecycle.forget_guard": False})
+    naive = derive(load_strategy(BASELINE_PATH), {"lifecycle.supersession": False, "lifecycle.forget_guard": False,
+                                                   "lifecycle.slots.enabled": False, "lifecycle.expiry.enabled": False})
     run = Harness(load_benchmark("synthetic:0:6"), progress=False).evaluate(naive)
     dg = digest(run.traces)
     stale = [s for s in dg.ranked() if s.root_cause == "generation_error" and s.category == "*"]
@@ -70,4 +71,5 @@ def test_stale_failures_are_a_symptom_the_planner_answers_with_lifecycle_moves()
     failures = [t for t in run.traces if t.failed and t.root_cause == "generation_error"]
     assert stale[0].qualifiers["stale"] == round(sum(bool(t.stale_packed) for t in failures) / len(failures), 6)
     keys = [d.key for d in Planner(load_bundles(), DimensionEffects()).plan(dg, naive, max_directions=40)]
-    assert {"lifecycle.supersession::enable", "lifecycle.forget_guard::enable"} <= set(keys)
+    assert {"lifecycle.supersession::enable", "lifecycle.forget_guard::enable", "lifecycle.slots.enabled::enable",
+            "lifecycle.expiry.enabled::enable"} <= set(keys)

@@ -128,7 +128,8 @@ def test_supersession_hides_the_corrected_fact(run):
     assert old.id not in {c.id for c in result.packed}
     assert "orange juice" in result.answer.text
 
-    runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5, "lifecycle.supersession": False})
+    runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5, "lifecycle.supersession": False,
+                          "lifecycle.slots.enabled": False})
     assert by_text(store, "strong black coffee")[0].superseded_by is None
     assert not [r for r in runtime.ask(store, "What is Bob's favorite drink?").filtered if r[1] == "superseded"]
 
