@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
 from evolve.observe.evidence import carries
@@ -73,3 +74,24 @@ def test_stale_failures_are_a_symptom_the_planner_answers_with_lifecycle_moves()
     keys = [d.key for d in Planner(load_bundles(), DimensionEffects()).plan(dg, naive, max_directions=40)]
     assert {"lifecycle.supersession::enable", "lifecycle.forget_guard::enable", "lifecycle.slots.enabled::enable",
             "lifecycle.expiry.enabled::enable"} <= set(keys)
+
+
+def test_a_round_records_the_staleness_of_parent_and_candidate_and_show_prints_it(tmp_path, capsys):
+    from evolve import Engine
+    from evolve.cli import main
+    from evolve.loop.config import RunConfig
+
+    naive = Path(__file__).resolve().parents[2] / "experiments" / "strategies" / "lifecycle_naive.yaml"
+    stores = tmp_path / "stores"
+    Engine(RunConfig(benchmark="lifecycle:0:4", strategy=naive, stores=stores, rounds=1, candidates_per_round=6,
+                     probe_size=40), track=False, progress=False).run()
+    records = [json.loads(line) for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
+    evaluated = [r for r in records if r["paired"]]
+    assert evaluated and all(r["staleness"]["parent"]["n"] == r["staleness"]["candidate"]["n"] > 0 for r in evaluated)
+    assert all("staleness" not in r for r in records if not r["paired"])
+    record = evaluated[0]
+    assert main(["show", record["candidate_id"], "--stores", str(stores)]) == 0
+    shown = capsys.readouterr().out
+    parent, cand = record["staleness"]["parent"], record["staleness"]["candidate"]
+    assert (f"outdated turn in the context {parent['packed']:.3f} -> {cand['packed']:.3f}" in shown
+            and f"for symptom {record['symptom']}" in shown)
