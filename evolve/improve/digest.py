@@ -25,7 +25,7 @@ from evolve.strategy.policy import FACT_CATEGORIES
 #: generation_error[stale] — the packed context carried a turn the answer made outdated (``Trace.stale_packed``);
 #: generation_error[stale_<category>] — and a retrieved fact of that behavioural category carried it.
 QUALIFIERS: dict[str, tuple[str, ...]] = {
-    "kf_filtered": ("budget", "superseded", "retracted", "expired", "pruned", "conflict"),
+    "kf_filtered": ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict"),
     "retrieval_gap": ("no_subqueries",),
     "generation_error": ("near_miss", "wrong_support", "stale") + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
 }

@@ -42,6 +42,12 @@ class Standing:
 
     state: str = "active"  # active | superseded | expired | retracted
     by: str | None = None
+    slot: bool = False  # superseded by a later statement of its slot (not by an ingestion-time correction)
+
+    @property
+    def reason(self) -> str:
+        """Why the filter removes the fact; slot supersession is told apart, as its moves differ."""
+        return "slot_superseded" if self.slot else self.state
 
 
 ACTIVE = Standing()
@@ -70,7 +76,7 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, question: str,
     if lc.slots.enabled and item.versions and not back:
         later = _successor(store, item, lc)
         if later is not None:
-            return Standing("superseded", later)
+            return Standing("superseded", later, slot=True)
     if (lc.expiry.enabled and not (lc.numeric_rescue.enabled and item.meta.numeric) and current_state(question)
             and expired(item.meta, now, lc.expiry.buffer_days)):
         return Standing("expired")

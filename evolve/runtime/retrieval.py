@@ -149,13 +149,13 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
 
 def filter_hits(store: MemoryStore, hits: list[Hit], policy: Policy) -> tuple[list[Hit], list[tuple[str, str]]]:
     """Remove pruned memories and those the lifecycle policy does not let answer the question (superseded,
-    retracted, expired: the hit's standing); return kept and removed with the reason."""
+    slot_superseded, retracted, expired: the hit's standing); return kept and removed with the reason."""
     kept, removed = [], []
     for hit in hits:
         if store.item(hit.id).salience < policy.lifecycle.prune_threshold:
             removed.append((hit.id, "pruned"))
         elif hit.standing.state != "active":
-            removed.append((hit.id, hit.standing.state))
+            removed.append((hit.id, hit.standing.reason))
         else:
             kept.append(hit)
     return kept, removed

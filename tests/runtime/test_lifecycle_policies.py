@@ -93,6 +93,7 @@ def test_the_superseding_fact_is_named_in_the_trace():
                if store.item(h.id).layer != "L1" and "mango" in store.item(h.id).text)
     fact = hit.to_dict()["fact"]
     assert fact["state"] == "superseded" and "banana" in store.item(fact["by"]).text
+    assert hit.standing.reason == "slot_superseded"  # the filter tells it from an ingestion-time correction
     assert fact["category"] == "preferences" and fact["slot"] == "tomas|favorite fruit"
 
 
