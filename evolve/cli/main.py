@@ -137,18 +137,18 @@ def cmd_local_llm(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, interrupt)
     server = LocalLLMServer(args.model, port=args.port)
-    with server:
-        print(f"base_url: {server.base_url}")
-        print(f"# point a role at it with MEMEVOLVE_<ROLE>_* (here the answerer), or run a config's roles with "
-              f"base_url {server.base_url} and model {server.model}:")
-        print("\n".join(server.env_lines()))
-        print("serving; Ctrl-C or SIGTERM stops the server", flush=True)
-        try:
-            code = server.wait()
-        except KeyboardInterrupt:
-            print("stopped", flush=True)
-            return 0
-        print(f"error: llama.cpp server exited with code {code}:\n{server.log_tail()}", file=sys.stderr)
+    try:
+        with server:
+            print(f"base_url: {server.base_url}")
+            print(f"# point a role at it with MEMEVOLVE_<ROLE>_* (here the answerer), or run a config's roles with "
+                  f"base_url {server.base_url} and model {server.model}:")
+            print("\n".join(server.env_lines()))
+            print("serving; Ctrl-C or SIGTERM stops the server", flush=True)
+            code, tail = server.wait(), server.log_tail()
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+        return 0
+    print(f"error: llama.cpp server exited with code {code}:\n{tail}", file=sys.stderr)
     return 1
 
 

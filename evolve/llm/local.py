@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -84,6 +85,13 @@ def missing_requirements(model: str = "smollm2") -> str | None:
     return None
 
 
+def _stop_with_parent() -> None:
+    """In the child before exec (Linux): SIGTERM when the parent dies, so a killed caller leaves no server behind."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind((HOST, 0))
@@ -145,7 +153,8 @@ class LocalLLMServer:
         path = local_model(self.model).locate()
         self._log = tempfile.TemporaryFile()
         self._proc = subprocess.Popen(self.command(path), stdin=subprocess.DEVNULL, stdout=self._log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+                                      stderr=subprocess.STDOUT, start_new_session=True,
+                                      preexec_fn=_stop_with_parent if sys.platform == "linux" else None)
         try:
             self._await_ready()
         except BaseException:

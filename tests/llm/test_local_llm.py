@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 from datetime import datetime
@@ -183,6 +184,27 @@ def test_cli_serves_until_sigterm(local_llm):
             proc.kill()
     with pytest.raises(urllib.error.URLError):  # the server went with it
         urllib.request.urlopen(f"{base_url}/models", timeout=2)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the server follows its parent through PR_SET_PDEATHSIG")
+def test_a_killed_caller_leaves_no_server(local_llm):
+    script = ("from evolve.llm.local import LocalLLMServer; import time; s = LocalLLMServer('smollm2').start(); "
+              "print(s.base_url, flush=True); time.sleep(600)")
+    caller = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        base_url = caller.stdout.readline().strip()
+        assert base_url.startswith("http://127.0.0.1:")
+        urllib.request.urlopen(f"{base_url}/models", timeout=5).close()
+    finally:
+        caller.kill()  # SIGKILL: no cleanup code of the caller runs
+        caller.wait()
+    for _ in range(50):
+        try:
+            urllib.request.urlopen(f"{base_url}/models", timeout=1).close()
+        except (urllib.error.URLError, OSError):
+            return
+        time.sleep(0.2)
+    pytest.fail(f"the server at {base_url} outlived its caller")
 
 
 def test_cli_without_the_extra_exits_2(monkeypatch, capsys):

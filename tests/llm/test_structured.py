@@ -62,16 +62,16 @@ def test_answerer_stops_and_limits_its_length(llm_server, tmp_path):
     llm_server.responder = lambda body: "ANSWER: a red car [m1]"
     context = [ContextItem("m1", "Anna bought a red car.", "L1", ("D1:1",))]
     brief = POLICY.answering.model_copy(update={"max_answer_tokens": 5})
-    LLMAnswerer(make_client(llm_server, tmp_path, "answerer", seed=7)).answer("Which car?", context, brief, "single_hop")
-    LLMAnswerer(make_client(llm_server, tmp_path, "answerer", max_tokens=20)).answer("Which car?", context, brief,
-                                                                                      "single_hop")
+    for settings in ({"seed": 7}, {"max_tokens": 20}):
+        LLMAnswerer(make_client(llm_server, tmp_path, "answerer", **settings)).answer("Which car?", context, brief,
+                                                                                       "single_hop")
     (first, second) = llm_server.requests
     assert (first["stop"], first["max_tokens"], first["seed"]) == (ANSWER_STOP, 2 * 5 + 24, 7)
     assert second["max_tokens"] == 20 and "seed" not in second  # the role's own cap wins when lower
 
 
 def test_structured_is_refused_for_roles_that_reply_in_text():
-    with pytest.raises(ConfigError, match=r"roles: .*answerer.structured: only the judge, planner, critic reply in JSON"):
+    with pytest.raises(ConfigError, match=r"answerer.structured: only the judge, planner, critic reply in JSON"):
         RolesConfig.from_sources({"answerer": {"backend": "llm", "model": "m", "structured": "json_object"}}, env={})
     with pytest.raises(ConfigError, match=r"roles.critic.structured: Input should be 'off' or 'json_object'"):
         RolesConfig.from_sources({"critic": {"structured": "json_schema"}}, env={})
