@@ -126,6 +126,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_local_llm(args: argparse.Namespace) -> int:
+    """Serve a packaged model on 127.0.0.1 until Ctrl-C or SIGTERM; 1 when the server dies on its own."""
+    import signal
+
+    from evolve.llm.local import LocalLLMServer
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    server = LocalLLMServer(args.model, port=args.port)
+    try:
+        with server:
+            print(f"base_url: {server.base_url}")
+            print(f"# point a role at it with MEMEVOLVE_<ROLE>_* (here the answerer), or run a config's roles with "
+                  f"base_url {server.base_url} and model {server.model}:")
+            print("\n".join(server.env_lines()))
+            print("serving; Ctrl-C or SIGTERM stops the server", flush=True)
+            code, tail = server.wait(), server.log_tail()
+    except KeyboardInterrupt:
+        print("stopped", flush=True)
+        return 0
+    print(f"error: llama.cpp server exited with code {code}:\n{tail}", file=sys.stderr)
+    return 1
+
+
 def positive_int(text: str) -> int:
     """An argparse type: an integer >= 1."""
     try:
@@ -189,6 +215,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print the LLM calls, tokens and cost one evaluation, one candidate and the rest of the night "
                         "are expected to spend (no endpoint is called, the stores are not touched) and exit")
     p.set_defaults(func=cmd_run)
+
+    from evolve.llm.local import MODELS
+
+    p = sub.add_parser("local-llm", help="serve a packaged GGUF model through llama.cpp's OpenAI-compatible server "
+                                         "on 127.0.0.1 (needs the local-llm extra)")
+    p.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    p.add_argument("--port", type=positive_int, help="port on 127.0.0.1 (default: a free one)")
+    p.set_defaults(func=cmd_local_llm)
 
     from evolve.cli.workflow import register
 

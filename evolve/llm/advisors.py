@@ -78,7 +78,7 @@ class Proposal(BaseModel):
         dim = dims.get(path)
         if dim is None:
             raise ValueError(f"path {path!r} is not evolvable")
-        legal = MOVES[dim.kind] + (() if dim.kind == "boolean" else ("set",))
+        legal = _directions(dim)
         if direction not in legal:
             raise ValueError(f"direction {direction!r} is illegal for {dim.kind} path {path!r}; use one of {legal}")
         return {**data, "direction": direction, "value": _legal_value(dim, direction, value)}
@@ -95,6 +95,22 @@ class PlannerResult:
     proposals: tuple[Proposal, ...]
     dropped_reasons: tuple[str, ...]
     attempts: int
+
+
+def _directions(dim: EvolvableDimension) -> tuple[str, ...]:
+    return MOVES[dim.kind] + (() if dim.kind == "boolean" else ("set",))
+
+
+def proposals_schema(dims: dict[str, EvolvableDimension], max_proposals: int) -> dict:
+    """JSON schema of a planner reply: 1..``max_proposals`` proposals on evolvable paths (values are checked by
+    :class:`Proposal`, which knows each path's range)."""
+    directions = sorted({d for dim in dims.values() for d in _directions(dim)})
+    item = {"type": "object", "required": ["path", "direction", "why"],
+            "properties": {"path": {"type": "string", "enum": sorted(dims)},
+                           "direction": {"type": "string", "enum": directions},
+                           "value": {"type": ["number", "string", "boolean", "null"]},
+                           "why": {"type": "string", "maxLength": 200}}}
+    return {"type": "array", "minItems": 1, "maxItems": max_proposals, "items": item}
 
 
 def _describe(dim: EvolvableDimension) -> str:
@@ -136,7 +152,8 @@ class LLMPlanner:
                     errors.append(f"proposal {i}: {validation_errors(exc)}")
             return valid, errors
 
-        valid, errors, attempts = ask_json(self.client, prompt, parse, self.max_attempts)
+        valid, errors, attempts = ask_json(self.client, prompt, parse, self.max_attempts,
+                                           proposals_schema(dims, max_proposals))
         dropped = [f"invalid after {attempts} attempt(s): {e}" for e in errors]
         kept: list[Proposal] = []
         for proposal in valid:
@@ -157,6 +174,12 @@ class CriticReview(BaseModel):
 
     label: CriticLabel
     reasons: tuple[str, ...] = Field(min_length=1)
+
+
+REVIEW_SCHEMA = {"type": "object", "required": ["label", "reasons"],
+                 "properties": {"label": {"type": "string", "enum": list(CRITIC_LABELS)},
+                                "reasons": {"type": "array", "minItems": 1, "maxItems": 3,
+                                            "items": {"type": "string", "maxLength": 200}}}}
 
 
 @dataclass(frozen=True)
@@ -188,7 +211,7 @@ class LLMCritic:
                 return None, [validation_errors(exc)]
 
         review, errors, attempts = ask_json(self.client, fill(self._template, packet=pretty(packet)), parse,
-                                             self.max_attempts)
+                                             self.max_attempts, REVIEW_SCHEMA)
         if review is None:
             return CriticVerdict("risky", tuple(f"critic output invalid after {attempts} attempt(s): {e}"
                                                 for e in errors), attempts)

@@ -60,7 +60,7 @@ class DryRun:
     """Answer cache misses without calling the endpoint: a fixed ``reply`` in the role's reply format, with the
     usage the call would have had tallied as a request. Prompt tokens are estimated from the prompt's length
     (:data:`CHARS_PER_TOKEN`); completion tokens are the mean of the ``observed`` real calls of the role, else of
-    the cached replies, else the role's ``max_tokens`` (an upper bound)."""
+    the cached replies, else the request's ``max_tokens`` (an upper bound)."""
 
     reply: str
     observed: UsageStats | None = None
@@ -87,8 +87,10 @@ class LLMClient:
                                   timeout=role_cfg.timeout_s, max_retries=0)
 
     def complete(self, messages: list[dict], **params: object) -> str:
-        """The assistant reply to ``messages``; ``params`` override the role's temperature/max_tokens."""
-        request = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, **params}
+        """The assistant reply to ``messages``; ``params`` (e.g. ``stop``, ``response_format``) override the role's
+        temperature, max_tokens and seed. Every parameter is part of the cache key."""
+        seed = {} if self.cfg.seed is None else {"seed": self.cfg.seed}
+        request = {"temperature": self.cfg.temperature, "max_tokens": self.cfg.max_tokens, **seed, **params}
         key = cache_key(self.role, self.model, messages, request)
         entry = self.cache.get(key)
         if entry is not None:
@@ -97,20 +99,20 @@ class LLMClient:
         self._tally(cache_misses=1)
         if self.dry is not None:
             self._tally(requests=1, prompt_tokens=prompt_tokens_estimate(messages),
-                        completion_tokens=self._completion_estimate())
+                        completion_tokens=self._completion_estimate(request["max_tokens"]))
             return self.dry.reply
         content, usage = self._call(messages, request, key)
         self.cache.put(key, {"role": self.role, "model": self.model, "messages": messages, "params": request,
                              "content": content, "usage": usage})
         return content
 
-    def _completion_estimate(self) -> int:
+    def _completion_estimate(self, max_tokens: int) -> int:
         observed = self.dry.observed if self.dry else None
         if observed is not None and observed.get(self.role, "requests"):
             return round(observed.get(self.role, "completion_tokens") / observed.get(self.role, "requests"))
         if self._completion_guess is None:
-            self._completion_guess = self.cache.mean_completion_tokens(self.role, self.model) or self.cfg.max_tokens
-        return round(self._completion_guess)
+            self._completion_guess = self.cache.mean_completion_tokens(self.role, self.model) or 0.0
+        return round(self._completion_guess or max_tokens)
 
     def _tally(self, **counts: int) -> None:
         self.stats.add(self.role, **counts)

@@ -15,6 +15,8 @@ from typing import Any, Literal, Mapping
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic")
+#: Roles that reply in JSON, and so may ask for constrained decoding (``structured``).
+JSON_ROLES = ("judge", "planner", "critic")
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 #: Placeholder key for local servers that do not check one.
 NO_KEY = "not-needed"
@@ -41,6 +43,10 @@ class RoleConfig(BaseModel):
     backoff_s: float = Field(1.0, ge=0.0)  # first retry delay; doubles per retry
     max_backoff_s: float = Field(30.0, ge=0.0)  # cap of one delay, also applied to Retry-After
     concurrency: int = Field(4, ge=1)
+    seed: int | None = None  # sent with every request when set (the judge's votes send their own: 0, 1, 2)
+    # JSON roles: "json_object" sends the reply's JSON schema as {"type": "json_object", "schema": ...}, which
+    # llama.cpp servers turn into a decoding grammar; "off" sends no response_format.
+    structured: Literal["off", "json_object"] = "off"
 
     @model_validator(mode="after")
     def _llm_needs_model(self) -> "RoleConfig":
@@ -69,6 +75,14 @@ class RolesConfig(BaseModel):
     planner: RoleConfig = RoleConfig()
     critic: RoleConfig = RoleConfig()
     allow_shared_judge: bool = False
+
+    @model_validator(mode="after")
+    def _structured_json_roles(self) -> "RolesConfig":
+        for name in ROLES:
+            if name not in JSON_ROLES and self.role(name).structured != "off":
+                raise ValueError(f"{name}.structured: only the {', '.join(JSON_ROLES)} reply in JSON; "
+                                 f"use 'off' for the {name}")
+        return self
 
     @model_validator(mode="after")
     def _judge_independent(self) -> "RolesConfig":

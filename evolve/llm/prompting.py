@@ -83,15 +83,25 @@ def user_message(prompt: str, system: str | None = None) -> list[dict]:
     return [*messages, {"role": "user", "content": prompt}]
 
 
+def structured(client: LLMClient, schema: dict) -> dict[str, Any]:
+    """Request parameters asking for replies that follow the JSON ``schema``, as the role's ``structured`` setting
+    says: ``{"response_format": {"type": "json_object", "schema": ...}}`` (llama.cpp's constrained decoding), or none
+    when it is ``off``. They are part of the request, hence of the cache key."""
+    if client.cfg.structured == "json_object":
+        return {"response_format": {"type": "json_object", "schema": schema}}
+    return {}
+
+
 def ask_json(client: LLMClient, prompt: str, parse: Callable[[str], tuple[T, list[str]]],
-              max_attempts: int) -> tuple[T, list[str], int]:
-    """Ask, and re-ask with the validation errors until ``parse`` reports none or attempts run out.
+              max_attempts: int, schema: dict) -> tuple[T, list[str], int]:
+    """Ask, and re-ask with the validation errors until ``parse`` reports none or attempts run out. ``schema``
+    describes a valid reply (sent when the role decodes ``structured``; ``parse`` validates in any case).
 
     Returns the last parsed value, its remaining errors and the number of attempts made.
     """
-    messages, attempt = user_message(prompt), 1
+    messages, attempt, params = user_message(prompt), 1, structured(client, schema)
     while True:
-        reply = client.complete(messages)
+        reply = client.complete(messages, **params)
         value, errors = parse(reply)
         if not errors or attempt >= max_attempts:
             return value, errors, attempt

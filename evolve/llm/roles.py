@@ -16,13 +16,19 @@ from evolve.llm.client import DryRun, LLMClient
 from evolve.runtime.usage import UsageStats
 from evolve.llm.config import RolesConfig
 from evolve.llm.advisors import LLMCritic, LLMPlanner
-from evolve.llm.prompting import after_marker, fill, json_payload, load_prompt, reply_lines, strip_citations, user_message
+from evolve.llm.prompting import (after_marker, fill, json_payload, load_prompt, reply_lines, strip_citations,
+                                  structured, user_message)
 from evolve.runtime.roles import FACT_KINDS, AnswerResult, ContextItem, ExtractedFact, Judgment
 from evolve.strategy.policy import Answering, Expansion, Extraction
 
 JUDGE_PROMPT = "judge.v1"
 _KIND_TAG = re.compile(r"^\[(" + "|".join(FACT_KINDS) + r")\]\s*", re.IGNORECASE)
 _VERDICT = re.compile(r"\b(CORRECT|WRONG)\b")
+JUDGE_SCHEMA = {"type": "object", "required": ["reasoning", "label"],
+                "properties": {"reasoning": {"type": "string", "maxLength": 200},
+                               "label": {"type": "string", "enum": ["CORRECT", "WRONG"]}}}
+#: Where the answerer's reply ends at the latest: a model that goes on writes the prompt's next section.
+ANSWER_STOP = ["\nQUESTION:", "\nMEMORY:"]
 
 
 # ---------------------------------------------------------------- runtime roles
@@ -104,6 +110,11 @@ class LLMExpander(_LLMRole):
         return out[: policy.max_subqueries]
 
 
+def answer_tokens(policy: Answering) -> int:
+    """Completion tokens an answer may take: two a word of ``max_answer_tokens`` plus room for citations."""
+    return 2 * policy.max_answer_tokens + 24
+
+
 class LLMAnswerer(_LLMRole):
     """An answer from packed context through the strategy's answering prompt."""
 
@@ -119,7 +130,8 @@ class LLMAnswerer(_LLMRole):
         if policy.temporal_dates and intent == "temporal":
             rules.append("Give times as calendar dates (e.g. 7 May 2023), resolved against the memory's dates.")
         prompt = fill(policy.prompt.template, context=memory, question=question)
-        reply = self.client.complete(user_message(prompt, " ".join(rules)))
+        reply = self.client.complete(user_message(prompt, " ".join(rules)), stop=ANSWER_STOP,
+                                     max_tokens=min(self.client.cfg.max_tokens, answer_tokens(policy)))
         text, cited = strip_citations(after_marker(reply, "ANSWER:"), {c.id for c in context})
         text = " ".join(text.split()[: policy.max_answer_tokens])
         support = tuple(cited) or tuple(c.id for c in context)
@@ -141,10 +153,11 @@ class LLMJudge(_LLMRole):
 
     def judge(self, question: str, gold: str, answer: str) -> Judgment:
         prompt = fill(self._template, question=question, gold=str(gold), answer=answer)
+        params = structured(self.client, JUDGE_SCHEMA)
         contexts = [contextvars.copy_context() for _ in range(self.votes)]  # each vote tallied to this question
         with ThreadPoolExecutor(min(self.votes, self.concurrency)) as pool:  # votes in parallel, kept in seed order
             replies = list(pool.map(lambda seed: contexts[seed].run(self.client.complete, user_message(prompt),
-                                                                     seed=seed), range(self.votes)))
+                                                                     seed=seed, **params), range(self.votes)))
         votes = tuple(self._vote(reply) for reply in replies)
         share = sum(votes) / len(votes)
         return Judgment(correct=share > 0.5, score=share, judge=self.name, votes=votes)
