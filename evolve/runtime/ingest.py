@@ -100,10 +100,15 @@ def _items(layer: str, facts: Sequence[ExtractedFact]) -> list[MemoryItem]:
             for i, f in enumerate(facts)]
 
 
-def _versions(items: list[MemoryItem], position: dict[str, int]) -> list[MemoryItem]:
+def _first_turns(items: Sequence[MemoryItem], position: dict[str, int]) -> list[int]:
+    """Per item, the dialogue position of its earliest source turn (when it was first said)."""
+    return [min(position[s] for s in item.source_ids) for item in items]
+
+
+def _versions(items: list[MemoryItem], first: list[int]) -> list[MemoryItem]:
     """Link every fact that sets a slot to the later facts setting the same slot (query time decides which of
-    them supersede it: that depends on the strategy's thresholds, not on what is stored)."""
-    first = [min(position[s] for s in item.source_ids) for item in items]
+    them supersede it: that depends on the strategy's thresholds, not on what is stored); ``first`` as
+    :func:`_first_turns` gives it."""
     by_slot: dict[str, list[int]] = {}
     for i, item in enumerate(items):
         if item.meta.slot is not None:
@@ -118,9 +123,9 @@ def _versions(items: list[MemoryItem], position: dict[str, int]) -> list[MemoryI
     return out
 
 
-def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, position: dict[str, int]) -> list[MemoryItem]:
-    """Mark supersession and retraction. Only ``items[:actors]`` (the L0 facts) act; every item can be a target."""
-    first = [min(position[s] for s in item.source_ids) for item in items]
+def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: list[int]) -> list[MemoryItem]:
+    """Mark supersession and retraction. Only ``items[:actors]`` (the L0 facts) act; every item can be a target;
+    ``first`` as :func:`_first_turns` gives it."""
     bodies = [content_set(split_attribution(item.text)[2]) for item in items]
     superseded: list[str | None] = [None] * len(items)
     retracted = [False] * len(items)
@@ -216,7 +221,8 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
     facts.sort(key=lambda f: min(position[s] for s in f.source_ids))
     l0 = _items("L0", facts)
     sm = _items("SM", [turn_fact(t, ex) for s in _latest_sessions(sessions) for t in s.turns])
-    marked = _versions(_lifecycle(l0 + sm, len(l0), policy.lifecycle, position), position)
+    first = _first_turns(l0 + sm, position)
+    marked = _versions(_lifecycle(l0 + sm, len(l0), policy.lifecycle, first), first)
     l0, sm = marked[:len(l0)], marked[len(l0):]
     l2 = []
     if policy.features.profile_layer:

@@ -11,7 +11,7 @@ import numpy as np
 from evolve.runtime.facts import expired
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import normalise
-from evolve.strategy.policy import FACT_CATEGORIES, Lifecycle
+from evolve.strategy.policy import FACT_CATEGORIES, Lifecycle, PerCategory
 
 #: Questions about how things were or changed: superseded facts stay visible to them (``bypass_cues``).
 CHANGE_CUES = re.compile(r"(?<![a-z])(?:used to|before|previous|previously|originally|formerly|at first|earlier|"
@@ -31,9 +31,18 @@ def asks_past(question: str) -> bool:
     return bool(PAST_CUES.search(normalise(question).lower()))
 
 
-def current_state(question: str) -> bool:
-    """Whether ``question`` asks how things are now: only such questions see expiry and per-category decay."""
-    return not asks_past(question) and not looks_back(question)
+@dataclass(frozen=True)
+class Cues:
+    """What a question's wording says about time, read once per question."""
+
+    back: bool  # asks about an earlier state or a change (:func:`looks_back`)
+    current: bool  # asks how things are now, neither back nor about the past: only such questions see expiry and
+    #                per-category decay
+
+    @classmethod
+    def of(cls, question: str) -> "Cues":
+        back = looks_back(question)
+        return cls(back, not back and not asks_past(question))
 
 
 @dataclass(frozen=True)
@@ -66,9 +75,9 @@ def _successor(store: MemoryStore, item: MemoryItem, lc: Lifecycle) -> str | Non
     return None
 
 
-def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, question: str, now: datetime | None) -> Standing:
-    """Whether ``item`` may answer ``question`` asked at ``now``; pruning is decided separately."""
-    back = lc.bypass_cues and looks_back(question)
+def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, now: datetime | None) -> Standing:
+    """Whether ``item`` may answer a question with ``cues`` asked at ``now``; pruning is decided separately."""
+    back = lc.bypass_cues and cues.back
     if lc.supersession and item.superseded_by is not None and not back:
         return Standing("superseded", item.superseded_by)
     if lc.forget_guard and item.retracted:
@@ -77,14 +86,14 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, question: str,
         later = _successor(store, item, lc)
         if later is not None:
             return Standing("superseded", later, slot=True)
-    if (lc.expiry.enabled and not (lc.numeric_rescue.enabled and item.meta.numeric) and current_state(question)
+    if (lc.expiry.enabled and not (lc.numeric_rescue.enabled and item.meta.numeric) and cues.current
             and expired(item.meta, now, lc.expiry.buffer_days)):
         return Standing("expired")
     return ACTIVE
 
 
-def _per_category(values: dict[str, float], categories: np.ndarray) -> np.ndarray:
-    return np.array([values[c] for c in FACT_CATEGORIES], dtype=np.float64)[categories]
+def _per_category(values: PerCategory, categories: np.ndarray) -> np.ndarray:
+    return np.array([values.of(c) for c in FACT_CATEGORIES], dtype=np.float64)[categories]
 
 
 def decay_multipliers(store: MemoryStore, lc: Lifecycle, ref_day: float | None) -> np.ndarray:
@@ -95,9 +104,9 @@ def decay_multipliers(store: MemoryStore, lc: Lifecycle, ref_day: float | None) 
     if not decay.enabled or ref_day is None or not np.isfinite(ref_day):
         return out
     categories = store.category_index
-    half_life = _per_category(decay.half_life_days.model_dump(), categories)
-    alpha = _per_category(decay.alpha.model_dump(), categories)
-    floor = _per_category(decay.floor.model_dump(), categories)
+    half_life = _per_category(decay.half_life_days, categories)
+    alpha = _per_category(decay.alpha, categories)
+    floor = _per_category(decay.floor, categories)
     age = np.clip(ref_day - store.days, 0.0, None)
     known = np.isfinite(age)
     activation = np.where(known, 0.5 ** (np.where(known, age, 0.0) / half_life), 1.0)

@@ -8,7 +8,7 @@ import numpy as np
 
 from evolve.strategy.policy import Policy
 from evolve.runtime.facts import FactMeta
-from evolve.runtime.lifecycle import ACTIVE, Standing, current_state, decay_multipliers, standing
+from evolve.runtime.lifecycle import ACTIVE, Cues, Standing, decay_multipliers, standing
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
 
@@ -119,11 +119,13 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
         fused[ranked] += getattr(weights, name) / (rt.rrf_kappa + positions)
         ranks[name] = np.zeros(len(store), dtype=np.int64)
         ranks[name][ranked] = positions
-    ref = day_number(query.asked_at) if query.asked_at is not None else store.newest_day()
+    now = query.asked_at or store.newest  # when the question is asked: its own time, else the newest memory's
+    ref = day_number(now)
+    cues = Cues.of(query.text)
     if rt.time_decay.enabled:
         fused *= _decay(store, policy, ref)
     candidates = np.flatnonzero(fused > 0)
-    if policy.lifecycle.decay.enabled and candidates.size and current_state(query.text):
+    if policy.lifecycle.decay.enabled and candidates.size and cues.current:
         fused = _lifecycle_scores(channels, candidates, decay_multipliers(store, policy.lifecycle, ref), len(store))
     candidates = candidates[np.lexsort((candidates, -fused[candidates]))]
     final = fused
@@ -137,13 +139,12 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
         candidates = candidates[np.lexsort((candidates, -final[candidates]))]
     top = candidates[: rt.top_k_for(query.intent)]
     columns = {name: (ranks[name][top].tolist(), scores[top].tolist()) for name, (_, scores) in channels.items()}
-    now = query.asked_at or store.newest
     hits = []
     for j, (i, score) in enumerate(zip(top.tolist(), final[top].tolist())):
         item = store.items[i]
         found = {name: {"rank": r[j], "score": round(s[j], 6)} for name, (r, s) in columns.items() if r[j]}
         hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found, item.meta,
-                        standing(store, item, policy.lifecycle, query.text, now)))
+                        standing(store, item, policy.lifecycle, cues, now)))
     return hits
 
 

@@ -100,8 +100,7 @@ class MemoryStore:
         return scores
 
     def newest_day(self) -> float | None:
-        finite = self.days[np.isfinite(self.days)]
-        return float(finite.max()) if finite.size else None
+        return day_number(self.newest) if self.newest is not None else None
 
     def neighbours(self, turn_id: str, width: int) -> list[Turn]:
         """Up to ``width`` turns on each side of ``turn_id`` within its session, in dialogue order."""

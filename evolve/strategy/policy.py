@@ -86,7 +86,7 @@ class Retrieval(_Frozen):
 
 
 class PerCategory(_Frozen):
-    """One value per fact category (:data:`evolve.runtime.facts.FACT_CATEGORIES`)."""
+    """One value per fact category (:data:`FACT_CATEGORIES`, the field names)."""
 
     identity: float
     relational: float

@@ -14,7 +14,7 @@ from evolve.improve.digest import Symptom, digest
 from evolve.improve.planner import load_bundles
 from evolve.runtime import MemoryRuntime
 from evolve.runtime.facts import EXPLICIT, PLAIN, TENTATIVE, annotate
-from evolve.runtime.lifecycle import current_state, decay_multipliers, looks_back
+from evolve.runtime.lifecycle import Cues, decay_multipliers
 from evolve.runtime.store import day_number
 from evolve.strategy.artifact import StrategyError, load_strategy, parse_strategy
 from evolve.strategy.paths import set_path
@@ -68,7 +68,9 @@ def test_fact_metadata_is_read_from_the_text():
     assert annotate("I'm thinking about moving to Porto next year.", "Tomas").confidence == TENTATIVE
     assert annotate("My favorite fruit is mango.", "Tomas").confidence == PLAIN
     assert annotate("I just took up pottery as a new hobby.", "Tomas").slot is None  # hobbies accumulate
-    assert looks_back("What was Tomas's favorite fruit before banana?") and current_state("What is Tomas's job?")
+    assert Cues.of("What was Tomas's favorite fruit before banana?") == Cues(back=True, current=False)
+    assert Cues.of("When did Tomas go to the dentist?") == Cues(back=False, current=False)
+    assert Cues.of("What is Tomas's job?") == Cues(back=False, current=True)
 
 
 FRUIT = conversation((D1, ["My favorite fruit is the sweet mango."]), (D2, ["My favorite fruit is the ripe banana."]))
