@@ -15,7 +15,7 @@ __all__ = ["CATEGORIES", "LIFECYCLE_CATEGORIES", "LOCOMO_CATEGORIES", "Benchmark
            "write_locomo"]
 
 _FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval}
-SPEC_HELP = ("expected 'locomo:PATH', 'longmemeval:PATH', 'synthetic[:SEED[:N_PERSONAS]]' or "
+SPEC_HELP = ("expected 'locomo:PATH[#CONV,...]', 'longmemeval:PATH[#CONV,...]', 'synthetic[:SEED[:N_PERSONAS]]' or "
              "'lifecycle[:SEED[:N_PERSONAS]]'")
 
 
@@ -29,20 +29,39 @@ def _generated(spec: str, args: list[str]) -> Benchmark:
     return (generate_lifecycle if spec.startswith("lifecycle") else generate_synthetic)(*numbers)
 
 
+def subset(bench: Benchmark, ids: list[str], spec: str) -> Benchmark:
+    """The conversations ``ids`` of ``bench`` (in the file's order) and their questions."""
+    unknown = [c for c in ids if c not in bench.conversations]
+    if unknown:
+        raise BenchmarkError(f"benchmark spec {spec!r}: no conversation {', '.join(map(repr, unknown))} in the file; "
+                             f"it has {', '.join(bench.conversations)}")
+    wanted = set(ids)
+    return Benchmark(f"{bench.name}#{','.join(c for c in bench.conversations if c in wanted)}",
+                     {c: conv for c, conv in bench.conversations.items() if c in wanted},
+                     [q for q in bench.questions if q.conversation_id in wanted], list(bench.warnings))
+
+
 def load_benchmark(spec: str) -> Benchmark:
     """Load a benchmark from ``"locomo:PATH"``, ``"longmemeval:PATH"``, ``"synthetic[:SEED[:N_PERSONAS]]"`` or
-    ``"lifecycle[:SEED[:N_PERSONAS]]"``."""
+    ``"lifecycle[:SEED[:N_PERSONAS]]"``; ``PATH#ID,ID`` keeps only those conversations of the file."""
     scheme, _, rest = spec.partition(":")
     if scheme in ("synthetic", "lifecycle"):
         return _generated(spec, rest.split(":") if rest else [])
     if scheme not in _FILE_LOADERS:
         raise BenchmarkError(f"benchmark spec {spec!r}: unknown scheme {scheme!r}; {SPEC_HELP}")
+    rest, hashed, selection = rest.partition("#")
     if not rest:
         raise BenchmarkError(f"benchmark spec {spec!r}: missing path; {SPEC_HELP}")
     path = Path(rest).expanduser()
     if not path.is_file():
         raise BenchmarkError(f"benchmark spec {spec!r}: {scheme} file not found: {path}")
-    return _FILE_LOADERS[scheme](path)
+    bench = _FILE_LOADERS[scheme](path)
+    if not hashed:
+        return bench
+    ids = [c.strip() for c in selection.split(",") if c.strip()]
+    if not ids:
+        raise BenchmarkError(f"benchmark spec {spec!r}: no conversation id after '#'; {SPEC_HELP}")
+    return subset(bench, ids, spec)
 
 
 def select_questions(bench: Benchmark, spec: str, limit: int | None = None,

@@ -148,7 +148,10 @@ def cmd_local_llm(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         print("stopped", flush=True)
         return 0
-    print(f"error: llama.cpp server exited with code {code}:\n{tail}", file=sys.stderr)
+    from evolve.llm.local import REBUILD_HINT
+
+    hint = f" (killed by a signal: if it crashed computing, {REBUILD_HINT})" if code < 0 else ""
+    print(f"error: llama.cpp server exited with code {code}{hint}:\n{tail}", file=sys.stderr)
     return 1
 
 

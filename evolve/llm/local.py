@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+import json
 import os
 import signal
 import socket
@@ -27,7 +28,12 @@ from evolve.llm.config import ConfigError
 HOST = "127.0.0.1"
 #: Modules ``python -m llama_cpp.server`` imports (``llama-cpp-python[server]``).
 SERVER_MODULES = ("llama_cpp", "uvicorn", "fastapi", "sse_starlette", "starlette_context", "pydantic_settings")
-EXTRA_HINT = 'install the extra: pip install -e ".[local-llm]"'
+#: Build flags for a llama.cpp that runs on any x86_64 CPU with AVX2: llama-cpp-python's default ``GGML_NATIVE=ON``
+#: compiles for the build machine's CPU, and on CPUs with AMX the native AMX kernels fault on the first completion.
+PORTABLE_CMAKE_ARGS = "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+EXTRA_HINT = f'install the extra: CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install -e ".[local-llm]"'
+REBUILD_HINT = (f'rebuild llama-cpp-python with portable flags: CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}" pip install '
+                '--no-cache-dir --force-reinstall --no-deps "llama-cpp-python[server]==0.3.36"')
 
 
 class LocalLLMError(ConfigError):
@@ -157,6 +163,7 @@ class LocalLLMServer:
                                       preexec_fn=_stop_with_parent if sys.platform == "linux" else None)
         try:
             self._await_ready()
+            self._smoke_test()
         except BaseException:
             self.stop()
             raise
@@ -175,6 +182,30 @@ class LocalLLMServer:
                 time.sleep(0.2)
         raise LocalLLMError(f"llama.cpp server for {self.model!r} did not answer on {self.base_url} within "
                             f"{self.startup_timeout_s:g}s:\n{self.log_tail()}")
+
+    def _smoke_test(self) -> None:
+        """One tiny completion, so a server that answers ``/v1/models`` but dies computing (a llama.cpp built for
+        another CPU) fails here with the cause, not later as "connection refused" in a role."""
+        body = json.dumps({"model": self.model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1,
+                           "temperature": 0}).encode()
+        request = urllib.request.Request(f"{self.base_url}/chat/completions", body,
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=self.startup_timeout_s) as reply:
+                json.load(reply)["choices"][0]
+            return
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as exc:
+            error = exc
+        try:
+            code = self._proc.wait(5)
+        except subprocess.TimeoutExpired:
+            raise LocalLLMError(f"llama.cpp server for {self.model!r} answers /v1/models but its first completion "
+                                f"failed ({error}):\n{self.log_tail()}") from None
+        cause = (f"killed by {signal.Signals(-code).name}" if code < 0 and -code in signal.valid_signals()
+                 else f"exited with code {code}")
+        raise LocalLLMError(f"llama.cpp server for {self.model!r} {cause} on its first completion: llama.cpp was "
+                            "most likely compiled for another CPU, or with instructions this machine cannot run "
+                            f"(e.g. AMX kernels of a native build); {REBUILD_HINT}\nserver log:\n{self.log_tail()}")
 
     def log_tail(self, lines: int = 20) -> str:
         """The server's last output lines."""

@@ -1,4 +1,5 @@
-"""Budgeted context assembly: conflict resolution, reserved shares, source windows, raw-dialogue backfill."""
+"""Budgeted context assembly: conflict resolution, packing units (memory text, source turns, query-relevant
+sentences of them), reserved shares, source windows, raw-dialogue backfill."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -9,7 +10,7 @@ from evolve.runtime.roles import ContextItem
 from evolve.runtime.retrieval import Hit
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.render import render
-from evolve.runtime.text import attribute, count_tokens, jaccard
+from evolve.runtime.text import attribute, content_set, count_tokens, jaccard, sentences
 
 #: Body token-Jaccard at which two same-speaker memories are taken to describe the same thing.
 CONFLICT_JACCARD = 0.5
@@ -43,9 +44,21 @@ def resolve_conflicts(store: MemoryStore, hits: list[Hit]) -> tuple[list[Hit], l
     return kept, dropped
 
 
-def _raw(turn: Turn, fmt: str, score: float) -> ContextItem:
-    text = render(f"RAW:{turn.id}", "RAW", attribute(turn.speaker, turn.timestamp, turn.text), turn.timestamp, fmt)
-    return ContextItem(f"RAW:{turn.id}", text, "RAW", (turn.id,), turn.timestamp, score)
+def compress(text: str, wanted: frozenset[str], keep: int) -> str:
+    """The ``keep`` sentences of ``text`` sharing most content words with ``wanted`` (earlier first on ties), in
+    their original order; ``text`` itself when it has no more sentences than that."""
+    parts = sentences(text)
+    if len(parts) <= keep:
+        return text
+    best = sorted(range(len(parts)), key=lambda i: (-len(content_set(parts[i]) & wanted), i))[:keep]
+    return " ".join(parts[i] for i in sorted(best))
+
+
+def _raw(turn: Turn, fmt: str, score: float, body: str | None = None) -> ContextItem:
+    """A raw dialogue turn as a dated context line (``body`` replaces its text, e.g. compressed)."""
+    said = attribute(turn.speaker, turn.timestamp, turn.text if body is None else body)
+    return ContextItem(f"RAW:{turn.id}", render(f"RAW:{turn.id}", "RAW", said, turn.timestamp, fmt), "RAW",
+                       (turn.id,), turn.timestamp, score)
 
 
 def _share(item: MemoryItem) -> str:
@@ -54,8 +67,9 @@ def _share(item: MemoryItem) -> str:
     return "correction" if item.kind == "correction" else "general"
 
 
-def assemble(store: MemoryStore, hits: list[Hit], policy: Policy) -> Packing:
-    """Pack ``hits`` (best first) into ``assembly.token_budget`` whitespace tokens."""
+def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozenset[str] = frozenset()) -> Packing:
+    """Pack ``hits`` (best first) into ``assembly.token_budget`` whitespace tokens; ``wanted`` (the question's
+    content words) picks the sentences a turn keeps under ``assembly.unit: sentences``."""
     asm, features = policy.assembly, policy.features
     dropped: list[tuple[str, str]] = []
     if features.conflict_handling:
@@ -67,17 +81,36 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy) -> Packing:
     raw_taken: set[str] = set()
     placed: dict[str, list[ContextItem]] = {}
 
+    def turn(t: Turn, score: float) -> ContextItem:
+        body = compress(t.text, wanted, asm.sentences_per_turn) if asm.unit == "sentences" else None
+        return _raw(t, asm.format, score, body)
+
+    def heads(hit: Hit, item: MemoryItem) -> list[ContextItem]:
+        """What the hit itself packs: its text, or the source turns not packed yet (none: already in context)."""
+        if asm.unit == "memory" or item.layer == "L1":  # a session summary has no one turn to stand for it
+            return [ContextItem(hit.id, render(item.id, item.layer, item.text, item.timestamp, asm.format),
+                                item.layer, item.source_ids, item.timestamp, hit.score)]
+        return [turn(store.turns[s], hit.score) for s in item.source_ids
+                if s in store.turns and f"RAW:{s}" not in raw_taken]
+
+    def replies(turn_id: str) -> int:
+        """Turns packed after ``turn_id``: its replies when it asks something."""
+        return asm.replies if "?" in store.turns[turn_id].text else 0
+
     def variants(hit: Hit, item: MemoryItem) -> list[list[ContextItem]]:
-        head = ContextItem(hit.id, render(item.id, item.layer, item.text, item.timestamp, asm.format), item.layer,
-                           item.source_ids, item.timestamp, hit.score)
-        window = {t.id: t for s in item.source_ids for t in store.neighbours(s, asm.source_window)}
-        extra = [_raw(t, asm.format, hit.score) for tid, t in sorted(window.items(),
-                 key=lambda kv: store.turn_position[kv[0]]) if f"RAW:{tid}" not in raw_taken]
-        return [[head, *extra], [head]] if extra else [[head]]
+        head = heads(hit, item)
+        if not head:
+            return [[]]
+        own = {c.id for c in head}
+        window = {t.id: t for s in item.source_ids if s in store.turns
+                  for t in store.neighbours(s, asm.source_window, max(asm.source_window, replies(s)))}
+        extra = [turn(t, hit.score) for tid, t in sorted(window.items(), key=lambda kv: store.turn_position[kv[0]])
+                 if f"RAW:{tid}" not in raw_taken and f"RAW:{tid}" not in own]
+        return [[*head, *extra], head] if extra else [head]
 
     def place(hit: Hit, unit: list[ContextItem], share: str) -> None:
         used[share] += sum(count_tokens(c.text) for c in unit)
-        raw_taken.update(c.id for c in unit[1:])
+        raw_taken.update(c.id for c in unit if c.layer == "RAW")
         placed[hit.id] = unit
 
     pending = []
@@ -102,7 +135,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy) -> Packing:
     packed = [c for hit in hits if hit.id in placed for c in placed[hit.id]]
     if features.raw_dialogue_backfill:
         for hit in hits:
-            if hit.id not in placed or store.item(hit.id).layer == "SM":  # SM items already are raw turns
+            if hit.id not in placed or store.item(hit.id).layer in ("SM", "RT"):  # already raw turns
                 continue
             for tid in hit.source_ids:
                 turn = store.turns.get(tid)

@@ -156,6 +156,18 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
             for i, item in enumerate(items)]
 
 
+def _turn_layer(sessions: Sequence[Session], policy: Extraction, context: int) -> list[MemoryItem]:
+    """Every turn as an ``RT`` memory, found also by the ``context`` turns before it in its session (the question
+    a reply answers)."""
+    items = []
+    for session in sessions:
+        for i, turn in enumerate(session.turns):
+            before = " ".join(f"{t.speaker}: {t.text}" for t in session.turns[max(0, i - context):i])
+            items.append((turn_fact(turn, policy), before))
+    return [dataclasses.replace(item, context=before) for item, (_, before) in zip(_items("RT", [f for f, _ in items]),
+                                                                                   items)]
+
+
 def _rollup(session: Session, facts: list[MemoryItem], index: int) -> MemoryItem | None:
     """One L1 summary: the session's keywords and its most salient facts."""
     if not facts:
@@ -187,7 +199,8 @@ def _latest_sessions(sessions: Sequence[Session]) -> list[Session]:
 
 def embedding_text(item: MemoryItem) -> str:
     speaker, _, body = split_attribution(item.text)
-    return f"{speaker}: {body}" if speaker else item.text
+    text = f"{speaker}: {body}" if speaker else item.text
+    return f"{item.context} {text}" if item.context else text
 
 
 def _extract(extractor: Extractor, batch: list[list[Turn]], policy: Extraction) -> list[list[ExtractedFact]]:
@@ -220,7 +233,10 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
         facts += [turn_fact(t, ex) for t in turns if t.id not in covered]
     facts.sort(key=lambda f: min(position[s] for s in f.source_ids))
     l0 = _items("L0", facts)
-    sm = _items("SM", [turn_fact(t, ex) for s in _latest_sessions(sessions) for t in s.turns])
+    if policy.features.turn_layer:  # every turn, dated; the latest sessions' turns need no SM copy
+        sm = _turn_layer(sessions, ex, policy.features.turn_context)
+    else:
+        sm = _items("SM", [turn_fact(t, ex) for s in _latest_sessions(sessions) for t in s.turns])
     first = _first_turns(l0 + sm, position)
     marked = _versions(_lifecycle(l0 + sm, len(l0), policy.lifecycle, first), first)
     l0, sm = marked[:len(l0)], marked[len(l0):]

@@ -35,7 +35,7 @@ class ContextItem:
 
     id: str
     text: str
-    layer: str  # L0 | L1 | L2 | SM | RAW
+    layer: str  # L0 | L1 | L2 | SM | RT | RAW
     source_ids: tuple[str, ...]
     timestamp: datetime | None = None
     score: float = 0.0

@@ -18,7 +18,7 @@ from evolve.runtime.extractor import RuleExtractor
 from evolve.runtime.ingest import build_store
 from evolve.runtime.retrieval import Hit, Query, filter_hits, retrieve
 from evolve.runtime.store import MemoryStore
-from evolve.runtime.text import count_tokens
+from evolve.runtime.text import content_tokens, count_tokens
 from evolve.strategy.artifact import validate_strategy
 
 
@@ -107,7 +107,7 @@ class MemoryRuntime:
         hits = retrieve(store, Query(question, intent, subqueries, vector, asked_at), policy)
         kept, filtered = filter_hits(store, hits, policy)
         retrieval_ms = (time.perf_counter() - started) * 1000
-        packing = assemble(store, kept, policy)
+        packing = assemble(store, kept, policy, frozenset(content_tokens(" ".join((question, *subqueries)))))
         reply = (self.answerer.answer(question, packing.packed, policy.answering, intent) if answer
                  else AnswerResult(""))
         return RuntimeResult(intent, list(subqueries), hits, filtered, packing.packed, packing.dropped,

@@ -15,7 +15,8 @@ from evolve.strategy.policy import FACT_CATEGORIES
 
 @dataclass(frozen=True)
 class MemoryItem:
-    """One memory. ``L0`` facts, ``L1`` session rollups, ``L2`` profile/correction entries, ``SM`` recent turns."""
+    """One memory. ``L0`` facts, ``L1`` session rollups, ``L2`` profile/correction entries, ``SM`` recent turns,
+    ``RT`` every raw turn (the turn layer)."""
 
     id: str
     layer: str
@@ -30,6 +31,13 @@ class MemoryItem:
     meta: FactMeta = FactMeta()
     #: Later items stating the same slot, oldest first (candidates to supersede this one at query time).
     versions: tuple[str, ...] = ()
+    #: Text the item is found by besides its own (e.g. the turn a raw turn replies to); never packed.
+    context: str = ""
+
+    @property
+    def index_text(self) -> str:
+        """What retrieval matches: the item's text, after its context."""
+        return f"{self.context} {self.text}" if self.context else self.text
 
 
 class MemoryStore:
@@ -47,7 +55,7 @@ class MemoryStore:
         self.turn_position: dict[str, int] = {tid: i for i, tid in enumerate(self.turn_order)}
         self.position: dict[str, int] = {item.id: i for i, item in enumerate(self.items)}
         self.embeddings = np.asarray(embeddings, dtype=np.float32)
-        self.token_sets = [frozenset(content_tokens(item.text)) for item in self.items]
+        self.token_sets = [frozenset(content_tokens(item.index_text)) for item in self.items]
         self.body_sets = [frozenset(content_tokens(split_attribution(item.text)[2])) for item in self.items]
         self.layers = np.array([item.layer for item in self.items], dtype=object)
         self.days = np.array([day_number(item.timestamp) for item in self.items], dtype=np.float64)
@@ -64,7 +72,7 @@ class MemoryStore:
         self._bm25: bm25s.BM25 | None = None
         if self.items:
             self._bm25 = bm25s.BM25()
-            self._bm25.index([content_tokens(item.text) for item in self.items], show_progress=False)
+            self._bm25.index([content_tokens(item.index_text) for item in self.items], show_progress=False)
 
     def __len__(self) -> int:
         return len(self.items)
@@ -102,13 +110,15 @@ class MemoryStore:
     def newest_day(self) -> float | None:
         return day_number(self.newest) if self.newest is not None else None
 
-    def neighbours(self, turn_id: str, width: int) -> list[Turn]:
-        """Up to ``width`` turns on each side of ``turn_id`` within its session, in dialogue order."""
+    def neighbours(self, turn_id: str, width: int, after: int | None = None) -> list[Turn]:
+        """Up to ``width`` turns before ``turn_id`` and ``after`` (default ``width``) after it, within its session, in
+        dialogue order."""
+        after = width if after is None else after
         at = self.turn_position.get(turn_id)
-        if at is None or width <= 0:
+        if at is None or max(width, after) <= 0:
             return []
         session = self.turns[turn_id].session_id
-        lo, hi = max(0, at - width), min(len(self.turn_order), at + width + 1)
+        lo, hi = max(0, at - width), min(len(self.turn_order), at + after + 1)
         out = [self.turns[self.turn_order[i]] for i in range(lo, hi) if i != at]
         return [t for t in out if t.session_id == session]
 

@@ -28,7 +28,8 @@ LINEAGE = ("parent", "name", "version")
 FREE_LINEAGE = ("parent", "name")
 #: Sections whose values change what ingestion stores; they key the ingestion cache.
 INGESTION_PATHS = ("extraction", "lifecycle.supersession", "lifecycle.forget_guard", "lifecycle.prune_threshold",
-                   "features.session_rollups", "features.profile_layer")
+                   "features.session_rollups", "features.profile_layer", "features.turn_layer",
+                   "features.turn_context")
 
 
 class StrategyError(ValueError):

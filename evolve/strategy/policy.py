@@ -173,7 +173,10 @@ class Assembly(_Frozen):
     token_budget: int
     reserved: Reserved
     source_window: int
+    replies: int
     format: Literal["bullets", "dialogue", "json"]
+    unit: Literal["memory", "turn", "sentences"]
+    sentences_per_turn: int
 
 
 class Answering(_Frozen):
@@ -189,6 +192,8 @@ class Features(_Frozen):
     profile_layer: bool
     conflict_handling: bool
     raw_dialogue_backfill: bool
+    turn_layer: bool
+    turn_context: int
 
 
 class Policy(_Frozen):

@@ -274,6 +274,20 @@ def test_synthetic_round_trip_through_locomo(synthetic, tmp_path):
     assert load_benchmark(f"locomo:{path}").content_hash() == synthetic.content_hash()
 
 
+def test_spec_selects_conversations_of_a_file(synthetic, tmp_path):
+    path = tmp_path / "synthetic_locomo.json"
+    write_locomo(synthetic, path)
+    ids = list(synthetic.conversations)
+    part = load_benchmark(f"locomo:{path}#{ids[2]},{ids[0]}")
+    assert list(part.conversations) == [ids[0], ids[2]]  # the file's order
+    assert part.questions == [q for q in synthetic.questions if q.conversation_id in (ids[0], ids[2])]
+    assert part.content_hash() != synthetic.content_hash()
+    with pytest.raises(BenchmarkError, match=r"no conversation 'conv-x' in the file; it has " + ids[0]):
+        load_benchmark(f"locomo:{path}#conv-x")
+    with pytest.raises(BenchmarkError, match="no conversation id after '#'"):
+        load_benchmark(f"locomo:{path}#")
+
+
 def test_write_locomo_other_sources(tmp_path):
     lme = load_longmemeval(LME_MINI)
     write_locomo(lme, tmp_path / "lme.json")

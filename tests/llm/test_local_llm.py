@@ -20,7 +20,7 @@ from evolve.cli import main
 from evolve.data import BASELINE_PATH
 from evolve.llm import (LLMAnswerer, LLMClient, LLMExpander, LLMExtractor, LLMJudge, LLMPlanner, ResponseCache,
                         RoleConfig, UsageStats)
-from evolve.llm.local import LocalLLMServer, missing_requirements
+from evolve.llm.local import PORTABLE_CMAKE_ARGS, LocalLLMError, LocalLLMServer, missing_requirements
 from evolve.llm.prompting import json_payload
 from evolve.llm.roles import ANSWER_STOP, JUDGE_SCHEMA, answer_tokens
 from evolve.loop.config import RunConfig
@@ -230,3 +230,47 @@ def test_gemma3_base_model_serves_with_usage(tmp_path):
             [{"role": "user", "content": "Name the capital of France."}])
     assert isinstance(reply, str) and stats.get("answerer", "prompt_tokens") > 0
     assert 0 < stats.get("answerer", "completion_tokens") <= 16  # 0 without the gemma chat format
+
+
+#: A server that answers ``/v1/models`` like llama.cpp's and dies of SIGSEGV on its first completion, as a llama.cpp
+#: built for another CPU does.
+CRASHING_SERVER = """
+import os, signal, sys
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b'{"object": "list", "data": [{"id": "smollm2"}]}'
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+
+    def do_POST(self):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+class CrashingServer(LocalLLMServer):
+    def command(self, model_path: Path) -> list[str]:
+        return [sys.executable, "-c", CRASHING_SERVER, str(self.port)]
+
+
+def test_a_server_that_crashes_on_its_first_completion_names_the_cause():
+    reason = missing_requirements(MODEL)
+    if reason:
+        pytest.skip(reason)
+    server = CrashingServer(MODEL, startup_timeout_s=30)
+    with pytest.raises(LocalLLMError) as caught:
+        server.start()
+    message = str(caught.value)
+    assert "killed by SIGSEGV on its first completion" in message
+    assert f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}"' in message and "--force-reinstall" in message
+    assert not server.running
+
+
+def test_the_readme_builds_llama_cpp_with_the_portable_flags():
+    """The README's install commands (and so CI's) build llama.cpp with the flags the error message recommends."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    tests_command = next(line for line in readme.splitlines() if line.rstrip().endswith("python -m pytest -q"))
+    assert f'CMAKE_ARGS="{PORTABLE_CMAKE_ARGS}"' in tests_command

@@ -11,7 +11,7 @@ import pytest
 from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.runtime import IngestionCache, MemoryRuntime, RuleExpander, classify_intent
 from evolve.runtime.ingest import windows
-from evolve.runtime.text import resolve_relative_dates
+from evolve.runtime.text import resolve_relative_dates, sentences
 from evolve.strategy.policy import Policy
 from evolve.strategy.artifact import StrategyError, validate_strategy
 from evolve.strategy.schema import evolvable_dimensions
@@ -270,6 +270,88 @@ def test_source_window_and_backfill_add_raw_turns(run):
     assert backfilled and packed[-1].layer == "RAW"
 
 
+def test_turn_units_pack_each_dated_source_turn_once(run):
+    question = "What does Alice paint on weekends?"
+    runtime, store = run({"retrieval.top_k": 8})
+    memory = runtime.ask(store, question).packed
+    assert {c.layer for c in memory} <= {"L0", "L1", "L2", "SM"}
+    runtime, store = run({"retrieval.top_k": 8, "assembly.unit": "turn"})
+    packed = runtime.ask(store, question).packed
+    raw = [c for c in packed if c.layer != "L1"]
+    assert raw and all(c.layer == "RAW" and c.id == f"RAW:{c.source_ids[0]}" for c in raw)
+    assert len({c.id for c in raw}) == len(raw)  # facts of one turn pack that turn once
+    turn = store.turns["D1:5"]
+    assert f"- Alice said (1 May 2023): {turn.text}" in [c.text for c in raw]
+    # sentences_per_turn only matters when turns are compressed
+    runtime, store = run({"retrieval.top_k": 8, "assembly.sentences_per_turn": 1})
+    assert [c.text for c in runtime.ask(store, question).packed] == [c.text for c in memory]
+
+
+def test_sentence_units_keep_the_sentences_the_question_asks_about(run):
+    question = "What does Alice paint on weekends?"
+    runtime, store = run({"retrieval.top_k": 8, "assembly.unit": "sentences", "assembly.sentences_per_turn": 1})
+    texts = {c.source_ids[0]: c.text for c in runtime.ask(store, question).packed if c.layer == "RAW"}
+    assert texts["D1:5"] == "- Alice said (1 May 2023): I paint watercolor landscapes on weekends."
+    runtime, store = run({"retrieval.top_k": 8, "assembly.unit": "turn"})
+    whole = {c.source_ids[0]: c.text for c in runtime.ask(store, question).packed if c.layer == "RAW"}
+    assert "hiking" in whole["D1:5"]
+    # a one-sentence turn is packed whole either way; two sentences kept of a two-sentence turn is the whole turn
+    one = [tid for tid in texts if tid in whole and len(sentences(store.turns[tid].text)) == 1]
+    assert one and all(texts[t] == whole[t] for t in one)
+    runtime, store = run({"retrieval.top_k": 8, "assembly.unit": "sentences", "assembly.sentences_per_turn": 2})
+    two = {c.source_ids[0]: c.text for c in runtime.ask(store, question).packed if c.layer == "RAW"}
+    assert two["D1:5"] == whole["D1:5"]
+
+
+def test_turn_layer_stores_every_turn_and_competes_in_the_ranking(run):
+    runtime, store = run()
+    assert not store.in_layers(["RT"])
+    runtime, store = run({"features.turn_layer": True})
+    turns = store.in_layers(["RT"])
+    assert [t.source_ids[0] for t in turns] == list(store.turns) and not store.in_layers(["SM"])
+    assert turns[3].text == "Bob said (1 May 2023): Ok."  # a turn too short to yield a fact is still stored
+    hits = runtime.ask(store, "What did Alice say about Emma and Yosemite?").retrieved
+    assert {h.id.split(":")[0] for h in hits} >= {"RT", "L0"}
+
+
+MARRIED = conversation("c2", [
+    (datetime(2023, 7, 2, 12, 0), [
+        ("Anna", "Your wedding photo is lovely! How long have you been married?"),
+        ("Ben", "Five years already, time flies."),
+        ("Anna", "I started a pottery class at the community center downtown."),
+        ("Ben", "That sounds relaxing, my cousin teaches ceramics there."),
+        ("Anna", "We should visit the lake cabin again in spring."),
+    ]),
+])
+
+
+def test_replies_follow_a_question_turn(run):
+    question = "How long have Ben and his wife been married?"
+    changes = {"features.turn_layer": True, "assembly.unit": "turn", "retrieval.top_k": 1, "retrieval.rerank.top_n": 1}
+    runtime, store = run(changes, MARRIED)
+    assert [c.id for c in runtime.ask(store, question).packed] == ["RAW:D1:1"]
+    runtime, store = run({**changes, "assembly.replies": 1}, MARRIED)
+    assert [c.id for c in runtime.ask(store, question).packed] == ["RAW:D1:1", "RAW:D1:2"]
+    # a turn that asks nothing brings no reply
+    runtime, store = run({**changes, "assembly.replies": 1}, MARRIED)
+    assert [c.id for c in runtime.ask(store, "Where is Anna's pottery class?").packed] == ["RAW:D1:3"]
+
+
+def test_turn_context_finds_a_reply_by_the_question_it_answers(run):
+    question = "How long have Ben and his wife been married?"
+    changes = {"features.turn_layer": True, "assembly.unit": "turn", "retrieval.top_k": 1, "retrieval.rerank.top_n": 1}
+    runtime, store = run(changes, MARRIED)
+    assert store.item("RT:1").context == ""
+    assert [c.id for c in runtime.ask(store, question).packed] == ["RAW:D1:1"]
+    runtime, store = run({**changes, "features.turn_context": 1}, MARRIED)
+    reply = store.item("RT:1")
+    assert reply.context == "Anna: Your wedding photo is lovely! How long have you been married?"
+    assert reply.text == "Ben said (2 July 2023): Five years already, time flies."  # the context is never packed
+    assert store.item("RT:0").context == ""  # the first turn of a session has none
+    packed = runtime.ask(store, question).packed
+    assert [c.id for c in packed] == ["RAW:D1:2"] and "wedding" not in packed[0].text
+
+
 def test_formats_render_differently(run):
     question = "What job does Bob have at the robotics startup?"
     lines = {}
@@ -322,7 +404,8 @@ def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, ca
     probe = baseline_strategy
     for path, value in {"retrieval.rerank.enabled": True, "retrieval.rerank.top_n": 3, "retrieval.top_k": 6,
                         "retrieval.candidate_pool": 10, "retrieval.time_decay.enabled": True,
-                        "assembly.token_budget": 96, "expansion.max_subqueries": 4}.items():
+                        "assembly.token_budget": 96, "expansion.max_subqueries": 4,
+                        "assembly.unit": "sentences", "assembly.sentences_per_turn": 1}.items():
         probe = set_path(probe, path, value)
     base_runtime = MemoryRuntime(probe, embedder=embedder, cache=cache)
     reference = _signature(base_runtime, base_runtime.ingest(CONV))
