@@ -1,4 +1,5 @@
-"""The evidence objective through the loop: run-config checks, one evolution round, one harness per stores."""
+"""The evidence and answer objectives through the loop: run-config checks, one evolution round, one harness per
+stores."""
 from __future__ import annotations
 
 import dataclasses
@@ -17,7 +18,7 @@ SMALL = dict(benchmark="synthetic:0:3", limit=60, probe_size=20, rounds=1, candi
 
 
 @pytest.mark.parametrize("settings, needle", [
-    ({"objective": "evidnce"}, "objective: Input should be 'accuracy' or 'evidence'"),
+    ({"objective": "evidnce"}, "objective: Input should be 'accuracy', 'evidence' or 'answer'"),
     ({"cost": {"max_context_words": -5}}, "cost.max_context_words: Input should be greater than 0"),
     ({"cost": {"max_context_words": "lots"}}, "cost.max_context_words"),
     ({"cost": {"max_relative_increase": -0.5}}, "cost.max_relative_increase: Input should be greater than or equal"),
@@ -38,6 +39,21 @@ def test_evidence_objective_on_a_benchmark_without_gold_evidence_is_refused(caps
                           stores=tmp_path / "stores", objective="evidence")
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and f"{config}: objective: 'evidence' needs gold evidence turn ids" in out, out
+    assert not (tmp_path / "stores").exists()
+
+
+@pytest.mark.parametrize("strip, needle", [
+    ({"evidence": ()}, "objective: 'answer' needs gold evidence turn ids and a gold answer with a content word"),
+    ({"answer": "Yes"}, "objective: 'answer' needs gold evidence turn ids and a gold answer with a content word"),
+])
+def test_answer_objective_on_a_benchmark_without_evidence_or_answers_is_refused(capsys, tmp_path, strip, needle):
+    bench = load_benchmark("synthetic:0:2")
+    bare = dataclasses.replace(bench, questions=[dataclasses.replace(q, **strip) for q in bench.questions])
+    write_locomo(bare, tmp_path / "bare.json")
+    config = write_config(tmp_path / "run.yaml", **{**SMALL, "benchmark": f"locomo:{tmp_path / 'bare.json'}"},
+                          stores=tmp_path / "stores", objective="answer")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"{config}: {needle}" in out, out
     assert not (tmp_path / "stores").exists()
 
 

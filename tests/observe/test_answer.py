@@ -1,9 +1,11 @@
-"""The answer-bearing-context check: content words, answer in evidence / anywhere."""
+"""The answer-bearing-context check: content words, answer in evidence / anywhere, the objective and the summary."""
 from __future__ import annotations
 
 import pytest
 
 from evolve.observe.answer import answer_check, content_words
+from evolve.observe.objective import failure_view, outcomes, score, success
+from evolve.observe.trace import Trace
 
 
 def item(text: str, *sources: str) -> dict:
@@ -58,3 +60,51 @@ def test_numbers_and_dates_match_across_forms():
     assert answer_check("The seventh of May, 2023", ["D3:4"], packed) == (True, True)
     assert answer_check("8 May 2023", ["D3:4"], packed) == (False, False)
     assert answer_check("7 June 2023", ["D3:4"], packed) == (False, False)
+
+
+def trace(qid: str, category: str, in_evidence: bool | None, anywhere: bool | None = None, **kw) -> Trace:
+    return Trace(qid, category, evidence_known=in_evidence is not None, answer_in_evidence=in_evidence,
+                 answer_anywhere=anywhere if anywhere is not None else in_evidence, **kw)
+
+
+def test_answer_objective_outcomes_score_and_failure_view():
+    ts = [trace("a", "temporal", True), trace("b", "temporal", False, False),
+          trace("c", "single_hop", None), trace("d", "single_hop", True, scored=False),
+          trace("e", "multi_hop", False, True, correct=True)]
+    assert success(ts[0], "answer") is True and success(ts[2], "answer") is None and success(ts[3], "answer") is None
+    assert outcomes(ts, "answer") == {"a": {"correct": True, "category": "temporal"},
+                                      "b": {"correct": False, "category": "temporal"},
+                                      "e": {"correct": False, "category": "multi_hop"}}
+    view = {t.question_id: t for t in failure_view(ts, "answer")}
+    assert view["a"].correct and view["a"].root_cause is None
+    assert not view["b"].correct and not view["e"].correct  # the judge's verdict is not used
+    assert not view["c"].scored
+
+
+@pytest.fixture(scope="module")
+def synthetic_run():
+    from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
+
+    return Harness(load_benchmark("synthetic:0:2")).evaluate(load_strategy(BASELINE_PATH))
+
+
+def test_summary_reports_the_answer_check_overall_per_category_and_left_out(synthetic_run):
+    run = synthetic_run
+    m = run.summary
+    scored = [t for t in run.traces if t.scored]
+    counted = [t for t in scored if t.answer_in_evidence is not None]
+    assert m.n_answer_known == len(counted) > 0
+    assert m.n_answer_known + sum(m.answer_left_out.values()) == m.n_scored
+    assert m.answer_left_out["no_evidence"] == m.n_scored - m.n_evidence_known
+    assert m.answer_in_evidence == pytest.approx(sum(t.answer_in_evidence for t in counted) / len(counted), abs=1e-4)
+    assert m.answer_anywhere == pytest.approx(sum(t.answer_anywhere for t in counted) / len(counted), abs=1e-4)
+    assert 0 < m.answer_in_evidence <= m.answer_anywhere < 1
+    assert score(m, "answer") == m.answer_in_evidence
+    for cat, rate in m.answer_in_evidence_by_category.items():
+        ts = [t for t in counted if t.category == cat]
+        assert rate == pytest.approx(sum(t.answer_in_evidence for t in ts) / len(ts), abs=1e-4)
+        assert rate <= m.answer_anywhere_by_category[cat]
+    for t in counted:  # recheckable from the trace alone
+        assert (t.answer_in_evidence, t.answer_anywhere) == answer_check(t.gold_answer, t.gold_evidence, t.packed)
+    assert {"n_answer_known", "answer_in_evidence", "answer_left_out"} <= set(m.brief())
+    assert m.metrics()["answer_in_evidence"] == m.answer_in_evidence
