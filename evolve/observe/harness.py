@@ -23,13 +23,15 @@ from tqdm import tqdm
 
 from evolve.benchmarks.types import Benchmark, Question
 from evolve.observe.answer import answer_check, content_words
-from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
+from evolve.observe.diagnosis import answer_loss, dcr, diagnose, root_cause_counts
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
 from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
+from evolve.runtime.render import render
+from evolve.runtime.store import MemoryStore
 from evolve.runtime.usage import question_usage
 from evolve.state.files import atomic_write_json, atomic_write_text
 from evolve.strategy.artifact import policy_hash, strategy_hash
@@ -176,7 +178,18 @@ class _Evaluator:
             trace.evidence_share = round(len(trace.packed_evidence) / len(known), 4)
             trace.all_evidence_packed = len(trace.packed_evidence) == len(known)
             trace.answer_in_evidence, trace.answer_anywhere = answer_check(q.answer, known, trace.packed)
+            if trace.answer_in_evidence is False:
+                gold = set(known)
+                retrieved = [hit["id"] for hit in trace.retrieved if gold & set(hit["source_ids"])]
+                trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
+                                                _dated_texts(store, retrieved), trace.answer_anywhere)
         return diagnose(trace)
+
+
+def _dated_texts(store: MemoryStore, item_ids: Iterable[str]) -> list[str]:
+    """The texts of stored items with their date, as a context line would show them."""
+    items = (store.item(i) for i in item_ids if i in store.position)
+    return [render(item.id, item.layer, item.text, item.timestamp, "dialogue") for item in items]
 
 
 def _spread(values: list[float], *stats: str) -> dict[str, float]:

@@ -10,14 +10,15 @@ per-category non-regression, protected slices, best-ever, auto-restore) compares
 * ``answer`` — every content word of the gold answer is in the packed items deriving from the known gold turns
   (:mod:`evolve.observe.answer`): needs only packed text and source turn ids, so any system's context can be
   measured alike. Questions without known gold evidence or whose answer has no content word are left out and
-  counted apart (``Summary.answer_left_out``).
+  counted apart (``Summary.answer_left_out``). A failure's root cause is where the answer was lost
+  (:data:`evolve.observe.diagnosis.ANSWER_LOSSES`).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Iterable, Literal
 
-from evolve.observe.diagnosis import root_cause
+from evolve.observe.diagnosis import ANSWER_LOSSES
 from evolve.observe.trace import Summary, Trace
 
 Objective = Literal["accuracy", "evidence", "answer"]
@@ -75,21 +76,19 @@ def evidence_root_cause(trace: Trace) -> str | None:
     return "retrieval_gap" if not gold <= retrieved else "kf_filtered"
 
 
-def diagnose_as(trace: Trace) -> Trace:
-    """``trace`` with the root cause of its ``correct`` outcome."""
-    return replace(trace, root_cause=root_cause(trace))
-
-
 def failure_view(traces: Iterable[Trace], objective: Objective) -> list[Trace]:
     """``traces`` as the objective judges them, for diagnosis: under ``evidence`` a question fails when some known
     gold turn is not carried by the packed context, its root cause is where that evidence was lost, and questions
     with unknown evidence are left unscored; under ``answer`` it fails when the packed evidence items do not carry
-    the gold answer, its root cause is where gold-derived items were lost, and questions the answer check leaves
-    out are unscored. Under ``accuracy`` the traces are returned as they are."""
+    the gold answer, its root cause is the rung :data:`~evolve.observe.diagnosis.ANSWER_LOSSES` gives where the
+    answer was lost, and questions the answer check leaves out are unscored. Under ``accuracy`` the traces keep
+    their judgment and root cause. Only the answer objective's view keeps ``answer_loss``, so the planner's
+    answer-side qualifier never moves decisions under the others."""
     if objective == "accuracy":
-        return list(traces)
+        return [replace(t, answer_loss=None) for t in traces]
     if objective == "answer":
         return [replace(t, scored=False) if t.answer_in_evidence is None else
-                diagnose_as(replace(t, correct=t.answer_in_evidence)) for t in traces]
-    return [replace(t, correct=bool(t.all_evidence_packed), root_cause=evidence_root_cause(t))
-            if t.evidence_known else replace(t, scored=False) for t in traces]
+                replace(t, correct=t.answer_in_evidence,
+                        root_cause=None if t.answer_in_evidence else ANSWER_LOSSES[t.answer_loss]) for t in traces]
+    return [replace(t, correct=bool(t.all_evidence_packed), root_cause=evidence_root_cause(t), answer_loss=None)
+            if t.evidence_known else replace(t, scored=False, answer_loss=None) for t in traces]

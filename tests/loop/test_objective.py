@@ -11,6 +11,7 @@ import pytest
 from evolve.benchmarks import load_benchmark
 from evolve.benchmarks.synthetic import write_locomo
 from evolve.loop.record import CandidateRecord
+from evolve.observe.diagnosis import ANSWER_LOSSES
 from evolve.verify.decision import AcceptanceRules, CostLimits, decide
 from workflow_fixtures import cli, write_config
 
@@ -91,3 +92,23 @@ def test_stores_built_for_one_objective_refuse_the_other(capsys, evidence_round,
     config = write_config(tmp_path / "run.yaml", **{**SMALL, "rounds": 2}, stores=stores)  # accuracy
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and "objective: stores 'evidence'" in out, out
+
+
+def test_an_answer_round_compares_answer_outcomes_and_aims_at_where_answers_were_lost(tmp_path):
+    config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", objective="answer",
+                          cost={"max_context_words": 400, "max_relative_increase": 0.5})
+    from evolve.cli import main
+
+    assert main(["run", "--config", str(config), "--no-tracking"]) == 0
+    stores = tmp_path / "stores"
+    assert json.loads((stores / "state.json").read_text())["harness"]["objective"] == "answer"
+    row = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]
+    assert row["objective"] == "answer" and row["score"] == row["answer_in_evidence"] is not None
+    records = [CandidateRecord.from_dict(json.loads(line))
+               for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
+    assert records and all(r.symptom.split("/")[0].split("[")[0] in ANSWER_LOSSES.values() for r in records)
+    for r in records:
+        if r.probe:
+            assert "packed_contexts_changed" in r.probe
+        if r.paired:  # paired over the questions the answer check counts
+            assert r.paired["n"] == r.summary["n_answer_known"]

@@ -1,9 +1,10 @@
-"""The answer-bearing-context check: content words, answer in evidence / anywhere, the objective and the summary."""
+"""The answer-bearing-context check: content words, answer in evidence / anywhere, the summary, the loss ladder."""
 from __future__ import annotations
 
 import pytest
 
 from evolve.observe.answer import answer_check, content_words
+from evolve.observe.diagnosis import ANSWER_LOSSES, ROOT_CAUSES, answer_loss
 from evolve.observe.objective import failure_view, outcomes, score, success
 from evolve.observe.trace import Trace
 
@@ -62,23 +63,39 @@ def test_numbers_and_dates_match_across_forms():
     assert answer_check("7 June 2023", ["D3:4"], packed) == (False, False)
 
 
-def trace(qid: str, category: str, in_evidence: bool | None, anywhere: bool | None = None, **kw) -> Trace:
+def trace(qid: str, category: str, in_evidence: bool | None, anywhere: bool | None = None,
+          loss: str | None = None, **kw) -> Trace:
     return Trace(qid, category, evidence_known=in_evidence is not None, answer_in_evidence=in_evidence,
-                 answer_anywhere=anywhere if anywhere is not None else in_evidence, **kw)
+                 answer_anywhere=anywhere if anywhere is not None else in_evidence, answer_loss=loss, **kw)
 
 
 def test_answer_objective_outcomes_score_and_failure_view():
-    ts = [trace("a", "temporal", True), trace("b", "temporal", False, False),
+    ts = [trace("a", "temporal", True), trace("b", "temporal", False, False, "not_retrieved"),
           trace("c", "single_hop", None), trace("d", "single_hop", True, scored=False),
-          trace("e", "multi_hop", False, True, correct=True)]
+          trace("e", "multi_hop", False, True, "packed_not_from_evidence", correct=True)]
     assert success(ts[0], "answer") is True and success(ts[2], "answer") is None and success(ts[3], "answer") is None
     assert outcomes(ts, "answer") == {"a": {"correct": True, "category": "temporal"},
                                       "b": {"correct": False, "category": "temporal"},
                                       "e": {"correct": False, "category": "multi_hop"}}
     view = {t.question_id: t for t in failure_view(ts, "answer")}
     assert view["a"].correct and view["a"].root_cause is None
-    assert not view["b"].correct and not view["e"].correct  # the judge's verdict is not used
+    assert not view["b"].correct and view["b"].root_cause == "retrieval_gap"
+    assert not view["e"].correct and view["e"].root_cause == "generation_error"  # the judge's verdict is not used
     assert not view["c"].scored
+    assert set(ANSWER_LOSSES.values()) <= set(ROOT_CAUSES)
+
+
+@pytest.mark.parametrize("stored, retrieved, anywhere, expected", [
+    ([], [], False, "never_stored"),
+    (["Caroline went to a support group"], [], False, "never_stored"),  # stored, but without the answer's words
+    (["[8 May 2023] Caroline: went to the LGBTQ support group"], [], False, "not_retrieved"),
+    (["[8 May 2023] Caroline: went to the LGBTQ support group"],
+     ["[8 May 2023] Caroline: went to the LGBTQ support group"], False, "cut_in_assembly"),
+    (["Caroline: the LGBTQ group", "she found support there"], ["Caroline: the LGBTQ group"], False, "not_retrieved"),
+    ([], [], True, "packed_not_from_evidence"),
+])
+def test_a_lost_answer_is_placed_on_the_ladder(stored, retrieved, anywhere, expected):
+    assert answer_loss("LGBTQ support group", stored, retrieved, anywhere) == expected
 
 
 @pytest.fixture(scope="module")
@@ -106,5 +123,40 @@ def test_summary_reports_the_answer_check_overall_per_category_and_left_out(synt
         assert rate <= m.answer_anywhere_by_category[cat]
     for t in counted:  # recheckable from the trace alone
         assert (t.answer_in_evidence, t.answer_anywhere) == answer_check(t.gold_answer, t.gold_evidence, t.packed)
+        assert (t.answer_loss is None) == t.answer_in_evidence
+        assert t.answer_loss is None or t.answer_loss in ANSWER_LOSSES
+    assert {t.answer_loss for t in counted} - {None}, "some answer is lost on the synthetic benchmark"
     assert {"n_answer_known", "answer_in_evidence", "answer_left_out"} <= set(m.brief())
     assert m.metrics()["answer_in_evidence"] == m.answer_in_evidence
+
+
+def test_cut_in_assembly_is_where_a_tight_budget_loses_the_answer():
+    from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
+    from evolve.strategy.artifact import derive
+
+    bench = load_benchmark("synthetic:0:2")
+    harness = Harness(bench)
+    base = harness.evaluate(load_strategy(BASELINE_PATH))
+    tight = harness.evaluate(derive(load_strategy(BASELINE_PATH), {"assembly.token_budget": 40}))
+    before = base.by_id()
+    moved = [t for t in tight.traces if t.answer_loss == "cut_in_assembly"
+             and before[t.question_id].answer_in_evidence]
+    assert moved, "a tighter budget cuts answers the baseline packed from evidence"
+    assert tight.summary.answer_in_evidence < base.summary.answer_in_evidence
+
+
+def test_an_answer_packed_not_from_evidence_aims_the_planner_at_evidence_moves_only_under_the_answer_objective():
+    from evolve.improve.digest import digest
+    from evolve.improve.planner import load_bundles
+
+    gold_item = {"id": "m1", "text": "Caroline talked about her week", "source_ids": ["D1:3"], "layer": "L0"}
+    ts = [trace(f"q{i}", "single_hop", False, True, "packed_not_from_evidence", gold_evidence=["D1:3"],
+                packed=[gold_item], answer_support=["m1"], f1=0.0, root_cause="generation_error")
+          for i in range(3)]
+    answer = digest(failure_view(ts, "answer")).symptom("generation_error/*")
+    assert answer.qualifiers["not_from_evidence"] == 1.0
+    accuracy = digest(failure_view(ts, "accuracy")).symptom("generation_error/*")
+    assert accuracy.qualifiers["not_from_evidence"] == 0.0  # accuracy decisions do not see the answer ladder
+    keys = [key for key, _, table_key in load_bundles().lookup(answer, 0.3)]
+    assert keys[0] == "assembly.source_window::increase" and "answering.span::set:keywords" in keys
+    assert keys.index("features.raw_dialogue_backfill::enable") < keys.index("answering.span::set:keywords")
