@@ -11,6 +11,7 @@ from evolve.data import BASELINE_PATH
 from evolve.benchmarks.types import BenchmarkError
 from evolve.loop.config import ConfigError
 from evolve.observe.judge import TokenF1Judge
+from evolve.observe.objective import LABEL, NEEDS, OBJECTIVES
 from evolve.observe.trace import Summary
 from evolve.llm import ConfigError as LLMConfigError, LLMError
 from evolve.state.files import StoreError, require_output_dir
@@ -40,6 +41,11 @@ def print_summary(summary: Summary) -> None:
     causes = ", ".join(f"{k}={v}" for k, v in sorted(summary.root_causes.items())) or "none"
     print(f"judge {summary.judge} | root causes: {causes} | DCR@3 {summary.dcr3:.3f} | "
           f"strategy {summary.strategy_hash[:12]} | {summary.wall_time_s:.1f}s")
+    left = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.answer_left_out.items())
+    print(f"all evidence packed {_fmt(summary.all_evidence_packed)} ({summary.n_evidence_known} questions) | "
+          f"answer in evidence {_fmt(summary.answer_in_evidence)}, anywhere {_fmt(summary.answer_anywhere)} "
+          f"({summary.n_answer_known} questions; left out: {left}) | "
+          f"context words {summary.context_words['mean']:.1f}")
 
 
 def _harness(args: argparse.Namespace):
@@ -78,12 +84,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     report = paired_comparison(run_a.outcomes(args.objective), run_b.outcomes(args.objective), alpha=args.alpha)
     if report.n == 0:
         raise ConfigError(f"--objective {args.objective}: no question of {args.bench} counts under it"
-                          + (" (no gold evidence turn ids)" if args.objective == "evidence" else ""))
+                          + (f" (it needs {NEEDS[args.objective]})" if args.objective != "accuracy" else ""))
     if args.json:
         print(json.dumps({"a": str(args.a), "b": str(args.b), "objective": args.objective, **report.to_dict()},
                          indent=2))
         return 0
-    label = {"accuracy": "accuracy", "evidence": "all evidence packed"}[args.objective]
+    label = LABEL[args.objective]
     print(f"A {args.a} ({run_a.summary.strategy_hash[:12]})  vs  B {args.b} ({run_b.summary.strategy_hash[:12]})")
     print(f"{args.bench}: {report.n} questions paired by id, objective {args.objective} ({label})")
     print(f"A {report.acc_baseline:.4f} -> B {report.acc_candidate:.4f}  delta {report.delta:+.4f}  "
@@ -197,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("a", type=Path, help="strategy A (the reference)")
     p.add_argument("b", type=Path, help="strategy B (compared with A)")
     p.add_argument("--bench", required=True, help="locomo:PATH | longmemeval:PATH | synthetic[:SEED[:PERSONAS]]")
-    p.add_argument("--objective", choices=("accuracy", "evidence"), default="accuracy")
+    p.add_argument("--objective", choices=OBJECTIVES, default="accuracy")
     p.add_argument("--limit", type=positive_int, help="compare on the first N questions only")
     p.add_argument("--judge-threshold", type=threshold, default=0.5, help="token-F1 threshold in (0, 1]")
     p.add_argument("--include-adversarial", action="store_true")

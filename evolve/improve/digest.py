@@ -23,11 +23,14 @@ from evolve.strategy.policy import FACT_CATEGORIES
 #: generation_error[near_miss] — answer partly overlaps gold (token F1 >= NEAR_MISS_F1);
 #: generation_error[wrong_support] — the answer did not cite any gold-derived packed item;
 #: generation_error[stale] — the packed context carried a turn the answer made outdated (``Trace.stale_packed``);
-#: generation_error[stale_<category>] — and a retrieved fact of that behavioural category carried it.
+#: generation_error[stale_<category>] — and a retrieved fact of that behavioural category carried it;
+#: generation_error[not_from_evidence] — the answer's words reached the context, not through items from the gold
+#: turns (``Trace.answer_loss``; only the answer objective's failure view keeps it).
 QUALIFIERS: dict[str, tuple[str, ...]] = {
     "kf_filtered": ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict"),
     "retrieval_gap": ("no_subqueries",),
-    "generation_error": ("near_miss", "wrong_support", "stale") + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
+    "generation_error": ("near_miss", "wrong_support", "stale", "not_from_evidence")
+                        + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
 }
 NEAR_MISS_F1 = 0.3
 WILDCARD = "*"
@@ -154,6 +157,8 @@ def _qualifier_hits(record: Trace) -> set[str]:
         gold_packed = {p["id"] for p in record.packed if gold & set(p.get("source_ids") or ())}
         if not gold_packed & set(record.answer_support):
             hits.add("wrong_support")
+        if record.answer_loss == "packed_not_from_evidence":
+            hits.add("not_from_evidence")
         if record.stale_packed:
             hits.add("stale")
             stale = set(record.stale_packed)

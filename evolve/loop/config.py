@@ -85,7 +85,7 @@ class RunConfig(_Strict):
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     max_reverts: int = Field(2, ge=1, description="replay-stability gate: reverts per symptom before refusal")
     escalation_threshold: int = Field(3, ge=1)
-    objective: Objective = Field("accuracy", description="what the loop optimises: accuracy | evidence")
+    objective: Objective = Field("accuracy", description="what the loop optimises: accuracy | evidence | answer")
     acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
     cost: CostLimits = Field(default_factory=CostLimits)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)

@@ -233,4 +233,5 @@ def _headline(run: EvalRun, objective: str) -> dict:
     """A run's objective score and the figures every summary reports whatever the objective."""
     m = run.summary
     return {"score": run.score(objective), "accuracy": m.accuracy, "evidence_share": m.evidence_share,
-            "all_evidence_packed": m.all_evidence_packed, "context_words": m.context_words}
+            "all_evidence_packed": m.all_evidence_packed, "answer_in_evidence": m.answer_in_evidence,
+            "answer_anywhere": m.answer_anywhere, "context_words": m.context_words}

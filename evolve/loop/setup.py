@@ -7,13 +7,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.benchmarks import load_benchmark, select_questions
-from evolve.benchmarks.types import Benchmark
+from evolve.benchmarks.types import Benchmark, Question
 from evolve.llm import RolesConfig, check_reachable
 from evolve.loop.backends import Backends, build_backends, roles_config
 from evolve.loop.budget import Budget, BudgetedHarness
 from evolve.loop.commit import check_harness
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.observe.answer import content_words
 from evolve.observe.harness import Harness
+from evolve.observe.objective import NEEDS
 from evolve.runtime import IngestionCache
 from evolve.runtime.usage import UsageStats
 from evolve.state.layout import StoreLayout
@@ -34,6 +36,13 @@ def _split(benchmark: Benchmark, questions: list, fraction: float, seed: int) ->
     random.Random(seed).shuffle(conversations)
     k = min(len(conversations) - 1, max(1, round(fraction * len(conversations))))
     return set(conversations[:k])
+
+
+def counts(benchmark: Benchmark, question: Question, objective: str) -> bool:
+    """Whether ``question`` can count under the evidence or answer ``objective`` (it has what the check needs)."""
+    if objective == "answer" and not content_words(question.answer):
+        return False
+    return bool(benchmark.known_evidence(question))
 
 
 @dataclass
@@ -77,11 +86,11 @@ class RunSetup:
             holdout_ids = [q.id for q in select_questions(holdout_bench, config.holdout.benchmark, None,
                                                           config.include_adversarial)]
         scored = {q.id: q.category for q in questions if config.include_adversarial or q.category != "adversarial"}
-        if config.objective == "evidence":
-            scored = {q.id: q.category for q in questions if q.id in scored and benchmark.known_evidence(q)}
+        if config.objective != "accuracy":
+            scored = {q.id: q.category for q in questions if q.id in scored and counts(benchmark, q, config.objective)}
             if not scored:
-                raise ConfigError(f"objective: 'evidence' needs gold evidence turn ids, but no scored question of "
-                                  f"{config.benchmark} has any; use objective: accuracy")
+                raise ConfigError(f"objective: {config.objective!r} needs {NEEDS[config.objective]}, but no scored "
+                                  f"question of {config.benchmark} has them; use objective: accuracy")
         roles = roles_config(config)
         try:
             config.budget.check_models(roles)

@@ -4,11 +4,16 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Iterable
 
+from evolve.observe.answer import carried
 from evolve.observe.trace import Trace
 
 #: The evidence-loss ladder, upstream first, then ``unresolved`` (gold evidence unknown).
 ROOT_CAUSES = ("ingestion_gap", "retrieval_gap", "kf_filtered", "generation_error", "unresolved")
 STAGES = ("ingestion", "retrieval", "filtering", "assembly", "generation")
+#: Where the answer objective loses a question (:attr:`Trace.answer_loss`), upstream first, each with the rung of
+#: the ladder above that the planner's bundle table aims at for it.
+ANSWER_LOSSES = {"never_stored": "ingestion_gap", "not_retrieved": "retrieval_gap", "cut_in_assembly": "kf_filtered",
+                 "packed_not_from_evidence": "generation_error"}
 
 
 def _derives_from_gold(item: dict, gold: set[str]) -> bool:
@@ -29,6 +34,24 @@ def root_cause(trace: Trace) -> str | None:
     if not any(_derives_from_gold(item, gold) for item in trace.packed):
         return "kf_filtered"
     return "generation_error"
+
+
+def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: bool | None) -> str:
+    """Where a gold answer that the packed evidence items do not carry was lost. ``stored`` and ``retrieved`` are the
+    dated texts of the stored and of the retrieved items deriving from the gold turns; ``anywhere`` whether the
+    whole packed context carries the answer.
+
+    When the context carries it through other items the answer was packed, not from evidence
+    (``packed_not_from_evidence``); otherwise it is lost at the first stage whose gold-derived items, taken
+    together, do not carry it: ``never_stored``, ``not_retrieved``, else ``cut_in_assembly`` (filtered, dropped by
+    the budget, or compressed away when packed)."""
+    if anywhere:
+        return "packed_not_from_evidence"
+    if not carried(answer, stored):
+        return "never_stored"
+    if not carried(answer, retrieved):
+        return "not_retrieved"
+    return "cut_in_assembly"
 
 
 def recorded_stages(trace: Trace) -> list[str]:

@@ -22,13 +22,16 @@ import numpy as np
 from tqdm import tqdm
 
 from evolve.benchmarks.types import Benchmark, Question
-from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
+from evolve.observe.answer import answer_check, content_words
+from evolve.observe.diagnosis import answer_loss, dcr, diagnose, root_cause_counts
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
 from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
+from evolve.runtime.render import render
+from evolve.runtime.store import MemoryStore
 from evolve.runtime.usage import question_usage
 from evolve.state.files import atomic_write_json, atomic_write_text
 from evolve.strategy.artifact import policy_hash, strategy_hash
@@ -174,7 +177,19 @@ class _Evaluator:
             trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
             trace.evidence_share = round(len(trace.packed_evidence) / len(known), 4)
             trace.all_evidence_packed = len(trace.packed_evidence) == len(known)
+            trace.answer_in_evidence, trace.answer_anywhere = answer_check(q.answer, known, trace.packed)
+            if trace.answer_in_evidence is False:
+                gold = set(known)
+                retrieved = [hit["id"] for hit in trace.retrieved if gold & set(hit["source_ids"])]
+                trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
+                                                _dated_texts(store, retrieved), trace.answer_anywhere)
         return diagnose(trace)
+
+
+def _dated_texts(store: MemoryStore, item_ids: Iterable[str]) -> list[str]:
+    """The texts of stored items with their date, as a context line would show them."""
+    items = (store.item(i) for i in item_ids if i in store.position)
+    return [render(item.id, item.layer, item.text, item.timestamp, "dialogue") for item in items]
 
 
 def _spread(values: list[float], *stats: str) -> dict[str, float]:
@@ -377,6 +392,13 @@ class Harness:
         causes, causes_by_cat = root_cause_counts(traces)
         adversarial = [t for t in traces if t.category == "adversarial"]
 
+        counted = [t for t in known if t.answer_in_evidence is not None]
+
+        def rate(ts: list[Trace], name: str) -> float | None:
+            """Mean of the answer check ``name`` over the questions of ``ts`` it counts (``None``: none)."""
+            values = [getattr(t, name) for t in ts if t.answer_in_evidence is not None]
+            return round(mean(values), 4) if values else None
+
         def recall(ts: list[Trace], k: int) -> float | None:
             ts = [t for t in ts if t.evidence_known]
             return round(mean(t.evidence_recall[str(k)] for t in ts), 4) if ts else None
@@ -399,6 +421,15 @@ class Harness:
             all_evidence_packed=round(mean(t.all_evidence_packed for t in known), 4) if known else None,
             all_evidence_packed_by_category={c: round(mean(t.all_evidence_packed for t in ts if t.evidence_known), 4)
                                              for c, ts in sorted(by_cat.items()) if any(t.evidence_known for t in ts)},
+            n_answer_known=len(counted),
+            answer_left_out={"no_evidence": len(scored) - len(known),
+                             "no_content_word": sum(1 for t in known if not content_words(t.gold_answer))},
+            answer_in_evidence=rate(counted, "answer_in_evidence"),
+            answer_in_evidence_by_category={c: r for c, ts in sorted(by_cat.items())
+                                            if (r := rate(ts, "answer_in_evidence")) is not None},
+            answer_anywhere=rate(counted, "answer_anywhere"),
+            answer_anywhere_by_category={c: r for c, ts in sorted(by_cat.items())
+                                         if (r := rate(ts, "answer_anywhere")) is not None},
             context_words=_spread([t.context_tokens for t in scored], "mean", "p95"),
             staleness=_staleness([t for t in scored if t.gold_outdated]),
             answers=dict(Counter(t.answer_kind for t in scored if t.answer_kind)),

@@ -57,6 +57,13 @@ class Trace:
     packed_evidence: list[str] = field(default_factory=list)
     evidence_share: float | None = None
     all_evidence_packed: bool | None = None
+    #: Whether every content word of the gold answer is in the packed items deriving from the known gold turns, and
+    #: anywhere in the packed context (:mod:`evolve.observe.answer`); ``None`` when the question is left out (no
+    #: known gold turn, or no content word in the answer).
+    answer_in_evidence: bool | None = None
+    answer_anywhere: bool | None = None
+    #: Where the answer was lost when it is not in evidence (:data:`evolve.observe.diagnosis.ANSWER_LOSSES`).
+    answer_loss: str | None = None
     #: Turns stating what is no longer true (:attr:`Question.outdated`); whether one is among the sources of the top
     #: 5 / 10 retrieved items; and those the packed context carries (content-checked). ``None`` without any.
     gold_outdated: list[str] = field(default_factory=list)
@@ -129,6 +136,14 @@ class Summary:
     evidence_share: float | None
     all_evidence_packed: float | None
     all_evidence_packed_by_category: dict[str, float]
+    #: Scored questions the answer check counts, the scored questions it leaves out by reason
+    #: (``{"no_evidence", "no_content_word"}``), and its two rates overall and per category.
+    n_answer_known: int
+    answer_left_out: dict[str, int]
+    answer_in_evidence: float | None
+    answer_in_evidence_by_category: dict[str, float]
+    answer_anywhere: float | None
+    answer_anywhere_by_category: dict[str, float]
     #: Packed context words per scored question, ``{"mean", "p95"}``.
     context_words: dict[str, float]
     #: Over scored questions with outdated evidence: ``{"n", "retrieved@5", "retrieved@10", "packed"}``, the share whose
@@ -151,7 +166,8 @@ class Summary:
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
                                         "dcr@3", "n_scored", "judge", "strategy_hash", "n_evidence_known",
                                         "evidence_share", "all_evidence_packed", "all_evidence_packed_by_category",
-                                        "context_words", "staleness", "answers", "llm", "wall_time_s")
+                                        "n_answer_known", "answer_left_out", "answer_in_evidence",
+                                        "answer_in_evidence_by_category", "answer_anywhere", "context_words", "staleness", "answers", "llm", "wall_time_s")
 
     def to_dict(self) -> dict[str, Any]:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
@@ -167,7 +183,8 @@ class Summary:
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics for tracking."""
         out = {"accuracy": self.accuracy, "f1": self.f1, "dcr_at_3": self.dcr3, "evidence_share": self.evidence_share,
-               "all_evidence_packed": self.all_evidence_packed, "context_words_mean": self.context_words["mean"],
+               "all_evidence_packed": self.all_evidence_packed, "answer_in_evidence": self.answer_in_evidence,
+               "answer_anywhere": self.answer_anywhere, "context_words_mean": self.context_words["mean"],
                "context_words_p95": self.context_words["p95"], "retrieval_ms_p50": self.retrieval_ms["p50"],
                "retrieval_ms_p95": self.retrieval_ms["p95"]}
         out.update({f"llm.{role}.{c}": n for role, counts in self.llm.items() for c, n in counts.items()})

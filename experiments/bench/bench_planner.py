@@ -11,8 +11,8 @@ search the same evolvable space; each gets ``--budget`` candidate evaluations in
 * blind: ``Evolver.blind_trial`` samples every evolvable dimension over its full range; each trial is
   evaluated fully (cost 1) and its score told back to TPE.
 
-Scores are the run's objective (``--objective accuracy|evidence``: the share of questions answered right, or
-whose gold evidence is all packed). With ``--max-context-words W`` the guided run decides under that cost limit
+Scores are the run's objective (``--objective accuracy|evidence|answer``: the share of questions answered right,
+whose gold evidence is all packed, or whose gold answer the packed evidence items carry). With ``--max-context-words W`` the guided run decides under that cost limit
 and a blind trial above ``W`` mean context words scores 0 for TPE and never counts as best, so both methods are
 held to the same context budget. A curve is the best score among fully evaluated strategies (baseline included)
 after each evaluation; the guided run's *current* strategy (what its decisions accepted) is shown as well.
@@ -42,7 +42,7 @@ from evolve.verify.decision import AcceptanceRules, CostLimits  # noqa: E402
 from evolve.loop.engine import Engine  # noqa: E402
 from evolve.improve.evolver import Evolver  # noqa: E402
 from evolve.observe.harness import EvalRun, Harness  # noqa: E402
-from evolve.observe.objective import SCORE_FIELD  # noqa: E402
+from evolve.observe.objective import OBJECTIVES, SCORE_FIELD  # noqa: E402
 from evolve.loop.backends import build_backends, roles_config  # noqa: E402
 from evolve.runtime import IngestionCache  # noqa: E402
 from evolve.verify.statistics import paired_comparison  # noqa: E402
@@ -282,7 +282,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N questions")
     p.add_argument("--target-pp", type=float, default=5.0, help="fixed target: baseline + this many points")
     p.add_argument("--max-rounds", type=int, default=None, help="cap on guided rounds (default 2 x budget)")
-    p.add_argument("--objective", choices=("accuracy", "evidence"), default="accuracy")
+    p.add_argument("--objective", choices=OBJECTIVES, default="accuracy")
     p.add_argument("--max-context-words", type=float, default=None,
                    help="cost limit: mean context words per question (guided decisions and blind best alike)")
     p.add_argument("--report", default=str(HERE / "planner_report.md"))

@@ -65,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         for label, run in (("baseline", base_run), ("final", final_run)):
             m = run.summary
             print(f"  {label:<8} evidence share {m.evidence_share:.3f}, all packed {m.all_evidence_packed:.3f}, "
+                  f"answer in evidence {m.answer_in_evidence:.3f} (anywhere {m.answer_anywhere:.3f}), "
                   f"accuracy {m.accuracy:.3f}, context words {m.context_words['mean']:.1f} (p95 "
                   f"{m.context_words['p95']:.0f})")
     return 0

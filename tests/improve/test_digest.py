@@ -84,8 +84,8 @@ def test_retrieval_and_generation_qualifiers(traces):
     assert d.symptom("retrieval_gap/temporal").qualifiers == {"no_subqueries": pytest.approx(1 / 3, abs=1e-6)}
     gen = d.symptom("generation_error/single_hop")
     shares = gen.qualifiers
-    assert {q: shares.pop(q) for q in ("near_miss", "wrong_support", "stale")} == {
-        "near_miss": 1.0, "wrong_support": 0.0, "stale": 0.0}
+    assert {q: shares.pop(q) for q in ("near_miss", "wrong_support", "stale", "not_from_evidence")} == {
+        "near_miss": 1.0, "wrong_support": 0.0, "stale": 0.0, "not_from_evidence": 0.0}
     assert set(shares) == {f"stale_{c}" for c in FACT_CATEGORIES} and not any(shares.values())
 
 

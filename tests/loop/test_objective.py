@@ -1,4 +1,5 @@
-"""The evidence objective through the loop: run-config checks, one evolution round, one harness per stores."""
+"""The evidence and answer objectives through the loop: run-config checks, one evolution round, one harness per
+stores."""
 from __future__ import annotations
 
 import dataclasses
@@ -10,6 +11,7 @@ import pytest
 from evolve.benchmarks import load_benchmark
 from evolve.benchmarks.synthetic import write_locomo
 from evolve.loop.record import CandidateRecord
+from evolve.observe.diagnosis import ANSWER_LOSSES
 from evolve.verify.decision import AcceptanceRules, CostLimits, decide
 from workflow_fixtures import cli, write_config
 
@@ -17,7 +19,7 @@ SMALL = dict(benchmark="synthetic:0:3", limit=60, probe_size=20, rounds=1, candi
 
 
 @pytest.mark.parametrize("settings, needle", [
-    ({"objective": "evidnce"}, "objective: Input should be 'accuracy' or 'evidence'"),
+    ({"objective": "evidnce"}, "objective: Input should be 'accuracy', 'evidence' or 'answer'"),
     ({"cost": {"max_context_words": -5}}, "cost.max_context_words: Input should be greater than 0"),
     ({"cost": {"max_context_words": "lots"}}, "cost.max_context_words"),
     ({"cost": {"max_relative_increase": -0.5}}, "cost.max_relative_increase: Input should be greater than or equal"),
@@ -38,6 +40,21 @@ def test_evidence_objective_on_a_benchmark_without_gold_evidence_is_refused(caps
                           stores=tmp_path / "stores", objective="evidence")
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and f"{config}: objective: 'evidence' needs gold evidence turn ids" in out, out
+    assert not (tmp_path / "stores").exists()
+
+
+@pytest.mark.parametrize("strip, needle", [
+    ({"evidence": ()}, "objective: 'answer' needs gold evidence turn ids and a gold answer with a content word"),
+    ({"answer": "Yes"}, "objective: 'answer' needs gold evidence turn ids and a gold answer with a content word"),
+])
+def test_answer_objective_on_a_benchmark_without_evidence_or_answers_is_refused(capsys, tmp_path, strip, needle):
+    bench = load_benchmark("synthetic:0:2")
+    bare = dataclasses.replace(bench, questions=[dataclasses.replace(q, **strip) for q in bench.questions])
+    write_locomo(bare, tmp_path / "bare.json")
+    config = write_config(tmp_path / "run.yaml", **{**SMALL, "benchmark": f"locomo:{tmp_path / 'bare.json'}"},
+                          stores=tmp_path / "stores", objective="answer")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"{config}: {needle}" in out, out
     assert not (tmp_path / "stores").exists()
 
 
@@ -75,3 +92,23 @@ def test_stores_built_for_one_objective_refuse_the_other(capsys, evidence_round,
     config = write_config(tmp_path / "run.yaml", **{**SMALL, "rounds": 2}, stores=stores)  # accuracy
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and "objective: stores 'evidence'" in out, out
+
+
+def test_an_answer_round_compares_answer_outcomes_and_aims_at_where_answers_were_lost(tmp_path):
+    config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", objective="answer",
+                          cost={"max_context_words": 400, "max_relative_increase": 0.5})
+    from evolve.cli import main
+
+    assert main(["run", "--config", str(config), "--no-tracking"]) == 0
+    stores = tmp_path / "stores"
+    assert json.loads((stores / "state.json").read_text())["harness"]["objective"] == "answer"
+    row = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]
+    assert row["objective"] == "answer" and row["score"] == row["answer_in_evidence"] is not None
+    records = [CandidateRecord.from_dict(json.loads(line))
+               for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
+    assert records and all(r.symptom.split("/")[0].split("[")[0] in ANSWER_LOSSES.values() for r in records)
+    for r in records:
+        if r.probe:
+            assert "packed_contexts_changed" in r.probe
+        if r.paired:  # paired over the questions the answer check counts
+            assert r.paired["n"] == r.summary["n_answer_known"]

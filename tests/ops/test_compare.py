@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import yaml
 from workflow_fixtures import cli
 
@@ -35,6 +36,23 @@ def test_compare_pairs_two_strategies_by_question_on_the_chosen_objective(capsys
     code, same = cli(capsys, "compare", BASELINE_PATH, BASELINE_PATH, "--bench", BENCH, "--json", "--cache", "")
     same = json.loads(same)
     assert code == 0 and same["delta"] == 0 and same["mcnemar_p"] == 1.0 and not same["improved"] + same["regressed"]
+
+
+def test_compare_on_the_answer_objective_pairs_the_questions_the_answer_check_counts(capsys, tmp_path):
+    tight = write_strategy(tmp_path / "tight.yaml", {"assembly.token_budget": 40})
+    cache = tmp_path / "cache"
+    code, out = cli(capsys, "compare", BASELINE_PATH, tight, "--bench", BENCH, "--objective", "answer",
+                    "--cache", cache, "--json")
+    report = json.loads(out)
+    code_eval, _ = cli(capsys, "eval", "--bench", BENCH, "--cache", cache, "--out", tmp_path / "base")
+    summary = json.loads((tmp_path / "base" / "summary.json").read_text())
+    assert code == 0 == code_eval and report["objective"] == "answer"
+    assert report["n"] == summary["n_answer_known"] > 50
+    assert report["acc_baseline"] == pytest.approx(summary["answer_in_evidence"], abs=1e-4)
+    assert report["delta"] < 0 and len(report["regressed"]) > len(report["improved"])  # a 40-word context loses
+    code, text = cli(capsys, "compare", BASELINE_PATH, tight, "--bench", BENCH, "--objective", "answer",
+                     "--cache", cache)
+    assert code == 0 and "objective answer (answer in evidence)" in text and f"delta {report['delta']:+.4f}" in text
 
 
 def test_compare_refuses_bad_input_with_exit_2(capsys, tmp_path):
