@@ -25,10 +25,14 @@ from evolve.strategy.policy import FACT_CATEGORIES
 #: generation_error[stale] — the packed context carried a turn the answer made outdated (``Trace.stale_packed``);
 #: generation_error[stale_<category>] — and a retrieved fact of that behavioural category carried it;
 #: generation_error[not_from_evidence] — the answer's words reached the context, not through items from the gold
-#: turns (``Trace.answer_loss``; only the answer objective's failure view keeps it).
+#: turns (``Trace.answer_loss``; only the answer objective's failure view keeps it);
+#: ingestion_gap[answer_not_stored], retrieval_gap[answer_not_retrieved], kf_filtered[answer_cut] — the answer
+#: objective lost the answer's words at that rung (:data:`ANSWER_QUALIFIERS`).
 QUALIFIERS: dict[str, tuple[str, ...]] = {
-    "kf_filtered": ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict"),
-    "retrieval_gap": ("no_subqueries",),
+    "ingestion_gap": ("answer_not_stored",),
+    "kf_filtered": ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict",
+                    "answer_cut"),
+    "retrieval_gap": ("no_subqueries", "answer_not_retrieved"),
     "generation_error": ("near_miss", "wrong_support", "stale", "not_from_evidence")
                         + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
 }
@@ -143,12 +147,21 @@ def _fill(record: Trace) -> float | None:
     return record.context_tokens / record.token_budget if record.token_budget else None
 
 
+#: Answer-objective losses (``Trace.answer_loss``) that qualify their rung: the answer's words, not a cited turn,
+#: were lost there, so moves that carry the dialogue itself lead.
+ANSWER_QUALIFIERS = {"never_stored": "answer_not_stored", "not_retrieved": "answer_not_retrieved",
+                     "cut_in_assembly": "answer_cut"}
+
+
 def _qualifier_hits(record: Trace) -> set[str]:
     cause = record.root_cause
+    answer = {ANSWER_QUALIFIERS[record.answer_loss]} if record.answer_loss in ANSWER_QUALIFIERS else set()
+    if cause == "ingestion_gap":
+        return answer
     if cause == "kf_filtered":
-        return _loss_reasons(record) & set(QUALIFIERS[cause])
+        return (_loss_reasons(record) & set(QUALIFIERS[cause])) | answer
     if cause == "retrieval_gap":
-        return set() if record.subqueries else {"no_subqueries"}
+        return (set() if record.subqueries else {"no_subqueries"}) | answer
     if cause == "generation_error":
         hits = set()
         if record.f1 >= NEAR_MISS_F1:
