@@ -196,7 +196,8 @@ def load_config(path: str | Path, *, check_files: bool = True) -> RunConfig:
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()  # a misspelt key first: the missing key it was meant to be is then explained too
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         where = ".".join(str(p) for p in first["loc"]) or "<root>"
         line = lines.get(where)
         raise ConfigError(f"{path}{f':{line}' if line else ''}: {where}: {_message(first)}") from None
