@@ -172,7 +172,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     print(engine.power.describe(), file=sys.stderr, flush=True)
     result = engine.run(args.rounds)
     print(json.dumps(result, indent=2))
-    if result["rounds_run"] == 0 and result["budget_stop"] is None:
+    if engine.rounds_run == 0 and result["budget_stop"] is None:
         print(f"0 rounds run; the config's {config.rounds} rounds are done; --rounds N runs more", file=sys.stderr)
     return 0
 

@@ -49,6 +49,7 @@ class Engine:
         self.baseline, self.question_ids = setup.baseline, setup.question_ids
         self.power = setup.power
         self.progress = sys.stderr.isatty() if progress is None else progress
+        self.rounds_run = 0
         self.harness, holdout_harness, backends, self.harness_id = setup.harness(progress)
         self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, alpha=self.rules.alpha,
                                 seed=config.seed) if holdout_harness is not None else None)
@@ -80,18 +81,18 @@ class Engine:
     def run(self, rounds: int | None = None) -> dict:
         """Run ``rounds`` more rounds (default: until the config's round count is reached) and summarise. A budget
         that the next evaluation would exceed stops the run between rounds: the round in progress is not committed,
-        the stop is journaled (BUDGET_STOP) with its figures, and the next run starts that round again. Before
-        the first round, the current strategy's failing questions complete the power check; its warnings (the
-        benchmark can never yield an accept) are logged and land in the summary under ``power``."""
+        the stop is journaled (BUDGET_STOP) with its figures, and the next run starts that round again. The power
+        check's warnings (the benchmark can never yield an accept) are logged before the first round (on a fresh
+        run, with the baseline's failing questions from the round-1 observation) and land in the summary under
+        ``power``; :attr:`rounds_run` says how many rounds this call committed."""
         try:
             target = max(0, rounds if rounds is not None else self.config.rounds - self.stores.last_committed_round)
             first = self.stores.last_committed_round
             stop: dict | None = None
             try:
-                if target:
-                    observed = self._evaluate_current(self.current_strategy(), desc=f"round {first + 1} observe")
-                    outcomes = observed.outcomes(self.config.objective)
-                    self.power = replace(self.power, failing=sum(not o["correct"] for o in outcomes.values()))
+                current = self.current_strategy()
+                if target and strategy_hash(current) == strategy_hash(self.baseline):  # observed in round 1 anyway
+                    self._count_failing(self._evaluate_current(current, desc=f"round {first + 1} observe"))
                 for warning in self.power.warnings():
                     log.warning("warning: %s", warning)
                 for i in range(target):
@@ -104,8 +105,8 @@ class Engine:
                 stop["journal_index"] = entry["index"]
                 log.warning("%s; stopped before round %d (not committed); the next run starts it again",
                             exc, stop["round"])
-            return {**self.summary(), "rounds_run": self.stores.last_committed_round - first,
-                    "budget_stop": stop, "power": self.power.to_dict()}
+            self.rounds_run = self.stores.last_committed_round - first
+            return {**self.summary(), "budget_stop": stop}
         finally:
             self.harness.close()
             if self.holdout is not None and self.holdout.harness is not self.harness:
@@ -135,6 +136,7 @@ class Engine:
         else:
             paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective),
                                        alpha=self.rules.alpha, seed=self.config.seed)
+            self._count_failing(base_run)
             out["baseline"].update(_headline(base_run, objective))
             out["current"].update(_headline(cur_run, objective))
             report = paired.to_dict()
@@ -144,6 +146,7 @@ class Engine:
                 out["holdout"] = {"questions": len(self.holdout.question_ids),
                                   **self.holdout.compare(self.baseline, current)}
         out["llm"] = self.llm_stats.by_role() if self.llm_stats else {}
+        out["power"] = self.power.to_dict()
         return out
 
     def current_strategy(self) -> dict:
@@ -234,6 +237,11 @@ class Engine:
         return results
 
     # ------------------------------------------------------------------ helpers
+
+    def _count_failing(self, baseline_run: EvalRun) -> None:
+        """Complete the power check with the baseline's failing questions under the objective."""
+        outcomes = baseline_run.outcomes(self.config.objective)
+        self.power = replace(self.power, failing=sum(not o["correct"] for o in outcomes.values()))
 
     def _say(self, line: str) -> None:
         """A progress line on stderr, when progress is shown (by default: stderr is a terminal)."""

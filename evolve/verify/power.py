@@ -36,7 +36,7 @@ class PowerCheck:
     probe_size: int  # as configured; more than probe_n when the benchmark is smaller
     probe_delta: float
     require_significance: bool = True
-    failing: int | None = None  # of the current strategy under the objective, once observed
+    failing: int | None = None  # of the baseline under the objective, once observed
 
     @classmethod
     def of(cls, n: int, alpha: float, probe_n: int, probe_size: int, probe_delta: float,
