@@ -314,3 +314,13 @@ def test_every_option_has_help_and_the_description_is_plain_text():
     out_help = next(a.help for a in subs["eval"]._actions if "--out" in a.option_strings)
     assert "runs/eval-YYYYMMDD-HHMMSS" in out_help
     assert "$MEMEVOLVE_CONFIG" in subs["candidates"].format_help()
+
+
+def test_choices_listed_without_imports_match_their_sources():
+    from evolve.cli.workflow import DECISION_CHOICES
+    from evolve.llm.local import MODELS
+    from evolve.ops.review import DECISIONS
+
+    assert sorted(DECISION_CHOICES) == sorted(DECISIONS)
+    model = next(a for a in dict(_subparsers(build_parser()))["local-llm"]._actions if "--model" in a.option_strings)
+    assert list(model.choices) == sorted(MODELS) and "smollm2" in model.choices and "nope" not in model.choices
