@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from evolve.loop.config import load_config
 from evolve.loop.setup import RunSetup
@@ -13,13 +14,18 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "experiments").glob("*.yaml"))
 
 
+@pytest.mark.parametrize("where", ["root", "elsewhere"])
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
-def test_shipped_run_configs_validate(path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # their paths are relative to the repository root, where the README runs them
-    config = load_config(path.relative_to(ROOT))
-    scheme, _, data = config.benchmark.partition(":")
-    if scheme == "locomo" and not Path(data).is_file():
+def test_shipped_run_configs_validate(path, where, monkeypatch, tmp_path):
+    # Their paths are relative to the config file, so they load the same from the repository root (where the
+    # README runs them) and from any other directory.
+    monkeypatch.chdir(ROOT if where == "root" else tmp_path)
+    raw = yaml.safe_load(path.read_text())
+    scheme, _, data = raw.get("benchmark", "").partition(":")
+    if scheme == "locomo" and not (path.parent / data).is_file():
         pytest.skip(f"{data} is not on this machine")
+    config = load_config(path.relative_to(ROOT) if where == "root" else path)
+    assert config.strategy.is_file() and config.stores.is_relative_to(ROOT / "stores")
     setup = RunSetup.prepare(config)
     assert setup.question_ids and setup.probe_ids
 

@@ -61,13 +61,21 @@ def format_locomo_date(moment: datetime) -> str:
     return f"{hour}:{moment.minute:02d} {meridiem} on {moment.day} {moment:%B}, {moment.year}"
 
 
-def require_field(record: dict, key: str, kind: type | tuple[type, ...], where: str) -> Any:
-    """``record[key]`` if present and of ``kind`` (bools never count as numbers), else a :class:`BenchmarkError`."""
+#: JSON names of the Python types a field may be required to have.
+_JSON_KIND = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}
+
+
+def require_field(record: dict, key: str, kind: type | tuple[type, ...], where: str,
+                  expected: str | None = None) -> Any:
+    """``record[key]`` if present and of ``kind`` (bools never count as numbers), else a :class:`BenchmarkError`
+    saying what was found and what is ``expected`` (by default, the JSON name of ``kind``)."""
     if key not in record:
         raise BenchmarkError(f"{where}: missing field '{key}'")
     value = record[key]
     if not isinstance(value, kind) or isinstance(value, bool):
-        raise BenchmarkError(f"{where}: field '{key}' has type {type(value).__name__}")
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        wanted = expected or " or ".join(_JSON_KIND.get(k, k.__name__) for k in kinds)
+        raise BenchmarkError(f"{where}: field '{key}' has type {type(value).__name__}; expected {wanted}")
     return value
 
 
@@ -158,9 +166,10 @@ def _question(record: Any, qid: str, conversation: Conversation, where: str, log
     if not isinstance(record, dict):
         raise BenchmarkError(f"{where}: qa item is not an object")
     text = require_field(record, "question", str, where)
-    code = require_field(record, "category", int, where)
+    codes = ", ".join(f"{c} {name}" for c, name in CATEGORY_BY_CODE.items())
+    code = require_field(record, "category", int, where, f"an integer 1-5 ({codes})")
     if code not in CATEGORY_BY_CODE:
-        raise BenchmarkError(f"{where}: field 'category' is {code}, expected 1..5")
+        raise BenchmarkError(f"{where}: field 'category' is {code}, expected 1..5 ({codes})")
     if "answer" in record:
         answer = str(require_field(record, "answer", (str, int, float), where))
     elif code == CODE_BY_CATEGORY["adversarial"]:

@@ -31,7 +31,8 @@ def parse_longmemeval_date(text: str) -> datetime:
 
 def _date(text: Any, label: str, where: str) -> datetime:
     if not isinstance(text, str):
-        raise BenchmarkError(f"{where}: field '{label}' has type {type(text).__name__}")
+        raise BenchmarkError(f"{where}: field '{label}' has type {type(text).__name__}; expected a date string "
+                             "like \"2023/05/20 (Sat) 02:21\"")
     try:
         return parse_longmemeval_date(text)
     except ValueError:

@@ -1,24 +1,42 @@
-"""Command-line interface: ``memevolve eval|run|...``. Usage errors and bad input exit with code 2."""
+"""Command-line interface: memevolve eval|compare|run|... Usage errors and bad input exit with code 2.
+
+Commands that use stores follow one rule: --config PATH (default $MEMEVOLVE_CONFIG, else
+experiments/nightly.yaml if it exists) names the run config, and the stores are --stores when given, else the
+config's stores.
+"""
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from evolve.benchmarks import load_benchmark, select_questions
+from evolve.cli.defaults import CONFIG_HELP, config_path, stores_dir
 from evolve.data import BASELINE_PATH
-from evolve.benchmarks.types import BenchmarkError
-from evolve.loop.config import ConfigError
-from evolve.observe.judge import TokenF1Judge
-from evolve.observe.objective import LABEL, NEEDS, OBJECTIVES
-from evolve.observe.trace import Summary
-from evolve.llm import ConfigError as LLMConfigError, LLMError
-from evolve.state.files import StoreError, require_output_dir
-from evolve.strategy.artifact import StrategyError, load_strategy
 
-USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, LLMError, BenchmarkError,
-                                           StoreError, FileNotFoundError)
+if TYPE_CHECKING:
+    from evolve.observe.trace import Summary
+
+#: Benchmark specs every command taking --bench accepts.
+BENCH_HELP = ("locomo:PATH | longmemeval:PATH | synthetic[:SEED[:PERSONAS]] | lifecycle:SEED[:PERSONAS] "
+              "(README, Benchmarks)")
+CACHE_HELP = "ingestion and embedding cache shared across evaluations and processes (default: %(default)s; '' for none)"
+#: Where ``eval`` writes when --out is not given: a new directory per evaluation.
+EVAL_RUNS = Path("runs")
+
+
+def user_errors() -> tuple[type[Exception], ...]:
+    """Exceptions that are bad input (exit 2), imported only when something was raised."""
+    from evolve.benchmarks.types import BenchmarkError
+    from evolve.llm.client import LLMError
+    from evolve.llm.config import ConfigError as LLMConfigError
+    from evolve.loop.config import ConfigError
+    from evolve.state.files import StoreError
+    from evolve.strategy.artifact import StrategyError
+
+    return StrategyError, ConfigError, LLMConfigError, LLMError, BenchmarkError, StoreError, FileNotFoundError
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -30,7 +48,7 @@ def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-def print_summary(summary: Summary) -> None:
+def print_summary(summary: "Summary") -> None:
     rows = [("category", "n", "accuracy", "F1", "recall@10")]
     for cat, n in summary.n_by_category.items():
         rows.append((cat, str(n), _fmt(summary.accuracy_by_category[cat]), _fmt(summary.f1_by_category[cat]),
@@ -51,7 +69,9 @@ def print_summary(summary: Summary) -> None:
 def _harness(args: argparse.Namespace):
     """The benchmark's harness (deterministic roles, token-F1 judge) with its ingestion cache in ``--cache``, and the
     ids of the questions to evaluate."""
+    from evolve.benchmarks import load_benchmark, select_questions
     from evolve.observe.harness import Harness, Roles
+    from evolve.observe.judge import TokenF1Judge
     from evolve.runtime import IngestionCache
 
     bench = load_benchmark(args.bench)
@@ -63,8 +83,29 @@ def _harness(args: argparse.Namespace):
     return harness, ids
 
 
+def eval_out(given: str | None, force: bool) -> Path:
+    """Where ``eval`` writes: ``given`` when it is new or empty (or ``force``), else a new timestamped directory
+    under ``runs/``. Never an existing non-empty directory without ``force``."""
+    from evolve.loop.config import ConfigError
+    from evolve.state.files import require_output_dir
+
+    if given is None:
+        stamp = datetime.now(timezone.utc).strftime("eval-%Y%m%d-%H%M%S")
+        out, n = EVAL_RUNS / stamp, 2
+        while out.exists():
+            out, n = EVAL_RUNS / f"{stamp}-{n}", n + 1
+        return require_output_dir(out)
+    out = require_output_dir(Path(given))
+    if out.is_dir() and any(out.iterdir()) and not force:
+        raise ConfigError(f"--out {out}: directory exists and is not empty; give a new directory, omit --out for a "
+                          f"new one under {EVAL_RUNS}/, or --force to overwrite its summary and traces")
+    return out
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    out = require_output_dir(Path(args.out))
+    from evolve.strategy.artifact import load_strategy
+
+    out = eval_out(args.out, args.force)
     strategy = load_strategy(args.strategy)
     harness, ids = _harness(args)
     run = harness.evaluate(strategy, ids)
@@ -76,6 +117,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """Paired comparison of strategy B against strategy A on one benchmark, question by question."""
+    from evolve.loop.config import ConfigError
+    from evolve.observe.objective import LABEL, NEEDS
+    from evolve.strategy.artifact import load_strategy
     from evolve.verify.statistics import paired_comparison
 
     a, b = load_strategy(args.a), load_strategy(args.b)
@@ -113,7 +157,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     from evolve.loop.config import ConfigError, load_config
     from evolve.loop.engine import Engine
 
-    config = load_config(args.config)
+    path = config_path(args.config)
+    if path is None:
+        raise ConfigError("no run config: give --config PATH or set $MEMEVOLVE_CONFIG")
+    config = load_config(path)
     if args.stores:
         config = config.model_copy(update={"stores": Path(args.stores).resolve()})
     try:
@@ -126,9 +173,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     except EndpointUnreachable:
         raise
     except (ConfigError, RolesConfigError) as exc:  # a setting the benchmark or a role cannot serve: name the file
-        raise ConfigError(f"{args.config}: {str(exc).removeprefix('run config: ')}") from None
+        raise ConfigError(f"{path}: {str(exc).removeprefix('run config: ')}") from None
+    print(engine.power.describe(), file=sys.stderr, flush=True)
     result = engine.run(args.rounds)
     print(json.dumps(result, indent=2))
+    if engine.rounds_run == 0 and result["budget_stop"] is None:
+        print(f"0 rounds run; the config's {config.rounds} rounds are done; --rounds N runs more", file=sys.stderr)
     return 0
 
 
@@ -183,53 +233,73 @@ def threshold(text: str) -> float:
     return value
 
 
+class _ModelNames:
+    """The packaged local models as argparse choices, imported only when checked or listed (keeps --help fast)."""
+
+    def __iter__(self):
+        from evolve.llm.local import MODELS
+
+        return iter(sorted(MODELS))
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+def _eval_args(p: argparse.ArgumentParser) -> None:
+    """Options ``eval`` and ``compare`` share: which questions, how they are judged, the ingestion cache."""
+    p.add_argument("--limit", type=positive_int, metavar="N", help="only the first N questions (N >= 1)")
+    p.add_argument("--judge-threshold", type=threshold, default=0.5,
+                   help="token-F1 at or above which an answer is correct, in (0, 1] (default: %(default)s)")
+    p.add_argument("--include-adversarial", action="store_true",
+                   help="also score adversarial (unanswerable) questions, left out by default")
+    p.add_argument("--cache", default=str(Path("stores") / "cache" / "ingestion"), metavar="DIR", help=CACHE_HELP)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="memevolve", description=__doc__)
+    from evolve.observe.objective import OBJECTIVES
+
+    parser = argparse.ArgumentParser(prog="memevolve", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("eval", help="score one strategy on a benchmark, with traces and root causes")
     p.add_argument("--strategy", default=str(BASELINE_PATH), help="strategy file (default: the packaged baseline)")
-    p.add_argument("--bench", default="synthetic", help="locomo:PATH | longmemeval:PATH | synthetic[:SEED]")
-    p.add_argument("--limit", type=positive_int, help="evaluate only the first N questions (N >= 1)")
-    p.add_argument("--out", default="runs/eval")
-    p.add_argument("--judge-threshold", type=threshold, default=0.5, help="token-F1 threshold in (0, 1]")
-    p.add_argument("--include-adversarial", action="store_true")
-    p.add_argument("--cache", default=str(Path("stores") / "cache" / "ingestion"), metavar="DIR",
-                   help="ingestion and embedding cache shared across evaluations and processes "
-                        "(default: stores/cache/ingestion; '' for none)")
+    p.add_argument("--bench", default="synthetic", help=f"{BENCH_HELP} (default: %(default)s)")
+    p.add_argument("--out", metavar="DIR",
+                   help=f"directory for summary.json and traces.jsonl; must be new or empty unless --force "
+                        f"(default: a new {EVAL_RUNS}/eval-YYYYMMDD-HHMMSS, UTC)")
+    p.add_argument("--force", action="store_true", help="write into a non-empty --out directory, replacing "
+                                                        "its summary.json and traces.jsonl")
+    _eval_args(p)
     p.set_defaults(func=cmd_eval)
 
     p = sub.add_parser("compare", help="paired comparison of two strategy files on a benchmark")
     p.add_argument("a", type=Path, help="strategy A (the reference)")
     p.add_argument("b", type=Path, help="strategy B (compared with A)")
-    p.add_argument("--bench", required=True, help="locomo:PATH | longmemeval:PATH | synthetic[:SEED[:PERSONAS]]")
-    p.add_argument("--objective", choices=OBJECTIVES, default="accuracy")
-    p.add_argument("--limit", type=positive_int, help="compare on the first N questions only")
-    p.add_argument("--judge-threshold", type=threshold, default=0.5, help="token-F1 threshold in (0, 1]")
-    p.add_argument("--include-adversarial", action="store_true")
-    p.add_argument("--alpha", type=threshold, default=0.05, help="significance level in (0, 1]")
-    p.add_argument("--show", type=positive_int, default=20, help="question ids listed per side (default 20)")
-    p.add_argument("--cache", default=str(Path("stores") / "cache" / "ingestion"), metavar="DIR",
-                   help="ingestion and embedding cache (default: stores/cache/ingestion; '' for none)")
+    p.add_argument("--bench", required=True, help=BENCH_HELP)
+    p.add_argument("--objective", choices=OBJECTIVES, default="accuracy",
+                   help="the per-question outcome compared (default: %(default)s)")
+    _eval_args(p)
+    p.add_argument("--alpha", type=threshold, default=0.05, help="significance level in (0, 1] (default: %(default)s)")
+    p.add_argument("--show", type=positive_int, default=20, help="question ids listed per side (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the full paired report as JSON")
     p.set_defaults(func=cmd_compare)
 
     p = sub.add_parser("run", help="run Observe-Improve-Verify rounds from a run config")
-    p.add_argument("--config", default="experiments/nightly.yaml")
+    p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--rounds", type=positive_int, metavar="N",
                    help="run N more rounds (default: until the config's round count is reached)")
-    p.add_argument("--stores", help="override the stores directory")
+    p.add_argument("--stores", help="stores directory (default: the config's stores)")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
     p.add_argument("--estimate", action="store_true",
                    help="print the LLM calls, tokens and cost one evaluation, one candidate and the rest of the night "
                         "are expected to spend (no endpoint is called, the stores are not touched) and exit")
     p.set_defaults(func=cmd_run)
 
-    from evolve.llm.local import MODELS
-
     p = sub.add_parser("local-llm", help="serve a packaged GGUF model through llama.cpp's OpenAI-compatible server "
                                          "on 127.0.0.1 (needs the local-llm extra)")
-    p.add_argument("--model", choices=sorted(MODELS), default="smollm2")
+    p.add_argument("--model", choices=_ModelNames(), default="smollm2", metavar="MODEL",
+                   help="packaged model: %(choices)s (default: %(default)s)")
     p.add_argument("--port", type=positive_int, help="port on 127.0.0.1 (default: a free one)")
     p.set_defaults(func=cmd_local_llm)
 
@@ -242,11 +312,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if getattr(args, "resolve_stores", False):
+            args.stores = str(stores_dir(args.stores, args.config))
         return args.func(args)
-    except USER_ERRORS as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stderr.close()
         return 0
-
+    except Exception as exc:
+        if not isinstance(exc, user_errors()):
+            raise
+        print(f"error: {exc}", file=sys.stderr)
+        return 2

@@ -9,19 +9,18 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from evolve.ops.history import History
-from evolve.ops.review import DECISIONS, candidates_table, render_record, select
-from evolve.ops.drift import serving_status, serving_targets
-from evolve.ops.serving import ChangeResult, Refused, promote, rollback
-from evolve.ops.targets import SERVING_DIR_ENV
-from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
-from evolve.state.files import StoreError
-from evolve.strategy.artifact import load_strategy, strategy_hash
-from evolve.strategy.diff import StrategyDiff, diff_strategies
+from evolve.cli.defaults import CONFIG_HELP, stores_dir
 
-DEFAULT_STORES = "stores"
+if TYPE_CHECKING:
+    from evolve.ops.history import History
+    from evolve.ops.serving import ChangeResult
+    from evolve.strategy.diff import StrategyDiff
+
 DEFAULT_SERVING = "strategies/serving.yaml"
+#: ``candidates --decision`` choices (the verdicts of :class:`evolve.verify.decision.Verdict`, lower case).
+DECISION_CHOICES = ("accept", "accept_with_monitor", "feature_flag", "reject")
 
 
 def _shown(path: Path) -> str:
@@ -36,7 +35,7 @@ def _indent(text: str) -> str:
     return "\n".join("  " + line for line in text.splitlines())
 
 
-def _print_diff(diff: StrategyDiff | None, what: str) -> None:
+def _print_diff(diff: "StrategyDiff | None", what: str) -> None:
     if diff is None:
         print(f"{what}: (previous file is not YAML)")
     elif diff.empty:
@@ -46,6 +45,9 @@ def _print_diff(diff: StrategyDiff | None, what: str) -> None:
 
 
 def cmd_diff(args: argparse.Namespace) -> int:
+    from evolve.strategy.artifact import load_strategy, strategy_hash
+    from evolve.strategy.diff import diff_strategies
+
     a, b = load_strategy(args.a), load_strategy(args.b)
     diff = diff_strategies(a, b)
     if args.format == "json":
@@ -59,17 +61,23 @@ def cmd_diff(args: argparse.Namespace) -> int:
 
 
 def cmd_candidates(args: argparse.Namespace) -> int:
+    from evolve.ops.history import History
+    from evolve.ops.review import candidates_table, select
+
     view = History(args.stores)
     records = select(view.records, args.round, args.decision)
     if not records:
         print("no candidates match")
         return 0
     print(candidates_table(records))
-    print(f"\n{len(records)} candidate(s); full record: memevolve show ID --stores {args.stores}")
+    print(f"\n{len(records)} candidate(s); full record: memevolve show ID --stores {_shown(Path(args.stores))}")
     return 0
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from evolve.ops.history import History
+    from evolve.ops.review import render_record
+
     view = History(args.stores)
     record = view.record(args.candidate_id)
     if record is None:
@@ -80,7 +88,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_change(result: ChangeResult, done: str, stores: str) -> None:
+def _print_change(result: "ChangeResult", done: str, stores: str) -> None:
     print(f"{done} {_shown(result.target)}")
     print(f"  new      {result.served.strategy_hash}  (copy {Path(stores) / result.served.copy})")
     if result.previous is None:
@@ -93,6 +101,8 @@ def _print_change(result: ChangeResult, done: str, stores: str) -> None:
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
+    from evolve.ops.serving import Refused, promote
+
     try:
         result = promote(args.stores, args.candidate, args.to, accept_monitor=args.accept_monitor,
                          dry_run=args.dry_run, serving_dir=args.serving_dir, allow_outside=args.allow_outside)
@@ -106,6 +116,8 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
+    from evolve.ops.serving import Refused, rollback
+
     try:
         result = rollback(args.stores, args.target, args.to, serving_dir=args.serving_dir,
                           allow_outside=args.allow_outside)
@@ -127,6 +139,12 @@ def _tracking_uri(given: str | None) -> str | None:
 
 
 def cmd_journal_verify(args: argparse.Namespace) -> int:
+    """The first line is the verdict: ``ok: ...`` exactly when the command exits 0, ``verification failed...``
+    otherwise."""
+    from evolve.ops.drift import serving_status, serving_targets
+    from evolve.ops.history import History
+    from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
+
     view = History(args.stores)
     result = view.verify_journal()
     if not result.ok:
@@ -142,18 +160,28 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         print(f"verification failed: the journal's {result.n} entries chain, but:")
         print("\n".join(f"  {p}" for p in problems))
         return 1
-    keyed = " (MACs present but not checked: set MEMEVOLVE_JOURNAL_KEY)" if result.unchecked_macs else ""
-    print(f"ok: {result.n} entries{keyed}; {len(view.records)} candidate records match their journaled decisions; "
-          f"{len(anchors)} external head(s) checked ({len(targets)} serving file(s)"
-          f"{', tracking ' + uri if uri else ', no tracking store'})")
     statuses = [s for s in (serving_status(view, t) for t in targets) if s.entry or s.current]
+    bad = [s for s in statuses if not s.ok]
+    keyed = " (MACs present but not checked: set MEMEVOLVE_JOURNAL_KEY)" if result.unchecked_macs else ""
+    checked = (f"{result.n} entries{keyed}; {len(view.records)} candidate records match their journaled decisions; "
+               f"{len(anchors)} external head(s) checked ({len(targets)} serving file(s)"
+               f"{', tracking ' + uri if uri else ', no tracking store'})")
+    if bad:
+        print(f"verification failed: {len(bad)} serving file(s) do not match the journal "
+              f"({', '.join(s.state for s in bad)}); the journal itself checks out: {checked}")
+    else:
+        print(f"ok: {checked}")
     for status in statuses:
         print(f"serving {_shown(status.target)}: {status.describe()}")
-    return 0 if all(s.ok for s in statuses) else 1
+    return 1 if bad else 0
 
 
 def cmd_serving(args: argparse.Namespace) -> int:
+    from evolve.ops.drift import serving_status
+    from evolve.ops.history import History
     from evolve.runtime import MemoryRuntime
+    from evolve.state.files import StoreError
+    from evolve.strategy.artifact import load_strategy, strategy_hash
 
     strategy = load_strategy(args.path)
     runtime = MemoryRuntime(strategy)
@@ -166,13 +194,29 @@ def cmd_serving(args: argparse.Namespace) -> int:
     print(f"serving {_shown(status.target)}")
     print(f"  strategy     {strategy_hash(strategy)}  (name {strategy.get('name', '-')}, version "
           f"{strategy.get('version', '-')})")
+    print(f"  lineage      {_lineage(view, strategy)}")
     print(f"  file sha256  {status.current.file_sha256}")
     print(f"  runtime      loaded: MemoryRuntime with embedder {runtime.embedder.name}")
     print(f"  {status.describe()}")
     return 0 if status.ok else 1
 
 
+def _lineage(view: "History | None", strategy: dict) -> str:
+    """How the stores evolved ``strategy`` from its baseline: the baseline's name and version, then each accepted
+    candidate (e.g. ``baseline v1 + r001-c02 + r003-c01``)."""
+    from evolve.strategy.artifact import strategy_hash
+
+    chain = view.lineage(strategy_hash(strategy)) if view is not None else []
+    if not chain:
+        return f"{strategy.get('name', '-')} v{strategy.get('version', '-')} (no evolved change in these stores)"
+    base = view.get_strategy(chain[0].parent_hash) if view.strategy_path(chain[0].parent_hash).is_file() else {}
+    steps = " + ".join(r.candidate_id for r in chain)
+    return (f"{base.get('name', strategy.get('name', '-'))} v{base.get('version', strategy.get('version', '-'))} + "
+            f"{steps} ({len(chain)} accepted change(s))")
+
+
 def cmd_report(args: argparse.Namespace) -> int:
+    from evolve.ops.history import History
     from evolve.ops.report import write_report
 
     write_report(History(args.stores), args.out, args.markdown)
@@ -181,10 +225,14 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def _stores_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--stores", default=DEFAULT_STORES, help=f"stores directory (default {DEFAULT_STORES})")
+    p.add_argument("--config", help=CONFIG_HELP)
+    p.add_argument("--stores", help="stores directory (default: the run config's stores, else stores/)")
+    p.set_defaults(resolve_stores=True)
 
 
 def _serving_args(p: argparse.ArgumentParser) -> None:
+    from evolve.ops.targets import SERVING_DIR_ENV
+
     p.add_argument("--serving-dir", help=f"directory serving files must lie in (default ${SERVING_DIR_ENV} or "
                                          "strategies/)")
     p.add_argument("--allow-outside", action="store_true", help="allow a serving file outside the serving directory")
@@ -193,24 +241,25 @@ def _serving_args(p: argparse.ArgumentParser) -> None:
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the workflow subcommands to ``sub``."""
     p = sub.add_parser("diff", help="path-level diff of two strategy files (exit 1 if they differ)")
-    p.add_argument("a")
-    p.add_argument("b")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("a", help="strategy file A")
+    p.add_argument("b", help="strategy file B")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: %(default)s)")
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("candidates", help="table of recorded candidates with their evidence summary")
     _stores_arg(p)
-    p.add_argument("--round", type=int)
-    p.add_argument("--decision", choices=sorted(DECISIONS))
+    p.add_argument("--round", type=int, help="only candidates of this round")
+    p.add_argument("--decision", choices=DECISION_CHOICES, help="only candidates with this verdict")
     p.set_defaults(func=cmd_candidates)
 
     p = sub.add_parser("show", help="the complete record of one candidate")
-    p.add_argument("candidate_id")
+    p.add_argument("candidate_id", help="candidate id, e.g. r001-c02 (memevolve candidates lists them)")
     _stores_arg(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("promote", help="serve a strategy with a recorded ACCEPT decision")
-    p.add_argument("candidate", metavar="CANDIDATE_ID|PATH")
+    p.add_argument("candidate", metavar="CANDIDATE_ID|PATH",
+                   help="an accepted candidate's id, or a strategy file whose strategy was accepted")
     p.add_argument("--to", required=True, help=f"serving file, e.g. {DEFAULT_SERVING}")
     _stores_arg(p)
     p.add_argument("--accept-monitor", action="store_true", help="also allow ACCEPT_WITH_MONITOR decisions")
@@ -221,7 +270,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("rollback", help="re-serve the previous serving file (or one a journal entry installed)")
     p.add_argument("--to", type=int, metavar="ENTRY_INDEX", help="journal index of a PROMOTE/ROLLBACK entry")
     _stores_arg(p)
-    p.add_argument("--target", default=DEFAULT_SERVING)
+    p.add_argument("--target", default=DEFAULT_SERVING, help="serving file to roll back (default: %(default)s)")
     _serving_args(p)
     p.set_defaults(func=cmd_rollback)
 
@@ -237,12 +286,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     v.set_defaults(func=cmd_journal_verify)
 
     p = sub.add_parser("serving", help="load the serving strategy and say which journal entry put it there")
-    p.add_argument("--path", default=DEFAULT_SERVING)
+    p.add_argument("--path", default=DEFAULT_SERVING, help="serving file (default: %(default)s)")
     _stores_arg(p)
     p.set_defaults(func=cmd_serving)
 
     p = sub.add_parser("report", help="self-contained HTML report (plus an optional Markdown summary)")
     _stores_arg(p)
-    p.add_argument("--out", required=True)
-    p.add_argument("--markdown", metavar="PATH")
+    p.add_argument("--out", required=True, metavar="PATH", help="HTML file to write (replaced if present)")
+    p.add_argument("--markdown", metavar="PATH", help="also write a Markdown summary here")
     p.set_defaults(func=cmd_report)

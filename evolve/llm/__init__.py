@@ -1,18 +1,34 @@
-"""LLM-backed roles through any OpenAI-compatible endpoint, replayed exactly from a response cache."""
-from evolve.llm.cache import CacheError, ResponseCache, cache_key
-from evolve.llm.client import (LLMAuthError, LLMClient, LLMError, LLMModelNotFoundError, LLMRequestError,
-                               LLMUnavailableError)
-from evolve.runtime.usage import UsageStats
-from evolve.llm.config import ROLES, ConfigError, RoleConfig, RolesConfig, check_reachable
-from evolve.llm.advisors import (CriticAdvisor, CriticVerdict, LLMCritic, LLMPlanner, PlannerAdvisor, PlannerResult,
-                                 Proposal)
-from evolve.llm.roles import LLMAnswerer, LLMExpander, LLMExtractor, LLMJudge, build_llm_roles
+"""LLM-backed roles through any OpenAI-compatible endpoint, replayed exactly from a response cache.
 
-__all__ = [
-    "CacheError", "ResponseCache", "cache_key",
-    "LLMAuthError", "LLMClient", "LLMError", "LLMModelNotFoundError", "LLMRequestError", "LLMUnavailableError",
-    "UsageStats",
-    "ROLES", "ConfigError", "RoleConfig", "RolesConfig", "check_reachable",
-    "CriticAdvisor", "CriticVerdict", "LLMAnswerer", "LLMCritic", "LLMExpander", "LLMExtractor", "LLMJudge", "LLMPlanner",
-    "PlannerAdvisor", "PlannerResult", "Proposal", "build_llm_roles",
-]
+Names load on first use, so importing a submodule (e.g. :mod:`evolve.llm.local` for the CLI's model list) does
+not import the OpenAI client.
+"""
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+#: Public name -> module that defines it.
+_EXPORTS = {
+    **dict.fromkeys(("CacheError", "ResponseCache", "cache_key"), "evolve.llm.cache"),
+    **dict.fromkeys(("LLMAuthError", "LLMClient", "LLMError", "LLMModelNotFoundError", "LLMRequestError",
+                     "LLMUnavailableError"), "evolve.llm.client"),
+    "UsageStats": "evolve.runtime.usage",
+    **dict.fromkeys(("ROLES", "ConfigError", "RoleConfig", "RolesConfig", "check_reachable"), "evolve.llm.config"),
+    **dict.fromkeys(("CriticAdvisor", "CriticVerdict", "LLMCritic", "LLMPlanner", "PlannerAdvisor", "PlannerResult",
+                     "Proposal"), "evolve.llm.advisors"),
+    **dict.fromkeys(("LLMAnswerer", "LLMExpander", "LLMExtractor", "LLMJudge", "build_llm_roles"), "evolve.llm.roles"),
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'evolve.llm' has no attribute {name!r}")
+    value = getattr(import_module(_EXPORTS[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

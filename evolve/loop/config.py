@@ -1,8 +1,9 @@
 """Run configuration (``experiments/*.yaml``): what to evolve, on which harness, under which acceptance rules."""
 from __future__ import annotations
 
+import types
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy.engine import make_url
@@ -20,6 +21,10 @@ class _Strict(BaseModel):
     """No unknown fields, no coercion (``rounds: true`` is not 1, ``"3"`` is not 3), finite numbers only."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
+
+
+#: Benchmark specs whose part after the colon is a file path (``locomo:PATH``).
+BENCHMARK_FILE_SCHEMES = ("locomo", "longmemeval")
 
 
 #: A path given as a YAML string.
@@ -111,13 +116,13 @@ class RunConfig(_Strict):
         return url
 
     def resolve(self, base: Path) -> "RunConfig":
-        """Make relative paths absolute against ``base``."""
+        """Make relative paths absolute against ``base`` (:func:`load_config` passes the config file's directory)."""
         def fix(p: Path) -> Path:
             return p if p.is_absolute() else (base / p).resolve()
 
         def spec(bench: str) -> str:
             scheme, _, rest = bench.partition(":")
-            if scheme in ("locomo", "longmemeval") and rest and not Path(rest).is_absolute():
+            if scheme in BENCHMARK_FILE_SCHEMES and rest and not Path(rest).is_absolute():
                 return f"{scheme}:{(base / rest).resolve()}"
             return bench
 
@@ -132,8 +137,49 @@ class ConfigError(ValueError):
     pass
 
 
-def load_config(path: str | Path) -> RunConfig:
-    """Read a run config strictly; relative paths resolve against the working directory."""
+def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
+    """The pydantic model whose fields sit at ``loc`` (a validation error location) below ``model``."""
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return None
+        annotation = field.annotation
+        if get_origin(annotation) in (Union, types.UnionType):
+            annotation = next((a for a in get_args(annotation) if isinstance(a, type) and issubclass(a, BaseModel)),
+                              None)
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _message(error: dict) -> str:
+    """A validation error's message; an unknown key lists the valid keys at its level."""
+    if error["type"] != "extra_forbidden":
+        return error["msg"]
+    model = _model_at(RunConfig, tuple(error["loc"][:-1]))
+    if model is None:
+        return error["msg"]
+    return f"{error['msg']}; valid keys here: {', '.join(model.model_fields)}"
+
+
+def _missing_paths(config: RunConfig) -> list[tuple[str, Path]]:
+    """``(key, path)`` of every file the config names that does not exist (after resolution)."""
+    missing = [] if config.strategy.is_file() else [("strategy", config.strategy)]
+    specs = [("benchmark", config.benchmark)]
+    if config.holdout is not None and config.holdout.benchmark is not None:
+        specs.append(("holdout.benchmark", config.holdout.benchmark))
+    for key, spec in specs:
+        scheme, _, rest = spec.partition(":")
+        if scheme in BENCHMARK_FILE_SCHEMES and rest and not Path(rest).is_file():
+            missing.append((key, Path(rest)))
+    return missing
+
+
+def load_config(path: str | Path, *, check_files: bool = True) -> RunConfig:
+    """Read a run config strictly. Relative paths (``strategy``, ``stores``, benchmark files, the holdout
+    benchmark) resolve against the config file's directory, so a config runs the same from any working directory;
+    with ``check_files`` a file it names that does not exist is refused naming the key."""
     path = Path(path)
     try:
         data, lines = strict_yaml.load(path.read_text(encoding="utf-8"))
@@ -150,8 +196,15 @@ def load_config(path: str | Path) -> RunConfig:
     try:
         config = RunConfig.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
+        errors = exc.errors()  # a misspelt key first: the missing key it was meant to be is then explained too
+        first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
         where = ".".join(str(p) for p in first["loc"]) or "<root>"
         line = lines.get(where)
-        raise ConfigError(f"{path}{f':{line}' if line else ''}: {where}: {first['msg']}") from None
-    return config.resolve(Path.cwd())
+        raise ConfigError(f"{path}{f':{line}' if line else ''}: {where}: {_message(first)}") from None
+    base = path.resolve().parent
+    config = config.resolve(base)
+    for key, missing in _missing_paths(config) if check_files else ():
+        line = lines.get(key)
+        raise ConfigError(f"{path}{f':{line}' if line else ''}: {key}: {missing} does not exist (relative paths "
+                          f"resolve from the config file's directory, {base})")
+    return config

@@ -8,7 +8,9 @@ commits everything as one write-ahead round (:mod:`evolve.loop.commit`), then tr
 from __future__ import annotations
 
 import logging
+import sys
 import time
+from dataclasses import replace
 
 from evolve.improve.digest import digest
 from evolve.improve.effects import DimensionEffects, split_parts
@@ -27,7 +29,7 @@ from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun
-from evolve.observe.objective import failure_view
+from evolve.observe.objective import LABEL, SCORE_FIELD, failure_view
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
 from evolve.verify.critic import Critic, DeterministicCritic
@@ -45,6 +47,9 @@ class Engine:
         # All input is validated before the stores are opened, so bad input never touches them.
         setup = RunSetup.prepare(config)
         self.baseline, self.question_ids = setup.baseline, setup.question_ids
+        self.power = setup.power
+        self.progress = sys.stderr.isatty() if progress is None else progress
+        self.rounds_run = 0
         self.harness, holdout_harness, backends, self.harness_id = setup.harness(progress)
         self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, alpha=self.rules.alpha,
                                 seed=config.seed) if holdout_harness is not None else None)
@@ -76,12 +81,23 @@ class Engine:
     def run(self, rounds: int | None = None) -> dict:
         """Run ``rounds`` more rounds (default: until the config's round count is reached) and summarise. A budget
         that the next evaluation would exceed stops the run between rounds: the round in progress is not committed,
-        the stop is journaled (BUDGET_STOP) with its figures, and the next run starts that round again."""
+        the stop is journaled (BUDGET_STOP) with its figures, and the next run starts that round again. The power
+        check's warnings (the benchmark can never yield an accept) are logged before the first round (on a fresh
+        run, with the baseline's failing questions from the round-1 observation) and land in the summary under
+        ``power``; :attr:`rounds_run` says how many rounds this call committed."""
         try:
-            target = rounds if rounds is not None else self.config.rounds - self.stores.last_committed_round
+            target = max(0, rounds if rounds is not None else self.config.rounds - self.stores.last_committed_round)
+            first = self.stores.last_committed_round
             stop: dict | None = None
             try:
-                for _ in range(max(0, target)):
+                current = self.current_strategy()
+                if target and strategy_hash(current) == strategy_hash(self.baseline):  # observed in round 1 anyway
+                    self._count_failing(self._evaluate_current(current, desc=f"round {first + 1} observe"))
+                for warning in self.power.warnings():
+                    log.warning("warning: %s", warning)
+                for i in range(target):
+                    self._say(f"round {self.stores.last_committed_round + 1} ({i + 1} of {target} in this run): "
+                              "observing the current strategy")
                     self.round(self.stores.last_committed_round + 1)
             except BudgetExhausted as exc:
                 stop = {"round": self.stores.last_committed_round + 1, **exc.figures()}
@@ -89,6 +105,7 @@ class Engine:
                 stop["journal_index"] = entry["index"]
                 log.warning("%s; stopped before round %d (not committed); the next run starts it again",
                             exc, stop["round"])
+            self.rounds_run = self.stores.last_committed_round - first
             return {**self.summary(), "budget_stop": stop}
         finally:
             self.harness.close()
@@ -119,14 +136,17 @@ class Engine:
         else:
             paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective),
                                        alpha=self.rules.alpha, seed=self.config.seed)
+            self._count_failing(base_run)
             out["baseline"].update(_headline(base_run, objective))
             out["current"].update(_headline(cur_run, objective))
-            out["current_vs_baseline"] = {k: paired.to_dict()[k] for k in
-                                          ("n", "delta", "mcnemar_p", "ci_low", "ci_high", "per_category")}
+            report = paired.to_dict()
+            out["current_vs_baseline"] = {k: report[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
+            out["current_vs_baseline"]["per_category"] = _per_category(report["per_category"], objective)
             if self.holdout is not None:
                 out["holdout"] = {"questions": len(self.holdout.question_ids),
                                   **self.holdout.compare(self.baseline, current)}
         out["llm"] = self.llm_stats.by_role() if self.llm_stats else {}
+        out["power"] = self.power.to_dict()
         return out
 
     def current_strategy(self) -> dict:
@@ -151,6 +171,9 @@ class Engine:
         again = runners_up(history, n - 1, current)
         taken = {path for d in again for path, _ in split_parts(d.key)}
         directions = again + [d for d in directions if not taken & {path for path, _ in split_parts(d.key)}]
+        score = cur_run.score(self.config.objective)
+        self._say(f"round {n}: current {LABEL[self.config.objective]} "
+                  f"{'-' if score is None else f'{score:.3f}'}; verifying up to {budget} candidate(s)")
         results = self._verify(n, directions, current, cur_run, history)
 
         winner = max((r for r in results if r.accepted), key=lambda r: r.record.delta, default=None)
@@ -183,6 +206,9 @@ class Engine:
         summary = round_summary(outcome, time.perf_counter() - started)
         if self.tracker:
             track_round(self.tracker, self.stores, self.config, summary, outcome, self.llm_stats)
+        self._say(f"round {n} committed in {time.perf_counter() - started:.1f}s: "
+                  + (f"applied {winner.record.candidate_id}" if winner else "no candidate applied")
+                  + (" (best-ever restored)" if best.restore is not None else ""))
         return summary
 
     def _verify(self, n: int, directions: list[Direction], current: dict, cur_run: EvalRun,
@@ -200,6 +226,7 @@ class Engine:
             direction = merge if merge is not None and merge.key not in tried else queue.pop(0)
             tried.add(direction.key)
             res = self.verifier.verify(f"r{n:03d}-c{len(results):02d}", n, direction, screen)
+            self._say(_candidate_line(res))
             screen.evaluated.add(res.record.policy_hash)
             if res.record.screened and res.record.step_outcome is None:  # accepted / inert moves may grow
                 screen.recent.append(res.record.change_keys)
@@ -210,6 +237,16 @@ class Engine:
         return results
 
     # ------------------------------------------------------------------ helpers
+
+    def _count_failing(self, baseline_run: EvalRun) -> None:
+        """Complete the power check with the baseline's failing questions under the objective."""
+        outcomes = baseline_run.outcomes(self.config.objective)
+        self.power = replace(self.power, failing=sum(not o["correct"] for o in outcomes.values()))
+
+    def _say(self, line: str) -> None:
+        """A progress line on stderr, when progress is shown (by default: stderr is a terminal)."""
+        if self.progress:
+            print(line, file=sys.stderr, flush=True)
 
     def _holdout_scores(self, current: dict, best: dict) -> tuple[float | None, float | None]:
         """The current and the best-ever strategy on the holdout (``None`` without one)."""
@@ -227,6 +264,21 @@ class Engine:
         for r in self.stores.read_jsonl("candidate_outcomes"):
             counts[r["decision"]["verdict"]] = counts.get(r["decision"]["verdict"], 0) + 1
         return counts
+
+
+def _candidate_line(res: CandidateResult) -> str:
+    """One candidate's progress line: its verdict, the stage that decided it and its gain."""
+    r = res.record
+    delta = f", delta {r.delta:+.4f}" if r.paired else ""
+    return f"  candidate {r.candidate_id} {r.direction['key']}: {r.verdict} (decided by {r.decided_by}{delta})"
+
+
+def _per_category(rows: dict[str, dict], objective: str) -> dict[str, dict]:
+    """A paired report's per-category rows with the objective's score names (``accuracy_baseline``,
+    ``all_evidence_packed_candidate``, ...) instead of the report's generic ``acc_*``."""
+    field = SCORE_FIELD[objective]
+    return {c: {"n": r["n"], f"{field}_baseline": r["acc_baseline"], f"{field}_candidate": r["acc_candidate"],
+                "delta": r["delta"]} for c, r in rows.items()}
 
 
 def _headline(run: EvalRun, objective: str) -> dict:

@@ -21,6 +21,7 @@ from evolve.runtime.usage import UsageStats
 from evolve.state.layout import StoreLayout
 from evolve.strategy.artifact import load_strategy
 from evolve.strategy.schema import schema_hash
+from evolve.verify.power import PowerCheck
 from evolve.verify.probe import stratified_probe
 
 log = logging.getLogger(__name__)
@@ -99,6 +100,13 @@ class RunSetup:
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         return cls(config, baseline, benchmark, [q.id for q in questions], scored, probe_ids, roles,
                    StoreLayout(config.stores), holdout_ids, holdout_bench)
+
+    @property
+    def power(self) -> PowerCheck:
+        """What the scored questions, the probe and the acceptance rules allow the run to conclude."""
+        rules = self.config.acceptance
+        return PowerCheck.of(len(self.scored), rules.alpha, len(self.probe_ids), self.config.probe_size,
+                             rules.probe_delta, rules.require_significance)
 
     def dry_harness(self, observing: UsageStats | None = None, *, cache_dir: Path | None = None,
                     persist: bool = True, benchmark: Benchmark | None = None) -> Harness:

@@ -62,6 +62,8 @@ def changed(before: Trace, after: Trace, objective: Objective) -> bool:
     """Whether a strategy change reached what ``objective`` judges: the answer, or the packed context."""
     if objective == "accuracy":
         return before.answer != after.answer
+    if objective == "answer":  # the words count: a unit may keep its id and change its text
+        return [(p["id"], p["text"]) for p in before.packed] != [(p["id"], p["text"]) for p in after.packed]
     return [p["id"] for p in before.packed] != [p["id"] for p in after.packed]
 
 

@@ -7,7 +7,7 @@ from functools import cached_property
 from evolve.loop.record import CandidateRecord
 from evolve.state.checkpoint import Checkpoint
 from evolve.state.view import StoreView
-from evolve.verify.decision import DECISION_ENTRY_TYPES, journal_type
+from evolve.verify.decision import DECISION_ENTRY_TYPES, changes_strategy, journal_type
 
 
 class History(StoreView):
@@ -41,6 +41,18 @@ class History(StoreView):
         found = [d["summary"] for d in self.diagnosis if d.get("strategy_hash") == digest]
         found += [r.summary for r in self.records if r.strategy_hash == digest and r.summary]
         return found[-1] if found else None
+
+    def lineage(self, digest: str) -> list[CandidateRecord]:
+        """The accepted candidates that evolved the baseline into strategy ``digest``, oldest first (empty for the
+        baseline or a strategy these stores never accepted)."""
+        kept = sorted((r for r in self.records if changes_strategy(r.verdict) and r.strategy_hash),
+                      key=lambda r: r.applied)  # an applied record wins over an accepted one of the same strategy
+        accepted = {r.strategy_hash: r for r in kept}
+        chain: list[CandidateRecord] = []
+        while digest in accepted and len(chain) < len(accepted):
+            chain.append(accepted[digest])
+            digest = accepted[digest].parent_hash
+        return chain[::-1]
 
     # ------------------------------------------------------------ records against the journal
 

@@ -97,21 +97,23 @@ def root_cause_plot(rounds: list[dict]) -> str:
 
 
 def category_plot(base: dict[str, float] | None, current: dict[str, float] | None,
-                  best: dict[str, float] | None = None, *, current_is_baseline: bool = False) -> str:
-    """Per-category accuracy change of the current (and best-ever, when given) strategy vs the baseline."""
+                  best: dict[str, float] | None = None, *, current_is_baseline: bool = False,
+                  label: str = LABEL["accuracy"]) -> str:
+    """Per-category change of the current (and best-ever, when given) strategy vs the baseline, in the objective's
+    score named ``label``."""
     fig, ax = _figure(5.6, 3.6)
     series = [("current", "#0969da", current)] + ([("best ever", "#8250df", best)] if best else [])
     if not base or not current:
-        ax.text(0.5, 0.5, "per-category accuracy not recorded", ha="center", transform=ax.transAxes)
+        ax.text(0.5, 0.5, f"per-category {label} not recorded", ha="center", transform=ax.transAxes)
         return _svg(fig)
     cats = sorted(base)
     height = 0.7 / len(series)
     spans = [0.05]
-    for i, (label, color, acc) in enumerate(series):
+    for i, (name, color, acc) in enumerate(series):
         deltas = [acc.get(c, 0.0) - base[c] for c in cats]
         spans += [abs(d) for d in deltas]
         ys = [k - 0.35 + height * (i + 0.5) for k in range(len(cats))]
-        ax.barh(ys, deltas, height=height * 0.9, color=color, label=label)
+        ax.barh(ys, deltas, height=height * 0.9, color=color, label=name)
         for y, d in zip(ys, deltas):
             ax.annotate(f"{d:+.3f}", (d, y), xytext=(4 if d >= 0 else -4, 0), textcoords="offset points",
                         ha="left" if d >= 0 else "right", va="center", fontsize=8)
@@ -122,9 +124,9 @@ def category_plot(base: dict[str, float] | None, current: dict[str, float] | Non
     ax.grid(axis="y", visible=False)
     span = max(spans) * 1.45
     ax.set_xlim(-span, span)
-    ax.set_title("Accuracy by category vs baseline" + (" (current is the baseline)" if current_is_baseline else ""),
-                 fontsize=10, loc="left")
-    ax.set_xlabel("accuracy difference")
+    ax.set_title(f"{label[:1].upper()}{label[1:]} by category vs baseline"
+                 + (" (current is the baseline)" if current_is_baseline else ""), fontsize=10, loc="left")
+    ax.set_xlabel(f"{label} difference")
     if len(series) > 1:
         ax.legend(fontsize=8, frameon=False, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     return _svg(fig)

@@ -10,8 +10,8 @@ from pathlib import Path
 from evolve.data import REPORT_CSS_PATH
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
-from evolve.ops.review import candidate_row, category_deltas, change_summary, fmt_ci, fmt_num
-from evolve.observe.objective import LABEL
+from evolve.ops.review import candidate_row, category_deltas, change_summary, fmt_ci, fmt_num, objective_of
+from evolve.observe.objective import LABEL, SCORE_FIELD
 from evolve.ops.drift import SERVING_TYPES, drift_report
 from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
 from evolve.state.files import atomic_write_text
@@ -50,11 +50,12 @@ class Overview:
 
 
 def _category_plot(ov: Overview) -> str:
-    by_cat = "accuracy_by_category"
-    best = ov.best_summary[by_cat] if (ov.best and ov.best_summary and ov.best["strategy_hash"] not in
-                                       (ov.current_hash, ov.baseline_hash)) else None
+    """The objective's per-category score of the current (and best-ever) strategy against the baseline."""
+    by_cat = f"{SCORE_FIELD[ov.objective]}_by_category"
+    best = ov.best_summary.get(by_cat) if (ov.best and ov.best_summary and ov.best["strategy_hash"] not in
+                                           (ov.current_hash, ov.baseline_hash)) else None
     return category_plot((ov.baseline or {}).get(by_cat), (ov.current or {}).get(by_cat), best,
-                         current_is_baseline=ov.current_hash == ov.baseline_hash)
+                         current_is_baseline=ov.current_hash == ov.baseline_hash, label=ov.label)
 
 
 # ---------------------------------------------------------------- HTML
@@ -115,7 +116,8 @@ def _candidate_section(r: CandidateRecord, view: History) -> str:
                                                       else '<span class="fail">FAIL</span>', _e(g["reason"])]
                                                      for g in r.gates["results"]]))
     if p:
-        right.append(_table(["category", "n", "parent", "candidate", "Δ"],
+        label = _e(LABEL[objective_of(r)])
+        right.append(_table(["category", "n", f"parent {label}", f"candidate {label}", "Δ"],
                             [[_e(c), str(row["n"]), f"{row['acc_baseline']:.3f}", f"{row['acc_candidate']:.3f}",
                               f"{row['delta']:+.3f}"] for c, row in sorted(p["per_category"].items())],
                             num={1, 2, 3, 4}))
@@ -144,14 +146,15 @@ def _candidate_section(r: CandidateRecord, view: History) -> str:
 def _facts(r: CandidateRecord) -> str:
     """Critic, probe and paired statistics of one candidate as a list."""
     critic, probe, p = r.critic, r.probe, r.paired
+    label = _e(LABEL[objective_of(r)])
     facts = []
     if critic:
         facts.append(f"critic: <b>{_e(critic['label'])}</b> — {_e('; '.join(critic['reasons']))}")
     if probe:
-        facts.append(f"probe ({probe['n']} q): {probe['acc_baseline']:.3f} → {probe['acc_candidate']:.3f} "
+        facts.append(f"probe ({probe['n']} q, {label}): {probe['acc_baseline']:.3f} → {probe['acc_candidate']:.3f} "
                      f"(Δ {probe['delta']:+.3f})")
     if p:
-        facts.append(f"paired ({p['n']} q): {p['acc_baseline']:.3f} → {p['acc_candidate']:.3f}, "
+        facts.append(f"paired ({p['n']} q, {label}): {p['acc_baseline']:.3f} → {p['acc_candidate']:.3f}, "
                      f"Δ {p['delta']:+.4f}, McNemar p={p['mcnemar_p']:.3g}, CI {fmt_ci(p)}, "
                      f"improved {len(p['improved'])}, regressed {len(p['regressed'])}, "
                      f"DCR@3 {fmt_num(r.dcr, '.3f')}")
@@ -198,20 +201,29 @@ def _md(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
+def _score_header(ov: Overview) -> list[str]:
+    """The strategies table's header: the objective's score, then accuracy when the objective is another."""
+    if SCORE_FIELD[ov.objective] == "accuracy":
+        return [f"| strategy | hash | {ov.label} (objective) |", "| --- | --- | ---: |"]
+    return [f"| strategy | hash | {ov.label} (objective) | accuracy |", "| --- | --- | ---: | ---: |"]
+
+
 def render_markdown(view: History, html_name: str | None = None) -> str:
     """A short summary suitable for a pull-request comment."""
     ov = Overview.of(view)
     records, h = view.records, ov.harness
     lines = [f"### memevolve: {ov.n_rounds} round(s) on {h.get('benchmark', '?')} "
              f"({h.get('n_questions', '?')} questions, judge {h.get('judge', '?')}, objective {ov.objective})", "",
-             f"| strategy | hash | {ov.label} | accuracy |", "| --- | --- | ---: | ---: |"]
+             *_score_header(ov)]
     rows = [("baseline", ov.baseline_hash, ov.baseline_score, ov.baseline),
             ("current", ov.current_hash, ov.current_score, ov.current)]
     if ov.best:
         rows.append((f"best ever (round {ov.best['round']})", ov.best["strategy_hash"], ov.best["score"],
                      ov.best_summary))
-    lines += [f"| {name} | `{(digest or '-')[:12]}` | {fmt_num(score, '.3f')} | "
-              f"{fmt_num((summary or {}).get('accuracy'), '.3f')} |" for name, digest, score, summary in rows]
+    also = SCORE_FIELD[ov.objective] != "accuracy"  # the accuracy column, when the objective is something else
+    lines += [f"| {name} | `{(digest or '-')[:12]}` | {fmt_num(score, '.3f')} |"
+              + (f" {fmt_num((summary or {}).get('accuracy'), '.3f')} |" if also else "")
+              for name, digest, score, summary in rows]
     lines += ["", "Decisions: " + (", ".join(f"{n} {v}" for v, n in sorted(ov.decisions.items())) or "none")]
     accepted = [r for r in records if changes_strategy(r.verdict)]
     if accepted:

@@ -6,6 +6,7 @@ from typing import Any, Iterable
 
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
+from evolve.observe.objective import LABEL
 from evolve.strategy.artifact import LINEAGE
 
 #: Verdict names accepted by ``--decision``.
@@ -94,6 +95,11 @@ def candidates_table(records: list[CandidateRecord]) -> str:
 # ---------------------------------------------------------------- the complete record
 
 
+def objective_of(record: CandidateRecord) -> str:
+    """The objective a candidate was decided under (recorded with its harness; ``accuracy`` before that)."""
+    return (record.harness or {}).get("objective", "accuracy")
+
+
 def _gate_lines(gates: dict | None) -> list[str]:
     if gates is None:
         return ["gates: not run"]
@@ -107,13 +113,14 @@ def _paired_lines(record: CandidateRecord) -> list[str]:
     p = record.paired
     if not p:
         return ["paired comparison: not run (screened out earlier)"]
-    lines = [f"paired comparison on {p['n']} questions: parent {p['acc_baseline']:.3f} -> candidate "
+    label = LABEL[objective_of(record)]
+    lines = [f"paired comparison on {p['n']} questions ({label}): parent {p['acc_baseline']:.3f} -> candidate "
              f"{p['acc_candidate']:.3f}  Δ {p['delta']:+.4f}  McNemar p={p['mcnemar_p']:.4g}  "
              f"{p['confidence']:.0%} CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}] ({p['ci_method']})",
              f"  improved {len(p['improved'])}, regressed {len(p['regressed'])}, both correct "
              f"{len(p['both_correct'])}, both wrong {len(p['both_wrong'])}; DCR@3 {fmt_num(record.dcr, '.3f')}"]
-    rows = [{"category": c, "n": str(r["n"]), "parent": f"{r['acc_baseline']:.3f}",
-             "candidate": f"{r['acc_candidate']:.3f}", "Δ": f"{r['delta']:+.3f}"}
+    rows = [{"category": c, "n": str(r["n"]), f"parent {label}": f"{r['acc_baseline']:.3f}",
+             f"candidate {label}": f"{r['acc_candidate']:.3f}", "Δ": f"{r['delta']:+.3f}"}
             for c, r in sorted(p["per_category"].items())]
     lines += ["  " + line for line in text_table(rows).splitlines()]
     return lines
@@ -160,8 +167,8 @@ def render_record(record: CandidateRecord, view: History) -> str:
         lines.append(f"evidence screen (no LLM call): {e['n']} questions, all-evidence-packed Δ {e['delta']:+.4f}, "
                      f"McNemar p={e['mcnemar_p']:.4g}, CI [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}]")
     probe = r.probe
-    lines.append(f"probe: {probe['n']} questions, parent {probe['acc_baseline']:.3f} -> candidate "
-                 f"{probe['acc_candidate']:.3f} (Δ {probe['delta']:+.3f})" if probe else "probe: not run")
+    lines.append(f"probe: {probe['n']} questions ({LABEL[objective_of(r)]}), parent {probe['acc_baseline']:.3f} "
+                 f"-> candidate {probe['acc_candidate']:.3f} (Δ {probe['delta']:+.3f})" if probe else "probe: not run")
     if r.llm:
         lines.append("llm (screen, probe and full evaluation): " + usage_line(r.llm))
     if r.cost:

@@ -202,9 +202,9 @@ def test_rounds_runs_n_more(capsys, tmp_path, stores):
     config = small_config(tmp_path / "run.yaml", stores=stores, rounds=1)  # already reached by the stores
     code, out = cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")
     assert code == 0, out
-    assert json.loads(out[out.index("{"):])["rounds"] == 2
+    assert json.JSONDecoder().raw_decode(out, out.index("{"))[0]["rounds"] == 2
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")  # the config's count is reached: no round
-    assert code == 0 and json.loads(out[out.index("{"):])["rounds"] == 2
+    assert code == 0 and json.JSONDecoder().raw_decode(out, out.index("{"))[0]["rounds"] == 2
 
 
 # ---------------------------------------------------------------- 14. eval --out is checked before evaluating
