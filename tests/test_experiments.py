@@ -22,6 +22,7 @@ def test_shipped_run_configs_validate(path, where, monkeypatch, tmp_path):
     monkeypatch.chdir(ROOT if where == "root" else tmp_path)
     raw = yaml.safe_load(path.read_text())
     scheme, _, data = raw.get("benchmark", "").partition(":")
+    data = data.partition("#")[0]  # PATH#CONV,...
     if scheme == "locomo" and not (path.parent / data).is_file():
         pytest.skip(f"{data} is not on this machine")
     config = load_config(path.relative_to(ROOT) if where == "root" else path)

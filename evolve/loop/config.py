@@ -122,8 +122,9 @@ class RunConfig(_Strict):
 
         def spec(bench: str) -> str:
             scheme, _, rest = bench.partition(":")
-            if scheme in BENCHMARK_FILE_SCHEMES and rest and not Path(rest).is_absolute():
-                return f"{scheme}:{(base / rest).resolve()}"
+            file, hashed, selection = rest.partition("#")  # PATH#CONV,...: a subset of the file's conversations
+            if scheme in BENCHMARK_FILE_SCHEMES and file and not Path(file).is_absolute():
+                return f"{scheme}:{(base / file).resolve()}{hashed}{selection}"
             return bench
 
         holdout = self.holdout
@@ -171,8 +172,9 @@ def _missing_paths(config: RunConfig) -> list[tuple[str, Path]]:
         specs.append(("holdout.benchmark", config.holdout.benchmark))
     for key, spec in specs:
         scheme, _, rest = spec.partition(":")
-        if scheme in BENCHMARK_FILE_SCHEMES and rest and not Path(rest).is_file():
-            missing.append((key, Path(rest)))
+        file = rest.partition("#")[0]
+        if scheme in BENCHMARK_FILE_SCHEMES and file and not Path(file).is_file():
+            missing.append((key, Path(file)))
     return missing
 
 
