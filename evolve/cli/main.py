@@ -13,7 +13,7 @@ from evolve.loop.config import ConfigError
 from evolve.observe.judge import TokenF1Judge
 from evolve.observe.trace import Summary
 from evolve.llm import ConfigError as LLMConfigError, LLMError
-from evolve.state.files import StoreError, require_output_dir
+from evolve.state.files import StoreError
 from evolve.strategy.artifact import StrategyError, load_strategy
 
 USER_ERRORS: tuple[type[Exception], ...] = (StrategyError, ConfigError, LLMConfigError, LLMError, BenchmarkError,
@@ -58,7 +58,9 @@ def _harness(args: argparse.Namespace):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    out = require_output_dir(Path(args.out))
+    from evolve.ops.outputs import check_output_dir
+
+    out = check_output_dir("--out", args.out, ("summary.json", "traces.jsonl"))
     strategy = load_strategy(args.strategy)
     harness, ids = _harness(args)
     run = harness.evaluate(strategy, ids)

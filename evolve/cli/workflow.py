@@ -173,9 +173,16 @@ def cmd_serving(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from evolve.ops.outputs import check_output_file
     from evolve.ops.report import write_report
 
-    write_report(History(args.stores), args.out, args.markdown)
+    view = History(args.stores)
+    served = tuple(Path(t).resolve() for t in serving_targets(view.entries))
+    out = check_output_file("--out", args.out, protected=served)
+    markdown = check_output_file("--markdown", args.markdown, protected=served) if args.markdown else None
+    if markdown == out:
+        raise StoreError(f"--markdown {args.markdown}", "refused: the same file as --out; nothing was written")
+    write_report(view, out, markdown)
     print(f"wrote {args.out}" + (f" and {args.markdown}" if args.markdown else ""))
     return 0
 

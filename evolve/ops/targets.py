@@ -29,7 +29,8 @@ def serving_dir(configured: str | Path | None = None) -> Path:
     return Path(configured or os.environ.get(SERVING_DIR_ENV) or "strategies").resolve()
 
 
-def _is_strategy_file(path: Path) -> bool:
+def is_strategy_file(path: Path) -> bool:
+    """Whether ``path`` holds a YAML mapping with every top-level section the schema requires."""
     try:
         loaded, _ = strict_yaml.load(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, TypeError, ValueError):
@@ -55,6 +56,6 @@ def check_target(layout: StoreLayout, target: str | Path, *, directory: str | Pa
                       f"{SERVING_DIR_ENV}, or pass --allow-outside)")
     if path.exists() and not path.is_file():
         raise Refused(f"refused: {target} exists and is not a regular file")
-    if path.exists() and not _is_strategy_file(path):
+    if path.exists() and not is_strategy_file(path):
         raise Refused(f"refused: {target} exists and is not a strategy file; it was not overwritten")
     return path

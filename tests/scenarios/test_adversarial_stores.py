@@ -1,0 +1,86 @@
+"""Hard edges II, stores half: output paths that would replace state, and a promote or rollback killed between its
+writes. Through the CLI, on real stores; every refused operation leaves the stores byte-identical."""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from evolve.data import BASELINE_PATH
+from workflow_fixtures import cli, snapshot
+
+BENCH = "synthetic:0:3"
+
+
+@pytest.fixture
+def serving(tmp_path: Path, monkeypatch) -> Path:
+    """``<tmp>/strategies/serving.yaml`` holding the baseline with a comment; its directory is the serving directory."""
+    path = tmp_path / "strategies" / "serving.yaml"
+    path.parent.mkdir()
+    path.write_bytes(b"# served since the last release\n" + BASELINE_PATH.read_bytes())
+    monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
+    return path
+
+
+def witness_lines(serving: Path) -> list[dict]:
+    path = serving.with_name(serving.name + ".witness")
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+# ---------------------------------------------------------------- 1. output paths
+
+
+def _hostile_outputs(stores: Path, serving: Path, tmp_path: Path) -> list[Path]:
+    fifo = tmp_path / "fifo.html"
+    os.mkfifo(fifo)
+    victim = tmp_path / "victim.txt"
+    victim.write_text("keep me\n")
+    link = tmp_path / "link.html"
+    link.symlink_to(victim)
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    return [stores / "journal.jsonl", stores / "state.json", stores / "new-report.html", stores / "strategies",
+            serving, serving.with_name(serving.name + ".witness"), fifo, link, loop / "report.html", loop,
+            tmp_path / "strategies"]
+
+
+@pytest.mark.parametrize("option", ["--out", "--markdown"])
+def test_report_refuses_outputs_that_would_replace_state(option, capsys, stores, serving, tmp_path):
+    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
+    assert code == 0, out
+    hostile = _hostile_outputs(stores, serving, tmp_path)
+    before = snapshot(stores)
+    outside = {p: p.read_bytes() for p in (serving, serving.with_name(serving.name + ".witness"),
+                                           tmp_path / "victim.txt")}
+    fine = tmp_path / "report.html"
+    for path in hostile:
+        argv = ("--out", path) if option == "--out" else ("--out", fine, "--markdown", path)
+        started = time.perf_counter()
+        code, out = cli(capsys, "report", "--stores", stores, *argv)
+        assert code == 2 and f"error: {option} {path}: refused: " in out and "Traceback" not in out, out
+        assert time.perf_counter() - started < 2.0
+    assert snapshot(stores) == before
+    assert {p: p.read_bytes() for p in outside} == outside
+    assert (tmp_path / "fifo.html").is_fifo() and not fine.exists()
+    code, out = cli(capsys, "report", "--stores", stores, "--out", fine, "--markdown", tmp_path / "summary.md")
+    assert code == 0 and fine.read_text().startswith("<!DOCTYPE html>") and snapshot(stores) == before, out
+
+
+def test_eval_refuses_an_output_directory_in_the_stores_or_behind_a_link(capsys, stores, tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    traces_link = tmp_path / "out"
+    traces_link.mkdir()
+    (traces_link / "traces.jsonl").symlink_to(stores / "journal.jsonl")
+    before = snapshot(stores)
+    for out_dir, rule in ((stores, "lies inside the stores"), (stores / "rounds", "lies inside the stores"),
+                          (loop, "is a symbolic link"), (loop / "sub", "cannot be resolved"),
+                          (traces_link, "is a symbolic link")):
+        started = time.perf_counter()
+        code, out = cli(capsys, "eval", "--bench", BENCH, "--out", out_dir, "--cache", "")
+        assert code == 2 and "error: --out " in out and rule in out and "Traceback" not in out, out
+        assert time.perf_counter() - started < 1.0  # refused before the evaluation
+    assert snapshot(stores) == before
