@@ -10,10 +10,11 @@ import os
 import sys
 from pathlib import Path
 
+from evolve.ops.change import pending_change
 from evolve.ops.history import History
 from evolve.ops.review import DECISIONS, candidates_table, render_record, select
 from evolve.ops.drift import serving_status, serving_targets
-from evolve.ops.serving import ChangeResult, Refused, promote, rollback
+from evolve.ops.serving import ChangeResult, Refused, promote, recover, rollback
 from evolve.ops.targets import SERVING_DIR_ENV
 from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
 from evolve.state.files import StoreError
@@ -92,7 +93,15 @@ def _print_change(result: ChangeResult, done: str, stores: str) -> None:
     _print_diff(result.diff, "diff old -> new")
 
 
+def _recover(stores: str) -> None:
+    """Finish a promote or rollback a crash interrupted, and say what was done."""
+    recovered = recover(stores)
+    if recovered is not None:
+        print(recovered.describe(), file=sys.stderr)
+
+
 def cmd_promote(args: argparse.Namespace) -> int:
+    _recover(args.stores)
     try:
         result = promote(args.stores, args.candidate, args.to, accept_monitor=args.accept_monitor,
                          dry_run=args.dry_run, serving_dir=args.serving_dir, allow_outside=args.allow_outside)
@@ -106,6 +115,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace) -> int:
+    _recover(args.stores)
     try:
         result = rollback(args.stores, args.target, args.to, serving_dir=args.serving_dir,
                           allow_outside=args.allow_outside)
@@ -128,6 +138,15 @@ def _tracking_uri(given: str | None) -> str | None:
 
 def cmd_journal_verify(args: argparse.Namespace) -> int:
     view = History(args.stores)
+    intent = pending_change(view.layout)
+    if intent is not None:
+        try:
+            _recover(args.stores)
+        except StoreError as exc:
+            print(f"verification failed: a serving change ({intent.get('type')}) was started at "
+                  f"{intent.get('written_at')} and not finished, and it cannot be finished now: {exc}")
+            return 1
+        view = History(args.stores)
     result = view.verify_journal()
     if not result.ok:
         print(f"verification failed at entry {result.first_bad_index}: {result.reason}")

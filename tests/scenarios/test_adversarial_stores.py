@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from pathlib import Path
 
 import pytest
 
 from evolve.data import BASELINE_PATH
-from workflow_fixtures import cli, snapshot
+from evolve.ops.change import CRASH_ENV, STEPS
+from workflow_fixtures import cli, cli_subprocess, journal, snapshot
 
 BENCH = "synthetic:0:3"
 
@@ -83,4 +85,69 @@ def test_eval_refuses_an_output_directory_in_the_stores_or_behind_a_link(capsys,
         code, out = cli(capsys, "eval", "--bench", BENCH, "--out", out_dir, "--cache", "")
         assert code == 2 and "error: --out " in out and rule in out and "Traceback" not in out, out
         assert time.perf_counter() - started < 1.0  # refused before the evaluation
+    assert snapshot(stores) == before
+
+
+# ---------------------------------------------------------------- 2. a crash inside promote or rollback
+
+
+@pytest.mark.parametrize("step", STEPS)
+def test_a_promote_killed_between_its_writes_is_finished_or_abandoned(step, capsys, stores, serving, tmp_path,
+                                                                       monkeypatch):
+    original = serving.read_bytes()
+    entries = len(journal(stores))
+    monkeypatch.setenv(CRASH_ENV, step)
+    killed = cli_subprocess(tmp_path, "promote", "r002-c00", "--to", serving, "--stores", stores)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    monkeypatch.delenv(CRASH_ENV)
+    swapped = step != "intent"
+    assert (serving.read_bytes() != original) == swapped
+
+    code, out = cli(capsys, "journal", "verify", "--stores", stores)  # finds the intent and recovers
+    assert code == 0, out
+    assert f"recovered an interrupted PROMOTE of {serving}: " + ("finished" if swapped else "abandoned") in out
+    types = [e["type"] for e in journal(stores)[entries:]]
+    assert types == (["PROMOTE", "RECOVER"] if swapped else ["RECOVER"])
+    promotes = [e for e in journal(stores) if e["type"] == "PROMOTE"]
+    assert [w["index"] for w in witness_lines(serving)] == [e["index"] for e in promotes]  # witnessed once
+    assert not (stores / "serving" / "intent.json").exists()
+
+    if swapped:
+        code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)  # a retry
+        assert code == 1 and "already holds exactly this file" in out, out
+        code, out = cli(capsys, "rollback", "--target", serving, "--stores", stores)
+        assert code == 0 and serving.read_bytes() == original, out
+    else:
+        assert serving.read_bytes() == original
+        code, out = cli(capsys, "rollback", "--target", serving, "--stores", stores)
+        assert code == 1 and "nothing to roll back" in out
+    code, out = cli(capsys, "journal", "verify", "--stores", stores)
+    assert code == 0 and out.startswith("ok: "), out
+
+
+def test_a_rollback_killed_after_the_swap_is_finished_by_the_next_command(capsys, stores, serving, tmp_path,
+                                                                          monkeypatch):
+    original = serving.read_bytes()
+    assert cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)[0] == 0
+    monkeypatch.setenv(CRASH_ENV, "swap")
+    killed = cli_subprocess(tmp_path, "rollback", "--target", serving, "--stores", stores)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    monkeypatch.delenv(CRASH_ENV)
+    assert serving.read_bytes() == original
+    code, out = cli(capsys, "rollback", "--target", serving, "--stores", stores)  # finishes, then nothing to undo
+    assert f"recovered an interrupted ROLLBACK of {serving}: finished" in out
+    assert code == 1 and "already undone" in out, out
+    assert [e["type"] for e in journal(stores)][-3:] == ["PROMOTE", "ROLLBACK", "RECOVER"]
+
+
+def test_verify_flags_a_serving_file_no_entry_installed(capsys, stores, serving):
+    accepted = next(json.loads(line) for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()
+                    if json.loads(line)["candidate_id"] == "r002-c00")
+    serving.write_bytes((stores / "strategies" / f"{accepted['strategy_hash']}.yaml").read_bytes())  # by hand
+    before = snapshot(stores)
+    code, out = cli(capsys, "journal", "verify", "--stores", stores, "--serving", serving)
+    assert code == 1 and f"serving {serving}: unjournaled: holds strategy {accepted['strategy_hash']} of r002-c00" \
+        in out, out
+    code, out = cli(capsys, "serving", "--path", serving, "--stores", stores)
+    assert code == 1 and "unjournaled" in out
     assert snapshot(stores) == before
