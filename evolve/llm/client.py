@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import threading
 import time
@@ -12,6 +11,7 @@ import openai
 
 from evolve.llm.cache import ResponseCache, cache_key
 from evolve.llm.config import RoleConfig
+from evolve.llm.reply import ChatReply, MalformedReply, parse_reply
 from evolve.runtime.roles import RoleError
 from evolve.runtime.usage import UsageStats, current_question
 
@@ -123,6 +123,14 @@ class LLMClient:
     def _error(self, cls: type[LLMError], reason: str) -> LLMError:
         return cls(self.role, self.cfg.endpoint, self.model, reason)
 
+    def _accept(self, reply: ChatReply) -> tuple[str, dict[str, int]]:
+        """The reply's content and its usage, tallied."""
+        usage = reply.usage
+        tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0,
+                  "completion_tokens": usage.completion_tokens if usage else 0}
+        self._tally(**tokens)
+        return reply.content, tokens
+
     def _call(self, messages: list[dict], request: dict, key: str) -> tuple[str, dict[str, int]]:
         last = ""
         for attempt in range(self.cfg.max_retries + 1):
@@ -132,7 +140,8 @@ class LLMClient:
                     self._tally(requests=1)
                     started = time.perf_counter()
                     try:
-                        response = self._api.chat.completions.create(model=self.model, messages=messages, **request)
+                        raw = self._api.chat.completions.with_raw_response.create(model=self.model,
+                                                                                  messages=messages, **request)
                     finally:
                         self._tally(latency_ms=round((time.perf_counter() - started) * 1000))
             except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
@@ -148,18 +157,11 @@ class LLMClient:
                 last = f"no response within {self.cfg.timeout_s:g}s"
             except openai.APIConnectionError as exc:
                 last = f"connection failed ({exc.__cause__ or exc})"
-            except json.JSONDecodeError as exc:
-                last = f"malformed response body ({exc})"
             else:
-                choice = response.choices[0] if getattr(response, "choices", None) else None
-                content = choice.message.content if choice is not None else None
-                if isinstance(content, str):
-                    usage = response.usage
-                    tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0,
-                              "completion_tokens": usage.completion_tokens if usage else 0}
-                    self._tally(**tokens)
-                    return content, tokens
-                last = "malformed response (no message content)"
+                try:
+                    return self._accept(parse_reply(raw.http_response.content))
+                except MalformedReply as exc:
+                    last = str(exc)
             if attempt < self.cfg.max_retries:
                 self._tally(retries=1)
                 time.sleep(self._delay(key, attempt, retry_after))
