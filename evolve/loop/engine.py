@@ -28,6 +28,7 @@ from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun
 from evolve.observe.objective import failure_view
+from evolve.runtime.usage import RequestLimitReached
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
 from evolve.verify.critic import Critic, DeterministicCritic
@@ -83,7 +84,7 @@ class Engine:
             try:
                 for _ in range(max(0, target)):
                     self.round(self.stores.last_committed_round + 1)
-            except BudgetExhausted as exc:
+            except (BudgetExhausted, RequestLimitReached) as exc:
                 stop = {"round": self.stores.last_committed_round + 1, **exc.figures()}
                 entry = self.stores.append_journal("BUDGET_STOP", stop)
                 stop["journal_index"] = entry["index"]
@@ -114,7 +115,7 @@ class Engine:
         try:
             base_run = self.harness.evaluate(self.baseline, self.question_ids, desc="baseline")
             cur_run = self._evaluate_current(current)
-        except BudgetExhausted as exc:
+        except (BudgetExhausted, RequestLimitReached) as exc:
             out["current_vs_baseline"] = {"skipped": str(exc)}
         else:
             paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective),

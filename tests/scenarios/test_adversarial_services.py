@@ -2,13 +2,19 @@
 CLI, against real servers on 127.0.0.1. Every failure is one clear line in bounded time; nothing is a traceback."""
 from __future__ import annotations
 
+import json
+import logging
 import time
 from pathlib import Path
 
 import pytest
 
 from evolve.llm import LLMClient, LLMUnavailableError, ResponseCache, RoleConfig, UsageStats
+from evolve.loop.budget import BudgetConfig
+from evolve.loop.config import RunConfig
+from evolve.loop.engine import Engine
 from llm_server import LoopbackLLMServer
+from workflow_fixtures import journal
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
 
@@ -46,3 +52,50 @@ def test_a_malformed_reply_is_retried_then_a_clear_error(rewrite, rule, tmp_path
         assert server.request_count == 2  # retried once, as any transient failure
     assert f"gave up after 2 attempts; last error: malformed reply: {rule}" in str(err.value)
     assert stats.get("answerer", "failures") == 1 and cache_bytes(tmp_path) == 0
+
+
+# ---------------------------------------------------------------- 5. token accounting
+
+
+def test_negative_usage_is_refused_not_summed(tmp_path):
+    with LoopbackLLMServer(rewrite=lambda r: {**r, "usage": {"prompt_tokens": -50_000, "completion_tokens": 1}}) \
+            as server:
+        client, stats = client_for(server, tmp_path)
+        with pytest.raises(LLMUnavailableError, match="usage.prompt_tokens: Input should be greater than or equal"):
+            client.complete(MESSAGES)
+    assert stats.get("answerer", "prompt_tokens") == 0 and stats.get("answerer", "requests") == 2
+
+
+def test_a_reply_without_usage_is_estimated_and_said(tmp_path, caplog):
+    with LoopbackLLMServer(rewrite=lambda r: {k: v for k, v in r.items() if k != "usage"}) as server:
+        client, stats = client_for(server, tmp_path)
+        with caplog.at_level(logging.WARNING):
+            assert client.complete(MESSAGES) == "echo: hello there"
+            client.complete(MESSAGES, seed=1)
+    assert stats.get("answerer", "prompt_tokens") > 0 and stats.get("answerer", "completion_tokens") > 0
+    said = [r.getMessage() for r in caplog.records if "reports no token usage" in r.getMessage()]
+    assert len(said) == 1, said  # once per role, not per call
+    [entry] = [json.loads(p.read_text()) for p in (tmp_path / "cache").rglob("*.json")][:1]
+    assert entry["usage_estimated"] is True
+
+
+def test_a_huge_completion_is_cut_before_it_is_cached(tmp_path):
+    with LoopbackLLMServer(responder=lambda body: "x" * 10_000_000) as server:
+        client, _ = client_for(server, tmp_path, max_tokens=16)
+        reply = client.complete(MESSAGES)
+    assert len(reply) == 16 * 16 and cache_bytes(tmp_path) < 4_000
+
+
+def test_retries_never_overrun_max_llm_calls(tmp_path):
+    limit = 16
+    with LoopbackLLMServer() as server:
+        config = RunConfig(benchmark="synthetic:0:3", limit=12, probe_size=10, rounds=1, candidates_per_round=1,
+                           seed=0, stores=tmp_path / "stores", budget=BudgetConfig(max_llm_calls=limit),
+                           roles={"answerer": {"backend": "llm", "base_url": server.base_url, "model": "test-model",
+                                               "max_retries": 4, "backoff_s": 0.0}})
+        server.fail_next("500", 8)  # 12 answers expected by the dry run, 8 retries on top
+        out = Engine(config, track=False, progress=False).run()
+        assert server.request_count == limit
+    stop = out["budget_stop"]
+    assert out["rounds"] == 0 and stop["exceeded"] == ["max_llm_calls"] and stop["spent"]["calls"] == limit
+    assert journal(tmp_path / "stores")[-1]["type"] == "BUDGET_STOP"
