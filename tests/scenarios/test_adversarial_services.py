@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import logging
+import socket
+import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -14,9 +17,10 @@ from evolve.loop.budget import BudgetConfig
 from evolve.loop.config import RunConfig
 from evolve.loop.engine import Engine
 from llm_server import LoopbackLLMServer
-from workflow_fixtures import journal
+from workflow_fixtures import cli, journal, write_config
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
+SMALL = dict(benchmark="synthetic:0:3", limit=40, probe_size=10, rounds=1, candidates_per_round=2)
 
 
 def client_for(server: LoopbackLLMServer, tmp_path: Path, **settings) -> tuple[LLMClient, UsageStats]:
@@ -99,3 +103,74 @@ def test_retries_never_overrun_max_llm_calls(tmp_path):
     stop = out["budget_stop"]
     assert out["rounds"] == 0 and stop["exceeded"] == ["max_llm_calls"] and stop["spent"]["calls"] == limit
     assert journal(tmp_path / "stores")[-1]["type"] == "BUDGET_STOP"
+
+
+# ---------------------------------------------------------------- 7. base_url
+
+
+def _run_config(tmp_path: Path, **roles) -> Path:
+    return write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", roles=roles)
+
+
+@pytest.mark.parametrize("url", ["not a url", "::garbage", "http://127.0.0.1:notaport/v1", "ftp://host/v1"])
+def test_a_base_url_that_is_not_a_url_is_refused_with_the_config(url, capsys, tmp_path, monkeypatch):
+    config = _run_config(tmp_path, answerer={"backend": "llm", "base_url": url, "model": "m"})
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"error: {config}: roles.answerer.base_url: Value error, not " in out, out
+    assert "Traceback" not in out and not (tmp_path / "stores").exists()
+    for var, value in (("BACKEND", "llm"), ("MODEL", "m"), ("BASE_URL", url)):
+        monkeypatch.setenv(f"MEMEVOLVE_ANSWERER_{var}", value)
+    config = write_config(tmp_path / "env.yaml", **SMALL, stores=tmp_path / "stores")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and "roles.answerer.base_url (from $MEMEVOLVE_ANSWERER_BASE_URL): Value error" in out, out
+
+
+class Trickle:
+    """A TCP server on 127.0.0.1 that answers every connection one byte every ``every_s`` seconds, never finishing
+    the status line (for at most ``for_s`` seconds): per-read socket timeouts never fire."""
+
+    def __init__(self, every_s: float = 0.5, for_s: float = 20.0):
+        self.every_s, self.for_s = every_s, for_s
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.stop = threading.Event()
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while not self.stop.is_set():
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._trickle, args=(conn,), daemon=True).start()
+
+    def _trickle(self, conn: socket.socket) -> None:
+        deadline = time.monotonic() + self.for_s
+        with conn:
+            try:
+                while time.monotonic() < deadline and not self.stop.is_set():
+                    conn.sendall(b"H")
+                    time.sleep(self.every_s)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.stop.set()
+        self.sock.close()
+
+
+@pytest.fixture
+def trickle() -> Iterator[Trickle]:
+    server = Trickle()
+    yield server
+    server.close()
+
+
+def test_an_endpoint_that_trickles_is_unreachable_in_bounded_time(trickle, capsys, tmp_path):
+    url = f"http://127.0.0.1:{trickle.port}/v1"
+    config = _run_config(tmp_path, answerer={"backend": "llm", "base_url": url, "model": "m"})
+    started = time.perf_counter()
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and time.perf_counter() - started < 5, out
+    assert f"error: LLM role 'answerer': cannot reach {url} ({url}/models): no HTTP answer within 3s" in out, out
+    assert not (tmp_path / "stores").exists()
