@@ -183,8 +183,21 @@ class Engine:
         self._current_run = new_run
         summary = round_summary(outcome, time.perf_counter() - started)
         if self.tracker:
-            track_round(self.tracker, self.stores, self.config, summary, outcome, self.llm_stats)
+            self._track(summary, outcome)
         return summary
+
+    def _track(self, summary: dict, outcome: RoundOutcome) -> None:
+        """Track the committed round; if the tracking store fails now, the round stays committed and a FLAG entry
+        records that it is untracked (and why), so the summary is not lost."""
+        try:
+            track_round(self.tracker, self.stores, self.config, summary, outcome, self.llm_stats)
+        except Exception as exc:  # MLflow, SQLAlchemy and OS errors alike
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            entry = self.stores.append_journal("FLAG", {"what": "untracked_round", "round": outcome.round,
+                                                        "tracking_uri": self.tracker.uri, "error": reason[:500]})
+            summary["untracked"] = {"reason": reason[:500], "journal_index": entry["index"]}
+            log.warning("round %d is committed but not tracked at %s: %s (journal entry %d FLAG)", outcome.round,
+                        self.tracker.uri, reason, entry["index"])
 
     def _verify(self, n: int, directions: list[Direction], current: dict, cur_run: EvalRun,
                 history: list[CandidateRecord]) -> list[CandidateResult]:

@@ -7,6 +7,7 @@ import logging
 import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Iterator
 
@@ -174,3 +175,81 @@ def test_an_endpoint_that_trickles_is_unreachable_in_bounded_time(trickle, capsy
     assert code == 2 and time.perf_counter() - started < 5, out
     assert f"error: LLM role 'answerer': cannot reach {url} ({url}/models): no HTTP answer within 3s" in out, out
     assert not (tmp_path / "stores").exists()
+
+
+# ---------------------------------------------------------------- 8. tracking stores
+
+
+class _Broken(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:
+        return
+
+    def do_GET(self) -> None:
+        body = b'{"error_code": "INTERNAL_ERROR"}'
+        self.send_response(500)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_POST = do_GET
+
+
+@pytest.fixture
+def broken_tracking() -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 that answers 500 to everything, as a tracking server in trouble does."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Broken)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+def test_a_broken_tracking_store_is_refused_before_the_stores_in_bounded_time(broken_tracking, capsys, tmp_path):
+    directory = tmp_path / "mlflow.db"
+    directory.mkdir()
+    cases = [(broken_tracking, "answers HTTP 500"), ("garbage://x", "tracking_uri: cannot use the tracking store "
+                                                                    "garbage://x"),
+             (f"sqlite:///{directory}", "exists and is not a regular file")]
+    for uri, rule in cases:
+        config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", tracking_uri=uri)
+        started = time.perf_counter()
+        code, out = cli(capsys, "run", "--config", config)
+        assert code == 2 and f"error: {config}: tracking_uri: " in out and rule in out, out
+        assert "Traceback" not in out and time.perf_counter() - started < 5
+        assert not (tmp_path / "stores").exists()
+
+
+class _FailsAfterLookup(_Broken):
+    """Finds the experiment, then answers 500 to every write: a tracking store that breaks after the checks."""
+
+    def do_GET(self) -> None:
+        if "/experiments/get-by-name" not in self.path:
+            return super().do_GET()
+        body = json.dumps({"experiment": {"experiment_id": "1", "name": "memevolve", "lifecycle_stage": "active",
+                                          "artifact_location": "file:///nonexistent"}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_tracking_failure_after_the_commit_keeps_the_round_and_journals_it(capsys, tmp_path, monkeypatch):
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")  # MLflow's own setting: fail at once
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _FailsAfterLookup)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        uri = f"http://127.0.0.1:{httpd.server_address[1]}"
+        config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", tracking_uri=uri)
+        code, out = cli(capsys, "run", "--config", config)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert code == 0 and "Traceback" not in out, out[-2000:]
+    state = json.loads((tmp_path / "stores" / "state.json").read_text())
+    flag = journal(tmp_path / "stores")[-1]
+    assert state["last_committed_round"] == 1
+    assert flag["type"] == "FLAG" and flag["payload"]["what"] == "untracked_round" and flag["payload"]["round"] == 1
+    assert flag["payload"]["tracking_uri"] == uri and flag["payload"]["error"]
+    code, out = cli(capsys, "journal", "verify", "--stores", tmp_path / "stores", "--tracking-uri", "")
+    assert code == 0, out
