@@ -171,7 +171,7 @@ class Engine:
         outcome = RoundOutcome(n, current, cur_run, new_current, new_run, dg, directions,
                                self.advisor.notes if self.advisor else [], results, winner, best.restore,
                                *self._holdout_scores(new_current, best.checkpoint["strategy"] if best.checkpoint
-                                                     else prior.strategy))
+                                                     else prior.strategy if prior else new_current))
         fill_bundle(bundle, outcome, self.stores, baseline=self.baseline, harness_id=self.harness_id,
                     docs={"dimension_effects": self.effects.to_dict(), "hypothesis_tree": self.tree.to_dict()},
                     escalations=escalations(self.stores.read_doc("escalations", {"blocked": {}, "escalated": []}),

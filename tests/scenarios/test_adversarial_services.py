@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import socket
 import threading
 import time
@@ -18,7 +19,7 @@ from evolve.loop.budget import BudgetConfig
 from evolve.loop.config import RunConfig
 from evolve.loop.engine import Engine
 from llm_server import LoopbackLLMServer
-from workflow_fixtures import cli, journal, write_config
+from workflow_fixtures import cli, journal, snapshot, write_config
 
 MESSAGES = [{"role": "user", "content": "hello there"}]
 SMALL = dict(benchmark="synthetic:0:3", limit=40, probe_size=10, rounds=1, candidates_per_round=2)
@@ -253,3 +254,29 @@ def test_a_tracking_failure_after_the_commit_keeps_the_round_and_journals_it(cap
     assert flag["payload"]["tracking_uri"] == uri and flag["payload"]["error"]
     code, out = cli(capsys, "journal", "verify", "--stores", tmp_path / "stores", "--tracking-uri", "")
     assert code == 0, out
+
+
+# ---------------------------------------------------------------- 6. on_role_error: mark on a dead endpoint
+
+
+def test_mark_on_an_endpoint_that_always_fails_commits_an_unscored_round(capsys, tmp_path):
+    with LoopbackLLMServer() as server:
+        def config(stores: Path) -> Path:
+            return write_config(tmp_path / f"{stores.name}.yaml", **{**SMALL, "limit": 12}, stores=stores,
+                                on_role_error="mark", roles={"answerer": {
+                                    "backend": "llm", "base_url": server.base_url, "model": "test-model",
+                                    "max_retries": 0}})
+
+        lived = tmp_path / "lived"
+        assert cli(capsys, "run", "--config", config(lived), "--no-tracking")[0] == 0
+        best = snapshot(lived / "best")
+        shutil.rmtree(lived / "cache" / "llm")  # nothing to replay: every question needs the endpoint
+        server.fail_next("500", 100_000)
+        for stores, rounds in ((lived, 2), (tmp_path / "fresh", 1)):
+            code, out = cli(capsys, "run", "--config", config(stores), "--rounds", 1, "--no-tracking")
+            assert code == 0 and "Traceback" not in out and "invalid bundle" not in out, out[-2000:]
+            last = journal(stores)[-1]
+            assert last["type"] == "ROUND" and last["round"] == rounds and last["payload"]["accuracy"] is None
+            assert cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", "")[0] == 0
+    assert snapshot(lived / "best") == best  # a round that scored nothing neither checkpoints nor restores
+    assert not (tmp_path / "fresh" / "best").exists() or not any((tmp_path / "fresh" / "best").iterdir())
