@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import threading
 import zlib
 from dataclasses import dataclass
 from decimal import Decimal
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
@@ -78,6 +80,30 @@ def _db_errors(method):
             raise StoreError(self.storage_url.removeprefix("sqlite:///"),
                              f"Optuna study database: {str(cause).splitlines()[0]}") from None
     return wrapper
+
+
+def check_storage(storage_url: str, timeout_s: float = 5.0) -> None:
+    """Raise ``ValueError`` saying why unless a connection to the database of ``storage_url`` opens within
+    ``timeout_s`` (a SQLite file is created on first use and needs none)."""
+    if storage_url.startswith("sqlite"):
+        return
+    outcome: list[str | None] = [f"no connection within {timeout_s:g}s"]
+
+    def connect() -> None:
+        try:
+            engine = sqlalchemy.create_engine(storage_url)
+            with engine.connect():
+                outcome[0] = None
+            engine.dispose()
+        except Exception as exc:  # DBAPI errors differ per driver
+            outcome[0] = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+
+    thread = threading.Thread(target=connect, daemon=True, name="optuna storage check")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive() or outcome[0] is not None:
+        raise ValueError(f"cannot connect to {sqlalchemy.engine.make_url(storage_url).render_as_string()}: "
+                         f"{outcome[0]}")
 
 
 class Evolver:

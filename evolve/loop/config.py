@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from evolve.data import BASELINE_PATH
 from evolve.strategy import strict_yaml
@@ -108,6 +108,13 @@ class RunConfig(_Strict):
                                  "postgresql://user@host/db)") from None
             if parsed.drivername.startswith("sqlite") and not parsed.database:
                 raise ValueError(f"{url!r} names no database file; an in-memory SQLite study would not persist")
+            try:
+                parsed.get_dialect().import_dbapi()
+            except NoSuchModuleError:
+                raise ValueError(f"{parsed.drivername!r} is not a database SQLAlchemy knows") from None
+            except ImportError as exc:
+                raise ValueError(f"the {parsed.drivername} driver is not installed ({exc}); install it or use a "
+                                 "sqlite:/// URL") from None
         return url
 
     def resolve(self, base: Path) -> "RunConfig":

@@ -12,7 +12,7 @@ import time
 
 from evolve.improve.digest import digest
 from evolve.improve.effects import DimensionEffects, split_parts
-from evolve.improve.evolver import Evolver
+from evolve.improve.evolver import Evolver, check_storage
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction, Planner, load_bundles
 from evolve.llm import CriticAdvisor, PlannerAdvisor
@@ -20,7 +20,7 @@ from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
-from evolve.loop.config import RunConfig
+from evolve.loop.config import ConfigError, RunConfig
 from evolve.loop.holdout import Holdout
 from evolve.loop.learning import learn, merged, relieved, runners_up
 from evolve.loop.record import CandidateRecord
@@ -50,6 +50,11 @@ class Engine:
         self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, alpha=self.rules.alpha,
                                 seed=config.seed) if holdout_harness is not None else None)
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
+        if config.optuna_storage:
+            try:
+                check_storage(config.optuna_storage)
+            except ValueError as exc:
+                raise ConfigError(f"optuna_storage: {exc}") from None
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())

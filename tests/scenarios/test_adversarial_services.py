@@ -280,3 +280,20 @@ def test_mark_on_an_endpoint_that_always_fails_commits_an_unscored_round(capsys,
             assert cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", "")[0] == 0
     assert snapshot(lived / "best") == best  # a round that scored nothing neither checkpoints nor restores
     assert not (tmp_path / "fresh" / "best").exists() or not any((tmp_path / "fresh" / "best").iterdir())
+
+
+# ---------------------------------------------------------------- 9. optuna_storage
+
+
+@pytest.mark.parametrize("url, rule", [
+    ("postgresql://user@127.0.0.1:5432/studies", "the postgresql driver is not installed"),
+    ("mysql://user@127.0.0.1:3306/studies", "the mysql driver is not installed"),
+    ("nosuchdb://host/studies", "'nosuchdb' is not a database SQLAlchemy knows"),
+])
+def test_an_optuna_storage_without_its_driver_is_refused_before_the_stores(url, rule, capsys, tmp_path):
+    config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", optuna_storage=url)
+    started = time.perf_counter()
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"error: {config}:4: optuna_storage: Value error, {rule}" in out, out
+    assert "Traceback" not in out and time.perf_counter() - started < 2
+    assert not (tmp_path / "stores").exists()
