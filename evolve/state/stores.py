@@ -21,7 +21,7 @@ from pathlib import Path
 
 from evolve.state.bundle import RoundBundle
 from evolve.state.checkpoint import Checkpoint
-from evolve.state.journal import Journal, VerifyResult
+from evolve.state.journal import KEY_ENV, Journal, VerifyResult
 from evolve.canonical import canonical_hash, canonical_json
 from evolve.state.files import (
     StoreError, append_lines, atomic_write_json, atomic_write_text, ensure_dir, iter_jsonl, now_iso, os_error, read_json,
@@ -71,6 +71,7 @@ class StoreSet(StoreReader):
                 ensure_dir(sub)
             anchor = self.state.get("journal_head")
             self.journal = Journal(self.layout.journal, anchor)
+            self._check_key_mode()
             verified = self.journal.verify(anchor)
             if not verified.ok:
                 raise StoreError(self.layout.journal, f"committed history is damaged at entry "
@@ -234,6 +235,19 @@ class StoreSet(StoreReader):
         self.close()
 
     # ------------------------------------------------------------ internals
+
+    def _check_key_mode(self) -> None:
+        """Refuse to write a keyed journal without the key, or an unkeyed one with it: either would leave entries
+        of both kinds, after which every keyed verification (or keyed run) fails."""
+        last = self.journal.last()
+        if last is None:
+            return
+        if "mac" in last and self.journal.key is None:
+            raise StoreError(self.layout.journal, f"these stores are keyed (their journal entries carry MACs) but "
+                                                  f"{KEY_ENV} is not set; set it to write them (nothing was written)")
+        if "mac" not in last and self.journal.key is not None:
+            raise StoreError(self.layout.journal, f"these stores are unkeyed (their journal entries carry no MAC) but "
+                                                  f"{KEY_ENV} is set; unset it to write them (nothing was written)")
 
     def _require_lock(self) -> None:
         if not self._lock.held:

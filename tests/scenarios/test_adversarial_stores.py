@@ -12,7 +12,8 @@ import pytest
 
 from evolve.data import BASELINE_PATH
 from evolve.ops.change import CRASH_ENV, STEPS
-from workflow_fixtures import cli, cli_subprocess, journal, snapshot
+from evolve.state.journal import KEY_ENV
+from workflow_fixtures import cli, cli_subprocess, journal, snapshot, write_config
 
 BENCH = "synthetic:0:3"
 
@@ -151,3 +152,27 @@ def test_verify_flags_a_serving_file_no_entry_installed(capsys, stores, serving)
     code, out = cli(capsys, "serving", "--path", serving, "--stores", stores)
     assert code == 1 and "unjournaled" in out
     assert snapshot(stores) == before
+
+
+# ---------------------------------------------------------------- 11. keyed and unkeyed writers
+
+
+def test_keyed_stores_refuse_an_unkeyed_writer_and_the_reverse(capsys, tmp_path, monkeypatch):
+    for keyed in (True, False):
+        stores = tmp_path / f"stores-{keyed}"
+        config = write_config(tmp_path / "run.yaml", benchmark=BENCH, limit=40, probe_size=10, rounds=1,
+                              candidates_per_round=1, stores=stores)
+        if keyed:
+            monkeypatch.setenv(KEY_ENV, "s3cret")
+        assert cli(capsys, "run", "--config", config, "--no-tracking")[0] == 0
+        if keyed:
+            monkeypatch.delenv(KEY_ENV)
+        else:
+            monkeypatch.setenv(KEY_ENV, "s3cret")
+        before = snapshot(stores)
+        code, out = cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")
+        mode = f"these stores are keyed (their journal entries carry MACs) but {KEY_ENV} is not set" if keyed else \
+            f"these stores are unkeyed (their journal entries carry no MAC) but {KEY_ENV} is set"
+        assert code == 2 and f"error: {stores / 'journal.jsonl'}: {mode}" in out, out
+        assert snapshot(stores) == before
+        monkeypatch.delenv(KEY_ENV, raising=False)
