@@ -22,6 +22,7 @@ from pathlib import Path
 from evolve.state.files import StoreError, append_lines, iter_jsonl
 from evolve.canonical import canonical_json
 from evolve.state.journal import HEAD_TAG, STORES_TAG
+from evolve.reachability import http_status
 
 WITNESS_SUFFIX = ".witness"
 
@@ -64,6 +65,11 @@ def tracking_anchors(uri: str, stores_root: Path) -> list[Anchor]:
 
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise StoreError(uri, "no such tracking store (the SQLite file does not exist)")
+    if uri.startswith(("http://", "https://")):
+        status = http_status(f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search?max_results=1", 3.0)
+        if status != 200:
+            raise StoreError(uri, "cannot read the tracking store: " + (status if isinstance(status, str) else
+                                                                         f"the server answers HTTP {status}"))
     try:
         client = MlflowClient(tracking_uri=uri)
         ids = [e.experiment_id for e in client.search_experiments()]

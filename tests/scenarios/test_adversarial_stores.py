@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -176,3 +177,16 @@ def test_keyed_stores_refuse_an_unkeyed_writer_and_the_reverse(capsys, tmp_path,
         assert code == 2 and f"error: {stores / 'journal.jsonl'}: {mode}" in out, out
         assert snapshot(stores) == before
         monkeypatch.delenv(KEY_ENV, raising=False)
+
+
+# ---------------------------------------------------------------- 14. journal verify against a dead tracking server
+
+
+def test_verify_against_a_dead_tracking_server_fails_in_bounded_time(capsys, stores):
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        uri = f"http://127.0.0.1:{sock.getsockname()[1]}"  # bound, not listening: connection refused
+        started = time.perf_counter()
+        code, out = cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", uri)
+    assert code == 2 and f"error: {uri}: cannot read the tracking store: " in out, out
+    assert "Traceback" not in out and time.perf_counter() - started < 5
