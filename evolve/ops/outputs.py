@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evolve.ops.targets import is_strategy_file
-from evolve.ops.witness import WITNESS_SUFFIX
+from evolve.ops.targets import WITNESS_SUFFIX, is_strategy_file
 from evolve.state.files import StoreError, require_output_dir
 
 #: Files whose presence marks a directory as stores.

@@ -190,3 +190,23 @@ def test_verify_against_a_dead_tracking_server_fails_in_bounded_time(capsys, sto
         code, out = cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", uri)
     assert code == 2 and f"error: {uri}: cannot read the tracking store: " in out, out
     assert "Traceback" not in out and time.perf_counter() - started < 5
+
+
+# ---------------------------------------------------------------- 13. a witness that is a link or a directory
+
+
+@pytest.mark.parametrize("kind", ["symlink", "directory"])
+def test_a_witness_that_is_not_a_regular_file_refuses_the_promote(kind, capsys, stores, serving, tmp_path):
+    other = tmp_path / "some-other-file"
+    other.write_text("not yours\n")
+    witness = serving.with_name(serving.name + ".witness")
+    if kind == "symlink":
+        witness.symlink_to(other)
+    else:
+        witness.mkdir()
+    before, served = snapshot(stores), serving.read_bytes()
+    for argv in (("promote", "r002-c00", "--to", serving), ("rollback", "--target", serving)):
+        code, out = cli(capsys, *argv, "--stores", stores)
+        assert code == 1 and f"refused: {witness} (the witness file of {serving}) is a symbolic link or not a " \
+                              "regular file" in out, out
+    assert snapshot(stores) == before and serving.read_bytes() == served and other.read_text() == "not yours\n"
