@@ -4,7 +4,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
@@ -22,8 +24,14 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
-#: A path given as a YAML string.
-PathField = Annotated[Path, Field(strict=False)]
+def _not_empty(value: object) -> object:
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("an empty path would mean the working directory; name a path")
+    return value
+
+
+#: A path given as a YAML string (not empty).
+PathField = Annotated[Path, Field(strict=False), BeforeValidator(_not_empty)]
 
 
 class PlannerConfig(_Strict):

@@ -210,3 +210,17 @@ def test_a_witness_that_is_not_a_regular_file_refuses_the_promote(kind, capsys, 
         assert code == 1 and f"refused: {witness} (the witness file of {serving}) is a symbolic link or not a " \
                               "regular file" in out, out
     assert snapshot(stores) == before and serving.read_bytes() == served and other.read_text() == "not yours\n"
+
+
+# ---------------------------------------------------------------- 13. an empty stores path
+
+
+@pytest.mark.parametrize("field", ["stores", "strategy"])
+def test_an_empty_path_in_the_run_config_is_refused(field, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"benchmark: {BENCH}\nlimit: 40\nprobe_size: 10\nrounds: 1\n{field}: ''\n")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"error: {config}:5: {field}: Value error, an empty path would mean the working " \
+                          "directory" in out, out
+    assert [p.name for p in tmp_path.iterdir()] == ["run.yaml"]
