@@ -14,8 +14,6 @@ Either way a ``RECOVER`` entry journals the intent and its outcome, so the resto
 """
 from __future__ import annotations
 
-import os
-import signal
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,14 +21,12 @@ from evolve.canonical import sha256_hex
 from evolve.ops.drift import read_optional
 from evolve.ops.witness import witness_anchors, write_witness
 from evolve.state.files import (
-    StoreError, atomic_write_bytes, atomic_write_json, fsync_dir, now_iso, os_error, read_json,
+    StoreError, atomic_write_bytes, atomic_write_json, crash_point, fsync_dir, now_iso, os_error, read_json,
 )
 from evolve.state.layout import StoreLayout
 from evolve.state.stores import StoreSet
 
-#: Test-only: the name of a step of :func:`apply_change` after which the process kills itself with SIGKILL.
-CRASH_ENV = "MEMEVOLVE_CRASH_AT"
-#: The steps of a change, in order (the names :data:`CRASH_ENV` accepts).
+#: The steps of a change, in order (the names :data:`~evolve.state.files.CRASH_ENV` accepts).
 STEPS = ("intent", "swap", "journal", "witness")
 
 
@@ -61,23 +57,18 @@ def pending_change(layout: StoreLayout) -> dict | None:
     return read_json(intent_path(layout), None)
 
 
-def _crash_point(step: str) -> None:
-    if os.environ.get(CRASH_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
-
-
 def apply_change(store_set: StoreSet, kind: str, target: Path, data: bytes, payload: dict) -> dict:
     """Serve ``data`` at ``target`` and journal ``kind`` with ``payload``, crash-atomically; the journal entry."""
     intent, last = intent_path(store_set.layout), store_set.journal.last()
     atomic_write_json(intent, {"type": kind, "payload": payload, "journal_length": 0 if last is None else
                                last["index"] + 1, "written_at": now_iso()})
-    _crash_point("intent")
+    crash_point("intent")
     atomic_write_bytes(target, data)
-    _crash_point("swap")
+    crash_point("swap")
     entry = store_set.append_journal(kind, payload)
-    _crash_point("journal")
+    crash_point("journal")
     write_witness(target, entry, store_set.root)
-    _crash_point("witness")
+    crash_point("witness")
     _remove(intent)
     return entry
 

@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import stat
 import tempfile
 from datetime import datetime, timezone
@@ -30,6 +31,16 @@ _CAUSES = {
     errno.EISDIR: "path is a directory",
     errno.EFBIG: "file too large (file size limit exceeded)",
 }
+
+
+#: Test-only: the name of a step (see :func:`crash_point`) at which the process kills itself with SIGKILL.
+CRASH_ENV = "MEMEVOLVE_CRASH_AT"
+
+
+def crash_point(step: str) -> None:
+    """SIGKILL this process when :data:`CRASH_ENV` names ``step``: how tests crash a write between two steps."""
+    if os.environ.get(CRASH_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StoreError(RuntimeError):

@@ -24,7 +24,8 @@ from evolve.state.checkpoint import Checkpoint
 from evolve.state.journal import KEY_ENV, Journal, VerifyResult
 from evolve.canonical import canonical_hash, canonical_json
 from evolve.state.files import (
-    StoreError, append_lines, atomic_write_json, atomic_write_text, ensure_dir, iter_jsonl, now_iso, os_error, read_json,
+    StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir, iter_jsonl, now_iso,
+    os_error, read_json,
     remove_stale_temps, repair_torn_tail,
 )
 from evolve.state.layout import JSONL_STORES, StoreLayout
@@ -290,6 +291,7 @@ class StoreSet(StoreReader):
             fresh = [r for r in records if r["key"] not in keys]
             append_lines(self.path(name), [canonical_json(r) for r in fresh])
             keys.update(r["key"] for r in fresh)
+        crash_point("commit-records")
         for name, doc in bundle.docs.items():
             atomic_write_json(self.path(name), doc)
         if bundle.checkpoint is not None:

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from evolve.data import BASELINE_PATH
-from evolve.ops.change import CRASH_ENV, STEPS
+from evolve.ops.change import STEPS
+from evolve.state.files import CRASH_ENV
 from evolve.state.journal import KEY_ENV
 from workflow_fixtures import cli, cli_subprocess, journal, snapshot, write_config
 
@@ -224,3 +225,24 @@ def test_an_empty_path_in_the_run_config_is_refused(field, capsys, tmp_path, mon
     assert code == 2 and f"error: {config}:5: {field}: Value error, an empty path would mean the working " \
                           "directory" in out, out
     assert [p.name for p in tmp_path.iterdir()] == ["run.yaml"]
+
+
+# ---------------------------------------------------------------- 14. journal verify during a round commit
+
+
+def test_verify_in_the_middle_of_a_round_commit_does_not_fail_falsely(capsys, tmp_path, monkeypatch):
+    stores = tmp_path / "stores"
+    config = write_config(tmp_path / "run.yaml", benchmark=BENCH, limit=40, probe_size=10, rounds=1,
+                          candidates_per_round=1, stores=stores)
+    assert cli(capsys, "run", "--config", config, "--no-tracking")[0] == 0
+    entries = len(journal(stores))
+    monkeypatch.setenv(CRASH_ENV, "commit-records")  # round 2's records are appended, its journal entries are not
+    killed = cli_subprocess(tmp_path, "run", "--config", config, "--rounds", 1, "--no-tracking")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    monkeypatch.delenv(CRASH_ENV)
+    assert len(journal(stores)) == entries and '"round":2' in (stores / "candidate_outcomes.jsonl").read_text()
+    code, out = cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", "")
+    assert code == 0 and "no decision entry" not in out, out
+    assert cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")[0] == 0  # finished on open
+    code, out = cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", "")
+    assert code == 0 and "candidate records match their journaled decisions" in out, out
