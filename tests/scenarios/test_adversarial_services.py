@@ -297,3 +297,49 @@ def test_an_optuna_storage_without_its_driver_is_refused_before_the_stores(url, 
     assert code == 2 and f"error: {config}:4: optuna_storage: Value error, {rule}" in out, out
     assert "Traceback" not in out and time.perf_counter() - started < 2
     assert not (tmp_path / "stores").exists()
+
+
+# ---------------------------------------------------------------- 12. hostile benchmark files
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def _locomo_sample(**conversation) -> dict:
+    turns = {"session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a beagle named Rex."}],
+             "session_1_date_time": "1:56 pm on 8 May, 2023",
+             "session_2": [{"speaker": "Ben", "dia_id": "D2:1", "text": "Rex chewed my shoe."}],
+             "session_2_date_time": "1:56 pm on 9 May, 2023"}
+    return {"sample_id": "s1", "conversation": {"speaker_a": "Ann", "speaker_b": "Ben", **turns, **conversation},
+            "qa": [{"question": "Who is Rex?", "answer": "a beagle", "evidence": ["D1:1"], "category": 1}]}
+
+
+def _longmemeval(edit) -> list:
+    items = json.loads((FIXTURES / "longmemeval_mini.json").read_text())
+    edit(items[0])
+    return items
+
+
+def _has_answer_one(item: dict) -> None:
+    item["haystack_sessions"][1][0]["has_answer"] = 1
+
+
+def _nan_answer(item: dict) -> None:
+    item["answer"] = float("nan")
+
+
+@pytest.mark.parametrize("kind, data, rule", [
+    ("locomo", "[" * 100_000 + "]" * 100_000, "JSON nested too deeply"),
+    ("locomo", [_locomo_sample(session_01=[{"speaker": "Ann", "dia_id": "D1:2", "text": "hi"}])],
+     "(s1).conversation.session_01: session keys are numbered without leading zeros (session_1)"),
+    ("locomo", [_locomo_sample(session_2_date_time="1:56 pm on 7 May, 2023")],
+     "(s1).conversation.session_2_date_time: 1:56 pm on 7 May, 2023 is earlier than session_1_date_time"),
+    ("longmemeval", _longmemeval(_has_answer_one), "field 'has_answer' is 1; it must be true or false"),
+    ("longmemeval", _longmemeval(_nan_answer), "field 'answer' is nan; a gold answer is a string or a finite number"),
+], ids=["deep JSON", "session_01", "dates out of order", "has_answer 1", "NaN answer"])
+def test_a_hostile_benchmark_file_is_refused_before_evaluating(kind, data, rule, capsys, tmp_path):
+    bench = tmp_path / "bench.json"
+    bench.write_text(data if isinstance(data, str) else json.dumps(data))
+    started = time.perf_counter()
+    code, out = cli(capsys, "eval", "--bench", f"{kind}:{bench}", "--out", tmp_path / "eval", "--cache", "")
+    assert code == 2 and rule in out and "Traceback" not in out, out[-1000:]
+    assert time.perf_counter() - started < 2 and not (tmp_path / "eval").exists()
