@@ -49,6 +49,12 @@ class ExecutorConfig(_Strict):
     num_workers: int = Field(2, ge=1, description="ray: actors, each holding the embedding model and a warm cache")
     max_retries: int = Field(1, ge=0, description="ray: retries of a conversation whose actor died")
 
+    @model_validator(mode="after")
+    def _address_needs_ray(self) -> "ExecutorConfig":
+        if self.kind == "local" and self.address is not None:
+            raise ValueError("address: only kind 'ray' joins a cluster; the local executor would ignore it")
+        return self
+
 
 class SplitConfig(_Strict):
     """A deterministic split of the benchmark's conversations into dev and holdout."""

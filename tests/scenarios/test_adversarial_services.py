@@ -343,3 +343,25 @@ def test_a_hostile_benchmark_file_is_refused_before_evaluating(kind, data, rule,
     code, out = cli(capsys, "eval", "--bench", f"{kind}:{bench}", "--out", tmp_path / "eval", "--cache", "")
     assert code == 2 and rule in out and "Traceback" not in out, out[-1000:]
     assert time.perf_counter() - started < 2 and not (tmp_path / "eval").exists()
+
+
+# ---------------------------------------------------------------- 10. executor addresses
+
+
+def test_an_executor_address_that_is_not_ray_is_refused_in_bounded_time(capsys, tmp_path, llm_server):
+    pytest.importorskip("ray")
+    address = llm_server.base_url.removeprefix("http://").removesuffix("/v1")  # an HTTP server, not Ray
+    config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores",
+                          executor={"kind": "ray", "address": address})
+    started = time.perf_counter()
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"executor.address: {address} accepts connections but does not speak gRPC" in out, out
+    assert time.perf_counter() - started < 15 and not (tmp_path / "stores").exists()
+
+
+def test_a_local_executor_with_an_address_is_refused(capsys, tmp_path):
+    config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores",
+                          executor={"kind": "local", "address": "127.0.0.1:6379"})
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and "executor: Value error, address: only kind 'ray' joins a cluster" in out, out
+    assert not (tmp_path / "stores").exists()
