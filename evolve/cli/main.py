@@ -111,7 +111,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config)
     if args.stores:
-        config = config.model_copy(update={"stores": Path(args.stores).resolve()})
+        try:
+            stores = Path(args.stores).resolve()
+        except (RuntimeError, OSError) as exc:  # a symlink loop
+            raise ConfigError(f"--stores {args.stores}: cannot be resolved ({exc})") from None
+        config = config.model_copy(update={"stores": stores})
     try:
         if args.estimate:
             from evolve.loop.estimate import estimate

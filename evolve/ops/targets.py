@@ -54,6 +54,9 @@ def check_target(layout: StoreLayout, target: str | Path, *, directory: str | Pa
     if path.suffix not in SUFFIXES:
         raise Refused(f"refused: {target} is not a .yaml/.yml path; serving files are strategy YAML files")
     home = serving_dir(directory)
+    if not allow_outside and home.exists() and not home.is_dir():
+        raise Refused(f"refused: the serving directory {home} is not a directory (set --serving-dir or "
+                      f"{SERVING_DIR_ENV} to the directory serving files live in)")
     if not allow_outside and home not in path.parents:
         raise Refused(f"refused: {target} is outside the serving directory {home} (set --serving-dir or "
                       f"{SERVING_DIR_ENV}, or pass --allow-outside)")

@@ -246,3 +246,24 @@ def test_verify_in_the_middle_of_a_round_commit_does_not_fail_falsely(capsys, tm
     assert cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")[0] == 0  # finished on open
     code, out = cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", "")
     assert code == 0 and "candidate records match their journaled decisions" in out, out
+
+
+# ---------------------------------------------------------------- 13. paths that loop or name the wrong kind of file
+
+
+def test_a_stores_path_that_loops_is_one_line(capsys, tmp_path):
+    loop = tmp_path / "loop"
+    loop.symlink_to(loop)
+    config = write_config(tmp_path / "run.yaml", benchmark=BENCH, limit=40, probe_size=10, rounds=1,
+                          stores=tmp_path / "unused")
+    code, out = cli(capsys, "run", "--config", config, "--stores", loop / "stores", "--no-tracking")
+    assert code == 2 and f"error: --stores {loop / 'stores'}: cannot be resolved" in out and "Traceback" not in out
+
+
+def test_a_serving_dir_that_is_a_file_is_named_as_such(capsys, stores, serving, tmp_path):
+    not_a_dir = tmp_path / "serving-dir.txt"
+    not_a_dir.write_text("a file\n")
+    before = snapshot(stores)
+    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores, "--serving-dir", not_a_dir)
+    assert code == 1 and f"refused: the serving directory {not_a_dir} is not a directory" in out, out
+    assert snapshot(stores) == before
