@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import time
 
+from evolve.canonical import canonical_hash
 from evolve.improve.digest import digest
 from evolve.improve.effects import DimensionEffects, split_parts
 from evolve.improve.evolver import Evolver, check_storage
@@ -66,7 +67,8 @@ class Engine:
                                cost_violation=config.cost.violation if config.cost.active else None)
         self.advisor = (PlannerAdvisor(backends.planner, self.effects, self.planner.dims)
                         if backends.planner else None)
-        self.evolver = Evolver(config.optuna_storage or f"sqlite:///{self.stores.optuna_path}", config.seed)
+        self.evolver = Evolver(config.optuna_storage or f"sqlite:///{self.stores.optuna_path}", config.seed,
+                               namespace=self._study_namespace() if config.optuna_storage else "")
         # Results committed by a round whose process died before telling Optuna are in state.json: tell them now.
         self.evolver.apply_pending(self.stores.state.get("optuna_pending", []))
         critic: Critic = CriticAdvisor(backends.critic) if backends.critic else DeterministicCritic()
@@ -229,6 +231,10 @@ class Engine:
         return results
 
     # ------------------------------------------------------------------ helpers
+
+    def _study_namespace(self) -> str:
+        """Names this stores directory's Optuna studies on a shared database: the stores path and the harness."""
+        return canonical_hash({"stores": str(self.stores.root.resolve()), "harness": self.harness_id})[:16]
 
     def _holdout_scores(self, current: dict, best: dict) -> tuple[float | None, float | None]:
         """The current and the best-ever strategy on the holdout (``None`` without one)."""

@@ -267,3 +267,30 @@ def test_a_serving_dir_that_is_a_file_is_named_as_such(capsys, stores, serving, 
     code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores, "--serving-dir", not_a_dir)
     assert code == 1 and f"refused: the serving directory {not_a_dir} is not a directory" in out, out
     assert snapshot(stores) == before
+
+
+# ---------------------------------------------------------------- 3. stores sharing one Optuna database
+
+
+def _decisions(stores: Path) -> list[tuple]:
+    rows = [json.loads(line) for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
+    return [(r["candidate_id"], r["policy_hash"], r["decision"]["verdict"]) for r in rows]
+
+
+def test_stores_sharing_an_optuna_database_get_the_candidates_of_their_own(capsys, tmp_path):
+    import optuna
+
+    shared = f"sqlite:///{tmp_path / 'shared.db'}"
+    for name, storage in (("own", None), ("first", shared), ("second", shared)):
+        config = write_config(tmp_path / f"{name}.yaml", benchmark=BENCH, limit=40, probe_size=10, rounds=2,
+                              candidates_per_round=2, stores=tmp_path / name,
+                              **({"optuna_storage": storage} if storage else {}))
+        assert cli(capsys, "run", "--config", config, "--no-tracking")[0] == 0
+    assert _decisions(tmp_path / "first") == _decisions(tmp_path / "own") == _decisions(tmp_path / "second")
+    studies = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(shared)}
+    namespaces = {name.rpartition(":")[0] for name in studies}
+    assert len(namespaces) == 2 and "" not in namespaces, studies  # one set of studies per stores directory
+    own_url = f"sqlite:///{tmp_path / 'own' / 'optuna.db'}"
+    own = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(own_url)}
+    for namespace in namespaces:
+        assert {n.rpartition(":")[2]: k for n, k in studies.items() if n.startswith(namespace)} == own
