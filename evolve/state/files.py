@@ -191,8 +191,36 @@ def append_lines(path: Path, lines: list[str]) -> None:
         raise os_error(path, exc, "append to") from None
 
 
+def is_torn(path: Path) -> bool:
+    """Whether ``path`` ends in an unterminated line (read-only: a file that cannot be written is no obstacle)."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.seek(0, os.SEEK_END) == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
+
+
+def require_appendable(path: Path) -> None:
+    """:class:`StoreError` now, before any work, if the existing file ``path`` cannot be opened for appending
+    (read-only mode, immutable, read-only file system); a missing file is created later and is no obstacle."""
+    if not path.is_file():
+        return
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise os_error(path, exc, "open for appending") from None
+
+
 def repair_torn_tail(path: Path) -> bytes:
     """Truncate an unterminated last line left by a crash mid-append; return the bytes removed (logged)."""
+    if not is_torn(path):
+        return b""
     try:
         with open(path, "r+b") as fh:
             size = fh.seek(0, os.SEEK_END)

@@ -24,9 +24,9 @@ from evolve.state.checkpoint import Checkpoint
 from evolve.state.journal import KEY_ENV, Journal, VerifyResult
 from evolve.canonical import canonical_hash, canonical_json
 from evolve.state.files import (
-    StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir, iter_jsonl, now_iso,
-    os_error, read_json,
-    remove_stale_temps, repair_torn_tail,
+    StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir, is_torn, iter_jsonl,
+    now_iso, os_error, read_json,
+    remove_stale_temps, repair_torn_tail, require_appendable,
 )
 from evolve.state.layout import JSONL_STORES, StoreLayout
 from evolve.state.lock import RunLock
@@ -70,6 +70,8 @@ class StoreSet(StoreReader):
         try:
             for sub in (self.layout.rounds, self.layout.strategies, self.layout.cache):
                 ensure_dir(sub)
+            for path in (self.layout.journal, *(self.path(name) for name in JSONL_STORES)):
+                require_appendable(path)  # a read-only file fails here, before any work, not mid-commit
             anchor = self.state.get("journal_head")
             self.journal = Journal(self.layout.journal, anchor)
             self._check_key_mode()
@@ -189,7 +191,7 @@ class StoreSet(StoreReader):
             self.journal.repaired_tail = b""
         pending = bool(self._pending_wals())
         for name in JSONL_STORES:
-            if not pending and self._torn(self.path(name)):
+            if not pending and is_torn(self.path(name)):
                 raise StoreError(self.path(name), "committed records are damaged: the last line is torn but no "
                                                   "round commit was interrupted (truncated by hand?); nothing was "
                                                   "repaired")
@@ -310,20 +312,6 @@ class StoreSet(StoreReader):
                  "journal_head": None if head is None else {"index": head["index"], "hash": head["hash"]}}
         atomic_write_json(self.state_path, state)
         self._unlink(self._wal_path(round_no))
-
-    @staticmethod
-    def _torn(path: Path) -> bool:
-        """Whether ``path`` ends in an unterminated line."""
-        try:
-            with open(path, "rb") as fh:
-                if fh.seek(0, 2) == 0:
-                    return False
-                fh.seek(-1, 2)
-                return fh.read(1) != b"\n"
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise os_error(path, exc, "read") from None
 
     @staticmethod
     def _unlink(path: Path) -> None:

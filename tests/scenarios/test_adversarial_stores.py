@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -294,3 +295,20 @@ def test_stores_sharing_an_optuna_database_get_the_candidates_of_their_own(capsy
     own = {s.study_name: s.n_trials for s in optuna.get_all_study_summaries(own_url)}
     for namespace in namespaces:
         assert {n.rpartition(":")[2]: k for n, k in studies.items() if n.startswith(namespace)} == own
+
+
+# ---------------------------------------------------------------- 14. a store file that cannot be written
+
+
+@pytest.mark.parametrize("name", ["journal.jsonl", "candidate_outcomes.jsonl"])
+def test_a_store_file_that_cannot_be_written_is_named_as_such(name, capsys, stores, serving):
+    path = stores / name
+    if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i (an immutable file, read-only even for root) is not supported here")
+    try:
+        before = snapshot(stores)
+        code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
+        assert code == 2 and f"error: {path}: cannot open for appending: operation not permitted" in out, out
+        assert "torn" not in out and snapshot(stores) == before
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
