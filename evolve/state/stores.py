@@ -63,13 +63,14 @@ class StoreSet(StoreReader):
     """
 
     def __init__(self, root: str | Path, lock_timeout: float = 0.0):
+        created_root = not Path(root).exists()
         self.root = ensure_dir(Path(root))
         self.layout = StoreLayout(self.root)
-        self._lock = RunLock(self.root, lock_timeout).acquire()
+        lock = RunLock(self.root, lock_timeout)
+        created_lock = not lock.path.exists()
+        self._lock = lock.acquire()
         self._keys: dict[str, set[str]] = {}
         try:
-            for sub in (self.layout.rounds, self.layout.strategies, self.layout.cache):
-                ensure_dir(sub)
             for path in (self.layout.journal, *(self.path(name) for name in JSONL_STORES)):
                 require_appendable(path)  # a read-only file fails here, before any work, not mid-commit
             anchor = self.state.get("journal_head")
@@ -80,10 +81,13 @@ class StoreSet(StoreReader):
                 raise StoreError(self.layout.journal, f"committed history is damaged at entry "
                                                       f"{verified.first_bad_index}: {verified.reason}; nothing was "
                                                       "written (see `memevolve journal verify`)")
+            for sub in (self.layout.rounds, self.layout.strategies, self.layout.cache):
+                ensure_dir(sub)
             self.checkpoint = Checkpoint(self.layout.checkpoint)
             self.recovery = self.recover()
         except BaseException:
             self._lock.release()
+            self._remove_created(lock.path if created_lock else None, created_root)
             raise
 
     # ------------------------------------------------------------ paths
@@ -251,6 +255,16 @@ class StoreSet(StoreReader):
         if "mac" not in last and self.journal.key is not None:
             raise StoreError(self.layout.journal, f"these stores are unkeyed (their journal entries carry no MAC) but "
                                                   f"{KEY_ENV} is set; unset it to write them (nothing was written)")
+
+    def _remove_created(self, lock_file: Path | None, root: bool) -> None:
+        """After a refused open, remove the lock file (and the root, if empty) that opening created."""
+        try:
+            if lock_file is not None:
+                lock_file.unlink(missing_ok=True)
+            if root and not any(self.root.iterdir()):
+                self.root.rmdir()
+        except OSError:
+            pass  # best effort: the refusal, not this clean-up, is what the caller reports
 
     def _require_lock(self) -> None:
         if not self._lock.held:

@@ -312,3 +312,19 @@ def test_a_store_file_that_cannot_be_written_is_named_as_such(name, capsys, stor
         assert "torn" not in out and snapshot(stores) == before
     finally:
         subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+# ---------------------------------------------------------------- 13. a refused stores directory is left as it was
+
+
+def test_a_directory_that_is_not_stores_is_refused_and_left_as_it_was(capsys, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "journal.jsonl").write_text('{"not": "a journal"}\n')
+    (other / "state.json").write_text("{}\n")
+    before = snapshot(other)
+    config = write_config(tmp_path / "run.yaml", benchmark=BENCH, limit=40, probe_size=10, rounds=1,
+                          stores=tmp_path / "unused")
+    code, out = cli(capsys, "run", "--config", config, "--stores", other, "--no-tracking")
+    assert code == 2 and f"error: {other / 'journal.jsonl'}: " in out, out
+    assert snapshot(other) == before and sorted(p.name for p in other.iterdir()) == ["journal.jsonl", "state.json"]
