@@ -40,8 +40,8 @@ class Recovered:
     entry: dict | None
 
     def describe(self) -> str:
-        what = {"completed": f"finished: the serving file holds the new file; entry {self.entry and self.entry['index']}"
-                             f" {self.type} records it",
+        index = self.entry["index"] if self.entry else None
+        what = {"completed": f"finished: the serving file was replaced, and entry {index} {self.type} records it",
                 "abandoned": "abandoned: the serving file was never replaced",
                 "unresolved": "not finished: the serving file holds neither the old nor the new file (changed by "
                               "hand?)"}[self.outcome]
