@@ -149,9 +149,9 @@ class EndpointUnreachable(ConfigError):
 
 def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
     """Raise :class:`EndpointUnreachable` naming role, URL and cause if an LLM endpoint does not answer
-    ``GET /models`` within ``timeout_s`` (a bound nothing stretches: see :func:`evolve.reachability.http_status`).
-
-    Any HTTP answer (even an error status) counts as reachable; only connection failures and timeouts do not.
+    ``GET /models`` within ``timeout_s`` (a bound nothing stretches: see :func:`evolve.reachability.http_status`)
+    as an OpenAI-compatible API does: the models list (200) or an authentication error (401, 403). Any other status
+    is a proxy or gateway answering for a host that is not there, or a server that is not such an API.
     """
     checked: set[str] = set()
     for name in ROLES:
@@ -163,3 +163,7 @@ def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
         status = http_status(url, min(timeout_s, cfg.timeout_s), {"Authorization": f"Bearer {cfg.api_key()}"})
         if isinstance(status, str):
             raise EndpointUnreachable(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {status}")
+        if status not in (200, 401, 403):
+            raise EndpointUnreachable(f"LLM role {name!r}: {cfg.endpoint} is not an OpenAI-compatible endpoint: "
+                                      f"GET {url} answers HTTP {status} (a proxy answering for an unreachable host, "
+                                      "or another kind of server)")

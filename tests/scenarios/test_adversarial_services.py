@@ -365,3 +365,14 @@ def test_a_local_executor_with_an_address_is_refused(capsys, tmp_path):
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and "executor: Value error, address: only kind 'ray' joins a cluster" in out, out
     assert not (tmp_path / "stores").exists()
+
+
+def test_an_endpoint_without_a_models_list_is_refused_at_once(capsys, tmp_path, broken_tracking):
+    url = f"{broken_tracking}/v1"  # answers 500 to everything, as a gateway does for a host that is not there
+    config = _run_config(tmp_path, answerer={"backend": "llm", "base_url": url, "model": "m"})
+    started = time.perf_counter()
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and time.perf_counter() - started < 5, out
+    assert f"error: LLM role 'answerer': {url} is not an OpenAI-compatible endpoint: GET {url}/models answers " \
+           "HTTP 500" in out, out
+    assert not (tmp_path / "stores").exists()
