@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from evolve.reachability import http_status
+from evolve.reachability import http_get
 
 ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic")
 #: Roles that reply in JSON, and so may ask for constrained decoding (``structured``).
@@ -149,7 +149,7 @@ class EndpointUnreachable(ConfigError):
 
 def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
     """Raise :class:`EndpointUnreachable` naming role, URL and cause if an LLM endpoint does not answer
-    ``GET /models`` within ``timeout_s`` (a bound nothing stretches: see :func:`evolve.reachability.http_status`)
+    ``GET /models`` within ``timeout_s`` (a bound nothing stretches: see :func:`evolve.reachability.http_get`)
     as an OpenAI-compatible API does: the models list (200) or an authentication error (401, 403). Any other status
     is a proxy or gateway answering for a host that is not there, or a server that is not such an API.
     """
@@ -160,9 +160,10 @@ def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
             continue
         checked.add(cfg.endpoint)
         url = f"{cfg.endpoint}/models"
-        status = http_status(url, min(timeout_s, cfg.timeout_s), {"Authorization": f"Bearer {cfg.api_key()}"})
-        if isinstance(status, str):
-            raise EndpointUnreachable(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {status}")
+        answer = http_get(url, min(timeout_s, cfg.timeout_s), {"Authorization": f"Bearer {cfg.api_key()}"})
+        if isinstance(answer, str):
+            raise EndpointUnreachable(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {answer}")
+        status = answer[0]
         if status not in (200, 401, 403):
             raise EndpointUnreachable(f"LLM role {name!r}: {cfg.endpoint} is not an OpenAI-compatible endpoint: "
                                       f"GET {url} answers HTTP {status} (a proxy answering for an unreachable host, "

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
 from evolve.loop.config import ConfigError, RunConfig
-from evolve.reachability import http_status
+from evolve.reachability import http_get
 from evolve.state.journal import HEAD_TAG, STORES_TAG
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import strategy_hash
@@ -50,12 +50,13 @@ def check_tracking(uri: str, experiment: str = "memevolve", timeout_s: float = 3
     if _is_server(uri):
         base = uri.rstrip("/")
         url = f"{base}/api/2.0/mlflow/experiments/get-by-name?{urllib.parse.urlencode({'experiment_name': experiment})}"
-        status = http_status(url, timeout_s)
-        if isinstance(status, str):
-            raise ConfigError(f"tracking_uri: cannot reach the MLflow tracking server at {uri}: {status}")
-        if status not in (200, 404):  # 404: no such experiment yet
-            raise ConfigError(f"tracking_uri: the MLflow tracking server at {uri} answers HTTP {status} to {url}; "
-                              "it must answer its experiments API")
+        answer = http_get(url, timeout_s)
+        if isinstance(answer, str):
+            raise ConfigError(f"tracking_uri: cannot reach the MLflow tracking server at {uri}: {answer}")
+        status, body = answer
+        if not (status == 200 or status == 404 and b"RESOURCE_DOES_NOT_EXIST" in body):  # 404: no experiment yet
+            raise ConfigError(f"tracking_uri: {uri} answers HTTP {status} to {url}, not as an MLflow tracking "
+                              "server (a proxy answering for an unreachable host, or a server in trouble)")
     elif uri.startswith("sqlite:///"):
         _check_sqlite(Path(uri.removeprefix("sqlite:///")), timeout_s)
 

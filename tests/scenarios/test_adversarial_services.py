@@ -195,20 +195,40 @@ class _Broken(BaseHTTPRequestHandler):
     do_POST = do_GET
 
 
-@pytest.fixture
-def broken_tracking() -> Iterator[str]:
-    """An HTTP server on 127.0.0.1 that answers 500 to everything, as a tracking server in trouble does."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Broken)
+class _Gateway(_Broken):
+    """Answers 404 with an empty body to everything, as a gateway does for a host that is not there."""
+
+    def do_GET(self) -> None:
+        self.send_response(404)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+
+def _serve(handler: type) -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
 
 
-def test_a_broken_tracking_store_is_refused_before_the_stores_in_bounded_time(broken_tracking, capsys, tmp_path):
+@pytest.fixture
+def broken_tracking() -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 that answers 500 to everything, as a tracking server in trouble does."""
+    yield from _serve(_Broken)
+
+
+@pytest.fixture
+def gateway() -> Iterator[str]:
+    """An HTTP server on 127.0.0.1 that answers an empty 404 to everything."""
+    yield from _serve(_Gateway)
+
+
+def test_a_broken_tracking_store_is_refused_before_the_stores_in_bounded_time(broken_tracking, gateway, capsys,
+                                                                             tmp_path):
     directory = tmp_path / "mlflow.db"
     directory.mkdir()
-    cases = [(broken_tracking, "answers HTTP 500"), ("garbage://x", "tracking_uri: cannot use the tracking store "
+    cases = [(broken_tracking, "answers HTTP 500"), (gateway, "answers HTTP 404"), ("garbage://x", "tracking_uri: cannot use the tracking store "
                                                                     "garbage://x"),
              (f"sqlite:///{directory}", "exists and is not a regular file")]
     for uri, rule in cases:
