@@ -30,7 +30,7 @@ from evolve.ops.change import Recovered, apply_change, pending_change, recover_c
 from evolve.ops.history import History
 from evolve.ops.review import CANDIDATE_ID_RE
 from evolve.ops.targets import Refused, check_target
-from evolve.state.files import atomic_write_bytes, ensure_dir
+from evolve.state.files import atomic_write_bytes, ensure_dir, require_writable_dir
 from evolve.canonical import sha256_hex
 from evolve.state.stores import StoreSet
 from evolve.strategy import strict_yaml
@@ -226,6 +226,7 @@ def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
                           None, record)
     if store_set is None:
         return result
+    require_writable_dir(target.parent)  # before the copies, so a refused change leaves the stores as they were
     result.previous = _keep(view.root, old) if old is not None else None
     _keep(view.root, data)
     result.entry = apply_change(store_set, "PROMOTE", target, data, {
@@ -257,6 +258,7 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
         data = _verified_copy(view.root, restore)
         _validated(data, view.root / restore.copy)
         old = read_optional(target)
+        require_writable_dir(target.parent)
         previous = _keep(view.root, old) if old is not None else None
         entry = apply_change(store_set, "ROLLBACK", target, data, {**_payload(target, restore, previous),
                                                                    "undoes": undoes, "to_entry": to_entry})

@@ -94,6 +94,17 @@ def require_output_dir(directory: Path) -> Path:
     return directory
 
 
+def require_writable_dir(directory: Path) -> None:
+    """:class:`StoreError` unless a file can be created in ``directory`` (probed with a temp file, removed at once);
+    mode bits alone do not say (root, immutable directories, read-only file systems)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".probe.", suffix=TEMP_SUFFIX)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise os_error(directory, exc, "create files in") from None
+
+
 # ---------------------------------------------------------------- atomic replace
 
 

@@ -328,3 +328,18 @@ def test_a_directory_that_is_not_stores_is_refused_and_left_as_it_was(capsys, tm
     code, out = cli(capsys, "run", "--config", config, "--stores", other, "--no-tracking")
     assert code == 2 and f"error: {other / 'journal.jsonl'}: " in out, out
     assert snapshot(other) == before and sorted(p.name for p in other.iterdir()) == ["journal.jsonl", "state.json"]
+
+
+# ---------------------------------------------------------------- 13. a serving directory that cannot be written
+
+
+def test_a_serving_directory_that_cannot_be_written_leaves_the_stores_as_they_were(capsys, stores, serving):
+    if subprocess.run(["chattr", "+i", str(serving.parent)], capture_output=True).returncode != 0:
+        pytest.skip("chattr +i (an immutable directory, read-only even for root) is not supported here")
+    try:
+        before, served = snapshot(stores), serving.read_bytes()
+        code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
+        assert code == 2 and f"error: {serving.parent}: cannot create files in: operation not permitted" in out, out
+        assert snapshot(stores) == before and serving.read_bytes() == served  # no copies kept in serving/
+    finally:
+        subprocess.run(["chattr", "-i", str(serving.parent)], check=True)
