@@ -72,8 +72,9 @@ def _check_sqlite(path: Path, timeout_s: float) -> None:
     if not path.exists():
         return  # created by MLflow, with its directory
     try:
-        with closing(sqlite3.connect(path, timeout=timeout_s)) as db:
-            db.execute("BEGIN IMMEDIATE")  # takes the write lock: fails on a read-only file or file system
+        with closing(sqlite3.connect(path, timeout=timeout_s)) as db:  # a write, rolled back: fails on a
+            db.execute("BEGIN IMMEDIATE")                                # read-only file or file system
+            db.execute("CREATE TABLE memevolve_write_check (x)")
             db.rollback()
     except sqlite3.Error as exc:
         raise ConfigError(f"{where}: cannot write the tracking database ({exc})") from None

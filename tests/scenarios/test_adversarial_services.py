@@ -6,6 +6,8 @@ import json
 import logging
 import shutil
 import socket
+import sqlite3
+import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -231,13 +233,21 @@ def test_a_broken_tracking_store_is_refused_before_the_stores_in_bounded_time(br
     cases = [(broken_tracking, "answers HTTP 500"), (gateway, "answers HTTP 404"), ("garbage://x", "tracking_uri: cannot use the tracking store "
                                                                     "garbage://x"),
              (f"sqlite:///{directory}", "exists and is not a regular file")]
-    for uri, rule in cases:
-        config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", tracking_uri=uri)
-        started = time.perf_counter()
-        code, out = cli(capsys, "run", "--config", config)
-        assert code == 2 and f"error: {config}: tracking_uri: " in out and rule in out, out
-        assert "Traceback" not in out and time.perf_counter() - started < 5
-        assert not (tmp_path / "stores").exists()
+    read_only = tmp_path / "read-only.db"
+    sqlite3.connect(read_only).close()
+    if subprocess.run(["chattr", "+i", str(read_only)], capture_output=True).returncode == 0:
+        cases.append((f"sqlite:///{read_only}", "cannot write the tracking database (attempt to write a readonly "
+                                                "database)"))
+    try:
+        for uri, rule in cases:
+            config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", tracking_uri=uri)
+            started = time.perf_counter()
+            code, out = cli(capsys, "run", "--config", config)
+            assert code == 2 and f"error: {config}: tracking_uri: " in out and rule in out, out
+            assert "Traceback" not in out and time.perf_counter() - started < 5
+            assert not (tmp_path / "stores").exists()
+    finally:
+        subprocess.run(["chattr", "-i", str(read_only)], capture_output=True)
 
 
 class _FailsAfterLookup(_Broken):
