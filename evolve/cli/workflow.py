@@ -193,7 +193,6 @@ def cmd_serving(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from evolve.ops.outputs import check_output_file
-    from evolve.ops.report import write_report
 
     view = History(args.stores)
     served = tuple(Path(t).resolve() for t in serving_targets(view.entries))
@@ -201,6 +200,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     markdown = check_output_file("--markdown", args.markdown, protected=served) if args.markdown else None
     if markdown == out:
         raise StoreError(f"--markdown {args.markdown}", "refused: the same file as --out; nothing was written")
+    from evolve.ops.report import write_report  # plotting libraries: imported once the paths are accepted
+
     write_report(view, out, markdown)
     print(f"wrote {args.out}" + (f" and {args.markdown}" if args.markdown else ""))
     return 0
