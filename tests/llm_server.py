@@ -2,7 +2,8 @@
 
 Answers come from a scripted ``responder(request_body) -> str``; faults are injected with
 :meth:`LoopbackLLMServer.fail_next`; a misbehaving endpoint is scripted with ``rewrite(reply) -> dict | bytes``,
-applied to every successful reply (e.g. ``usage`` null, ``choices`` a string, a body that is not JSON). Use it as a context manager or through the ``llm_server`` fixture.
+applied to every successful reply (e.g. ``usage`` null, ``choices`` a string, a body that is not JSON). Use it as a
+context manager or through the ``llm_server`` fixture.
 """
 from __future__ import annotations
 

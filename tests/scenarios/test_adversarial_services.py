@@ -230,8 +230,8 @@ def test_a_broken_tracking_store_is_refused_before_the_stores_in_bounded_time(br
                                                                              tmp_path):
     directory = tmp_path / "mlflow.db"
     directory.mkdir()
-    cases = [(broken_tracking, "answers HTTP 500"), (gateway, "answers HTTP 404"), ("garbage://x", "tracking_uri: cannot use the tracking store "
-                                                                    "garbage://x"),
+    cases = [(broken_tracking, "answers HTTP 500"), (gateway, "answers HTTP 404"),
+             ("garbage://x", "tracking_uri: cannot use the tracking store garbage://x"),
              (f"sqlite:///{directory}", "exists and is not a regular file")]
     read_only = tmp_path / "read-only.db"
     sqlite3.connect(read_only).close()
