@@ -1,7 +1,9 @@
 """A loopback HTTP server speaking the OpenAI chat-completions wire protocol, for tests.
 
 Answers come from a scripted ``responder(request_body) -> str``; faults are injected with
-:meth:`LoopbackLLMServer.fail_next`. Use it as a context manager or through the ``llm_server`` fixture.
+:meth:`LoopbackLLMServer.fail_next`; a misbehaving endpoint is scripted with ``rewrite(reply) -> dict | bytes``,
+applied to every successful reply (e.g. ``usage`` null, ``choices`` a string, a body that is not JSON). Use it as a
+context manager or through the ``llm_server`` fixture.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ from typing import Callable
 
 
 Responder = Callable[[dict], str]
+Rewrite = Callable[[dict], "dict | bytes"]
 
 #: Fault kinds accepted by :meth:`LoopbackLLMServer.fail_next`.
 FAULTS = ("429", "500", "hang", "malformed", "401", "404")
@@ -32,8 +35,9 @@ class LoopbackLLMServer:
     """OpenAI-compatible server on 127.0.0.1 with an ephemeral port, run in a background thread."""
 
     def __init__(self, responder: Responder = echo_responder, models: tuple[str, ...] = ("test-model",),
-                 delay_s: float = 0.0):
+                 delay_s: float = 0.0, rewrite: Rewrite | None = None):
         self.responder = responder
+        self.rewrite = rewrite  # applied to every successful reply
         self.models = models
         self.delay_s = delay_s  # processing time of every successful request
         self.requests: list[dict] = []  # bodies of chat-completion requests, in arrival order
@@ -202,4 +206,5 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if owner.delay_s:
             time.sleep(owner.delay_s)
-        self._send(200, owner.completion(body))
+        reply = owner.completion(body)
+        self._send(200, owner.rewrite(reply) if owner.rewrite else reply)

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import math
+import sys
 import re
 from datetime import datetime
 from pathlib import Path
@@ -39,6 +41,9 @@ def read_json(path: Path) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise BenchmarkError(f"{path}: invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}") from None
+    except RecursionError:
+        raise BenchmarkError(f"{path}: JSON nested too deeply (more than {sys.getrecursionlimit()} levels); a "
+                             "benchmark is a few levels deep") from None
 
 
 
@@ -77,6 +82,15 @@ def require_field(record: dict, key: str, kind: type | tuple[type, ...], where: 
         wanted = expected or " or ".join(_JSON_KIND.get(k, k.__name__) for k in kinds)
         raise BenchmarkError(f"{where}: field '{key}' has type {type(value).__name__}; expected {wanted}")
     return value
+
+
+def answer_field(record: dict, where: str) -> str:
+    """The gold answer ``record["answer"]``: a string or a finite number (NaN or infinity would become the text
+    'nan' or 'inf'), as text."""
+    value = require_field(record, "answer", (str, int, float), where)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise BenchmarkError(f"{where}: field 'answer' is {value!r}; a gold answer is a string or a finite number")
+    return str(value)
 
 
 def _turn_text(turn: dict) -> str:
@@ -130,9 +144,15 @@ def _evidence(raw: list, known: set[str], qid: str, where: str, log: _EvidenceLo
 
 def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -> Conversation:
     speakers = tuple(require_field(data, key, str, f"{where}.conversation") for key in ("speaker_a", "speaker_b"))
-    numbers = sorted(int(m.group(1)) for key in data if (m := _SESSION_KEY.fullmatch(key)))
-    sessions, seen = [], set()
-    for number in numbers:
+    numbers = []
+    for key in data:
+        if (m := _SESSION_KEY.fullmatch(key)) is not None:
+            if key != f"session_{int(m.group(1))}":
+                raise BenchmarkError(f"{where}.conversation.{key}: session keys are numbered without leading zeros "
+                                     f"(session_{int(m.group(1))})")
+            numbers.append(int(m.group(1)))
+    sessions, seen, last = [], set(), None
+    for number in sorted(numbers):
         key = f"session_{number}"
         turns_raw = require_field(data, key, list, f"{where}.conversation")
         stamp_key = f"{key}_date_time"
@@ -145,6 +165,11 @@ def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -
                 raise BenchmarkError(f"{where}.conversation.{stamp_key}: unparseable date {text!r}") from None
         else:
             warnings.append(f"{where}: {key} has no date ({stamp_key} missing)")
+        if stamp is not None and last is not None and stamp < last[1]:
+            raise BenchmarkError(f"{where}.conversation.{stamp_key}: {format_locomo_date(stamp)} is earlier than "
+                                 f"{last[0]}_date_time ({format_locomo_date(last[1])}); sessions are numbered in "
+                                 "time order")
+        last = (key, stamp) if stamp is not None else last
         session_id = f"D{number}"
         turns = []
         for index, turn in enumerate(turns_raw):
@@ -171,7 +196,7 @@ def _question(record: Any, qid: str, conversation: Conversation, where: str, log
     if code not in CATEGORY_BY_CODE:
         raise BenchmarkError(f"{where}: field 'category' is {code}, expected 1..5 ({codes})")
     if "answer" in record:
-        answer = str(require_field(record, "answer", (str, int, float), where))
+        answer = answer_field(record, where)
     elif code == CODE_BY_CATEGORY["adversarial"]:
         answer = NOT_MENTIONED
     else:

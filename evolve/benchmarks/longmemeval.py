@@ -6,7 +6,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.locomo import read_json_list, require_field
+from evolve.benchmarks.locomo import answer_field, read_json_list, require_field
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
 
 _CATEGORY_BY_TYPE = {
@@ -64,7 +64,10 @@ def _haystack(item: dict, where: str) -> tuple[list[Session], list[list[str]]]:
             turn_id = f"{session_id}:{t_index + 1}"
             role = require_field(turn, "role", str, t_where)
             turns.append(Turn(turn_id, role, require_field(turn, "content", str, t_where), session_id, stamp))
-            if turn.get("has_answer") is True:
+            flag = turn.get("has_answer", False)
+            if not isinstance(flag, bool):
+                raise BenchmarkError(f"{t_where}: field 'has_answer' is {flag!r}; it must be true or false")
+            if flag:
                 hits.append(turn_id)
         sessions.append(Session(session_id, stamp, tuple(turns)))
         flagged.append(hits)
@@ -93,7 +96,7 @@ def _item(item: Any, index: int, path: Path, fallback: list[str], missing: list[
     conversation = Conversation(qid, ("user", "assistant"), tuple(by_date))
     question = Question(
         qid, qid, require_field(item, "question", str, where),
-        str(require_field(item, "answer", (str, int, float), where)),
+        answer_field(item, where),
         category, tuple(evidence), _date(require_field(item, "question_date", str, where), "question_date", where),
     )
     return conversation, question

@@ -87,15 +87,18 @@ def eval_out(given: str | None, force: bool) -> Path:
     """Where ``eval`` writes: ``given`` when it is new or empty (or ``force``), else a new timestamped directory
     under ``runs/``. Never an existing non-empty directory without ``force``."""
     from evolve.loop.config import ConfigError
-    from evolve.state.files import require_output_dir
+    from evolve.ops.outputs import check_output_dir
+
+    def checked(path: Path) -> Path:
+        return check_output_dir("--out", path, ("summary.json", "traces.jsonl"))
 
     if given is None:
         stamp = datetime.now(timezone.utc).strftime("eval-%Y%m%d-%H%M%S")
         out, n = EVAL_RUNS / stamp, 2
         while out.exists():
             out, n = EVAL_RUNS / f"{stamp}-{n}", n + 1
-        return require_output_dir(out)
-    out = require_output_dir(Path(given))
+        return checked(out)
+    out = checked(Path(given))
     if out.is_dir() and any(out.iterdir()) and not force:
         raise ConfigError(f"--out {out}: directory exists and is not empty; give a new directory, omit --out for a "
                           f"new one under {EVAL_RUNS}/, or --force to overwrite its summary and traces")
@@ -162,7 +165,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("no run config: give --config PATH or set $MEMEVOLVE_CONFIG")
     config = load_config(path)
     if args.stores:
-        config = config.model_copy(update={"stores": Path(args.stores).resolve()})
+        try:
+            stores = Path(args.stores).resolve()
+        except (RuntimeError, OSError) as exc:  # a symlink loop
+            raise ConfigError(f"--stores {args.stores}: cannot be resolved ({exc})") from None
+        config = config.model_copy(update={"stores": stores})
     try:
         if args.estimate:
             from evolve.loop.estimate import estimate

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evolve.cli.defaults import CONFIG_HELP, stores_dir
+from evolve.cli.defaults import CONFIG_HELP
 
 if TYPE_CHECKING:
     from evolve.ops.history import History
@@ -100,9 +100,18 @@ def _print_change(result: "ChangeResult", done: str, stores: str) -> None:
     _print_diff(result.diff, "diff old -> new")
 
 
+def _recover(stores: str) -> None:
+    """Finish a promote or rollback a crash interrupted, and say what was done."""
+    from evolve.ops.serving import recover
+    recovered = recover(stores)
+    if recovered is not None:
+        print(recovered.describe(), file=sys.stderr)
+
+
 def cmd_promote(args: argparse.Namespace) -> int:
     from evolve.ops.serving import Refused, promote
 
+    _recover(args.stores)
     try:
         result = promote(args.stores, args.candidate, args.to, accept_monitor=args.accept_monitor,
                          dry_run=args.dry_run, serving_dir=args.serving_dir, allow_outside=args.allow_outside)
@@ -118,6 +127,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
 def cmd_rollback(args: argparse.Namespace) -> int:
     from evolve.ops.serving import Refused, rollback
 
+    _recover(args.stores)
     try:
         result = rollback(args.stores, args.target, args.to, serving_dir=args.serving_dir,
                           allow_outside=args.allow_outside)
@@ -141,11 +151,22 @@ def _tracking_uri(given: str | None) -> str | None:
 def cmd_journal_verify(args: argparse.Namespace) -> int:
     """The first line is the verdict: ``ok: ...`` exactly when the command exits 0, ``verification failed...``
     otherwise."""
+    from evolve.ops.change import pending_change
+    from evolve.state.files import StoreError
     from evolve.ops.drift import serving_status, serving_targets
     from evolve.ops.history import History
     from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
 
     view = History(args.stores)
+    intent = pending_change(view.layout)
+    if intent is not None:
+        try:
+            _recover(args.stores)
+        except StoreError as exc:
+            print(f"verification failed: a serving change ({intent.get('type')}) was started at "
+                  f"{intent.get('written_at')} and not finished, and it cannot be finished now: {exc}")
+            return 1
+        view = History(args.stores)
     result = view.verify_journal()
     if not result.ok:
         print(f"verification failed at entry {result.first_bad_index}: {result.reason}")
@@ -216,10 +237,20 @@ def _lineage(view: "History | None", strategy: dict) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from evolve.ops.drift import serving_targets
     from evolve.ops.history import History
-    from evolve.ops.report import write_report
+    from evolve.ops.outputs import check_output_file
+    from evolve.state.files import StoreError
 
-    write_report(History(args.stores), args.out, args.markdown)
+    view = History(args.stores)
+    served = tuple(Path(t).resolve() for t in serving_targets(view.entries))
+    out = check_output_file("--out", args.out, protected=served)
+    markdown = check_output_file("--markdown", args.markdown, protected=served) if args.markdown else None
+    if markdown == out:
+        raise StoreError(f"--markdown {args.markdown}", "refused: the same file as --out; nothing was written")
+    from evolve.ops.report import write_report  # plotting libraries: imported once the paths are accepted
+
+    write_report(view, out, markdown)
     print(f"wrote {args.out}" + (f" and {args.markdown}" if args.markdown else ""))
     return 0
 

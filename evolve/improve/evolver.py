@@ -15,11 +15,17 @@ enum and ``set:`` directions are deterministic: their trial only records the mov
 ``blind_trial`` samples every evolvable dimension over its full schema range (on the ``step``
 grid) in one study ``memevolve-blind`` and repairs cross-field invariants, for comparing the
 directed loop against blind TPE.
+
+Stores that share one database (``optuna_storage``) pass a ``namespace``: their studies are then named
+``<namespace>:memevolve-<group>``, so each stores directory searches in its own studies, and samplers are seeded from
+the name without the namespace, so a stores directory gets the same proposals on a shared database as on its own.
 """
 from __future__ import annotations
 
 import functools
 import math
+import threading
+import time
 import zlib
 from dataclasses import dataclass
 from decimal import Decimal
@@ -27,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import optuna
+import sqlalchemy
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
@@ -80,25 +87,67 @@ def _db_errors(method):
     return wrapper
 
 
+def check_storage(storage_url: str, timeout_s: float = 5.0) -> None:
+    """Raise ``ValueError`` saying why unless a connection to the database of ``storage_url`` opens within
+    ``timeout_s`` (a SQLite file is created on first use and needs none)."""
+    if storage_url.startswith("sqlite"):
+        return
+    outcome: list[str | None] = [f"no connection within {timeout_s:g}s"]
+
+    def connect() -> None:
+        try:
+            engine = sqlalchemy.create_engine(storage_url)
+            with engine.connect():
+                outcome[0] = None
+            engine.dispose()
+        except Exception as exc:  # DBAPI errors differ per driver
+            outcome[0] = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+
+    thread = threading.Thread(target=connect, daemon=True, name="optuna storage check")
+    thread.start()
+    thread.join(timeout_s)
+    if thread.is_alive() or outcome[0] is not None:
+        raise ValueError(f"cannot connect to {sqlalchemy.engine.make_url(storage_url).render_as_string()}: "
+                         f"{outcome[0]}")
+
+
 class Evolver:
     """Directed and blind proposals backed by persistent TPE studies in ``storage_url``."""
 
     @_db_errors
-    def __init__(self, storage_url: str, seed: int, n_startup_trials: int = 5):
-        self.storage_url = storage_url
+    def __init__(self, storage_url: str, seed: int, n_startup_trials: int = 5, namespace: str = ""):
+        self.storage_url, self.namespace = storage_url, namespace
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         if storage_url.startswith("sqlite:///"):
             Path(storage_url[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-        self.storage = optuna.storages.RDBStorage(storage_url)
+        self.storage = self._storage(storage_url)
         self.seed, self.n_startup_trials = int(seed), int(n_startup_trials)
         self.dims = evolvable_dimensions()
         self._steps = {path: dim.step for path, dim in self.dims.items()}
         self._studies: dict[str, optuna.Study] = {}
         self._round: int | None = None
 
+    @staticmethod
+    def _storage(storage_url: str, attempts: int = 3) -> optuna.storages.RDBStorage:
+        """The storage; a second process creating the same schema at the same moment ("table ... already exists")
+        is waited for and retried."""
+        attempt = 1
+        while True:
+            try:
+                return optuna.storages.RDBStorage(storage_url)
+            except sqlalchemy.exc.SQLAlchemyError:
+                if attempt >= attempts:
+                    raise
+                time.sleep(0.2 * attempt)
+                attempt += 1
+
+    def name(self, base: str) -> str:
+        """The study name of ``base`` (e.g. ``memevolve-retrieval``) in this evolver's namespace."""
+        return f"{self.namespace}:{base}" if self.namespace else base
+
     def _sampler(self, name: str, salt: int | str) -> optuna.samplers.TPESampler:
         # Re-seeding by trial count (or round) keeps a reopened study from replaying the samples it already drew.
-        seed = zlib.crc32(f"{self.seed}:{name}:{salt}".encode())
+        seed = zlib.crc32(f"{self.seed}:{name.rpartition(':')[2]}:{salt}".encode())
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=self.n_startup_trials)
 
     @_db_errors
@@ -134,7 +183,7 @@ class Evolver:
         for dim, move in parts:  # refuse before a trial is asked when some part cannot move at all
             moved = derive(moved, {dim.path: self._legal(moved, dim, move, direction.key)[0]})
         numeric = [dim for dim, move in parts if move in ("increase", "decrease")]
-        study = self.study(study_name(parts[0][0].group))
+        study = self.study(self.name(study_name(parts[0][0].group)))
         if numeric:
             self._enqueue_step(study, direction.key, min(max_steps(dim) for dim in numeric))
         trial = study.ask()
@@ -187,7 +236,7 @@ class Evolver:
     @_db_errors
     def blind_trial(self, strategy: dict) -> Proposal:
         """Sample every evolvable dimension over its full schema range; invariants repaired."""
-        study = self.study(BLIND_STUDY)
+        study = self.study(self.name(BLIND_STUDY))
         trial = study.ask()
         sampled: dict[str, Any] = {}
         for path, dim in self.dims.items():
@@ -216,6 +265,8 @@ class Evolver:
         RUNNING by an interrupted round, and reseed every sampler from (seed, study, round)."""
         self.apply_pending(pending)
         for summary in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
+            if summary.study_name.rpartition(":")[0] != self.namespace:
+                continue  # another stores directory's study on a shared database
             study = self.study(summary.study_name)
             for _ in study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
                 study.ask()  # an enqueued trial never asked: take it so it can be closed below

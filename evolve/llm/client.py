@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
+import logging
 import math
 import threading
 import time
@@ -12,8 +12,11 @@ import openai
 
 from evolve.llm.cache import ResponseCache, cache_key
 from evolve.llm.config import RoleConfig
+from evolve.llm.reply import ChatReply, MalformedReply, parse_reply
 from evolve.runtime.roles import RoleError
 from evolve.runtime.usage import UsageStats, current_question
+
+log = logging.getLogger(__name__)
 
 _RETRY_STATUS = frozenset({408, 409, 429})
 _JITTER = 0.25  # at most +25 % of a backoff delay
@@ -53,6 +56,9 @@ def _retry_after(exc: openai.APIStatusError) -> float:
 
 #: Characters per token of the dry-run prompt estimate (the usual rule of thumb for BPE tokenizers on English).
 CHARS_PER_TOKEN = 4
+#: Characters a reply may hold per requested ``max_tokens``; the rest of a longer reply (an endpoint that ignores
+#: ``max_tokens``) is cut off before it is used or cached.
+MAX_CHARS_PER_TOKEN = 16
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,7 @@ class LLMClient:
         self.role, self.cfg, self.cache, self.stats, self.dry = role, role_cfg, cache, stats, dry
         self.model: str = role_cfg.model
         self._completion_guess: float | None = None
+        self._warned: set[str] = set()
         self._slots = threading.BoundedSemaphore(role_cfg.concurrency)
         self._api = openai.OpenAI(base_url=role_cfg.endpoint, api_key=role_cfg.api_key(),
                                   timeout=role_cfg.timeout_s, max_retries=0)
@@ -101,9 +108,9 @@ class LLMClient:
             self._tally(requests=1, prompt_tokens=prompt_tokens_estimate(messages),
                         completion_tokens=self._completion_estimate(request["max_tokens"]))
             return self.dry.reply
-        content, usage = self._call(messages, request, key)
+        content, usage, estimated = self._call(messages, request, key)
         self.cache.put(key, {"role": self.role, "model": self.model, "messages": messages, "params": request,
-                             "content": content, "usage": usage})
+                             "content": content, "usage": usage, **({"usage_estimated": True} if estimated else {})})
         return content
 
     def _completion_estimate(self, max_tokens: int) -> int:
@@ -123,7 +130,30 @@ class LLMClient:
     def _error(self, cls: type[LLMError], reason: str) -> LLMError:
         return cls(self.role, self.cfg.endpoint, self.model, reason)
 
-    def _call(self, messages: list[dict], request: dict, key: str) -> tuple[str, dict[str, int]]:
+    def _warn_once(self, what: str, message: str) -> None:
+        if what not in self._warned:
+            self._warned.add(what)
+            log.warning("LLM role %r (model %r at %s): %s", self.role, self.model, self.cfg.endpoint, message)
+
+    def _accept(self, reply: ChatReply, messages: list[dict], request: dict) -> tuple[str, dict[str, int], bool]:
+        """The reply's content (cut to :data:`MAX_CHARS_PER_TOKEN` per requested token), its usage (estimated from
+        lengths when the endpoint reported none), tallied, and whether the usage is an estimate."""
+        content, cap = reply.content, int(request["max_tokens"]) * MAX_CHARS_PER_TOKEN
+        if len(content) > cap:
+            self._warn_once("long", f"a reply of {len(content)} characters exceeds max_tokens "
+                                    f"{request['max_tokens']}; kept the first {cap} characters")
+            content = content[:cap]
+        if reply.usage is None:
+            self._warn_once("usage", "the endpoint reports no token usage; tokens are estimated from lengths "
+                                     f"({CHARS_PER_TOKEN} characters a token) for the budget and the statistics")
+            tokens = {"prompt_tokens": prompt_tokens_estimate(messages),
+                      "completion_tokens": math.ceil(len(content) / CHARS_PER_TOKEN)}
+        else:
+            tokens = {"prompt_tokens": reply.usage.prompt_tokens, "completion_tokens": reply.usage.completion_tokens}
+        self._tally(**tokens)
+        return content, tokens, reply.usage is None
+
+    def _call(self, messages: list[dict], request: dict, key: str) -> tuple[str, dict[str, int], bool]:
         last = ""
         for attempt in range(self.cfg.max_retries + 1):
             retry_after = 0.0
@@ -132,7 +162,8 @@ class LLMClient:
                     self._tally(requests=1)
                     started = time.perf_counter()
                     try:
-                        response = self._api.chat.completions.create(model=self.model, messages=messages, **request)
+                        raw = self._api.chat.completions.with_raw_response.create(model=self.model,
+                                                                                  messages=messages, **request)
                     finally:
                         self._tally(latency_ms=round((time.perf_counter() - started) * 1000))
             except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
@@ -148,18 +179,11 @@ class LLMClient:
                 last = f"no response within {self.cfg.timeout_s:g}s"
             except openai.APIConnectionError as exc:
                 last = f"connection failed ({exc.__cause__ or exc})"
-            except json.JSONDecodeError as exc:
-                last = f"malformed response body ({exc})"
             else:
-                choice = response.choices[0] if getattr(response, "choices", None) else None
-                content = choice.message.content if choice is not None else None
-                if isinstance(content, str):
-                    usage = response.usage
-                    tokens = {"prompt_tokens": usage.prompt_tokens if usage else 0,
-                              "completion_tokens": usage.completion_tokens if usage else 0}
-                    self._tally(**tokens)
-                    return content, tokens
-                last = "malformed response (no message content)"
+                try:
+                    return self._accept(parse_reply(raw.http_response.content), messages, request)
+                except MalformedReply as exc:
+                    last = str(exc)
             if attempt < self.cfg.max_retries:
                 self._tally(retries=1)
                 time.sleep(self._delay(key, attempt, retry_after))

@@ -8,11 +8,12 @@ named by ``api_key_env`` and never stored in a configuration.
 from __future__ import annotations
 
 import os
-import urllib.error
-import urllib.request
+import urllib.parse
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from evolve.reachability import http_get
 
 ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic")
 #: Roles that reply in JSON, and so may ask for constrained decoding (``structured``).
@@ -47,6 +48,20 @@ class RoleConfig(BaseModel):
     # JSON roles: "json_object" sends the reply's JSON schema as {"type": "json_object", "schema": ...}, which
     # llama.cpp servers turn into a decoding grammar; "off" sends no response_format.
     structured: Literal["off", "json_object"] = "off"
+
+    @field_validator("base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            parts = urllib.parse.urlsplit(value)
+            parts.port  # a port that is not a number raises here
+        except ValueError as exc:
+            raise ValueError(f"not a URL ({exc})") from None
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("not an http(s) URL with a host, e.g. http://127.0.0.1:8080/v1")
+        return value
 
     @model_validator(mode="after")
     def _llm_needs_model(self) -> "RoleConfig":
@@ -108,6 +123,7 @@ class RolesConfig(BaseModel):
         env = os.environ if env is None else env
         data = dict(data or {})
         merged: dict[str, Any] = {k: v for k, v in data.items() if k not in ROLES}
+        env_vars: dict[tuple[str, str], str] = {}
         for role in ROLES:
             given = data.get(role) or {}
             if not isinstance(given, Mapping):
@@ -115,11 +131,15 @@ class RolesConfig(BaseModel):
             from_env = {f: env[f"MEMEVOLVE_{role.upper()}_{f.upper()}"] for f in _ENV_FIELDS
                         if env.get(f"MEMEVOLVE_{role.upper()}_{f.upper()}")}
             merged[role] = {**from_env, **given}
+            env_vars.update({(role, f): f"MEMEVOLVE_{role.upper()}_{f.upper()}" for f in from_env if f not in given})
         try:
             return cls.model_validate(merged)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in ("roles", *err["loc"]))
+            var = env_vars.get(tuple(err["loc"][:2]))
+            if var is not None:
+                where += f" (from ${var})"
             raise ConfigError(f"{source}: {where}: {err['msg']}") from None
 
 
@@ -128,9 +148,10 @@ class EndpointUnreachable(ConfigError):
 
 
 def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
-    """Raise :class:`ConfigError` naming role, URL and cause if an LLM endpoint does not answer ``GET /models``.
-
-    Any HTTP answer (even an error status) counts as reachable; only connection failures and timeouts do not.
+    """Raise :class:`EndpointUnreachable` naming role, URL and cause if an LLM endpoint does not answer
+    ``GET /models`` within ``timeout_s`` (a bound nothing stretches: see :func:`evolve.reachability.http_get`)
+    as an OpenAI-compatible API does: the models list (200) or an authentication error (401, 403). Any other status
+    is a proxy or gateway answering for a host that is not there, or a server that is not such an API.
     """
     checked: set[str] = set()
     for name in ROLES:
@@ -139,12 +160,11 @@ def check_reachable(roles: RolesConfig, timeout_s: float = 3.0) -> None:
             continue
         checked.add(cfg.endpoint)
         url = f"{cfg.endpoint}/models"
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {cfg.api_key()}"})
-        try:
-            with urllib.request.urlopen(request, timeout=min(timeout_s, cfg.timeout_s)):
-                pass
-        except urllib.error.HTTPError:
-            pass  # the server answered
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            cause = getattr(exc, "reason", None) or exc
-            raise EndpointUnreachable(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {cause}") from None
+        answer = http_get(url, min(timeout_s, cfg.timeout_s), {"Authorization": f"Bearer {cfg.api_key()}"})
+        if isinstance(answer, str):
+            raise EndpointUnreachable(f"LLM role {name!r}: cannot reach {cfg.endpoint} ({url}): {answer}")
+        status = answer[0]
+        if status not in (200, 401, 403):
+            raise EndpointUnreachable(f"LLM role {name!r}: {cfg.endpoint} is not an OpenAI-compatible endpoint: "
+                                      f"GET {url} answers HTTP {status} (a proxy answering for an unreachable host, "
+                                      "or another kind of server)")

@@ -21,9 +21,11 @@ class BestEver:
         bundle.journal.extend(self.journal)
 
 
-def best_ever(best: CheckpointRecord | None, round_no: int, strategy: dict, score: float, restore_threshold: float,
-              meta: dict) -> BestEver:
-    """Compare the round's outcome (``strategy`` scoring ``score``) with the stored best-ever ``best``."""
+def best_ever(best: CheckpointRecord | None, round_no: int, strategy: dict, score: float | None,
+              restore_threshold: float, meta: dict) -> BestEver:
+    """Compare the round's outcome (``strategy`` scoring ``score``) with the stored best-ever ``best``. A round that
+    scored no question (every one failed under ``on_role_error: mark``) says nothing about the strategy: it neither
+    checkpoints nor restores."""
     out = BestEver()
     if best is not None and best.fallback_from:
         out.journal.append(("RESTORE", {"what": "checkpoint", "fallback_from": best.fallback_from,
@@ -31,6 +33,8 @@ def best_ever(best: CheckpointRecord | None, round_no: int, strategy: dict, scor
                                         "using": best.strategy_hash, "generation": best.generation}))
         if score <= best.score:  # re-save the intact generation so CURRENT points at a good checkpoint again
             out.checkpoint = {"strategy": best.strategy, "score": best.score, "meta": best.meta}
+    if score is None:
+        return out
     if best is None or score > best.score:
         out.checkpoint = {"strategy": strategy, "score": score,
                           "meta": {"round": round_no, **meta, "policy_hash": policy_hash(strategy)}}

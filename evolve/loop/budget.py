@@ -119,6 +119,7 @@ class Budget:
 
     def __init__(self, config: BudgetConfig, roles: RolesConfig, night: UsageStats):
         self.config, self.night, self.models = config, night, models_by_role(roles)
+        night.max_requests = config.max_llm_calls  # binds every request, retries included
 
     def spend(self, usage: dict[str, dict[str, int]]) -> Spend:
         return Spend.of(usage, self.models, self.config.prices)

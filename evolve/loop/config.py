@@ -5,9 +5,11 @@ import types
 from pathlib import Path
 from typing import Annotated, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator,
+)
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from evolve.data import BASELINE_PATH
 from evolve.strategy import strict_yaml
@@ -27,8 +29,15 @@ class _Strict(BaseModel):
 BENCHMARK_FILE_SCHEMES = ("locomo", "longmemeval")
 
 
-#: A path given as a YAML string.
-PathField = Annotated[Path, Field(strict=False)]
+
+def _not_empty(value: object) -> object:
+    if isinstance(value, str) and not value.strip():
+        raise ValueError("an empty path would mean the working directory; name a path")
+    return value
+
+
+#: A path given as a YAML string (not empty).
+PathField = Annotated[Path, Field(strict=False), BeforeValidator(_not_empty)]
 
 
 class PlannerConfig(_Strict):
@@ -45,6 +54,12 @@ class ExecutorConfig(_Strict):
                                                    "'ray://host:port' joins a cluster")
     num_workers: int = Field(2, ge=1, description="ray: actors, each holding the embedding model and a warm cache")
     max_retries: int = Field(1, ge=0, description="ray: retries of a conversation whose actor died")
+
+    @model_validator(mode="after")
+    def _address_needs_ray(self) -> "ExecutorConfig":
+        if self.kind == "local" and self.address is not None:
+            raise ValueError("address: only kind 'ray' joins a cluster; the local executor would ignore it")
+        return self
 
 
 class SplitConfig(_Strict):
@@ -113,6 +128,13 @@ class RunConfig(_Strict):
                                  "postgresql://user@host/db)") from None
             if parsed.drivername.startswith("sqlite") and not parsed.database:
                 raise ValueError(f"{url!r} names no database file; an in-memory SQLite study would not persist")
+            try:
+                parsed.get_dialect().import_dbapi()
+            except NoSuchModuleError:
+                raise ValueError(f"{parsed.drivername!r} is not a database SQLAlchemy knows") from None
+            except ImportError as exc:
+                raise ValueError(f"the {parsed.drivername} driver is not installed ({exc}); install it or use a "
+                                 "sqlite:/// URL") from None
         return url
 
     def resolve(self, base: Path) -> "RunConfig":

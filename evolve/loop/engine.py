@@ -12,9 +12,10 @@ import sys
 import time
 from dataclasses import replace
 
+from evolve.canonical import canonical_hash
 from evolve.improve.digest import digest
 from evolve.improve.effects import DimensionEffects, split_parts
-from evolve.improve.evolver import Evolver
+from evolve.improve.evolver import Evolver, check_storage
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction, Planner, load_bundles
 from evolve.llm import CriticAdvisor, PlannerAdvisor
@@ -22,7 +23,7 @@ from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
-from evolve.loop.config import RunConfig
+from evolve.loop.config import ConfigError, RunConfig
 from evolve.loop.holdout import Holdout
 from evolve.loop.learning import learn, merged, relieved, runners_up
 from evolve.loop.record import CandidateRecord
@@ -30,6 +31,7 @@ from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun
 from evolve.observe.objective import LABEL, SCORE_FIELD, failure_view
+from evolve.runtime.usage import RequestLimitReached
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
 from evolve.verify.critic import Critic, DeterministicCritic
@@ -54,6 +56,11 @@ class Engine:
         self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, alpha=self.rules.alpha,
                                 seed=config.seed) if holdout_harness is not None else None)
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
+        if config.optuna_storage:
+            try:
+                check_storage(config.optuna_storage)
+            except ValueError as exc:
+                raise ConfigError(f"optuna_storage: {exc}") from None
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())
@@ -65,7 +72,8 @@ class Engine:
                                cost_violation=config.cost.violation if config.cost.active else None)
         self.advisor = (PlannerAdvisor(backends.planner, self.effects, self.planner.dims)
                         if backends.planner else None)
-        self.evolver = Evolver(config.optuna_storage or f"sqlite:///{self.stores.optuna_path}", config.seed)
+        self.evolver = Evolver(config.optuna_storage or f"sqlite:///{self.stores.optuna_path}", config.seed,
+                               namespace=self._study_namespace() if config.optuna_storage else "")
         # Results committed by a round whose process died before telling Optuna are in state.json: tell them now.
         self.evolver.apply_pending(self.stores.state.get("optuna_pending", []))
         critic: Critic = CriticAdvisor(backends.critic) if backends.critic else DeterministicCritic()
@@ -99,7 +107,7 @@ class Engine:
                     self._say(f"round {self.stores.last_committed_round + 1} ({i + 1} of {target} in this run): "
                               "observing the current strategy")
                     self.round(self.stores.last_committed_round + 1)
-            except BudgetExhausted as exc:
+            except (BudgetExhausted, RequestLimitReached) as exc:
                 stop = {"round": self.stores.last_committed_round + 1, **exc.figures()}
                 entry = self.stores.append_journal("BUDGET_STOP", stop)
                 stop["journal_index"] = entry["index"]
@@ -131,7 +139,7 @@ class Engine:
         try:
             base_run = self.harness.evaluate(self.baseline, self.question_ids, desc="baseline")
             cur_run = self._evaluate_current(current)
-        except BudgetExhausted as exc:
+        except (BudgetExhausted, RequestLimitReached) as exc:
             out["current_vs_baseline"] = {"skipped": str(exc)}
         else:
             paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective),
@@ -193,7 +201,7 @@ class Engine:
         outcome = RoundOutcome(n, current, cur_run, new_current, new_run, dg, directions,
                                self.advisor.notes if self.advisor else [], results, winner, best.restore,
                                *self._holdout_scores(new_current, best.checkpoint["strategy"] if best.checkpoint
-                                                     else prior.strategy))
+                                                     else prior.strategy if prior else new_current))
         fill_bundle(bundle, outcome, self.stores, baseline=self.baseline, harness_id=self.harness_id,
                     docs={"dimension_effects": self.effects.to_dict(), "hypothesis_tree": self.tree.to_dict()},
                     escalations=escalations(self.stores.read_doc("escalations", {"blocked": {}, "escalated": []}),
@@ -205,11 +213,24 @@ class Engine:
         self._current_run = new_run
         summary = round_summary(outcome, time.perf_counter() - started)
         if self.tracker:
-            track_round(self.tracker, self.stores, self.config, summary, outcome, self.llm_stats)
+            self._track(summary, outcome)
         self._say(f"round {n} committed in {time.perf_counter() - started:.1f}s: "
                   + (f"applied {winner.record.candidate_id}" if winner else "no candidate applied")
                   + (" (best-ever restored)" if best.restore is not None else ""))
         return summary
+
+    def _track(self, summary: dict, outcome: RoundOutcome) -> None:
+        """Track the committed round; if the tracking store fails now, the round stays committed and a FLAG entry
+        records that it is untracked (and why), so the summary is not lost."""
+        try:
+            track_round(self.tracker, self.stores, self.config, summary, outcome, self.llm_stats)
+        except Exception as exc:  # MLflow, SQLAlchemy and OS errors alike
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            entry = self.stores.append_journal("FLAG", {"what": "untracked_round", "round": outcome.round,
+                                                        "tracking_uri": self.tracker.uri, "error": reason[:500]})
+            summary["untracked"] = {"reason": reason[:500], "journal_index": entry["index"]}
+            log.warning("round %d is committed but not tracked at %s: %s (journal entry %d FLAG)", outcome.round,
+                        self.tracker.uri, reason, entry["index"])
 
     def _verify(self, n: int, directions: list[Direction], current: dict, cur_run: EvalRun,
                 history: list[CandidateRecord]) -> list[CandidateResult]:
@@ -247,6 +268,10 @@ class Engine:
         """A progress line on stderr, when progress is shown (by default: stderr is a terminal)."""
         if self.progress:
             print(line, file=sys.stderr, flush=True)
+
+    def _study_namespace(self) -> str:
+        """Names this stores directory's Optuna studies on a shared database: the stores path and the harness."""
+        return canonical_hash({"stores": str(self.stores.root.resolve()), "harness": self.harness_id})[:16]
 
     def _holdout_scores(self, current: dict, best: dict) -> tuple[float | None, float | None]:
         """The current and the best-ever strategy on the holdout (``None`` without one)."""

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import logging
 import os
+import sqlite3
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
+from contextlib import closing
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -15,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.reachability import http_get
 from evolve.state.journal import HEAD_TAG, STORES_TAG
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import strategy_hash
@@ -41,19 +43,41 @@ def _is_server(uri: str) -> bool:
     return uri.startswith(("http://", "https://"))
 
 
-def check_tracking(uri: str, timeout_s: float = 3.0) -> None:
-    """Raise :class:`ConfigError` naming ``tracking_uri`` if a tracking server does not answer (any HTTP status
-    counts as an answer), instead of letting the MLflow client retry for minutes."""
-    if not _is_server(uri):
-        return
+def check_tracking(uri: str, experiment: str = "memevolve", timeout_s: float = 3.0) -> None:
+    """Raise :class:`ConfigError` naming ``tracking_uri`` and the rule, within ``timeout_s``, unless the tracking
+    store can be written: a server must answer its experiments API (not an error status), a SQLite file must be a
+    writable database file in an existing directory. Anything else the MLflow client itself checks."""
+    if _is_server(uri):
+        base = uri.rstrip("/")
+        url = f"{base}/api/2.0/mlflow/experiments/get-by-name?{urllib.parse.urlencode({'experiment_name': experiment})}"
+        answer = http_get(url, timeout_s)
+        if isinstance(answer, str):
+            raise ConfigError(f"tracking_uri: cannot reach the MLflow tracking server at {uri}: {answer}")
+        status, body = answer
+        if not (status == 200 or status == 404 and b"RESOURCE_DOES_NOT_EXIST" in body):  # 404: no experiment yet
+            raise ConfigError(f"tracking_uri: {uri} answers HTTP {status} to {url}, not as an MLflow tracking "
+                              "server (a proxy answering for an unreachable host, or a server in trouble)")
+    elif uri.startswith("sqlite:///"):
+        _check_sqlite(Path(uri.removeprefix("sqlite:///")), timeout_s)
+
+
+def _check_sqlite(path: Path, timeout_s: float) -> None:
+    """A SQLite tracking file must be a writable database (created if missing, in an existing directory)."""
+    where = f"tracking_uri: sqlite:///{path}"
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"{where}: exists and is not a regular file (a directory?)")
+    parent = next((p for p in path.parents if p.exists()), None)
+    if parent is not None and not parent.is_dir():
+        raise ConfigError(f"{where}: {parent} is not a directory")
+    if not path.exists():
+        return  # created by MLflow, with its directory
     try:
-        with urllib.request.urlopen(f"{uri.rstrip('/')}/health", timeout=timeout_s):
-            pass
-    except urllib.error.HTTPError:
-        pass
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        raise ConfigError(f"tracking_uri: cannot reach the MLflow tracking server at {uri}: "
-                          f"{getattr(exc, 'reason', None) or exc}") from None
+        with closing(sqlite3.connect(path, timeout=timeout_s)) as db:  # a write, rolled back: fails on a
+            db.execute("BEGIN IMMEDIATE")                                # read-only file or file system
+            db.execute("CREATE TABLE memevolve_write_check (x)")
+            db.rollback()
+    except sqlite3.Error as exc:
+        raise ConfigError(f"{where}: cannot write the tracking database ({exc})") from None
 
 
 class Tracker:
@@ -63,7 +87,14 @@ class Tracker:
         logging.getLogger("alembic").setLevel(logging.WARNING)
         logging.getLogger("mlflow.store.db.utils").setLevel(logging.WARNING)
         self.uri = uri or default_tracking_uri()
-        check_tracking(self.uri)
+        check_tracking(self.uri, experiment)
+        try:
+            self._open(experiment, artifact_root)
+        except Exception as exc:  # MLflow, SQLAlchemy and OS errors alike: the store cannot be used
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(f"tracking_uri: cannot use the tracking store {self.uri}: {reason}") from None
+
+    def _open(self, experiment: str, artifact_root: str | Path | None) -> None:
         if self.uri.startswith("sqlite:///"):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
         self.client = MlflowClient(tracking_uri=self.uri)

@@ -34,16 +34,30 @@ class _EvaluatorActor:
         return evaluate_conversation(self.evaluator, strategy, cid, question_ids, answer)
 
 
+#: The HTTP/2 client connection preface and an empty SETTINGS frame: what a gRPC client sends first.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+_H2_SETTINGS = 4
+
+
 def _reachable(address: str, timeout_s: float = 3.0) -> None:
-    """Fail fast when a ``host:port`` (or ``ray://host:port``) address does not accept connections."""
+    """Fail fast (within about ``timeout_s``) when a ``host:port`` (or ``ray://host:port``) address does not accept
+    connections or does not speak gRPC, as Ray's GCS and client servers do: a gRPC server answers the HTTP/2
+    preface with a SETTINGS frame, where ``ray.init`` on any other server waits for minutes."""
     target = address.removeprefix("ray://")
     host, _, port = target.rpartition(":")
     if not host or not port.isdigit():
         raise ExecutorError(f"executor.address: {address!r} is not 'auto', 'host:port' or 'ray://host:port'")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+        with socket.create_connection((host, int(port)), timeout=timeout_s) as conn:
+            conn.sendall(_H2_PREFACE)
+            head = conn.recv(9)
+    except socket.timeout:
+        head = b""
     except OSError as exc:
         raise ExecutorError(f"executor.address: cannot reach Ray at {address}: {exc}") from None
+    if len(head) < 4 or head[3] != _H2_SETTINGS:
+        raise ExecutorError(f"executor.address: {address} accepts connections but does not speak gRPC (no HTTP/2 "
+                            f"answer within {timeout_s:g}s); it is not a Ray cluster address")
 
 
 class RayPool:

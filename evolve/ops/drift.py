@@ -33,7 +33,9 @@ class Served:
 
 @dataclass(frozen=True)
 class ServingStatus:
-    """A serving file against the journal: ``tracked``, ``untracked``, ``drift``, ``missing`` or ``unverified``."""
+    """A serving file against the journal: ``tracked``, ``untracked``, ``unjournaled``, ``drift``, ``missing`` or
+    ``unverified``. ``unjournaled``: no entry installed the file, yet it holds a strategy these stores accepted
+    (a promotion whose journal entry is missing: interrupted, or copied by hand)."""
 
     target: Path
     state: str
@@ -49,6 +51,9 @@ class ServingStatus:
         e = self.entry
         if self.state == "untracked":
             return "untracked: no PROMOTE/ROLLBACK journal entry for this file"
+        if self.state == "unjournaled":
+            return (f"unjournaled: holds strategy {self.current.strategy_hash} of {self.problem}, which no PROMOTE/"
+                    "ROLLBACK entry installed here (an interrupted promote, or copied by hand)")
         if self.state == "unverified":
             return f"unverified: its serving history does not check out: {self.problem}"
         installed = f"entry {e['index']} {e['type']} ({e['ts']})"
@@ -136,6 +141,10 @@ def serving_status(view: History | None, target: str | Path) -> ServingStatus:
     data = read_optional(target)
     current = Served.of(data) if data is not None else None
     if not mine:
+        accepted = [r.candidate_id for r in view.records if current is not None and changes_strategy(r.verdict)
+                    and r.strategy_hash == current.strategy_hash] if view is not None else []
+        if accepted:
+            return ServingStatus(target, "unjournaled", None, current, accepted[-1])
         return ServingStatus(target, "untracked", None, current)
     last = mine[-1]
     problem = history_problem(view, mine)

@@ -81,9 +81,13 @@ class History(StoreView):
         return None
 
     def record_problems(self) -> list[str]:
-        """Every disagreement between the candidate records and the journal (edited or deleted records)."""
-        problems = [why for r in self.records if (why := self.record_problem(r))]
-        recorded = {r.candidate_id for r in self.records}
+        """Every disagreement between the candidate records and the journal (edited or deleted records). Records
+        and decisions of a round not yet committed (``state.json`` read first) are left out: a commit in progress
+        writes the records before the journal entries, and a reader may see either without the other."""
+        committed = int(self.state.get("last_committed_round", 0))
+        records = [r for r in self.records if r.round <= committed]
+        problems = [why for r in records if (why := self.record_problem(r))]
+        recorded = {r.candidate_id for r in records}
         problems += [f"{cid}: journal entry {e['index']} decided it, but candidate_outcomes.jsonl has no record"
-                     for cid, e in self.decision_entries.items() if cid not in recorded]
+                     for cid, e in self.decision_entries.items() if cid not in recorded and e["round"] <= committed]
         return problems

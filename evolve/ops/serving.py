@@ -5,9 +5,11 @@ through :func:`promote` or :func:`rollback`, which, after checking the target (:
 the stores' run lock,
 
 * keep byte-exact copies of the old and the new file under ``<stores>/serving/<sha256 of bytes>.yaml``,
-* replace the serving file atomically,
+* record the intended change, replace the serving file atomically,
 * append a ``PROMOTE`` / ``ROLLBACK`` journal entry with the strategy hash, byte hash and copy of both, and
-* witness the new journal head beside the serving file (:mod:`evolve.ops.witness`).
+* witness the new journal head beside the serving file (:mod:`evolve.ops.witness`),
+
+crash-atomically: a change a crash interrupted is finished or abandoned by the next one (:mod:`evolve.ops.change`).
 
 The journal is thereby the serving history. A serving file whose bytes differ from what the last entry for
 its path installed has *drifted*; a history whose entries do not check out (a promotion of a strategy no
@@ -24,11 +26,11 @@ from evolve.loop.record import CandidateRecord
 from evolve.ops.drift import (
     SERVING_TYPES, Served, history_problem, read_optional, serving_entries, strategy_hash_of,
 )
+from evolve.ops.change import Recovered, apply_change, pending_change, recover_change
 from evolve.ops.history import History
 from evolve.ops.review import CANDIDATE_ID_RE
 from evolve.ops.targets import Refused, check_target
-from evolve.ops.witness import write_witness
-from evolve.state.files import atomic_write_bytes, ensure_dir
+from evolve.state.files import atomic_write_bytes, ensure_dir, require_writable_dir
 from evolve.canonical import sha256_hex
 from evolve.state.stores import StoreSet
 from evolve.strategy import strict_yaml
@@ -37,7 +39,7 @@ from evolve.strategy.diff import StrategyDiff, diff_strategies
 from evolve.strategy.schema import schema_hash
 from evolve.verify.decision import changes_strategy
 
-__all__ = ["Refused", "promote", "rollback", "ChangeResult"]
+__all__ = ["Refused", "promote", "rollback", "recover", "ChangeResult"]
 
 
 @dataclass
@@ -50,6 +52,14 @@ class ChangeResult:
     diff: StrategyDiff | None
     entry: dict | None
     record: CandidateRecord | None = None
+
+
+def recover(stores: str | Path) -> Recovered | None:
+    """Finish or abandon a promote or rollback a crash interrupted (:mod:`evolve.ops.change`); ``None`` if none."""
+    if pending_change(History(stores).layout) is None:  # History refuses a non-stores directory
+        return None
+    with StoreSet(stores) as store_set:
+        return recover_change(store_set)
 
 
 # ---------------------------------------------------------------- helpers
@@ -199,6 +209,7 @@ def promote(stores: str | Path, ref: str, target: str | Path, *, accept_monitor:
     if dry_run:
         return _promote(view, None, ref, path, accept_monitor)
     with StoreSet(stores) as store_set:
+        recover_change(store_set)
         return _promote(History(stores), store_set, ref, path, accept_monitor)
 
 
@@ -209,17 +220,18 @@ def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
     _check_decision(view, record, accept_monitor)
     _check_harness(view, record)
     old = read_optional(target)
+    if old == data:
+        raise Refused(f"refused: {target} already holds exactly this file ({record.candidate_id}); nothing to do")
     result = ChangeResult(target, Served.of(data), Served.of(old) if old is not None else None, _diff(old, data),
                           None, record)
     if store_set is None:
         return result
+    require_writable_dir(target.parent)  # before the copies, so a refused change leaves the stores as they were
     result.previous = _keep(view.root, old) if old is not None else None
     _keep(view.root, data)
-    atomic_write_bytes(target, data)
-    result.entry = store_set.append_journal("PROMOTE", {
+    result.entry = apply_change(store_set, "PROMOTE", target, data, {
         "candidate_id": record.candidate_id, "verdict": record.verdict,
         **_payload(target, result.served, result.previous)})
-    write_witness(target, result.entry, view.root)
     return result
 
 
@@ -233,6 +245,7 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
     target = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
     _require_journal(view)
     with StoreSet(stores) as store_set:  # opening verifies the journal again under the lock
+        recover_change(store_set)
         view = History(stores)
         entries = view.entries
         problem = history_problem(view, serving_entries(entries, target))
@@ -245,11 +258,10 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
         data = _verified_copy(view.root, restore)
         _validated(data, view.root / restore.copy)
         old = read_optional(target)
+        require_writable_dir(target.parent)
         previous = _keep(view.root, old) if old is not None else None
-        atomic_write_bytes(target, data)
-        entry = store_set.append_journal("ROLLBACK", {**_payload(target, restore, previous), "undoes": undoes,
-                                                      "to_entry": to_entry})
-        write_witness(target, entry, view.root)
+        entry = apply_change(store_set, "ROLLBACK", target, data, {**_payload(target, restore, previous),
+                                                                   "undoes": undoes, "to_entry": to_entry})
         return ChangeResult(target, restore, previous, _diff(old, data), entry)
 
 

@@ -3,8 +3,8 @@
 A target must be a ``.yaml``/``.yml`` path, not a symlink, outside the stores, inside the serving directory
 (``--serving-dir``, else ``MEMEVOLVE_SERVING_DIR``, else ``strategies/`` under the working directory) unless
 ``allow_outside`` is given, and, if it exists, a regular file holding a strategy (a YAML mapping with every
-top-level section the schema requires; an older schema's file still counts). Refusals name the path and the
-rule, never the file's content.
+top-level section the schema requires; an older schema's file still counts); its witness (``.witness`` beside it),
+if it exists, must be a regular file too. Refusals name the path and the rule, never the file's content.
 """
 from __future__ import annotations
 
@@ -14,6 +14,9 @@ from pathlib import Path
 from evolve.state.layout import StoreLayout
 from evolve.strategy import strict_yaml
 from evolve.strategy.schema import load_schema
+
+#: Suffix of the witness file beside a serving file (see :mod:`evolve.ops.witness`).
+WITNESS_SUFFIX = ".witness"
 
 #: Environment variable naming the serving directory.
 SERVING_DIR_ENV = "MEMEVOLVE_SERVING_DIR"
@@ -29,7 +32,8 @@ def serving_dir(configured: str | Path | None = None) -> Path:
     return Path(configured or os.environ.get(SERVING_DIR_ENV) or "strategies").resolve()
 
 
-def _is_strategy_file(path: Path) -> bool:
+def is_strategy_file(path: Path) -> bool:
+    """Whether ``path`` holds a YAML mapping with every top-level section the schema requires."""
     try:
         loaded, _ = strict_yaml.load(path.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, TypeError, ValueError):
@@ -50,11 +54,18 @@ def check_target(layout: StoreLayout, target: str | Path, *, directory: str | Pa
     if path.suffix not in SUFFIXES:
         raise Refused(f"refused: {target} is not a .yaml/.yml path; serving files are strategy YAML files")
     home = serving_dir(directory)
+    if not allow_outside and home.exists() and not home.is_dir():
+        raise Refused(f"refused: the serving directory {home} is not a directory (set --serving-dir or "
+                      f"{SERVING_DIR_ENV} to the directory serving files live in)")
     if not allow_outside and home not in path.parents:
         raise Refused(f"refused: {target} is outside the serving directory {home} (set --serving-dir or "
                       f"{SERVING_DIR_ENV}, or pass --allow-outside)")
     if path.exists() and not path.is_file():
         raise Refused(f"refused: {target} exists and is not a regular file")
-    if path.exists() and not _is_strategy_file(path):
+    if path.exists() and not is_strategy_file(path):
         raise Refused(f"refused: {target} exists and is not a strategy file; it was not overwritten")
+    witness = path.with_name(path.name + WITNESS_SUFFIX)
+    if witness.is_symlink() or (witness.exists() and not witness.is_file()):
+        raise Refused(f"refused: {witness} (the witness file of {target}) is a symbolic link or not a regular file; "
+                      "the journal head is only appended to a regular file beside the serving file")
     return path

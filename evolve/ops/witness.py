@@ -19,11 +19,12 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolve.ops.targets import WITNESS_SUFFIX
 from evolve.state.files import StoreError, append_lines, iter_jsonl
 from evolve.canonical import canonical_json
 from evolve.state.journal import HEAD_TAG, STORES_TAG
+from evolve.reachability import http_get
 
-WITNESS_SUFFIX = ".witness"
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,11 @@ def tracking_anchors(uri: str, stores_root: Path) -> list[Anchor]:
 
     if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
         raise StoreError(uri, "no such tracking store (the SQLite file does not exist)")
+    if uri.startswith(("http://", "https://")):
+        answer = http_get(f"{uri.rstrip('/')}/api/2.0/mlflow/experiments/search?max_results=1", 3.0)
+        if isinstance(answer, str) or answer[0] != 200:
+            raise StoreError(uri, "cannot read the tracking store: " + (answer if isinstance(answer, str) else
+                                                                         f"the server answers HTTP {answer[0]}"))
     try:
         client = MlflowClient(tracking_uri=uri)
         ids = [e.experiment_id for e in client.search_experiments()]

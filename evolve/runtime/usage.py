@@ -17,18 +17,38 @@ COUNTERS = ("requests", "retries", "failures", "prompt_tokens", "completion_toke
             "latency_ms")
 
 
-class UsageStats:
-    """Thread-safe per-role counters of requests, tokens, cache use and latency."""
+class RequestLimitReached(RuntimeError):
+    """One more request would pass the run's ``max_llm_calls``; raised before the request is sent, so retries can
+    never overrun the limit. :meth:`figures` are journaled like a budget stop's."""
 
-    def __init__(self) -> None:
+    def __init__(self, role: str, sent: int, limit: int):
+        self.role, self.sent, self.limit = role, sent, limit
+        super().__init__(f"budget: a request of LLM role {role!r} would exceed max_llm_calls {limit} "
+                         f"({sent} requests sent, retries included)")
+
+    def figures(self) -> dict:
+        return {"next": f"a request of LLM role {self.role!r}", "spent": {"calls": self.sent},
+                "limits": {"max_llm_calls": self.limit}, "exceeded": ["max_llm_calls"]}
+
+
+class UsageStats:
+    """Thread-safe per-role counters of requests, tokens, cache use and latency. With ``max_requests`` set, adding a
+    request beyond it raises :class:`RequestLimitReached` (and counts nothing)."""
+
+    def __init__(self, max_requests: int | None = None) -> None:
         self._lock = threading.Lock()
         self._counts: dict[str, Counter[str]] = {}
+        self.max_requests = max_requests
 
     def add(self, role: str, **counts: int) -> None:
         unknown = set(counts) - set(COUNTERS)
         if unknown:
             raise KeyError(f"unknown usage counters {sorted(unknown)}; expected {COUNTERS}")
         with self._lock:
+            if self.max_requests is not None and counts.get("requests"):
+                sent = sum(c["requests"] for c in self._counts.values())
+                if sent + counts["requests"] > self.max_requests:
+                    raise RequestLimitReached(role, sent, self.max_requests)
             self._counts.setdefault(role, Counter()).update(counts)
 
     def by_role(self) -> dict[str, dict[str, int]]:

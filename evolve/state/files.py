@@ -9,6 +9,7 @@ import errno
 import json
 import logging
 import os
+import signal
 import stat
 import tempfile
 from datetime import datetime, timezone
@@ -30,6 +31,16 @@ _CAUSES = {
     errno.EISDIR: "path is a directory",
     errno.EFBIG: "file too large (file size limit exceeded)",
 }
+
+
+#: Test-only: the name of a step (see :func:`crash_point`) at which the process kills itself with SIGKILL.
+CRASH_ENV = "MEMEVOLVE_CRASH_AT"
+
+
+def crash_point(step: str) -> None:
+    """SIGKILL this process when :data:`CRASH_ENV` names ``step``: how tests crash a write between two steps."""
+    if os.environ.get(CRASH_ENV) == step:
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class StoreError(RuntimeError):
@@ -81,6 +92,17 @@ def require_output_dir(directory: Path) -> Path:
     if not os.access(existing, os.W_OK | os.X_OK):
         raise StoreError(directory, f"cannot write output here: permission denied on {existing}")
     return directory
+
+
+def require_writable_dir(directory: Path) -> None:
+    """:class:`StoreError` unless a file can be created in ``directory`` (probed with a temp file, removed at once);
+    mode bits alone do not say (root, immutable directories, read-only file systems)."""
+    try:
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".probe.", suffix=TEMP_SUFFIX)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise os_error(directory, exc, "create files in") from None
 
 
 # ---------------------------------------------------------------- atomic replace
@@ -180,8 +202,36 @@ def append_lines(path: Path, lines: list[str]) -> None:
         raise os_error(path, exc, "append to") from None
 
 
+def is_torn(path: Path) -> bool:
+    """Whether ``path`` ends in an unterminated line (read-only: a file that cannot be written is no obstacle)."""
+    try:
+        with open(path, "rb") as fh:
+            if fh.seek(0, os.SEEK_END) == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise os_error(path, exc, "read") from None
+
+
+def require_appendable(path: Path) -> None:
+    """:class:`StoreError` now, before any work, if the existing file ``path`` cannot be opened for appending
+    (read-only mode, immutable, read-only file system); a missing file is created later and is no obstacle."""
+    if not path.is_file():
+        return
+    try:
+        with open(path, "ab"):
+            pass
+    except OSError as exc:
+        raise os_error(path, exc, "open for appending") from None
+
+
 def repair_torn_tail(path: Path) -> bytes:
     """Truncate an unterminated last line left by a crash mid-append; return the bytes removed (logged)."""
+    if not is_torn(path):
+        return b""
     try:
         with open(path, "r+b") as fh:
             size = fh.seek(0, os.SEEK_END)

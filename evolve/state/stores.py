@@ -21,11 +21,12 @@ from pathlib import Path
 
 from evolve.state.bundle import RoundBundle
 from evolve.state.checkpoint import Checkpoint
-from evolve.state.journal import Journal, VerifyResult
+from evolve.state.journal import KEY_ENV, Journal, VerifyResult
 from evolve.canonical import canonical_hash, canonical_json
 from evolve.state.files import (
-    StoreError, append_lines, atomic_write_json, atomic_write_text, ensure_dir, iter_jsonl, now_iso, os_error, read_json,
-    remove_stale_temps, repair_torn_tail,
+    StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir, is_torn, iter_jsonl,
+    now_iso, os_error, read_json,
+    remove_stale_temps, repair_torn_tail, require_appendable,
 )
 from evolve.state.layout import JSONL_STORES, StoreLayout
 from evolve.state.lock import RunLock
@@ -62,24 +63,31 @@ class StoreSet(StoreReader):
     """
 
     def __init__(self, root: str | Path, lock_timeout: float = 0.0):
+        created_root = not Path(root).exists()
         self.root = ensure_dir(Path(root))
         self.layout = StoreLayout(self.root)
-        self._lock = RunLock(self.root, lock_timeout).acquire()
+        lock = RunLock(self.root, lock_timeout)
+        created_lock = not lock.path.exists()
+        self._lock = lock.acquire()
         self._keys: dict[str, set[str]] = {}
         try:
-            for sub in (self.layout.rounds, self.layout.strategies, self.layout.cache):
-                ensure_dir(sub)
+            for path in (self.layout.journal, *(self.path(name) for name in JSONL_STORES)):
+                require_appendable(path)  # a read-only file fails here, before any work, not mid-commit
             anchor = self.state.get("journal_head")
             self.journal = Journal(self.layout.journal, anchor)
+            self._check_key_mode()
             verified = self.journal.verify(anchor)
             if not verified.ok:
                 raise StoreError(self.layout.journal, f"committed history is damaged at entry "
                                                       f"{verified.first_bad_index}: {verified.reason}; nothing was "
                                                       "written (see `memevolve journal verify`)")
+            for sub in (self.layout.rounds, self.layout.strategies, self.layout.cache):
+                ensure_dir(sub)
             self.checkpoint = Checkpoint(self.layout.checkpoint)
             self.recovery = self.recover()
         except BaseException:
             self._lock.release()
+            self._remove_created(lock.path if created_lock else None, created_root)
             raise
 
     # ------------------------------------------------------------ paths
@@ -187,7 +195,7 @@ class StoreSet(StoreReader):
             self.journal.repaired_tail = b""
         pending = bool(self._pending_wals())
         for name in JSONL_STORES:
-            if not pending and self._torn(self.path(name)):
+            if not pending and is_torn(self.path(name)):
                 raise StoreError(self.path(name), "committed records are damaged: the last line is torn but no "
                                                   "round commit was interrupted (truncated by hand?); nothing was "
                                                   "repaired")
@@ -235,6 +243,29 @@ class StoreSet(StoreReader):
 
     # ------------------------------------------------------------ internals
 
+    def _check_key_mode(self) -> None:
+        """Refuse to write a keyed journal without the key, or an unkeyed one with it: either would leave entries
+        of both kinds, after which every keyed verification (or keyed run) fails."""
+        last = self.journal.last()
+        if last is None:
+            return
+        if "mac" in last and self.journal.key is None:
+            raise StoreError(self.layout.journal, f"these stores are keyed (their journal entries carry MACs) but "
+                                                  f"{KEY_ENV} is not set; set it to write them (nothing was written)")
+        if "mac" not in last and self.journal.key is not None:
+            raise StoreError(self.layout.journal, f"these stores are unkeyed (their journal entries carry no MAC) but "
+                                                  f"{KEY_ENV} is set; unset it to write them (nothing was written)")
+
+    def _remove_created(self, lock_file: Path | None, root: bool) -> None:
+        """After a refused open, remove the lock file (and the root, if empty) that opening created."""
+        try:
+            if lock_file is not None:
+                lock_file.unlink(missing_ok=True)
+            if root and not any(self.root.iterdir()):
+                self.root.rmdir()
+        except OSError:
+            pass  # best effort: the refusal, not this clean-up, is what the caller reports
+
     def _require_lock(self) -> None:
         if not self._lock.held:
             raise StoreError(self._lock.path, "store set is closed; open a new StoreSet to write")
@@ -276,6 +307,7 @@ class StoreSet(StoreReader):
             fresh = [r for r in records if r["key"] not in keys]
             append_lines(self.path(name), [canonical_json(r) for r in fresh])
             keys.update(r["key"] for r in fresh)
+        crash_point("commit-records")
         for name, doc in bundle.docs.items():
             atomic_write_json(self.path(name), doc)
         if bundle.checkpoint is not None:
@@ -294,20 +326,6 @@ class StoreSet(StoreReader):
                  "journal_head": None if head is None else {"index": head["index"], "hash": head["hash"]}}
         atomic_write_json(self.state_path, state)
         self._unlink(self._wal_path(round_no))
-
-    @staticmethod
-    def _torn(path: Path) -> bool:
-        """Whether ``path`` ends in an unterminated line."""
-        try:
-            with open(path, "rb") as fh:
-                if fh.seek(0, 2) == 0:
-                    return False
-                fh.seek(-1, 2)
-                return fh.read(1) != b"\n"
-        except FileNotFoundError:
-            return False
-        except OSError as exc:
-            raise os_error(path, exc, "read") from None
 
     @staticmethod
     def _unlink(path: Path) -> None:

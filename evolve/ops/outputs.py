@@ -1,0 +1,75 @@
+"""Where command outputs may be written: the rules every output option (``report --out/--markdown``,
+``eval --out``) checks before any work, so that no output replaces state.
+
+An output path must not be a symbolic link (nor resolve through a loop), must not lie inside a stores directory
+(the one given, or any directory holding ``state.json`` or ``journal.jsonl``), must not be a serving file, a
+strategy file or a witness (``*.witness``), and, if it exists, must be a regular file. Refusals are
+:class:`~evolve.state.files.StoreError` naming the option, the path and the rule (CLI exit code 2). The writes
+themselves go through :func:`~evolve.state.files.atomic_write_bytes`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from evolve.ops.targets import WITNESS_SUFFIX, is_strategy_file
+from evolve.state.files import StoreError, require_output_dir
+
+#: Files whose presence marks a directory as stores.
+STORES_MARKERS = ("state.json", "journal.jsonl")
+
+
+def _refuse(option: str, path: Path, rule: str) -> StoreError:
+    return StoreError(f"{option} {path}", f"refused: {rule}; nothing was written")
+
+
+def _resolved(option: str, path: Path) -> Path:
+    if path.is_symlink():
+        raise _refuse(option, path, "is a symbolic link; outputs are written to regular files only (pass the real "
+                                    "path)")
+    try:
+        return path.resolve(strict=False)
+    except (RuntimeError, OSError) as exc:  # a symlink loop in a parent
+        raise _refuse(option, path, f"cannot be resolved ({exc})") from None
+
+
+def enclosing_stores(path: Path) -> Path | None:
+    """The stores directory ``path`` (resolved) is or lies in, if any."""
+    for directory in (path, *path.parents):
+        if directory.is_dir() and any((directory / m).is_file() for m in STORES_MARKERS):
+            return directory
+    return None
+
+
+def check_output_file(option: str, path: str | Path, *, protected: tuple[Path, ...] = ()) -> Path:
+    """The resolved path of output file ``path`` given as ``option``; :class:`StoreError` naming the broken rule.
+
+    ``protected`` are further files (resolved) the output must not replace, e.g. the serving files a journal names.
+    """
+    given = Path(path)
+    resolved = _resolved(option, given)
+    stores = enclosing_stores(resolved.parent)
+    if stores is not None:
+        raise _refuse(option, given, f"lies inside the stores {stores}; outputs are written outside them")
+    if resolved.name.endswith(WITNESS_SUFFIX):
+        raise _refuse(option, given, "is a witness file (*.witness) of a serving file")
+    if resolved in protected:
+        raise _refuse(option, given, "is a serving file the journal names")
+    if resolved.exists() and not resolved.is_file():
+        raise _refuse(option, given, "exists and is not a regular file (a directory, device, pipe or socket)")
+    if resolved.exists() and is_strategy_file(resolved):
+        raise _refuse(option, given, "holds a strategy (a serving or strategy file); outputs never replace one")
+    require_output_dir(resolved.parent)
+    return resolved
+
+
+def check_output_dir(option: str, path: str | Path, files: tuple[str, ...]) -> Path:
+    """The resolved output directory ``path`` that will receive ``files``; :class:`StoreError` naming the rule."""
+    given = Path(path)
+    resolved = _resolved(option, given)
+    stores = enclosing_stores(resolved)
+    if stores is not None:
+        raise _refuse(option, given, f"lies inside the stores {stores}; outputs are written outside them")
+    require_output_dir(resolved)
+    for name in files:
+        check_output_file(option, resolved / name)
+    return resolved
