@@ -38,7 +38,8 @@ def root_cause(trace: Trace) -> str | None:
 
 def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: bool | None) -> str:
     """Where a gold answer that the packed evidence items do not carry was lost. ``stored`` and ``retrieved`` are the
-    dated texts of the stored and of the retrieved items deriving from the gold turns; ``anywhere`` whether the
+    dated texts of the stored and of the retrieved items deriving from the gold turns (with the turns they derive
+    from, which ``assembly.unit: turn`` packs in their place); ``anywhere`` whether the
     whole packed context carries the answer.
 
     When the context carries it through other items the answer was packed, not from evidence

@@ -31,6 +31,7 @@ from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.render import render
+from evolve.runtime.text import attribute
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.usage import question_usage
 from evolve.state.files import atomic_write_json, atomic_write_text
@@ -187,9 +188,13 @@ class _Evaluator:
 
 
 def _dated_texts(store: MemoryStore, item_ids: Iterable[str]) -> list[str]:
-    """The texts of stored items with their date, as a context line would show them."""
-    items = (store.item(i) for i in item_ids if i in store.position)
-    return [render(item.id, item.layer, item.text, item.timestamp, "dialogue") for item in items]
+    """The texts of stored items and of the turns they derive from (which ``assembly.unit: turn`` packs in their
+    place), dated as a context line would show them."""
+    items = [store.item(i) for i in item_ids if i in store.position]
+    turns = dict.fromkeys(s for item in items for s in item.source_ids if s in store.turns)
+    return ([render(item.id, item.layer, item.text, item.timestamp, "dialogue") for item in items]
+            + [render(t, "RAW", attribute(store.turns[t].speaker, store.turns[t].timestamp, store.turns[t].text),
+                      store.turns[t].timestamp, "dialogue") for t in turns])
 
 
 def _spread(values: list[float], *stats: str) -> dict[str, float]:

@@ -81,7 +81,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
     raw_taken: set[str] = set()
     placed: dict[str, list[ContextItem]] = {}
 
-    def turn(t: Turn, score: float) -> ContextItem:
+    def raw_unit(t: Turn, score: float) -> ContextItem:
         body = compress(t.text, wanted, asm.sentences_per_turn) if asm.unit == "sentences" else None
         return _raw(t, asm.format, score, body)
 
@@ -90,7 +90,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
         if asm.unit == "memory" or item.layer == "L1":  # a session summary has no one turn to stand for it
             return [ContextItem(hit.id, render(item.id, item.layer, item.text, item.timestamp, asm.format),
                                 item.layer, item.source_ids, item.timestamp, hit.score)]
-        return [turn(store.turns[s], hit.score) for s in item.source_ids
+        return [raw_unit(store.turns[s], hit.score) for s in item.source_ids
                 if s in store.turns and f"RAW:{s}" not in raw_taken]
 
     def replies(turn_id: str) -> int:
@@ -104,7 +104,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
         own = {c.id for c in head}
         window = {t.id: t for s in item.source_ids if s in store.turns
                   for t in store.neighbours(s, asm.source_window, max(asm.source_window, replies(s)))}
-        extra = [turn(t, hit.score) for tid, t in sorted(window.items(), key=lambda kv: store.turn_position[kv[0]])
+        extra = [raw_unit(t, hit.score) for tid, t in sorted(window.items(), key=lambda kv: store.turn_position[kv[0]])
                  if f"RAW:{tid}" not in raw_taken and f"RAW:{tid}" not in own]
         return [[*head, *extra], head] if extra else [head]
 

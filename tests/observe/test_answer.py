@@ -145,6 +145,33 @@ def test_cut_in_assembly_is_where_a_tight_budget_loses_the_answer():
     assert tight.summary.answer_in_evidence < base.summary.answer_in_evidence
 
 
+def test_a_fact_that_lost_the_answer_words_its_turn_carries_is_cut_in_assembly_not_never_stored():
+    """A gold turn's stored fact can bring the turn itself into the context (assembly.unit: turn), so an answer its
+    turn carries was lost in assembly, not at ingestion, even when the fact itself was packed; packing the turn
+    brings it."""
+    from datetime import datetime
+
+    from evolve import BASELINE_PATH, Harness, load_strategy
+    from evolve.benchmarks.types import Benchmark, Conversation, Question, Session, Turn
+    from evolve.strategy.artifact import derive
+
+    day = datetime(2023, 5, 8, 10, 0)
+    turns = (Turn("D1:1", "Ann", "We adopted a golden retriever puppy from the animal shelter downtown. Five years!",
+                  "S1", day),
+             Turn("D1:2", "Bob", "My sister paints watercolor landscapes near the lake every weekend.", "S1", day))
+    later = datetime(2023, 6, 1, 10, 0)  # the latest session's turns are stored whole (SM): not these
+    last = (Turn("D2:1", "Bob", "The new bakery on Main Street sells excellent sourdough bread.", "S2", later),)
+    sessions = (Session("S1", day, turns), Session("S2", later, last))
+    bench = Benchmark("constructed", {"c1": Conversation("c1", ("Ann", "Bob"), sessions)},
+                      [Question("c1/q0", "c1", "How long ago did Ann adopt the golden retriever puppy from the "
+                                "shelter?", "five years", "single_hop", ("D1:1",))])
+    trace = Harness(bench).evaluate(load_strategy(BASELINE_PATH)).traces[0]
+    assert any("D1:1" in p["source_ids"] for p in trace.packed)  # the fact was packed, without "five years"
+    assert trace.answer_in_evidence is False and trace.answer_loss == "cut_in_assembly"
+    turn = Harness(bench).evaluate(derive(load_strategy(BASELINE_PATH), {"assembly.unit": "turn"})).traces[0]
+    assert turn.answer_in_evidence
+
+
 def test_an_answer_packed_not_from_evidence_aims_the_planner_at_evidence_moves_only_under_the_answer_objective():
     from evolve.improve.digest import digest
     from evolve.improve.planner import load_bundles
