@@ -108,7 +108,8 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, no
     later = _successor(store, item, lc) if lc.slots.enabled and item.versions else None
     if later is not None and not back:
         return Standing("superseded", later, slot=True)
-    if (lc.expiry.enabled and not (lc.numeric_rescue.enabled and item.meta.numeric) and cues.current
+    if (lc.expiry.enabled and lc.expiry.mode == "hard" and not (lc.numeric_rescue.enabled and item.meta.numeric)
+            and cues.current
             and expired(item.meta, now, lc.expiry.buffer_days)):
         return Standing("expired")
     replaced_by = (item.superseded_by if lc.supersession else None) or later

@@ -142,3 +142,104 @@ def test_a_change_question_sees_the_superseded_value_and_the_trace_names_its_suc
     fact = hit.to_dict()["fact"]
     assert fact["state"] == "active" and fact["shown_because"] == "change_question"
     assert "banana" in store.item(fact["by"]).text
+
+
+# ---------------------------------------------------------------- design rules beside today's: kernel, blend, floor
+
+DEADLINES = conversation((datetime(2023, 4, 20, 10), ["I have a dentist appointment on 1 May 2023."]),
+                         (datetime(2023, 5, 25, 10), ["I booked another dentist appointment for 20 June 2023."]))
+
+
+def _order(rt, conv, question: str, asked_at: datetime) -> list[str]:
+    store = rt.ingest(conv)
+    return [store.item(h.id).text for h in rt.ask(store, question, asked_at).retrieved if store.item(h.id).layer == "L0"]
+
+
+def test_the_event_kernel_ranks_the_upcoming_deadline_first_and_hides_nothing():
+    asked, question = datetime(2023, 6, 1), "When is Tomas's next dentist appointment?"
+    kernel = runtime(lifecycle__slots__enabled=False, lifecycle__expiry__mode="kernel", retrieval__top_k=10)
+    order = _order(kernel, DEADLINES, question, asked)
+    assert "20 June" in order[0] and any("1 May" in text for text in order[1:])
+    assert states(kernel, DEADLINES, question, "1 May", asked) == {"active"}  # rescored, not hidden
+    assert kernel.ask(kernel.ingest(DEADLINES), question, asked).answer.text == "20 June 2023"
+    plain = runtime(lifecycle__slots__enabled=False, lifecycle__expiry__enabled=False, retrieval__top_k=10)
+    assert "1 May" in _order(plain, DEADLINES, question, asked)[0]  # without the kernel the past one leads
+    assert states(runtime(lifecycle__slots__enabled=False), DEADLINES, question, "1 May", asked) == {"expired"}
+
+
+def test_the_event_kernel_rises_toward_the_event_and_falls_after_it():
+    from evolve.runtime.lifecycle import event_kernel
+    from evolve.runtime.store import day_number
+
+    rt = runtime(lifecycle__expiry__mode="kernel", lifecycle__expiry__lead_days=7.0,
+                 lifecycle__expiry__upcoming_floor=0.6, lifecycle__expiry__after_half_life_days=3.0)
+    store = rt.ingest(DEADLINES)
+    june = next(i for i, item in enumerate(store.items) if item.layer == "L0" and "20 June" in item.text)
+    share = [event_kernel(store, rt.policy.lifecycle, day_number(datetime(2023, 6, day)))[june]
+             for day in (1, 13, 20, 23, 26)]
+    assert share[0] == pytest.approx(1 - 0.4 * (1 - 0.5 ** (19 / 7)))
+    assert share[0] < share[1] < share[2] == pytest.approx(1.0)  # rising toward the day
+    assert share[3] == pytest.approx(0.5) and share[4] == pytest.approx(0.25)  # halving every 3 days after
+    no_date = next(i for i, item in enumerate(store.items) if item.meta.event_time is None)
+    assert event_kernel(store, rt.policy.lifecycle, day_number(datetime(2023, 6, 1)))[no_date] == 1.0
+
+
+def test_blend_decay_and_the_numeric_floor_follow_the_design():
+    import numpy as np
+
+    from evolve.runtime.lifecycle import rescore
+    from evolve.runtime.store import day_number
+
+    conv = conversation((datetime(2023, 4, 20, 10), ["The new laptop cost me $1450.", "My favorite color is red."]),
+                        (datetime(2023, 6, 10, 10), ["I live in Lyon with my partner."]))
+    blend = runtime(lifecycle__decay__enabled=True, lifecycle__decay__kind="blend")
+    store = blend.ingest(conv)
+    lc, ref = blend.policy.lifecycle, day_number(datetime(2023, 6, 10, 10))
+    relevance = np.linspace(0.2, 1.0, len(store))
+    scored = rescore(relevance, store, lc, ref)
+    for i, item in enumerate(store.items):
+        alpha, half_life = (np.mean([values.of(c) for c in item.meta.members])
+                            for values in (lc.decay.alpha, lc.decay.half_life_days))
+        a = 0.5 ** (max(ref - day_number(item.timestamp), 0) / half_life)
+        expected = alpha * a + (1 - alpha) * relevance[i]
+        if item.meta.numeric and relevance[i] >= 0.85:
+            expected = max(expected, 0.95 * relevance[i])
+        assert scored[i] == pytest.approx(expected)
+    laptop = next(i for i, item in enumerate(store.items) if item.layer == "L0" and "$1450" in item.text)
+    for s, floored in ((0.9, True), (0.5, False)):
+        relevance = np.full(len(store), s)
+        strict = runtime(lifecycle__decay__enabled=True, lifecycle__decay__alpha__financial=1.0,
+                         lifecycle__decay__floor__financial=0.0).policy.lifecycle
+        kept = rescore(relevance, store, strict, ref)[laptop]
+        assert (kept == pytest.approx(0.95 * s)) if floored else kept < 0.95 * s
+
+
+def test_a_number_is_never_skipped_as_a_near_duplicate():
+    from evolve.benchmarks.types import Conversation, Session, Turn
+
+    when = datetime(2023, 5, 1, 10)
+    texts = ["My rent for the flat near the river park is 1200 dollars", "My rent for the flat near the river park is "
+             "1200 dollars", "I love the flat near the river park and the quiet old street",
+             "I love the flat near the river park and the quiet old street!"]
+    turns = tuple(Turn(f"D1:{i}", "Tomas", text, "S1", when) for i, text in enumerate(texts, start=1))
+    conv = Conversation("c", ("Tomas", "Hugo"), (Session("S1", when, turns),))
+    store = runtime(extraction__window_size=1, extraction__window_overlap=0).ingest(conv)
+    kept = [item.source_ids[0] for item in store.items if item.layer == "L0"]
+    assert "D1:1" in kept and "D1:2" in kept  # numeric: both kept
+    assert ("D1:3" in kept) != ("D1:4" in kept)  # plain near-duplicates: one kept
+
+
+def test_soft_membership_and_the_category_channel():
+    appointment = annotate("I have a dentist appointment on 1 May 2023.", "Tomas")
+    assert appointment.members == ("logistics", "health") and appointment.category == "logistics"
+    assert annotate("My favorite fruit is mango.", "Tomas").members == ("preferences",)
+    conv = conversation((datetime(2023, 5, 1, 10), ["I have a dentist appointment on 20 June 2023.",
+                                                    "Nina and Tomas went to the dentist museum once.",
+                                                    "Tomas likes the quiet mornings."]))
+    routed = runtime(lifecycle__category_channel__enabled=True, lifecycle__category_channel__weight=2.0)
+    store = routed.ingest(conv)
+    result = routed.ask(store, "When is Tomas's appointment?")
+    channel = [h for h in result.retrieved if "category" in h.channels]
+    assert channel and all(set(store.item(h.id).meta.members) & {"logistics"} for h in channel)
+    assert all("category" not in h.channels for h in runtime().ask(runtime().ingest(conv),
+                                                                    "When is Tomas's appointment?").retrieved)
