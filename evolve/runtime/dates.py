@@ -46,7 +46,7 @@ _TIMES = re.compile(r"(?i:\b(\d{1,2})(?::(\d{2}))? ?([ap])\.?m\.?(?![a-z])|(?<![
 _OTHER_SPANS = re.compile(r"(?i:\bthe \d{1,2}(?:st|nd|rd|th)\b|\b(?:in|since|by|from|of|until) (?:19|20)\d{2}s?\b"
                           r"|(?<![\d,.$])(?:19|20)\d{2}(?![\d,.%]))")
 _HABITUAL = re.compile(r"(?i)\b(?:every|each|usually|always|normally|typically|weekly|daily|most)\b"
-                       r"|\b(?:on )?(?:" + "|".join(WEEKDAYS) + r")s\b", re.I)
+                       r"|\b(?:on )?(?:" + "|".join(WEEKDAYS) + r")s\b")
 _FUTURE = re.compile(r"(?i)\b(?:will|going to|gonna|plan\w*|booked|scheduled|have to|need to|next|coming|upcoming|"
                      r"tomorrow|due|deadline|until|till|by|can't wait|looking forward)\b|'ll\b")
 _PAST = re.compile(r"(?i)\b(?:was|were|did|went|had|got|ago|yesterday|last|finished|visited|came|saw|met|took)\b")
@@ -55,12 +55,12 @@ _LEAD_WORD = re.compile(r"^(?:in|for|by|until|till|since|during|through|early|mi
 
 def _settings(ref: datetime, prefer: str, day: str) -> dict:
     return {"RELATIVE_BASE": ref, "PREFER_DATES_FROM": prefer, "PREFER_DAY_OF_MONTH": day, "TIMEZONE": "UTC",
-            "RETURN_AS_TIMEZONE_AWARE": False, "DATE_ORDER": "DMY", "STRICT_PARSING": False}
+            "RETURN_AS_TIMEZONE_AWARE": False, "DATE_ORDER": "DMY"}
 
 
 @lru_cache(maxsize=50_000)
 def _parse(span: str, ref: datetime, prefer: str) -> datetime | None:
-    """The day ``span`` names, said on ``ref``; a month without a day resolves to its last day."""
+    """The day ``span`` names, said on the day ``ref``; a month without a day resolves to its last day."""
     lowered = span.lower()
     if lowered.endswith("weekend"):  # "this weekend": the coming Saturday; "next weekend": the one after
         saturday = ref + timedelta(days=(5 - ref.weekday()) % 7)
@@ -70,7 +70,8 @@ def _parse(span: str, ref: datetime, prefer: str) -> datetime | None:
     has_day = bool(re.search(r"\d{1,2}(?:st|nd|rd|th)?\b(?![:\d])", text)) and not re.fullmatch(
         _MONTH.lower() + r",? \d{4}", text)
     month_only = not has_day and not re.search(_WEEKDAY + r"|day|yesterday|today|tonight|tomorrow|week", text)
-    moment = dateparser.parse(text, languages=["en"], settings=_settings(ref, prefer, "last" if month_only else "first"))
+    day = "last" if month_only else "first"
+    moment = dateparser.parse(text, languages=["en"], settings=_settings(ref, prefer, day))
     return None if moment is None else datetime.combine(moment.date(), datetime.min.time())  # the day, no instant
 
 
@@ -97,7 +98,8 @@ def event_time(text: str, ref: datetime | None) -> datetime | None:
         span = _LEAD_WORD.sub("", match.group(0)).strip()
         if ref is None and not re.search(_YEAR, span):
             continue
-        moment = _parse(span, (ref or datetime(2000, 1, 1)).replace(second=0, microsecond=0), prefer)
+        said = datetime.combine(ref.date(), datetime.min.time()) if ref else datetime(2000, 1, 1)
+        moment = _parse(span, said, prefer)
         if moment is None:
             continue
         clock = next((c for c in map(_clock, _TIMES.finditer(text)) if c is not None), None)

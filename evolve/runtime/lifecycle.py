@@ -20,9 +20,10 @@ CHANGE_CUES = re.compile(r"(?<![a-z])(?:used to|before|previous|previously|origi
                          r"first)(?![a-z])")
 #: Questions about what was withdrawn ("what did I cancel?", "what did I change my mind about?"): retracted and
 #: superseded facts stay visible to them (``bypass_cues``); otherwise the retraction mask hides them.
-RETRACTION_QUESTION_CUES = re.compile(r"(?<![a-z])(?:cancel\w*|call(?:ed|ing)? (?:\w+ )?off|scrap\w*|drop(?:ped|ping)?|retract\w*|"
-                                      r"withdr[ae]w\w*|forg[eo]t(?:ten)? about|chang\w* (?:my|his|her|their|your|our) minds?|"
-                                      r"decid\w* against|g[ai]ve up|back\w* out|take back|took back|no longer|abandon\w*)(?![a-z])")
+RETRACTION_QUESTION_CUES = re.compile(
+    r"(?<![a-z])(?:cancel\w*|call(?:ed|ing)? (?:\w+ )?off|scrap\w*|drop(?:ped|ping)?|retract\w*|withdr[ae]w\w*|"
+    r"forg[eo]t(?:ten)? about|chang\w* (?:my|his|her|their|your|our) minds?|decid\w* against|g[ai]ve up|"
+    r"back\w* out|take back|took back|no longer|abandon\w*)(?![a-z])")
 #: Questions about the past: expired events stay visible to them (expiry applies to current-state questions).
 PAST_CUES = re.compile(r"(?<![a-z])(?:did|was|were|had|ago|last|used to|before|previous|previously|went|"
                        r"happened)(?![a-z])")
