@@ -257,9 +257,10 @@ PROFILE_CUES = ("i am a ", "i am an ", "i'm a ", "i'm an ", "i am from", "i'm fr
                 "i love ", "i prefer", "i live in", "i work as", "i work at", "i work in", "my name is", "i enjoy",
                 "my hobby", "my hobbies", "i hate ", "i'm allergic", "i am allergic", "my job")
 #: Stems of cue words; they do not count as topic overlap in supersession and retraction.
-CUE_STEMS = frozenset(content_tokens(" ".join(CORRECTION_CUES) + " forget scratch disregard ignore scrap scrapped "
-                                     "cancel cancelled canceled drop dropped call called dead mind minds plan idea "
-                                     "anymore decided gave give backed pulled true"))
+CUE_STEMS = frozenset(content_tokens(" ".join(CORRECTION_CUES) + " forget said mentioned scratch never nevermind "
+                                     "disregard ignore take back scrap scrapped cancel cancelled canceled drop dropped "
+                                     "call called dead mind minds plan idea anymore true decided gave give backed "
+                                     "pulled"))
 _RETRACTION = re.compile(r"(?<![a-z])(?:" + "|".join(RETRACTION_CUES) + r")(?![a-z])")
 
 
