@@ -17,7 +17,7 @@ from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
 from evolve.runtime.facts import annotate, numeric
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
-                                 tokens, words)
+                                 tokens, topic_overlap, words)
 
 ROLLUP_FACTS = 3
 ROLLUP_KEYWORDS = 6
@@ -148,7 +148,7 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
             candidates = targets(a)
             if topic:
                 need = min(2, len(topic))
-                hit = [j for j in candidates if len(bodies[j] & topic) >= need]
+                hit = [j for j in candidates if topic_overlap(topic, bodies[j]) >= need]
                 if len(topic) == 1 and hit:  # one word ("the dog thing is dead") names its latest mention
                     hit = [j for j in hit if first[j] == max(first[k] for k in hit)]
             else:  # "scratch that": the speaker's previous turn

@@ -309,3 +309,10 @@ def retraction_topic(sentence: str) -> frozenset[str]:
         if topic:
             return topic
     return frozenset()
+
+
+def topic_overlap(topic: frozenset[str], body: frozenset[str]) -> int:
+    """How many stems of a retraction's ``topic`` the ``body`` mentions, a stem also matching one of its word family
+    (the same first six letters: "renovation" and "renovating")."""
+    prefixes = {s[:6] for s in body if len(s) >= 6}
+    return sum(1 for s in topic if s in body or (len(s) >= 6 and s[:6] in prefixes))

@@ -92,6 +92,15 @@ def test_the_dog_thing_is_dead_retracts_the_latest_mention_of_the_dog():
     assert states(rt, conv, "What is the name of the dog of Tomas's sister?", "Rex") == {"active"}
 
 
+def test_a_retraction_names_its_plan_in_another_form_of_the_word():
+    conv = conversation((datetime(2025, 3, 1, 10), ["I'm renovating the kitchen next month.",
+                                                    "The kitchen table is oak."]),
+                        (datetime(2025, 3, 20, 10), ["We cancelled the kitchen renovation."]))
+    rt = runtime()
+    assert states(rt, conv, "Is Tomas renovating the kitchen?", "renovating the kitchen") == {"retracted"}
+    assert states(rt, conv, "What is Tomas's kitchen table made of?", "table is oak") == {"active"}
+
+
 @pytest.mark.parametrize("sentence, kind", [
     ("I no longer work as a teacher; I work as a nurse now.", "correction"),  # a replacement follows
     ("I changed my mind, I prefer tea now.", "correction"),
