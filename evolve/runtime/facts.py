@@ -85,6 +85,7 @@ class FactMeta:
 
     @property
     def members(self) -> tuple[str, ...]:
+        """The categories the fact belongs to (``category`` alone unless the lexicon found several)."""
         return self.categories or (self.category,)
 
     def to_dict(self) -> dict:
