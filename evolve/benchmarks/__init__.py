@@ -7,10 +7,10 @@ from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.longmemeval import load_longmemeval
 from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.synthetic import generate_synthetic, write_locomo
-from evolve.benchmarks.types import (CATEGORIES, LIFECYCLE_CATEGORIES, LOCOMO_CATEGORIES, Benchmark, BenchmarkError,
-                                     Conversation, Question, Session, Turn)
+from evolve.benchmarks.types import (CATEGORIES, LIFECYCLE_CATEGORIES, LOCOMO_CATEGORIES, LONGMEMEVAL_CATEGORIES,
+                                     Benchmark, BenchmarkError, Conversation, Question, Session, Turn)
 
-__all__ = ["CATEGORIES", "LIFECYCLE_CATEGORIES", "LOCOMO_CATEGORIES", "Benchmark", "BenchmarkError", "Conversation", "Question", "Session", "Turn",
+__all__ = ["CATEGORIES", "LIFECYCLE_CATEGORIES", "LOCOMO_CATEGORIES", "LONGMEMEVAL_CATEGORIES", "Benchmark", "BenchmarkError", "Conversation", "Question", "Session", "Turn",
            "generate_lifecycle", "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "select_questions",
            "write_locomo"]
 

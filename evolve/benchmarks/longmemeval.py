@@ -1,4 +1,6 @@
-"""LongMemEval adapter: every published item (question + its own haystack) becomes one Conversation."""
+"""LongMemEval adapter: every published item (question + its own haystack) becomes one Conversation; its
+``question_type`` is the question's category (:data:`LONGMEMEVAL_CATEGORIES`) and an ``_abs`` question id marks an
+abstention question (:attr:`Question.abstention`: the haystack does not hold the answer, declining is correct)."""
 from __future__ import annotations
 
 import re
@@ -7,16 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from evolve.benchmarks.locomo import answer_field, read_json_list, require_field
-from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+from evolve.benchmarks.types import (LONGMEMEVAL_CATEGORIES, Benchmark, BenchmarkError, Conversation, Question,
+                                     Session, Turn)
 
-_CATEGORY_BY_TYPE = {
-    "temporal-reasoning": "temporal",
-    "multi-session": "multi_hop",
-    "knowledge-update": "single_hop",
-    "single-session-user": "single_hop",
-    "single-session-assistant": "single_hop",
-    "single-session-preference": "single_hop",
-}
+_CATEGORY_BY_TYPE = {c.replace("_", "-"): c for c in LONGMEMEVAL_CATEGORIES}
 _DATE = re.compile(r"(\d{4})/(\d{1,2})/(\d{1,2})(?:\s*\(\w+\))?(?:\s+(\d{1,2}):(\d{2}))?")
 
 
@@ -83,7 +79,7 @@ def _item(item: Any, index: int, path: Path, fallback: list[str], missing: list[
     qtype = require_field(item, "question_type", str, where)
     if qtype not in _CATEGORY_BY_TYPE:
         raise BenchmarkError(f"{where}: unknown question_type {qtype!r}")
-    category = "adversarial" if qid.endswith("_abs") else _CATEGORY_BY_TYPE[qtype]
+    category = _CATEGORY_BY_TYPE[qtype]
     sessions, flagged = _haystack(item, where)
     evidence = [turn_id for hits in flagged for turn_id in hits]
     if not evidence:
@@ -98,6 +94,7 @@ def _item(item: Any, index: int, path: Path, fallback: list[str], missing: list[
         qid, qid, require_field(item, "question", str, where),
         answer_field(item, where),
         category, tuple(evidence), _date(require_field(item, "question_date", str, where), "question_date", where),
+        abstention=qid.endswith("_abs"),
     )
     return conversation, question
 

@@ -13,8 +13,11 @@ LOCOMO_CATEGORIES = ("multi_hop", "temporal", "open_domain", "single_hop", "adve
 LIFECYCLE_CATEGORIES = ("av1_superseded_preference", "av2_expired_logistics", "av3_stable_identity",
                         "av4_multi_version", "av5_aggregation", "av6_contradiction", "av7_retraction", "av8_numeric",
                         "av9_soft_supersession")
+#: LongMemEval's question types (``question_type``, with underscores: category names are identifiers).
+LONGMEMEVAL_CATEGORIES = ("single_session_user", "single_session_assistant", "single_session_preference",
+                          "multi_session", "temporal_reasoning", "knowledge_update")
 #: Every category a question may have (acceptance rules and the planner table validate against it).
-CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES
+CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES + LONGMEMEVAL_CATEGORIES
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,8 @@ class Question:
     #: Turn ids stating what is no longer true when the question is asked (a superseded preference, a moved
     #: appointment, a retracted plan, an earlier version of a number): context that carries them is stale.
     outdated: tuple[str, ...] = ()
+    #: The conversation does not hold the answer (LongMemEval's ``_abs`` questions): declining to answer is correct.
+    abstention: bool = False
 
 
 @dataclass
@@ -88,8 +93,9 @@ class Benchmark:
             h.update(self.conversations[cid].content_hash().encode())
         for q in self.questions:
             record = asdict(q)
-            if not record["outdated"]:  # benchmarks without outdated evidence keep the hash they always had
-                del record["outdated"]
+            for name in ("outdated", "abstention"):  # benchmarks without them keep the hash they always had
+                if not record[name]:
+                    del record[name]
             h.update(json.dumps(record, default=str, sort_keys=True).encode())
         return h.hexdigest()
 

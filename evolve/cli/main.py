@@ -56,6 +56,12 @@ def print_summary(summary: "Summary") -> None:
     rows.append(("all", str(summary.n_scored), _fmt(summary.accuracy), _fmt(summary.f1),
                  _fmt(summary.evidence_recall["10"])))
     print(_table(rows))
+    if summary.abstention:
+        print(f"abstention: {summary.abstention['correct']}/{summary.abstention['n']} declined correctly")
+    if summary.retrieval_recall:
+        print("retrieval recall (any / all @5): " + ", ".join(
+            f"{level} {summary.retrieval_recall[level]['recall_any@5']:.3f} / "
+            f"{summary.retrieval_recall[level]['recall_all@5']:.3f}" for level in ("turn", "session")))
     causes = ", ".join(f"{k}={v}" for k, v in sorted(summary.root_causes.items())) or "none"
     print(f"judge {summary.judge} | root causes: {causes} | DCR@3 {summary.dcr3:.3f} | "
           f"strategy {summary.strategy_hash[:12]} | {summary.wall_time_s:.1f}s")

@@ -26,7 +26,7 @@ from evolve.observe.answer import answer_check, content_words
 from evolve.observe.diagnosis import answer_loss, dcr, diagnose, root_cause_counts
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
-from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall
+from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall, first_seen, recall_any_all
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
@@ -109,6 +109,7 @@ class _Evaluator:
         self.include_adversarial = include_adversarial
         self.questions = {q.id: q for q in benchmark.questions}
         self._turn_text = {cid: {t.id: t.text for t in c.turns()} for cid, c in benchmark.conversations.items()}
+        self._session_of = {cid: {t.id: t.session_id for t in c.turns()} for cid, c in benchmark.conversations.items()}
 
     def runtime(self, strategy: dict) -> MemoryRuntime:
         return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
@@ -158,16 +159,26 @@ class _Evaluator:
                 return failed
         turn_text = self._turn_text[q.conversation_id]
         known = self.benchmark.known_evidence(q)
+        # an abstention question is answered correctly by declining (the judge may also accept a stated refusal)
+        correct = judgment.correct or (answer and q.abstention and answer_kind(result.answer.text, False) == "abstain")
         trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
                       evidence_known=bool(known), stored_ids=store.items_from_sources(known), **result.to_trace(),
                       judge={"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
                              "votes": list(judgment.votes)},
-                      correct=judgment.correct, f1=judgment.score,
-                      answer_kind=answer_kind(result.answer.text, judgment.correct) if answer else None,
+                      correct=correct, abstention=q.abstention, f1=judgment.score,
+                      answer_kind=answer_kind(result.answer.text, correct) if answer else None,
                       scored=self.include_adversarial or q.category != "adversarial")
         trace.llm = usage.by_role()
         sources = [hit["source_ids"] for hit in trace.retrieved]
         trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
+        if known and not q.abstention:
+            session_of = self._session_of[q.conversation_id]
+            units = {"turn": (set(known), first_seen(sources)),
+                     "session": ({session_of[t] for t in known}, first_seen(sources, session_of.__getitem__))}
+            trace.retrieval_recall = {
+                level: {f"recall_{name}@{k}": value for k in RECALL_KS
+                        for name, value in zip(("any", "all"), recall_any_all(gold, ranked, k))}
+                for level, (gold, ranked) in units.items()}
         if q.outdated:
             trace.gold_outdated = list(q.outdated)
             hidden = {f["id"] for f in trace.filtered}  # what the lifecycle filter hid never reaches the answerer
@@ -212,6 +223,22 @@ def _staleness(traces: list[Trace]) -> dict[str, float | int]:
     return {"n": len(traces),
             **{f"retrieved@{k}": round(mean(t.stale_retrieved[str(k)] for t in traces), 4) for k in (5, 10)},
             "packed": round(mean(bool(t.stale_packed) for t in traces), 4)}
+
+
+def _abstention(traces: list[Trace]) -> dict[str, float | int]:
+    if not traces:
+        return {}
+    correct = sum(t.correct for t in traces)
+    return {"n": len(traces), "correct": correct, "accuracy": round(correct / len(traces), 4)}
+
+
+def _retrieval_recall(traces: list[Trace]) -> dict:
+    """Means of the traces' turn- and session-level recall_any / recall_all at every k."""
+    if not traces:
+        return {}
+    first = traces[0].retrieval_recall or {}
+    return {"n": len(traces), **{level: {name: round(mean(t.retrieval_recall[level][name] for t in traces), 4)
+                                         for name in names} for level, names in first.items()}}
 
 
 def usage_totals(usages: Iterable[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
@@ -446,4 +473,6 @@ class Harness:
             llm=llm,
             ingestion_cache={"hits": hits, "misses": misses},
             wall_time_s=round(wall, 3),
+            abstention=_abstention([t for t in scored if t.abstention]),
+            retrieval_recall=_retrieval_recall([t for t in scored if t.retrieval_recall]),
         )

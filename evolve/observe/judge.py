@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 import string
 from collections import Counter
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from evolve.runtime.roles import Judgment
 
@@ -53,6 +53,18 @@ def evidence_recall(gold: Iterable[str], retrieved_sources: Sequence[Iterable[st
         return 0.0
     covered = set().union(*map(set, retrieved_sources[:k])) if retrieved_sources[:k] else set()
     return len(gold & covered) / len(gold)
+
+
+def first_seen(retrieved_sources: Sequence[Iterable[str]], unit: Callable[[str], str] = str) -> list[str]:
+    """The distinct ``unit`` of every source turn (the turn itself, or its session) in the order retrieval first
+    reached it: the ranked corpus that LongMemEval's turn- and session-level recall@k read."""
+    return list(dict.fromkeys(unit(tid) for sources in retrieved_sources for tid in sources))
+
+
+def recall_any_all(gold: Iterable[str], ranked: Sequence[str], k: int) -> tuple[float, float]:
+    """``(recall_any@k, recall_all@k)``: 1.0 when any / all of ``gold`` is among the first ``k`` of ``ranked``."""
+    gold, top = set(gold), set(ranked[:k])
+    return float(bool(gold & top)), float(bool(gold) and gold <= top)
 
 
 class TokenF1Judge:

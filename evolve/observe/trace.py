@@ -47,11 +47,17 @@ class Trace:
     answer_support: list[str] = field(default_factory=list)
     judge: dict | None = None
     correct: bool = False
+    #: An abstention question (:attr:`evolve.benchmarks.types.Question.abstention`): declining was correct.
+    abstention: bool = False
     f1: float = 0.0
     #: ``correct``, ``abstain`` or ``confabulated`` (:func:`evolve.observe.judge.answer_kind`); ``None`` unanswered.
     answer_kind: str | None = None
     scored: bool = True
     evidence_recall: dict[str, float] = field(default_factory=_empty_recall)
+    #: LongMemEval's retrieval measures over the turns and the sessions retrieval reached, in order:
+    #: ``{"turn" | "session": {"recall_any@k" | "recall_all@k": 0.0 or 1.0}}`` (``None`` without known gold
+    #: evidence, and for abstention questions, whose evidence does not answer them).
+    retrieval_recall: dict[str, dict[str, float]] | None = None
     #: Known gold turns the packed context carries (:mod:`evolve.observe.evidence`), their share of the known
     #: gold turns, and whether all of them are packed (``None`` when the gold evidence is unknown).
     packed_evidence: list[str] = field(default_factory=list)
@@ -161,6 +167,12 @@ class Summary:
     llm: dict[str, dict[str, int]]
     ingestion_cache: dict[str, int]
     wall_time_s: float
+    #: Over scored abstention questions (the answer is not in the conversation): ``{"n", "correct", "accuracy"}``,
+    #: an abstaining answer counting as correct (empty when there are none).
+    abstention: dict[str, float | int] = field(default_factory=dict)
+    #: Means of :attr:`Trace.retrieval_recall` over the scored questions that have one, with their count ``n``:
+    #: ``{"n", "turn": {"recall_any@k", "recall_all@k"}, "session": {...}}`` (empty when none has one).
+    retrieval_recall: dict = field(default_factory=dict)
 
     #: Fields kept in candidate and diagnosis records (the full summary goes to MLflow and ``summary.json``).
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
@@ -192,4 +204,8 @@ class Summary:
         out.update({f"recall_at_{k}": v for k, v in self.evidence_recall.items() if v is not None})
         out.update({f"root_cause.{c}": v for c, v in self.root_causes.items()})
         out.update({f"staleness.{k.replace('@', '_at_')}": v for k, v in self.staleness.items() if k != "n"})
+        out.update({f"{level}_{k.replace('@', '_at_')}": v for level in ("turn", "session")
+                    for k, v in self.retrieval_recall.get(level, {}).items()})
+        if self.abstention:
+            out["abstention_accuracy"] = self.abstention["accuracy"]
         return out

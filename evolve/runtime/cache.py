@@ -20,8 +20,9 @@ if TYPE_CHECKING:
     from evolve.runtime.embedder import Embedder
     from evolve.runtime.store import MemoryStore
 
-#: Bump when the ingestion pipeline's output changes for the same inputs; invalidates on-disk stores (3: fact metadata).
-STORE_FORMAT = 3
+#: Bump when the ingestion pipeline's output changes for the same inputs; invalidates on-disk stores (3: fact metadata,
+#: 4: dates resolved against the day a fact was said, everyday retraction phrasings).
+STORE_FORMAT = 4
 #: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
 EMBEDDING_FORMAT = 2
 

@@ -6,7 +6,9 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from evolve.runtime.text import DATE_PATTERN, MONTHS, normalise, stem
+from evolve.runtime import dates
+from evolve.runtime.text import normalise, stem
+
 #: Categories whose facts are about a dated event, and so can expire once it has passed.
 EVENT_CATEGORIES = ("obligations", "logistics", "health")
 #: Confidence of a tentative statement, of a plain one, and of an explicit change.
@@ -66,7 +68,6 @@ _SLOTS: tuple[tuple[re.Pattern[str], str | None, int | None], ...] = (
     (re.compile(r"\bmy ([a-z]+)(?: to [a-z]+)? (?:is|costs?)\b", re.I), "{0}", None),
 )
 _ARTICLES = frozenset({"a", "an", "another", "the", "my", "new", "next", "first"})
-_CLOCK = re.compile(r"\d{1,2}:\d{2}")
 
 
 @dataclass(frozen=True)
@@ -78,15 +79,33 @@ class FactMeta:
     event_time: datetime | None = None
     confidence: float = PLAIN
     numeric: bool = False
+    #: Every category the cue lexicon finds, ``category`` first (soft membership: per-category values are averaged
+    #: over them); empty means ``category`` alone.
+    categories: tuple[str, ...] = ()
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The categories the fact belongs to (``category`` alone unless the lexicon found several)."""
+        return self.categories or (self.category,)
 
     def to_dict(self) -> dict:
-        return {"category": self.category, "slot": self.slot, "confidence": self.confidence, "numeric": self.numeric,
-                "event_time": self.event_time.date().isoformat() if self.event_time else None}
+        when = self.event_time
+        stamp = None if when is None else (when.date().isoformat() if when.time() == datetime.min.time()
+                                           else when.isoformat(timespec="minutes"))
+        out = {"category": self.category, "slot": self.slot, "confidence": self.confidence, "numeric": self.numeric,
+               "event_time": stamp}
+        return {**out, "categories": list(self.members)} if len(self.members) > 1 else out
+
+
+def categories(body: str) -> tuple[str, ...]:
+    """Every category whose cues occur in ``body``, in the lexicon's order (empty when none does)."""
+    lowered = " " + normalise(body).lower() + " "
+    return tuple(name for name, cue in _CATEGORY_CUES if cue.search(lowered))
 
 
 def category(body: str) -> str:
-    lowered = " " + normalise(body).lower() + " "
-    return next((name for name, cue in _CATEGORY_CUES if cue.search(lowered)), "other")
+    """The first category whose cues occur in ``body``: a preference about food is a preference."""
+    return next(iter(categories(body)), "other")
 
 
 def slot_key(body: str, speaker: str | None) -> str | None:
@@ -106,21 +125,6 @@ def slot_key(body: str, speaker: str | None) -> str | None:
     return None
 
 
-def event_time(body: str) -> datetime | None:
-    """The first full date (day, month and year) the fact names: the day the fact is about."""
-    for match in DATE_PATTERN.finditer(body):
-        parts = re.findall(r"\d+|[A-Za-z]+", match.group(0))
-        day = next((int(p) for p in parts if p.isdigit() and len(p) <= 2), None)
-        year = next((int(p) for p in parts if p.isdigit() and len(p) == 4), None)
-        month = next((MONTHS.index(p.capitalize()) + 1 for p in parts if p.capitalize() in MONTHS), None)
-        if day and year and month:
-            try:
-                return datetime(year, month, day)
-            except ValueError:
-                continue
-    return None
-
-
 def confidence(body: str) -> float:
     lowered = " " + normalise(body).lower() + " "
     if _TENTATIVE.search(lowered):
@@ -129,14 +133,16 @@ def confidence(body: str) -> float:
 
 
 def numeric(body: str) -> bool:
-    """Whether the fact carries a specific number other than a date or a clock time."""
-    rest = _CLOCK.sub(" ", DATE_PATTERN.sub(" ", body))
-    return any(ch.isdigit() for ch in rest)
+    """Whether the fact carries a specific number other than a date, a year or a time of day."""
+    return any(ch.isdigit() for ch in dates.without_dates(normalise(body)))
 
 
-def annotate(body: str, speaker: str | None) -> FactMeta:
-    """Metadata of a fact from its body (the text without the ``X said (date):`` attribution)."""
-    return FactMeta(category(body), slot_key(body, speaker), event_time(body), confidence(body), numeric(body))
+def annotate(body: str, speaker: str | None, said: datetime | None = None) -> FactMeta:
+    """Metadata of a fact from its body (the text without the ``X said (date):`` attribution), said at ``said``
+    (relative dates resolve against it: :func:`evolve.runtime.dates.event_time`)."""
+    found = categories(body)
+    return FactMeta(found[0] if found else "other", slot_key(body, speaker), dates.event_time(body, said),
+                    confidence(body), numeric(body), found if len(found) > 1 else ())
 
 
 def expired(meta: FactMeta, now: datetime | None, buffer_days: float) -> bool:

@@ -14,10 +14,10 @@ from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.strategy.policy import FACT_CATEGORIES, Extraction, Lifecycle, Policy
 from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
-from evolve.runtime.facts import annotate
+from evolve.runtime.facts import annotate, numeric
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
-                                 tokens, words)
+                                 tokens, topic_overlap, words)
 
 ROLLUP_FACTS = 3
 ROLLUP_KEYWORDS = 6
@@ -64,7 +64,8 @@ def _cap(facts: list[ExtractedFact], limit: int) -> list[ExtractedFact]:
 
 
 def _dedup(facts: list[ExtractedFact], threshold: float) -> list[ExtractedFact]:
-    """Drop repeats and same-speaker facts whose body token-Jaccard with a kept one is >= ``threshold``."""
+    """Drop repeats and same-speaker facts whose body token-Jaccard with a kept one is >= ``threshold``; a fact
+    carrying a number is never a near-duplicate (its number may be the news)."""
     seen: set[tuple[str, tuple[str, ...]]] = set()
     unique = []
     for fact in facts:
@@ -74,7 +75,8 @@ def _dedup(facts: list[ExtractedFact], threshold: float) -> list[ExtractedFact]:
             unique.append(fact)
     if len(unique) < 2:
         return unique
-    sets = [content_set(split_attribution(f.text)[2]) for f in unique]
+    bodies = [split_attribution(f.text)[2] for f in unique]
+    sets = [content_set(body) for body in bodies]
     vocab = {t: i for i, t in enumerate(sorted(set().union(*sets)))}
     rows = [i for i, s in enumerate(sets) for _ in s]
     cols = [vocab[t] for s in sets for t in s]
@@ -90,13 +92,13 @@ def _dedup(facts: list[ExtractedFact], threshold: float) -> list[ExtractedFact]:
         cols_i, inter = cols_i[earlier], inter[earlier]
         union = sizes[i] + sizes[cols_i] - inter
         similar = cols_i[(union > 0) & (inter / np.maximum(union, 1) >= threshold)]
-        kept[i] = not any(speakers[j] == speakers[i] for j in similar)
+        kept[i] = not any(speakers[j] == speakers[i] for j in similar) or numeric(bodies[i])
     return [f for f, k in zip(unique, kept) if k]
 
 
 def _items(layer: str, facts: Sequence[ExtractedFact]) -> list[MemoryItem]:
     return [MemoryItem(f"{layer}:{i}", layer, f.text, f.source_ids, f.speaker, f.timestamp, f.kind, f.salience,
-                       meta=f.meta or annotate(split_attribution(f.text)[2], f.speaker))
+                       meta=f.meta or annotate(split_attribution(f.text)[2], f.speaker, f.timestamp))
             for i, f in enumerate(facts)]
 
 
@@ -146,7 +148,9 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
             candidates = targets(a)
             if topic:
                 need = min(2, len(topic))
-                hit = [j for j in candidates if len(bodies[j] & topic) >= need]
+                hit = [j for j in candidates if topic_overlap(topic, bodies[j]) >= need]
+                if len(topic) == 1 and hit:  # one word ("the dog thing is dead") names its latest mention
+                    hit = [j for j in hit if first[j] == max(first[k] for k in hit)]
             else:  # "scratch that": the speaker's previous turn
                 latest = max((first[j] for j in candidates), default=None)
                 hit = [j for j in candidates if first[j] == latest]

@@ -8,7 +8,7 @@ import numpy as np
 
 from evolve.strategy.policy import Policy
 from evolve.runtime.facts import FactMeta
-from evolve.runtime.lifecycle import ACTIVE, Cues, Standing, decay_multipliers, standing
+from evolve.runtime.lifecycle import ACTIVE, Cues, Standing, category_channel, rescore, standing
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
 
@@ -25,7 +25,7 @@ class Hit:
     standing: Standing = ACTIVE  # the fact's lifecycle state for this question
 
     def to_dict(self) -> dict:
-        fact = {**self.meta.to_dict(), "state": self.standing.state, "by": self.standing.by}
+        fact = {**self.meta.to_dict(), **self.standing.to_dict()}
         return {"id": self.id, "rank": self.rank, "score": self.score, "source_ids": list(self.source_ids),
                 "channels": {c: dict(v) for c, v in self.channels.items()}, "fact": fact}
 
@@ -70,6 +70,8 @@ def _channel_scores(store: MemoryStore, query: Query, policy: Policy, eligible: 
             ranked = _ranking(store.bm25_scores(content_tokens(sub)), eligible, depth, True)
             fused[ranked] += 1.0 / (kappa + np.arange(1, len(ranked) + 1))
         out["subquery"] = (_ranking(fused, eligible, depth, True), fused)
+    if policy.lifecycle.category_channel.enabled:
+        out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth, eligible)
     return out
 
 
@@ -84,12 +86,12 @@ def _decay(store: MemoryStore, policy: Policy, ref: float | None) -> np.ndarray:
     return np.where(store.numeric, np.maximum(decay, rescue.floor), decay) if rescue.enabled else decay
 
 
-def _lifecycle_scores(channels: dict[str, tuple], candidates: np.ndarray, keep: np.ndarray,
-                      size: int) -> np.ndarray:
-    """The candidates' relevance times the share each keeps under per-category decay. Relevance is the best of
+def _lifecycle_scores(channels: dict[str, tuple], candidates: np.ndarray, store: MemoryStore, policy: Policy,
+                      ref: float | None) -> np.ndarray:
+    """The candidates' relevance as per-category decay and the event kernel rescore it. Relevance is the best of
     the item's BM25 and vector scores, each divided by that channel's best. Rank fusions (the fused score, the
     sub-query channel) cannot carry it: their sums differ by a few percent between ranks, far less than decay does."""
-    relevance = np.zeros(size)
+    relevance = np.zeros(len(store))
     for name in ("bm25", "vector"):
         if name not in channels:
             continue
@@ -97,8 +99,8 @@ def _lifecycle_scores(channels: dict[str, tuple], candidates: np.ndarray, keep: 
         top = scores[candidates].max()
         if top > 0:
             relevance[candidates] = np.maximum(relevance[candidates], np.clip(scores[candidates] / top, 0.0, 1.0))
-    out = np.zeros(size)
-    out[candidates] = np.maximum(relevance[candidates] * keep[candidates], 1e-12)  # stays a candidate
+    out = np.zeros(len(store))
+    out[candidates] = np.maximum(rescore(relevance, store, policy.lifecycle, ref)[candidates], 1e-12)  # stays one
     return out
 
 
@@ -116,7 +118,8 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     ranks: dict[str, np.ndarray] = {}  # channel -> 1-based rank of every item (0: not found by the channel)
     for name, (ranked, _) in channels.items():
         positions = np.arange(1, len(ranked) + 1)
-        fused[ranked] += getattr(weights, name) / (rt.rrf_kappa + positions)
+        weight = policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name)
+        fused[ranked] += weight / (rt.rrf_kappa + positions)
         ranks[name] = np.zeros(len(store), dtype=np.int64)
         ranks[name][ranked] = positions
     now = query.asked_at or store.newest  # when the question is asked: its own time, else the newest memory's
@@ -125,8 +128,8 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     if rt.time_decay.enabled:
         fused *= _decay(store, policy, ref)
     candidates = np.flatnonzero(fused > 0)
-    if policy.lifecycle.decay.enabled and candidates.size and cues.current:
-        fused = _lifecycle_scores(channels, candidates, decay_multipliers(store, policy.lifecycle, ref), len(store))
+    if policy.lifecycle.rescores and candidates.size and cues.current:
+        fused = _lifecycle_scores(channels, candidates, store, policy, ref)
     candidates = candidates[np.lexsort((candidates, -fused[candidates]))]
     final = fused
     if rt.rerank.enabled and candidates.size:

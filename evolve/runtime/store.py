@@ -9,7 +9,7 @@ import bm25s
 import numpy as np
 
 from evolve.benchmarks.types import Turn
-from evolve.runtime.facts import FactMeta
+from evolve.runtime.facts import EVENT_CATEGORIES, FactMeta
 from evolve.runtime.text import content_tokens, split_attribution
 from evolve.strategy.policy import FACT_CATEGORIES
 
@@ -62,9 +62,15 @@ class MemoryStore:
         stamps = [item.timestamp for item in self.items if item.timestamp is not None]
         self.newest: datetime | None = max(stamps) if stamps else None
         known = {c: i for i, c in enumerate(FACT_CATEGORIES)}
-        self.category_index = np.array([known.get(item.meta.category, known["other"]) for item in self.items],
-                                       dtype=np.int64)
+        #: Soft category membership, one row per item summing to 1 (:attr:`FactMeta.members`).
+        self.membership = np.zeros((len(self.items), len(FACT_CATEGORIES)))
+        for i, item in enumerate(self.items):
+            for c in item.meta.members:
+                self.membership[i, known.get(c, known["other"])] += 1.0 / len(item.meta.members)
         self.numeric = np.array([item.meta.numeric for item in self.items], dtype=bool)
+        #: Day number of each item's dated event when it is an event fact (:data:`EVENT_CATEGORIES`), else nan.
+        self.event_days = np.array([day_number(item.meta.event_time) if item.meta.category in EVENT_CATEGORIES
+                                    else float("nan") for item in self.items], dtype=np.float64)
         self._by_source: dict[str, list[str]] = {}
         for item in self.items:
             for tid in item.source_ids:

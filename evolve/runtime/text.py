@@ -232,18 +232,36 @@ def split_attribution(text: str) -> tuple[str | None, str | None, str]:
 
 # ---------------------------------------------------------------- fact kinds
 
-RETRACTION_CUES = ("forget what i said about", "forget about what i said", "forget i said", "scratch that",
-                   "never mind about", "nevermind about", "that's not true anymore", "that is not true anymore",
-                   "that's no longer true", "disregard what i said", "ignore what i said", "i take that back",
-                   "i take back what i said", "forget i mentioned", "scrapped", "called off", "is cancelled",
-                   "is canceled", "plan is dead", "idea is dead")
+#: Phrases that withdraw an earlier statement (regular expressions over lower-cased text, matched as whole words):
+#: explicit retractions, and plans cancelled, scrapped, dropped, called off, declared dead or given up.
+RETRACTION_CUES = (
+    r"forget (?:what i said about|about what i said|i said|i mentioned|about)", "scratch that",
+    r"never ?mind about", r"(?:that's|that is) (?:not true anymore|not true any more|no longer true)",
+    r"(?:disregard|ignore) what i said", r"i take (?:that|it) back", "i take back what i said",
+    r"scrap(?:ped|ping|s)?", r"call(?:ed|ing|s)? off", r"call(?:ed|ing|s)? (?:it|that|the \w+) off",
+    r"(?:is|are|was|got|been|get) (?:cancell?ed|scrapped)", r"cancel(?:l?ed|l?ing|s)?",
+    r"drop(?:ped|ping|s)?(?! (?:off|by|in|out|me|him|her|them|us|you)\b)",
+    r"(?:plan|idea|thing|deal|project|move|trip)s? (?:is|are|'s) (?:dead|off)", r"is dead in the water",
+    r"chang(?:ed|ing|e) (?:my|our) minds? about", r"chang(?:ed|ing|e) (?:my|our) minds?",
+    r"no longer", r"not (?:\w+ing|going to \w+) .{0,40}?(?:anymore|any more|after all)",
+    r"(?:gave|give|giving) up on", r"decided against", r"(?:backed|backing|pulled|pulling) out of",
+)
+#: Retraction cues that only retract when no replacement follows ("I no longer work as a teacher; I'm a nurse
+#: now" corrects, "I'm no longer moving to Denver" retracts).
+_REPLACEABLE = re.compile(r"^(?:no longer|chang(?:ed|ing|e) (?:my|our) minds?|not )")
+_REPLACEMENT = re.compile(r"(?<![a-z])(?:now|instead|switched|rather|going with|go with|prefer|but i|;)(?![a-z])")
+_NEGATED = re.compile(r"(?<![a-z])(?:not|never|n't|won't|didn't|don't)(?: \w+){0,2} $")
 CORRECTION_CUES = ("actually", "no longer", "not anymore", "any more", "changed my mind", "now prefer",
                    "switched to", "moved to", "i now", "these days i", "instead of", "not really into")
 PROFILE_CUES = ("i am a ", "i am an ", "i'm a ", "i'm an ", "i am from", "i'm from", "my favorite", "my favourite",
                 "i love ", "i prefer", "i live in", "i work as", "i work at", "i work in", "my name is", "i enjoy",
                 "my hobby", "my hobbies", "i hate ", "i'm allergic", "i am allergic", "my job")
 #: Stems of cue words; they do not count as topic overlap in supersession and retraction.
-CUE_STEMS = frozenset(content_tokens(" ".join(RETRACTION_CUES + CORRECTION_CUES)))
+CUE_STEMS = frozenset(content_tokens(" ".join(CORRECTION_CUES) + " forget said mentioned scratch never nevermind "
+                                     "disregard ignore take back scrap scrapped cancel cancelled canceled drop dropped "
+                                     "call called dead mind minds plan idea anymore true decided gave give backed "
+                                     "pulled"))
+_RETRACTION = re.compile(r"(?<![a-z])(?:" + "|".join(RETRACTION_CUES) + r")(?![a-z])")
 
 
 def _cue_pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
@@ -251,23 +269,50 @@ def _cue_pattern(cues: tuple[str, ...]) -> re.Pattern[str]:
     return re.compile(r"(?<![a-z])(?:" + "|".join(re.escape(cue.strip()) for cue in cues) + r")(?![a-z])")
 
 
-_KIND_CUES = (("retraction", _cue_pattern(RETRACTION_CUES)), ("correction", _cue_pattern(CORRECTION_CUES)),
-              ("profile", _cue_pattern(PROFILE_CUES)))
+_KIND_CUES = (("correction", _cue_pattern(CORRECTION_CUES)), ("profile", _cue_pattern(PROFILE_CUES)))
+
+
+def retraction_cue(sentence: str) -> re.Match[str] | None:
+    """Where ``sentence`` withdraws an earlier statement: the first retraction cue that is not negated ("I didn't
+    cancel"), not asked about ("should I cancel?") and, for "no longer" / "changed my mind", not followed by a
+    replacement (that is a correction)."""
+    lowered = " " + normalise(sentence).lower().strip() + " "
+    if lowered.rstrip().endswith("?"):
+        return None
+    for match in _RETRACTION.finditer(lowered):
+        if _NEGATED.search(lowered[:match.start()]):
+            continue
+        if _REPLACEABLE.match(match.group(0)) and _REPLACEMENT.search(lowered[match.end():]):
+            continue
+        return match
+    return None
 
 
 def classify_kind(sentence: str) -> str:
     """``retraction`` | ``correction`` | ``profile`` | ``fact`` by cue phrase (first match wins)."""
+    if retraction_cue(sentence) is not None:
+        return "retraction"
     lowered = " " + normalise(sentence).lower() + " "
     return next((kind for kind, pattern in _KIND_CUES if pattern.search(lowered)), "fact")
 
 
 def retraction_topic(sentence: str) -> frozenset[str]:
     """Content stems of what a retraction retracts: the words after its cue ("we scrapped the trip"), else those
-    before it ("the trip is cancelled"); empty for a bare "scratch that"."""
-    lowered = normalise(sentence).lower()
-    for cue in RETRACTION_CUES:
-        at = lowered.find(cue)
-        if at >= 0:
-            after = frozenset(content_tokens(lowered[at + len(cue):])) - CUE_STEMS
-            return after or frozenset(content_tokens(lowered[:at])) - CUE_STEMS
+    within it ("not moving to Denver after all", "the trip is off"), else those before it ("the flight got
+    cancelled", "the dog thing is dead"); empty for a bare "scratch that"."""
+    match = retraction_cue(sentence)
+    if match is None:
+        return frozenset()
+    lowered = " " + normalise(sentence).lower().strip() + " "
+    for part in (lowered[match.end():], match.group(0), lowered[:match.start()]):
+        topic = frozenset(content_tokens(part)) - CUE_STEMS
+        if topic:
+            return topic
     return frozenset()
+
+
+def topic_overlap(topic: frozenset[str], body: frozenset[str]) -> int:
+    """How many stems of a retraction's ``topic`` the ``body`` mentions, a stem also matching one of its word family
+    (the same first six letters: "renovation" and "renovating")."""
+    prefixes = {s[:6] for s in body if len(s) >= 6}
+    return sum(1 for s in topic if s in body or (len(s) >= 6 and s[:6] in prefixes))

@@ -139,18 +139,30 @@ class Slots(_Frozen):
 class Expiry(_Frozen):
     enabled: bool
     buffer_days: float
+    mode: Literal["hard", "kernel"]
+    lead_days: float
+    upcoming_floor: float
+    after_half_life_days: float
 
 
 class NumericRescue(_Frozen):
     enabled: bool
     floor: float
+    min_relevance: float
 
 
 class Decay(_Frozen):
     enabled: bool
+    kind: Literal["multiplicative", "blend"]
     half_life_days: PerCategory
     alpha: PerCategory
     floor: PerCategory
+
+
+class CategoryChannel(_Frozen):
+    enabled: bool
+    weight: float
+    depth: int
 
 
 class Lifecycle(_Frozen):
@@ -162,6 +174,12 @@ class Lifecycle(_Frozen):
     expiry: Expiry
     numeric_rescue: NumericRescue
     decay: Decay
+    category_channel: CategoryChannel
+
+    @property
+    def rescores(self) -> bool:
+        """Whether current-state questions rescore relevance (per-category decay or the event kernel)."""
+        return self.decay.enabled or (self.expiry.enabled and self.expiry.mode == "kernel")
 
 
 class Reserved(_Frozen):

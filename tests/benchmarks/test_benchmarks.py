@@ -146,9 +146,10 @@ def test_locomo_evidence_repairs_are_counted(tmp_path):
 def test_longmemeval_fixture_mapping():
     bench = load_longmemeval(LME_MINI)
     by_id = {q.id: q for q in bench.questions}
-    assert {qid: q.category for qid, q in by_id.items()} == {
-        "e47becba": "single_hop", "gpt4_7f6b06db": "multi_hop", "gpt4_2a1f3c11": "temporal",
-        "5a7937c8_abs": "adversarial"}
+    assert {qid: q.category for qid, q in by_id.items()} == {  # LongMemEval's question types
+        "e47becba": "single_session_user", "gpt4_7f6b06db": "multi_session", "gpt4_2a1f3c11": "temporal_reasoning",
+        "5a7937c8_abs": "knowledge_update"}
+    assert [qid for qid, q in by_id.items() if q.abstention] == ["5a7937c8_abs"]
     assert set(bench.conversations) == set(by_id) and all(q.conversation_id == q.id for q in bench.questions)
     assert by_id["e47becba"].evidence == ("S2:1",)
     assert by_id["gpt4_7f6b06db"].evidence == ("S1:1", "S3:2") and by_id["gpt4_7f6b06db"].answer == "3"
@@ -290,6 +291,11 @@ def test_spec_selects_conversations_of_a_file(synthetic, tmp_path):
 
 def test_write_locomo_other_sources(tmp_path):
     lme = load_longmemeval(LME_MINI)
+    with pytest.raises(BenchmarkError, match=re.escape("categories ['single_session_user'] have no LoCoMo code")):
+        write_locomo(lme, tmp_path / "lme.json")  # LongMemEval's question types are not LoCoMo's
+    as_locomo = {"single_session_user": "single_hop", "multi_session": "multi_hop",
+                 "temporal_reasoning": "temporal", "knowledge_update": "single_hop"}
+    lme.questions = [replace(q, category=as_locomo[q.category]) for q in lme.questions]
     write_locomo(lme, tmp_path / "lme.json")
     back = load_locomo(tmp_path / "lme.json")
     assert [(q.answer, q.category, q.evidence) for q in back.questions] == [

@@ -11,6 +11,9 @@ from evolve.verify.decision import AcceptanceRules
 
 #: Content hash of ``synthetic:0:2``: the figures in the README come from this content.
 SYNTHETIC_0_2 = "c572c0741bcc"
+#: Content hash of ``lifecycle:0:6`` since it gained the everyday date forms (AV2) and retraction phrasings (AV7);
+#: figures measured on earlier content are not comparable.
+LIFECYCLE_0_6 = "e11cb25b50bb"
 
 
 def test_every_question_tests_one_attack_vector_asked_after_the_conversation():
@@ -29,7 +32,13 @@ def test_expired_soft_and_aggregated_facts_have_the_right_evidence():
     text = {(cid, t.id): t.text for cid, c in bench.conversations.items() for t in c.turns()}
     for q in bench.questions:
         said = [text[q.conversation_id, e] for e in q.evidence]
-        if q.category == "av2_expired_logistics":  # the past appointment is outdated, the upcoming one is gold
+        if q.category == "av2_expired_logistics" and "tomorrow" in text[q.conversation_id, q.outdated[0]]:
+            # everyday forms: the event said "tomorrow" has passed, the gold day (or month) is still ahead
+            fmt = "%d %B %Y" if q.answer[0].isdigit() else "%B %Y"
+            ahead = datetime.strptime(q.answer, fmt)
+            assert ahead.date() >= q.asked_at.date() if fmt == "%d %B %Y" else ahead.month != q.asked_at.month
+            assert q.answer not in said[0]
+        elif q.category == "av2_expired_logistics":  # the past appointment is outdated, the upcoming one is gold
             (old,), (new,) = [text[q.conversation_id, e] for e in q.outdated], said
             when = [datetime.strptime(re.search(r"\d+ \w+ \d{4}", t).group(), "%d %B %Y") for t in (old, new)]
             assert when[0] < q.asked_at < when[1] and q.answer in new
@@ -37,12 +46,34 @@ def test_expired_soft_and_aggregated_facts_have_the_right_evidence():
             assert not q.outdated and "work out at" in said[0] and q.answer in said[0]
         elif q.category == "av5_aggregation":
             assert len(said) == 3 and all(item in " ".join(said) for item in q.answer.split(", "))
+        elif q.category == "av7_retraction" and q.question.startswith("Which plan"):
+            assert not q.outdated and len(said) == 2  # what was called off: the retracted plan is gold
         elif q.category in ("av1_superseded_preference", "av4_multi_version", "av7_retraction"):
             assert q.outdated
 
 
 def test_the_synthetic_benchmark_keeps_its_content():
     assert load_benchmark("synthetic:0:2").content_hash().startswith(SYNTHETIC_0_2)
+
+
+def test_the_lifecycle_benchmark_content_is_pinned():
+    assert load_benchmark("lifecycle:0:6").content_hash().startswith(LIFECYCLE_0_6)
+
+
+def test_everyday_date_forms_resolve_to_the_gold_day():
+    from evolve.runtime.facts import annotate
+
+    bench = load_benchmark("lifecycle:0:6")
+    turns = {(cid, t.id): t for cid, c in bench.conversations.items() for t in c.turns()}
+    checked = 0
+    for q in bench.questions:
+        turn = turns[q.conversation_id, q.evidence[0]]
+        if q.category != "av2_expired_logistics" or not turn.text.startswith("The next"):
+            continue
+        when = annotate(turn.text, turn.speaker, turn.timestamp).event_time
+        assert when is not None and q.answer in (f"{when.day} {when:%B} {when.year}", f"{when:%B} {when.year}")
+        checked += 1
+    assert checked == len(bench.conversations)
 
 
 def test_attack_vectors_can_be_protected_slices():
