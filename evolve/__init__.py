@@ -15,8 +15,7 @@ Names load on first use, so ``import evolve`` stays cheap (the engine pulls in M
 """
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from evolve.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -45,14 +44,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'evolve' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports("evolve", _EXPORTS, globals())

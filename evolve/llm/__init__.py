@@ -5,8 +5,7 @@ not import the OpenAI client.
 """
 from __future__ import annotations
 
-from importlib import import_module
-from typing import Any
+from evolve.lazy import lazy_exports
 
 #: Public name -> module that defines it.
 _EXPORTS = {
@@ -21,14 +20,4 @@ _EXPORTS = {
 }
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'evolve.llm' has no attribute {name!r}")
-    value = getattr(import_module(_EXPORTS[name]), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_exports("evolve.llm", _EXPORTS, globals())
