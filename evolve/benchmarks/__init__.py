@@ -8,7 +8,7 @@ from evolve.benchmarks.longmemeval import load_longmemeval
 from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.synthetic import generate_synthetic, write_locomo
 from evolve.benchmarks.types import (CATEGORIES, LIFECYCLE_CATEGORIES, LOCOMO_CATEGORIES, LONGMEMEVAL_CATEGORIES,
-                                     Benchmark, BenchmarkError, Conversation, Question, Session, Turn)
+                                     Benchmark, BenchmarkError, Conversation, Question, Session, Turn, file_spec)
 
 __all__ = ["CATEGORIES", "LIFECYCLE_CATEGORIES", "LOCOMO_CATEGORIES", "LONGMEMEVAL_CATEGORIES", "Benchmark", "BenchmarkError", "Conversation", "Question", "Session", "Turn",
            "generate_lifecycle", "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "select_questions",
@@ -47,16 +47,17 @@ def load_benchmark(spec: str) -> Benchmark:
     scheme, _, rest = spec.partition(":")
     if scheme in ("synthetic", "lifecycle"):
         return _generated(spec, rest.split(":") if rest else [])
-    if scheme not in _FILE_LOADERS:
+    parts = file_spec(spec)
+    if parts is None:
         raise BenchmarkError(f"benchmark spec {spec!r}: unknown scheme {scheme!r}; {SPEC_HELP}")
-    rest, hashed, selection = rest.partition("#")
-    if not rest:
+    _, file, selection = parts
+    if not file:
         raise BenchmarkError(f"benchmark spec {spec!r}: missing path; {SPEC_HELP}")
-    path = Path(rest).expanduser()
+    path = Path(file).expanduser()
     if not path.is_file():
         raise BenchmarkError(f"benchmark spec {spec!r}: {scheme} file not found: {path}")
     bench = _FILE_LOADERS[scheme](path)
-    if not hashed:
+    if "#" not in spec:
         return bench
     ids = [c.strip() for c in selection.split(",") if c.strip()]
     if not ids:

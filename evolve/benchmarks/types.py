@@ -100,5 +100,19 @@ class Benchmark:
         return h.hexdigest()
 
 
+#: Benchmark spec schemes whose part after the colon names a file: ``scheme:PATH[#CONV,...]``.
+FILE_SCHEMES = ("locomo", "longmemeval")
+
+
+def file_spec(spec: str) -> tuple[str, str, str] | None:
+    """``(scheme, path, selection)`` of a file benchmark spec (``selection``: the text after ``#``, the conversations
+    to keep, or ``""``); ``None`` for any other spec."""
+    scheme, _, rest = spec.partition(":")
+    if scheme not in FILE_SCHEMES:
+        return None
+    path, _, selection = rest.partition("#")
+    return scheme, path, selection
+
+
 class BenchmarkError(ValueError):
     """A benchmark file is unusable; the message names the file and the offending record."""

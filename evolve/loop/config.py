@@ -11,6 +11,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from evolve.benchmarks.types import file_spec
 from evolve.data import BASELINE_PATH
 from evolve.strategy import strict_yaml
 from evolve.strategy.strict_yaml import YAMLInputError
@@ -25,8 +26,6 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False, strict=True)
 
 
-#: Benchmark specs whose part after the colon is a file path (``locomo:PATH``).
-BENCHMARK_FILE_SCHEMES = ("locomo", "longmemeval")
 
 
 
@@ -143,11 +142,11 @@ class RunConfig(_Strict):
             return p if p.is_absolute() else (base / p).resolve()
 
         def spec(bench: str) -> str:
-            scheme, _, rest = bench.partition(":")
-            file, hashed, selection = rest.partition("#")  # PATH#CONV,...: a subset of the file's conversations
-            if scheme in BENCHMARK_FILE_SCHEMES and file and not Path(file).is_absolute():
-                return f"{scheme}:{(base / file).resolve()}{hashed}{selection}"
-            return bench
+            parts = file_spec(bench)
+            if parts is None or not parts[1] or Path(parts[1]).is_absolute():
+                return bench
+            scheme, file, selection = parts  # PATH#CONV,...: a subset of the file's conversations
+            return f"{scheme}:{(base / file).resolve()}" + (f"#{selection}" if "#" in bench else "")
 
         holdout = self.holdout
         if holdout is not None and holdout.benchmark is not None:
@@ -193,10 +192,9 @@ def _missing_paths(config: RunConfig) -> list[tuple[str, Path]]:
     if config.holdout is not None and config.holdout.benchmark is not None:
         specs.append(("holdout.benchmark", config.holdout.benchmark))
     for key, spec in specs:
-        scheme, _, rest = spec.partition(":")
-        file = rest.partition("#")[0]
-        if scheme in BENCHMARK_FILE_SCHEMES and file and not Path(file).is_file():
-            missing.append((key, Path(file)))
+        parts = file_spec(spec)
+        if parts is not None and parts[1] and not Path(parts[1]).is_file():
+            missing.append((key, Path(parts[1])))
     return missing
 
 

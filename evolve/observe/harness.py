@@ -30,8 +30,8 @@ from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall, fir
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime import IngestionCache, MemoryRuntime
+from evolve.runtime.assembly import raw_turn
 from evolve.runtime.render import render
-from evolve.runtime.text import attribute
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.usage import question_usage
 from evolve.state.files import atomic_write_json, atomic_write_text
@@ -204,8 +204,7 @@ def _dated_texts(store: MemoryStore, item_ids: Iterable[str]) -> list[str]:
     items = [store.item(i) for i in item_ids if i in store.position]
     turns = dict.fromkeys(s for item in items for s in item.source_ids if s in store.turns)
     return ([render(item.id, item.layer, item.text, item.timestamp, "dialogue") for item in items]
-            + [render(t, "RAW", attribute(store.turns[t].speaker, store.turns[t].timestamp, store.turns[t].text),
-                      store.turns[t].timestamp, "dialogue") for t in turns])
+            + [raw_turn(store.turns[t], "dialogue").text for t in turns])
 
 
 def _spread(values: list[float], *stats: str) -> dict[str, float]:

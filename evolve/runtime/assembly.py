@@ -54,7 +54,7 @@ def compress(text: str, wanted: frozenset[str], keep: int) -> str:
     return " ".join(parts[i] for i in sorted(best))
 
 
-def _raw(turn: Turn, fmt: str, score: float, body: str | None = None) -> ContextItem:
+def raw_turn(turn: Turn, fmt: str, score: float = 0.0, body: str | None = None) -> ContextItem:
     """A raw dialogue turn as a dated context line (``body`` replaces its text, e.g. compressed)."""
     said = attribute(turn.speaker, turn.timestamp, turn.text if body is None else body)
     return ContextItem(f"RAW:{turn.id}", render(f"RAW:{turn.id}", "RAW", said, turn.timestamp, fmt), "RAW",
@@ -83,7 +83,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
 
     def raw_unit(t: Turn, score: float) -> ContextItem:
         body = compress(t.text, wanted, asm.sentences_per_turn) if asm.unit == "sentences" else None
-        return _raw(t, asm.format, score, body)
+        return raw_turn(t, asm.format, score, body)
 
     def heads(hit: Hit, item: MemoryItem) -> list[ContextItem]:
         """What the hit itself packs: its text, or the source turns not packed yet (none: already in context)."""
@@ -141,7 +141,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
                 turn = store.turns.get(tid)
                 if turn is None or f"RAW:{tid}" in raw_taken:
                     continue
-                raw = _raw(turn, asm.format, hit.score)
+                raw = raw_turn(turn, asm.format, hit.score)
                 if sum(used.values()) + count_tokens(raw.text) <= budget:
                     used["general"] += count_tokens(raw.text)
                     raw_taken.add(raw.id)

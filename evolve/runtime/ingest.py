@@ -163,13 +163,12 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
 def _turn_layer(sessions: Sequence[Session], policy: Extraction, context: int) -> list[MemoryItem]:
     """Every turn as an ``RT`` memory, found also by the ``context`` turns before it in its session (the question
     a reply answers)."""
-    items = []
+    facts, contexts = [], []
     for session in sessions:
         for i, turn in enumerate(session.turns):
-            before = " ".join(f"{t.speaker}: {t.text}" for t in session.turns[max(0, i - context):i])
-            items.append((turn_fact(turn, policy), before))
-    return [dataclasses.replace(item, context=before) for item, (_, before) in zip(_items("RT", [f for f, _ in items]),
-                                                                                   items)]
+            facts.append(turn_fact(turn, policy))
+            contexts.append(" ".join(f"{t.speaker}: {t.text}" for t in session.turns[max(0, i - context):i]))
+    return [dataclasses.replace(item, context=before) for item, before in zip(_items("RT", facts), contexts)]
 
 
 def _rollup(session: Session, facts: list[MemoryItem], index: int) -> MemoryItem | None:

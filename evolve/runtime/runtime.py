@@ -107,7 +107,9 @@ class MemoryRuntime:
         hits = retrieve(store, Query(question, intent, subqueries, vector, asked_at), policy)
         kept, filtered = filter_hits(store, hits, policy)
         retrieval_ms = (time.perf_counter() - started) * 1000
-        packing = assemble(store, kept, policy, frozenset(content_tokens(" ".join((question, *subqueries)))))
+        wanted = (frozenset(content_tokens(" ".join((question, *subqueries)))) if policy.assembly.unit == "sentences"
+                  else frozenset())  # only compression reads the question's words
+        packing = assemble(store, kept, policy, wanted)
         reply = (self.answerer.answer(question, packing.packed, policy.answering, intent) if answer
                  else AnswerResult(""))
         return RuntimeResult(intent, list(subqueries), hits, filtered, packing.packed, packing.dropped,
