@@ -17,7 +17,8 @@ import sys
 from pathlib import Path
 
 #: Keys whose values differ between two runs of the same config (clock readings and hashes chained over them).
-VOLATILE = {"ts", "committed_at", "wall_time_s", "hash", "prev_hash", "payload_hash", "record_hash"}
+VOLATILE = {"ts", "committed_at", "saved_at", "wall_time_s", "hash", "prev_hash", "payload_hash", "record_hash",
+            "manifest_sha256"}
 FILES = ("journal.jsonl", "candidate_outcomes.jsonl", "stage_audits.jsonl", "diagnosis_log.jsonl", "state.json",
          "scoreboard.json", "dimension_effects.json", "hypothesis_tree.json", "question_histories.json",
          "escalations.json")
@@ -53,7 +54,9 @@ def fingerprint(stores: Path) -> dict[str, str]:
         listing = sorted(p.relative_to(stores).as_posix() for p in (stores / folder).rglob("*") if p.is_file())
         digest = hashlib.sha256()
         for rel in listing:
-            digest.update(rel.encode() + b"\0" + (stores / rel).read_bytes())
+            path = stores / rel
+            body = json.dumps(records(path), sort_keys=True).encode() if path.suffix == ".json" else path.read_bytes()
+            digest.update(rel.encode() + b"\0" + body)
         out[folder + "/"] = digest.hexdigest()[:16]
     return out
 
