@@ -512,3 +512,27 @@ def test_four_hundred_turn_conversation_ingests_and_answers(baseline_strategy, e
     results = [runtime.ask(store, f"When did Ana go to {place} for pottery?") for place in ("Lisbon", "Oslo", "Kyoto")]
     assert len(big.turns()) == 400 and len(store) > 400
     assert all(r.retrieved for r in results)
+
+
+RACE = conversation("c3", [
+    (datetime(2023, 5, 25, 12, 0), [
+        ("Mel", "I ran a charity race for mental health last Saturday, it was rewarding."),
+        ("Caro", "My cat sleeps on the sofa all afternoon."),
+    ]),
+])
+
+
+def test_turn_units_carry_resolved_dates_when_extraction_resolves_them(run):
+    question = "When did Mel run a charity race?"
+    changes = {"features.turn_layer": True, "features.session_rollups": False, "assembly.unit": "turn",
+               "retrieval.top_k": 1, "retrieval.rerank.top_n": 1}
+    runtime, store = run(changes, RACE)
+    packed = runtime.ask(store, question).packed
+    assert [c.id for c in packed] == ["RAW:D1:1"] and "last Saturday" in packed[0].text
+    runtime, store = run({**changes, "extraction.resolve_relative_dates": True}, RACE)
+    text = runtime.ask(store, question).packed[0].text
+    assert "on 20 May 2023" in text and "last Saturday" not in text
+    # compressed turns are cut from the resolved words too
+    runtime, store = run({**changes, "extraction.resolve_relative_dates": True, "assembly.unit": "sentences",
+                          "assembly.sentences_per_turn": 1}, RACE)
+    assert "on 20 May 2023" in runtime.ask(store, question).packed[0].text
