@@ -8,6 +8,7 @@ round's full comparison is, and the decision contract says what it would decide 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from evolve.loop.config import RunConfig
 from evolve.loop.holdout import Holdout
 from evolve.loop.record import CandidateRecord
