@@ -1,7 +1,7 @@
 """The one rule for where a command finds its run config and its stores.
 
-Every command that reads or writes stores (``run``, ``candidates``, ``show``, ``report``, ``promote``,
-``rollback``, ``journal verify``, ``serving``) takes ``--config PATH``; without it the run config is
+Every command that reads or writes stores (``run``, ``candidates``, ``show``, ``flags``, ``escalations``,
+``report``, ``promote``, ``rollback``, ``journal verify``, ``serving``) takes ``--config PATH``; without it the run config is
 ``$MEMEVOLVE_CONFIG``, else ``experiments/nightly.yaml`` when that file exists. The stores are ``--stores`` when
 given, else the run config's ``stores``, else ``stores/``.
 """

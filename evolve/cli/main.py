@@ -316,9 +316,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, help="port on 127.0.0.1 (default: a free one)")
     p.set_defaults(func=cmd_local_llm)
 
-    from evolve.cli.workflow import register
+    from evolve.cli import governance, workflow
 
-    register(sub)
+    workflow.register(sub)
+    governance.register(sub)
     return parser
 
 

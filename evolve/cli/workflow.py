@@ -1,4 +1,5 @@
-"""Engineer workflow subcommands: diff, candidates, show, promote, rollback, journal verify, serving, report.
+"""Engineer workflow subcommands: diff, candidates, show, promote, rollback, journal verify, serving, report
+(``flags`` and ``escalations`` are in :mod:`evolve.cli.governance`).
 
 Exit codes: 0 success, 1 different / refused / verification failed, 2 bad input.
 """
@@ -88,7 +89,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_change(result: "ChangeResult", done: str, stores: str) -> None:
+def _print_change(result: "ChangeResult", done: str, stores: str, approval: str | None = None) -> None:
     print(f"{done} {_shown(result.target)}")
     print(f"  new      {result.served.strategy_hash}  (copy {Path(stores) / result.served.copy})")
     if result.previous is None:
@@ -97,6 +98,8 @@ def _print_change(result: "ChangeResult", done: str, stores: str) -> None:
         print(f"  old      {result.previous.strategy_hash}  (restore point {Path(stores) / result.previous.copy})")
     if result.entry is not None:
         print(f"  journal  entry {result.entry['index']} {result.entry['type']}")
+    if approval is not None:
+        print(f"  approval {approval}")
     _print_diff(result.diff, "diff old -> new")
 
 
@@ -108,19 +111,32 @@ def _recover(stores: str) -> None:
         print(recovered.describe(), file=sys.stderr)
 
 
+def nonempty(text: str) -> str:
+    """An argparse type: text that is not empty or blank."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a name")
+    return text
+
+
 def cmd_promote(args: argparse.Namespace) -> int:
+    from evolve.ops.drift import approval, approval_text
     from evolve.ops.serving import Refused, promote
 
+    if args.reason is not None and args.approver is None:
+        print("error: promote --reason: needs --approver NAME (who approves the promotion)", file=sys.stderr)
+        return 2
+    approved = approval(args.approver, args.reason) if args.approver is not None else None
     _recover(args.stores)
     try:
         result = promote(args.stores, args.candidate, args.to, accept_monitor=args.accept_monitor,
-                         dry_run=args.dry_run, serving_dir=args.serving_dir, allow_outside=args.allow_outside)
+                         dry_run=args.dry_run, serving_dir=args.serving_dir, allow_outside=args.allow_outside,
+                         approval=approved)
     except Refused as exc:
         print(exc, file=sys.stderr)
         return 1
     label = f"{result.record.candidate_id} ({result.record.verdict})"
     _print_change(result, f"dry run, nothing written: would promote {label} to" if args.dry_run
-                  else f"promoted {label} to", args.stores)
+                  else f"promoted {label} to", args.stores, approval_text({"approval": approved}))
     return 0
 
 
@@ -255,7 +271,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
-def _stores_arg(p: argparse.ArgumentParser) -> None:
+def stores_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", help=CONFIG_HELP)
     p.add_argument("--stores", help="stores directory (default: the run config's stores, else stores/)")
     p.set_defaults(resolve_stores=True)
@@ -278,29 +294,33 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_diff)
 
     p = sub.add_parser("candidates", help="table of recorded candidates with their evidence summary")
-    _stores_arg(p)
+    stores_arg(p)
     p.add_argument("--round", type=int, help="only candidates of this round")
     p.add_argument("--decision", choices=DECISION_CHOICES, help="only candidates with this verdict")
     p.set_defaults(func=cmd_candidates)
 
     p = sub.add_parser("show", help="the complete record of one candidate")
     p.add_argument("candidate_id", help="candidate id, e.g. r001-c02 (memevolve candidates lists them)")
-    _stores_arg(p)
+    stores_arg(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("promote", help="serve a strategy with a recorded ACCEPT decision")
     p.add_argument("candidate", metavar="CANDIDATE_ID|PATH",
                    help="an accepted candidate's id, or a strategy file whose strategy was accepted")
     p.add_argument("--to", required=True, help=f"serving file, e.g. {DEFAULT_SERVING}")
-    _stores_arg(p)
+    stores_arg(p)
     p.add_argument("--accept-monitor", action="store_true", help="also allow ACCEPT_WITH_MONITOR decisions")
     p.add_argument("--dry-run", action="store_true", help="check and show the diff; write nothing")
+    p.add_argument("--approver", type=nonempty, metavar="NAME",
+                   help="who approves the promotion, journaled and witnessed (without it the promotion is recorded "
+                        "as unapproved)")
+    p.add_argument("--reason", metavar="TEXT", help="why it is approved (needs --approver)")
     _serving_args(p)
     p.set_defaults(func=cmd_promote)
 
     p = sub.add_parser("rollback", help="re-serve the previous serving file (or one a journal entry installed)")
     p.add_argument("--to", type=int, metavar="ENTRY_INDEX", help="journal index of a PROMOTE/ROLLBACK entry")
-    _stores_arg(p)
+    stores_arg(p)
     p.add_argument("--target", default=DEFAULT_SERVING, help="serving file to roll back (default: %(default)s)")
     _serving_args(p)
     p.set_defaults(func=cmd_rollback)
@@ -309,7 +329,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     jsub = p.add_subparsers(dest="journal_command", required=True)
     v = jsub.add_parser("verify", help="verify the hash chain, the candidate records and the heads witnessed "
                                        "outside the stores, and check serving files for drift")
-    _stores_arg(v)
+    stores_arg(v)
     v.add_argument("--serving", action="append", default=[DEFAULT_SERVING], metavar="PATH",
                    help=f"serving file whose witness to check (repeatable; {DEFAULT_SERVING} always)")
     v.add_argument("--tracking-uri", help="MLflow tracking URI whose round runs' journal heads to check "
@@ -318,11 +338,11 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("serving", help="load the serving strategy and say which journal entry put it there")
     p.add_argument("--path", default=DEFAULT_SERVING, help="serving file (default: %(default)s)")
-    _stores_arg(p)
+    stores_arg(p)
     p.set_defaults(func=cmd_serving)
 
     p = sub.add_parser("report", help="self-contained HTML report (plus an optional Markdown summary)")
-    _stores_arg(p)
+    stores_arg(p)
     p.add_argument("--out", required=True, metavar="PATH", help="HTML file to write (replaced if present)")
     p.add_argument("--markdown", metavar="PATH", help="also write a Markdown summary here")
     p.set_defaults(func=cmd_report)

@@ -21,7 +21,7 @@ from evolve.strategy.paths import get_path
 from evolve.verify.decision import journal_type
 
 #: Decided-by stages that mean the move needs a framework/schema change, not another value.
-_BLOCKED_BY = ("planner", "gate:schema", "gate:ranges")
+BLOCKED_BY = ("planner", "gate:schema", "gate:ranges")
 
 
 @dataclass
@@ -125,7 +125,7 @@ def escalations(doc: dict, n: int, current: dict, results: list[CandidateResult]
                 threshold: int) -> dict:
     """Count candidate classes blocked for needing a framework/schema change; escalate at ``threshold``."""
     doc = {**doc, "new": []}
-    blocked_keys = [r.record.direction["key"] for r in results if r.record.decided_by in _BLOCKED_BY]
+    blocked_keys = [r.record.direction["key"] for r in results if r.record.decided_by in BLOCKED_BY]
     blocked_keys += [key for key in tree.exhausted() if at_schema_bound(current, key)]
     for key in dict.fromkeys(blocked_keys):
         entry = doc["blocked"].setdefault(key, {"count": 0, "rounds": []})

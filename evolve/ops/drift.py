@@ -75,10 +75,23 @@ def _what(entry: dict) -> str:
     """What a PROMOTE/ROLLBACK entry did, in words."""
     p = entry["payload"]
     if entry["type"] == "PROMOTE":
-        return f"promotion of {p['candidate_id']} ({p['verdict']})"
+        return f"promotion of {p['candidate_id']} ({p['verdict']}), {approval_text(p)}"
     if p.get("undoes") is not None:
         return f"rollback undoing entry {p['undoes']}"
     return f"rollback to the file entry {p['to_entry']} served"
+
+
+def approval(approver: str, reason: str | None) -> dict:
+    """A promotion's approval as journaled: who approved it (a non-empty name) and why (``None``: not given)."""
+    return {"approver": approver.strip(), "reason": reason.strip() if reason and reason.strip() else None}
+
+
+def approval_text(payload: dict) -> str:
+    """Who approved a PROMOTE entry (``payload``), or that nobody did."""
+    given = payload.get("approval")
+    if not given:
+        return "UNAPPROVED (promoted without --approver)"
+    return f"approved by {given['approver']}" + (f": {given['reason']}" if given.get("reason") else "")
 
 
 def strategy_hash_of(data: bytes) -> str | None:

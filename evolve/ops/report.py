@@ -12,7 +12,9 @@ from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.review import candidate_row, category_deltas, change_summary, fmt_ci, fmt_num, objective_of
 from evolve.observe.objective import LABEL, SCORE_FIELD
-from evolve.ops.drift import SERVING_TYPES, drift_report
+from evolve.ops.drift import SERVING_TYPES, approval_text, drift_report
+from evolve.ops.escalations import Escalation, escalations
+from evolve.ops.flags import Flag, figures, flag_registry
 from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
 from evolve.state.files import atomic_write_text
 from evolve.verify.decision import changes_strategy
@@ -167,11 +169,36 @@ def _serving_html(view: History) -> str:
         return "<p class='muted'>No promotion recorded yet (<code>memevolve promote</code>).</p>"
     rows = [[str(e["index"]), _e(e["type"]), _e(e["ts"][:19]), _e(e["payload"].get("candidate_id", "")),
              f"<code>{_e(str(e['payload']['strategy_hash'])[:12])}</code>",
-             f"<code>{_e(e['payload']['target'])}</code>"]
+             f"<code>{_e(e['payload']['target'])}</code>",
+             _e(approval_text(e["payload"])) if e["type"] == "PROMOTE" else ""]
             for e in entries]
     status = "".join(f"<li class='{'ok' if s.ok else 'fail'}'><code>{_e(s.target)}</code>: {_e(s.describe())}</li>"
                      for s in drift_report(view))
-    return _table(["entry", "type", "time (UTC)", "candidate", "strategy", "target"], rows) + f"<ul>{status}</ul>"
+    return (_table(["entry", "type", "time (UTC)", "candidate", "strategy", "target", "approval"], rows)
+            + f"<ul>{status}</ul>")
+
+
+def _flags_html(flags: list[Flag]) -> str:
+    if not flags:
+        return "<p class='muted'>No FEATURE_FLAG decision recorded.</p>"
+    rows = [[f'<a href="#cand-{_e(f.record.candidate_id)}">{_e(f.record.candidate_id)}</a>', str(f.record.round),
+             f"<code>{_e(change_summary(f.record))}</code>", _e(f.record.reason), _e(figures(f.record)),
+             _e(f.describe_status()),
+             _e(f"{len(f.reverified)}× (last Δ {f.reverified[-1]['payload']['paired']['delta']:+.4f}, would be "
+                f"{f.reverified[-1]['payload']['would_decide']['verdict']})") if f.reverified else "-"]
+            for f in flags]
+    return (_table(["id", "round", "change", "reason", "figures", "status", "re-verified"], rows, num={1})
+            + "<p class='muted'>Never applied; re-verify one against the current strategy with "
+              "<code>memevolve flags --verify ID</code>.</p>")
+
+
+def _escalations_html(items: list[Escalation]) -> str:
+    if not items:
+        return "<p class='muted'>No candidate class was blocked.</p>"
+    rows = [[f"<code>{_e(e.key)}</code>", str(e.round) if e.round is not None else "-",
+             _e(",".join(map(str, e.rounds))), _e(", ".join(r.candidate_id for r in e.blocked) or "-"), _e(e.reason),
+             _e(e.status)] for e in items]
+    return _table(["direction", "escalated in", "blocked in rounds", "candidates", "reason", "status"], rows)
 
 
 def render_html(view: History) -> str:
@@ -187,6 +214,8 @@ def render_html(view: History) -> str:
             f"<figure>{root_cause_plot(view.rounds)}</figure><figure>{_category_plot(ov)}</figure>",
             f"<figure>{cost_plot(records, ov.harness.get('objective', 'accuracy'))}</figure></div>",
             "<h2>Serving</h2>", _serving_html(view),
+            "<h2 id='flags'>Feature flags</h2>", _flags_html(flag_registry(view)),
+            "<h2 id='escalations'>Escalations</h2>", _escalations_html(escalations(view)),
             f"<h2 id='candidates'>Candidates ({len(records)})</h2>",
             _candidates_html(records) if records else "<p>none</p>",
             "<h2>Evidence per candidate</h2>", *(_candidate_section(r, view) for r in records)]
@@ -244,6 +273,13 @@ def render_markdown(view: History, html_name: str | None = None) -> str:
     if screened:
         lines += ["", "Screened out before full evaluation: " +
                   ", ".join(f"{n} by {k}" for k, n in sorted(screened.items()))]
+    flags, blocked = flag_registry(view), escalations(view)
+    if flags:
+        open_ = sum(f.status == "open" for f in flags)
+        lines += ["", f"Feature flags: {len(flags)} ({open_} open; `memevolve flags`)"]
+    escalated = [e for e in blocked if e.entry is not None]
+    if escalated:
+        lines += ["", "Escalations: " + ", ".join(f"`{e.key}` ({e.status})" for e in escalated)]
     if html_name:
         lines += ["", f"Full report with plots and per-candidate evidence: `{html_name}`"]
     return "\n".join(lines) + "\n"

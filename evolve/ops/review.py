@@ -198,4 +198,21 @@ def render_record(record: CandidateRecord, view: History) -> str:
         lines.append(f"  not promotable ({r.verdict}): only ACCEPT decisions (ACCEPT_WITH_MONITOR with "
                      "--accept-monitor) can be promoted")
     lines.append("  roll back a promotion: memevolve rollback [--to ENTRY_INDEX]")
+    lines += _governance_lines(r, view)
     return "\n".join(lines)
+
+
+def _governance_lines(record: CandidateRecord, view: History) -> list[str]:
+    """The candidate's promotions with their approval, and a flagged candidate's re-verifications."""
+    from evolve.ops.drift import approval_text
+    from evolve.ops.flags import reverifications, reverified_text
+
+    lines = [f"  promoted: entry {e['index']} ({e['ts'][:19]}) to {e['payload']['target']}, "
+             f"{approval_text(e['payload'])}" for e in view.entries
+             if e["type"] == "PROMOTE" and e["payload"].get("candidate_id") == record.candidate_id]
+    if record.verdict == "FEATURE_FLAG":
+        again = reverifications(view, record.candidate_id)
+        lines += ["", "re-verifications (memevolve flags --verify):" if again else
+                  f"re-verifications: none (memevolve flags --verify {record.candidate_id})"]
+        lines += [f"  {reverified_text(e)}" for e in again]
+    return lines

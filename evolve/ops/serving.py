@@ -198,23 +198,25 @@ def _check_harness(view: History, record: CandidateRecord) -> None:
 
 def promote(stores: str | Path, ref: str, target: str | Path, *, accept_monitor: bool = False,
             dry_run: bool = False, serving_dir: str | Path | None = None,
-            allow_outside: bool = False) -> ChangeResult:
+            allow_outside: bool = False, approval: dict | None = None) -> ChangeResult:
     """Serve the strategy of a recorded accept (candidate id or file) at ``target``; :class:`Refused` if not allowed.
 
     ``target`` must meet :func:`evolve.ops.targets.check_target` (inside ``serving_dir`` unless ``allow_outside``).
+    ``approval`` (``{"approver", "reason"}``, see :func:`evolve.ops.drift.approval`) is journaled with the promotion
+    and witnessed beside the serving file; ``None`` journals the promotion as unapproved.
     """
     view = History(stores)  # refuses a non-stores directory before the lock creates one
     path = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
     _require_journal(view)
     if dry_run:
-        return _promote(view, None, ref, path, accept_monitor)
+        return _promote(view, None, ref, path, accept_monitor, approval)
     with StoreSet(stores) as store_set:
         recover_change(store_set)
-        return _promote(History(stores), store_set, ref, path, accept_monitor)
+        return _promote(History(stores), store_set, ref, path, accept_monitor, approval)
 
 
 def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
-             accept_monitor: bool) -> ChangeResult:
+             accept_monitor: bool, approval: dict | None) -> ChangeResult:
     """Checks and (with ``store_set``) the promotion; the journal was verified (again when the lock was taken)."""
     record, data = _resolve(view, ref)
     _check_decision(view, record, accept_monitor)
@@ -230,7 +232,7 @@ def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
     result.previous = _keep(view.root, old) if old is not None else None
     _keep(view.root, data)
     result.entry = apply_change(store_set, "PROMOTE", target, data, {
-        "candidate_id": record.candidate_id, "verdict": record.verdict,
+        "candidate_id": record.candidate_id, "verdict": record.verdict, "approval": approval,
         **_payload(target, result.served, result.previous)})
     return result
 

@@ -3,8 +3,9 @@
 The journal's own anchor (the head in ``state.json``) lives beside it, so whoever rewrites the stores can rewrite
 both. Two anchors live elsewhere:
 
-* every PROMOTE / ROLLBACK appends a *witness line* ``{"index", "hash", "type", "stores"}`` to
-  ``<serving file>.witness``, beside the serving file (typically another machine's or another repository's disk);
+* every PROMOTE / ROLLBACK appends a *witness line* ``{"index", "hash", "type", "ts", "stores"}`` (a PROMOTE also
+  its ``approval``) to ``<serving file>.witness``, beside the serving file (typically another machine's or another
+  repository's disk);
 * every tracked round tags its MLflow round run with ``memevolve.journal_head`` (``INDEX:HASH``) and
   ``memevolve.stores`` (the stores' absolute path), on whatever tracking server the team uses.
 
@@ -41,10 +42,13 @@ def witness_path(target: Path) -> Path:
 
 
 def write_witness(target: Path, entry: dict, stores_root: Path) -> None:
-    """Append the head ``entry`` (just journaled for ``target``) to the witness file beside ``target``."""
-    append_lines(witness_path(target), [canonical_json(
-        {"index": entry["index"], "hash": entry["hash"], "type": entry["type"], "ts": entry["ts"],
-         "stores": str(stores_root.resolve())})])
+    """Append the head ``entry`` (just journaled for ``target``) to the witness file beside ``target``; a PROMOTE
+    line also carries the promotion's approval (``null``: unapproved)."""
+    line = {"index": entry["index"], "hash": entry["hash"], "type": entry["type"], "ts": entry["ts"],
+            "stores": str(stores_root.resolve())}
+    if entry["type"] == "PROMOTE":
+        line["approval"] = entry["payload"].get("approval")
+    append_lines(witness_path(target), [canonical_json(line)])
 
 
 def witness_anchors(target: Path, stores_root: Path) -> list[Anchor]:

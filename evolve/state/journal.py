@@ -42,6 +42,7 @@ ENTRY_TYPES = (
     "FLAG",        # an anomaly worth attention that needs no decision
     "RECOVER",     # crash recovery finished an interrupted round or repaired a store
     "BUDGET_STOP", # a run stopped before a round because its next evaluation would pass the budget
+    "REVERIFY",    # a flagged change was evaluated again against the current strategy (never applied)
 )
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})

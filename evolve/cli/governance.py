@@ -1,0 +1,107 @@
+"""Governance subcommands: the FEATURE_FLAG registry (``flags``, ``flags --verify``) and ``escalations``.
+
+Exit codes: 0 success, 1 refused (nothing to re-verify, a budget stop), 2 bad input.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from evolve.cli.defaults import config_path
+from evolve.cli.workflow import stores_arg
+
+
+def cmd_flags(args: argparse.Namespace) -> int:
+    from evolve.ops.flags import flag_registry, flagged_record, flags_table, reverified_text
+    from evolve.ops.history import History
+
+    if args.verify:
+        return _verify(args)
+    view = History(args.stores)
+    if args.candidate_id:
+        flagged_record(view, args.candidate_id)
+    flags = [f for f in flag_registry(view, args.round) if args.candidate_id in (None, f.record.candidate_id)]
+    if not flags:
+        print("no FEATURE_FLAG candidates match")
+        return 0
+    print(flags_table(flags))
+    print("\nreasons:")
+    for f in flags:
+        print(f"  {f.record.candidate_id}: {f.record.reason}")
+        for entry in f.reverified:
+            print(f"    re-verified: {reverified_text(entry)}")
+    print(f"\n{len(flags)} flagged candidate(s), none applied; re-verify one against the current strategy: "
+          "memevolve flags --verify ID")
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    """Re-verify one flagged candidate under the run config; print the paired figures and the journal entry."""
+    from evolve.loop.budget import BudgetExhausted
+    from evolve.loop.config import ConfigError, load_config
+    from evolve.ops.flags import flagged_record
+    from evolve.ops.history import History
+    from evolve.ops.reverify import NothingToVerify, reverify
+    from evolve.runtime.usage import RequestLimitReached
+
+    flagged_record(History(args.stores), args.verify)  # bad ids are refused before the config is read
+    path = config_path(args.config)
+    if path is None:
+        raise ConfigError("flags --verify: no run config to evaluate on; give --config PATH or set $MEMEVOLVE_CONFIG")
+    config = load_config(path).model_copy(update={"stores": Path(args.stores).resolve()})
+    try:
+        result, entry = reverify(config, args.verify)
+    except (NothingToVerify, BudgetExhausted, RequestLimitReached) as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
+    p, d = result.paired, result.decision
+    print(f"re-verified {args.verify} (flagged in round {result.record.round}: {result.record.reason})")
+    print(f"  change    {', '.join(f'{k}={v!r}' for k, v in result.record.changes.items())}")
+    print(f"  current   {result.current_hash}")
+    print(f"  candidate {result.candidate_hash} (the change applied to the current strategy; not stored, not applied)")
+    print(f"paired comparison on {p['n']} questions ({config.objective}): current {p['acc_baseline']:.3f} -> "
+          f"candidate {p['acc_candidate']:.3f}  Δ {p['delta']:+.4f}  McNemar p={p['mcnemar_p']:.4g}  "
+          f"{p['confidence']:.0%} CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}] ({p['ci_method']})")
+    print(f"  improved {len(p['improved'])}, regressed {len(p['regressed'])}; DCR@3 {result.dcr:.3f}; context words "
+          f"{result.cost['words_parent']:.1f} -> {result.cost['words_candidate']:.1f}")
+    if result.holdout:
+        h = result.holdout
+        print(f"  holdout: {h['n']} questions, Δ {h['delta']:+.4f}, McNemar p={h['mcnemar_p']:.4g}")
+    print(f"the decision contract would now say {d.verdict.value} (rule {d.rule}): {d.reason}")
+    print(f"journal entry {entry['index']} {entry['type']}; nothing was applied (only a run changes the strategy)")
+    return 0
+
+
+def cmd_escalations(args: argparse.Namespace) -> int:
+    from evolve.ops.escalations import escalations, escalations_table
+    from evolve.ops.history import History
+
+    items = escalations(History(args.stores))
+    if not items:
+        print("no escalations and no blocked candidate classes")
+        return 0
+    print(escalations_table(items))
+    print("\nreasons:")
+    print("\n".join(f"  {e.key}: {e.reason}" for e in items))
+    print(f"\n{sum(e.entry is not None for e in items)} escalated, {sum(e.entry is None for e in items)} blocked "
+          "below the run config's escalation_threshold")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the governance subcommands to ``sub``."""
+    p = sub.add_parser("flags", help="the FEATURE_FLAG registry: flagged candidates with reasons and status; "
+                                     "--verify ID re-evaluates one against the current strategy")
+    p.add_argument("candidate_id", nargs="?", help="only this flagged candidate")
+    stores_arg(p)
+    p.add_argument("--round", type=int, help="only candidates of this round")
+    p.add_argument("--verify", metavar="CANDIDATE_ID",
+                   help="apply the flagged change to the current strategy, compare the two paired on the run "
+                        "config's benchmark, print the figures and journal them (REVERIFY); never applies it")
+    p.set_defaults(func=cmd_flags)
+
+    p = sub.add_parser("escalations", help="candidate classes blocked for needing a schema or framework change: "
+                                           "round, reason, candidates, status")
+    stores_arg(p)
+    p.set_defaults(func=cmd_escalations)
