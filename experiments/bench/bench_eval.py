@@ -2,7 +2,7 @@
 
 One process, in order:
 
-1. cold: ``strategies/baseline.yaml`` evaluated by a fresh harness on empty on-disk caches in a temporary
+1. cold: ``strategies/baseline.yaml`` (or ``--strategy``) evaluated by a fresh harness on empty on-disk caches in a temporary
    directory (includes loading the embedding model and, with ``--workers N > 1``, starting the workers);
 2. warm: the same strategy again (same process, caches populated);
 3. retrieval-only: ``retrieval.weights.vector`` changed, so the ingested stores are reused;
@@ -21,7 +21,7 @@ One process, in order:
 Peak memory is ``ru_maxrss`` of this process and of its largest child (worker processes). Run from the
 repository root:
 
-    python experiments/bench/bench_eval.py [--bench locomo:PATH] [--workers N] [--check-workers]
+    python experiments/bench/bench_eval.py [--bench locomo:PATH] [--strategy PATH] [--workers N] [--check-workers]
 """
 from __future__ import annotations
 
@@ -167,6 +167,8 @@ def mb(kilobytes: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--bench", default=DEFAULT_BENCH, help=f"benchmark spec (default {DEFAULT_BENCH})")
+    parser.add_argument("--strategy", type=Path, default=ROOT / "strategies" / "baseline.yaml",
+                        help="strategy timed and measured (default strategies/baseline.yaml)")
     parser.add_argument("--workers", type=int, default=1, help="harness worker processes (default 1)")
     parser.add_argument("--check-workers", action="store_true",
                         help="with --workers > 1: re-run cold with workers=1 on fresh caches and compare traces")
@@ -175,11 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     if note:
         print(f"note: {note}")
     bench = load_benchmark(spec)
-    baseline = load_strategy(ROOT / "strategies" / "baseline.yaml")
+    baseline = load_strategy(args.strategy)
     vector = get_path(baseline, "retrieval.weights.vector")
     retrieval_only = set_path(baseline, "retrieval.weights.vector", round(vector + 0.2, 4))
     n = len(bench.questions)
-    print(f"benchmark {bench.name}: {len(bench.conversations)} conversations, {n} questions | workers {args.workers}")
+    print(f"benchmark {bench.name}: {len(bench.conversations)} conversations, {n} questions | workers {args.workers} "
+          f"| strategy {args.strategy.name}")
 
     with tempfile.TemporaryDirectory(prefix="bench-eval-") as tmp:
         harness = Harness(bench, cache=IngestionCache(Path(tmp) / "ingestion"), progress=False, workers=args.workers)
