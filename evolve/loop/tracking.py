@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.numbers import is_real
 from evolve.reachability import http_get
 from evolve.state.journal import HEAD_TAG, STORES_TAG
 from evolve.state.records import dump_record
@@ -37,7 +38,7 @@ def default_tracking_uri() -> str:
 
 
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {k: float(v) for k, v in metrics.items() if is_real(v)}
 
 
 def _is_server(uri: str) -> bool:
