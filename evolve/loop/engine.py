@@ -286,8 +286,8 @@ class Engine:
 
     def _decision_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for r in self.stores.read_jsonl("candidate_outcomes"):
-            counts[r["decision"]["verdict"]] = counts.get(r["decision"]["verdict"], 0) + 1
+        for r in map(load_record, self.stores.read_jsonl("candidate_outcomes")):
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
         return counts
 
 

@@ -161,7 +161,7 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
         metrics = {**(r.run.summary.metrics() if r.run else {}),
                    **{f"paired.{k}": getattr(paired, k, None) for k in ("delta", "mcnemar_p", "ci_low", "ci_high")},
                    **{f"paired.delta.{c}": v["delta"] for c, v in (paired.per_category if paired else {}).items()},
-                   **{f"probe.{k}": v for k, v in (stored["probe"] or {}).items()},
+                   **{f"probe.{k}": v for k, v in (rec.probe.to_dict() if rec.probe else {}).items()},
                    **{f"candidate.llm.{role}.{c}": v for role, counts in (rec.llm or {}).items()
                       for c, v in counts.items()}}
         tracker.log(child, params=diff_strategies(outcome.current, r.strategy).params() if rec.strategy_hash else {},

@@ -6,7 +6,7 @@ from functools import cached_property
 
 from evolve.loop.record import CandidateRecord
 from evolve.state.checkpoint import Checkpoint
-from evolve.state.records import dump_record, load_record, record_hash, report_hash
+from evolve.state.records import load_record, record_hash, report_hash
 from evolve.state.view import StoreView
 from evolve.verify.decision import DECISION_ENTRY_TYPES, changes_strategy, journal_type
 
@@ -69,7 +69,7 @@ class History(StoreView):
         if entry is None:
             return f"{record.candidate_id}: no decision entry in the journal"
         p, at = entry["payload"], f"journal entry {entry['index']}"
-        if entry["type"] != journal_type(record.verdict) or p.get("decision") != dump_record(record)["decision"]:
+        if entry["type"] != journal_type(record.verdict) or p.get("decision") != (record.decision.to_dict() if record.decision else {}):
             journaled = (p.get("decision") or {}).get("verdict", entry["type"])
             return f"{record.candidate_id}: the record says {record.verdict}, {at} says {journaled}"
         if p.get("strategy_hash") != record.strategy_hash:
