@@ -161,7 +161,8 @@ class CandidateVerifier:
         changed = sum(objective_changed(before[t.question_id], t, self.objective) for t in probe_run.traces)
         answers = self.objective == "accuracy"
         record.probe = ProbeOutcome(len(self.probe_ids), base_acc, cand_acc, cand_acc - base_acc,
-                                    **{"answers_changed" if answers else "packed_contexts_changed": changed})
+                                    answers_changed=changed if answers else None,
+                                    packed_contexts_changed=None if answers else changed)
         screened = probe_screen(base_acc, cand_acc, self.rules)
         if screened is None and changed == 0:
             # The change did not alter what the objective judges on any probe question: a full evaluation

@@ -69,7 +69,8 @@ class History(StoreView):
         if entry is None:
             return f"{record.candidate_id}: no decision entry in the journal"
         p, at = entry["payload"], f"journal entry {entry['index']}"
-        if entry["type"] != journal_type(record.verdict) or p.get("decision") != (record.decision.to_dict() if record.decision else {}):
+        decided = record.decision.to_dict() if record.decision else {}
+        if entry["type"] != journal_type(record.verdict) or p.get("decision") != decided:
             journaled = (p.get("decision") or {}).get("verdict", entry["type"])
             return f"{record.candidate_id}: the record says {record.verdict}, {at} says {journaled}"
         if p.get("strategy_hash") != record.strategy_hash:

@@ -224,11 +224,11 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
         if not isinstance(held, Mapping) or not all(is_real(held.get(f.name)) for f in fields(PairedBrief)):
             return Decision(Verdict.FEATURE_FLAG, f"incomplete report: holdout must carry numbers n, delta, mcnemar_p, "
                                                   f"ci_low, ci_high, got {held!r}", "incomplete")
-        brief = PairedBrief.from_dict(held)
-        if brief.harms(rules.alpha):
-            return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {brief.n} held-out questions (delta="
-                                                  f"{brief.delta:+.4f}, p={brief.mcnemar_p:.4g}, CI=[{brief.ci_low:+.4f}, "
-                                                  f"{brief.ci_high:+.4f}]) although the dev data gain ({stats})", "holdout")
+        h = PairedBrief.from_dict(held)
+        if h.harms(rules.alpha):
+            return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {h.n} held-out questions (delta="
+                                                  f"{h.delta:+.4f}, p={h.mcnemar_p:.4g}, CI=[{h.ci_low:+.4f}, "
+                                                  f"{h.ci_high:+.4f}]) although the dev data gain ({stats})", "holdout")
     if monitored:
         return Decision(
             Verdict.ACCEPT_WITH_MONITOR,
