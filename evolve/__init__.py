@@ -23,7 +23,9 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # the loop
     "Engine": "evolve.loop.engine", "RunConfig": "evolve.loop.config", "load_config": "evolve.loop.config",
-    "ConfigError": "evolve.loop.config", "CandidateRecord": "evolve.loop.record", "History": "evolve.ops.history",
+    "ConfigError": "evolve.errors", "CandidateRecord": "evolve.loop.record", "History": "evolve.ops.history",
+    # errors
+    "EvolveError": "evolve.errors", "UserError": "evolve.errors",
     # the strategy artifact
     "BASELINE_PATH": "evolve.data", "StrategyError": "evolve.strategy.artifact",
     "load_strategy": "evolve.strategy.artifact", "parse_strategy": "evolve.strategy.artifact",

@@ -23,7 +23,7 @@ from evolve.cli import main
 from evolve.loop.config import RunConfig
 from evolve.data import BASELINE_PATH
 from evolve.loop.engine import Engine
-from evolve.loop.record import CandidateRecord
+from evolve.state.records import load_record, record_hash, report_hash
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 from evolve.strategy.diff import change_keys, diff_strategies
@@ -128,8 +128,8 @@ def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, a
             journal=[("CANDIDATE", {"candidate_id": cid, "strategy_hash": cand_hash, "parent_hash": parent_hash,
                                     "diff": record["diff"], "decided_by": "decision"}),
                      ("ACCEPT", {"candidate_id": cid, "strategy_hash": cand_hash, "decision": record["decision"],
-                                 "applied": applied, "report_hash": CandidateRecord.from_dict(record).report_hash(),
-                                 "record_hash": CandidateRecord.from_dict(record).record_hash(), "restore_to": parent_hash}),
+                                 "applied": applied, "report_hash": report_hash(load_record(record)),
+                                 "record_hash": record_hash(load_record(record)), "restore_to": parent_hash}),
                      ("ROUND", {"round": n, "from": parent_hash, "to": new_hash, "accuracy": after,
                                 "harness": state["harness"], "accepted": cid if applied else None})],
             strategies=[parent, candidate],

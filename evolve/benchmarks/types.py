@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from evolve.errors import UserError
+
 #: Category names used in reports; adapters map their own labels onto these.
 #: LoCoMo's question categories (the synthetic benchmark uses them too).
 LOCOMO_CATEGORIES = ("multi_hop", "temporal", "open_domain", "single_hop", "adversarial")
@@ -114,5 +116,5 @@ def file_spec(spec: str) -> tuple[str, str, str] | None:
     return scheme, path, selection
 
 
-class BenchmarkError(ValueError):
+class BenchmarkError(UserError, ValueError):
     """A benchmark file is unusable; the message names the file and the offending record."""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from evolve.cli.defaults import CONFIG_HELP, config_path, stores_dir
 from evolve.data import BASELINE_PATH
+from evolve.errors import UserError
 
 if TYPE_CHECKING:
     from evolve.observe.trace import Summary
@@ -25,18 +26,6 @@ BENCH_HELP = ("locomo:PATH | longmemeval:PATH | synthetic[:SEED[:PERSONAS]] | li
 CACHE_HELP = "ingestion and embedding cache shared across evaluations and processes (default: %(default)s; '' for none)"
 #: Where ``eval`` writes when --out is not given: a new directory per evaluation.
 EVAL_RUNS = Path("runs")
-
-
-def user_errors() -> tuple[type[Exception], ...]:
-    """Exceptions that are bad input (exit 2), imported only when something was raised."""
-    from evolve.benchmarks.types import BenchmarkError
-    from evolve.llm.client import LLMError
-    from evolve.llm.config import ConfigError as LLMConfigError
-    from evolve.loop.config import ConfigError
-    from evolve.state.files import StoreError
-    from evolve.strategy.artifact import StrategyError
-
-    return StrategyError, ConfigError, LLMConfigError, LLMError, BenchmarkError, StoreError, FileNotFoundError
 
 
 def _table(rows: list[tuple[str, ...]]) -> str:
@@ -162,8 +151,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evolve.llm.config import ConfigError as RolesConfigError, EndpointUnreachable
-    from evolve.loop.config import ConfigError, load_config
+    from evolve.errors import ConfigError
+    from evolve.llm.config import EndpointUnreachable
+    from evolve.loop.config import load_config
     from evolve.loop.engine import Engine
 
     path = config_path(args.config)
@@ -185,7 +175,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         engine = Engine(config, track=not args.no_tracking)
     except EndpointUnreachable:
         raise
-    except (ConfigError, RolesConfigError) as exc:  # a setting the benchmark or a role cannot serve: name the file
+    except ConfigError as exc:  # a setting the benchmark or a role cannot serve: name the file
         raise ConfigError(f"{path}: {str(exc).removeprefix('run config: ')}") from None
     print(engine.power.describe(), file=sys.stderr, flush=True)
     result = engine.run(args.rounds)
@@ -332,8 +322,6 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stderr.close()
         return 0
-    except Exception as exc:
-        if not isinstance(exc, user_errors()):
-            raise
+    except (UserError, FileNotFoundError) as exc:  # bad input; any other error is the optimizer's and raises
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, Iterable
 
+from evolve.errors import EvolveError
 from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.observe.trace import Trace, TraceError
 from evolve.strategy.policy import FACT_CATEGORIES
@@ -40,7 +41,7 @@ NEAR_MISS_F1 = 0.3
 WILDCARD = "*"
 
 
-class DigestError(ValueError):
+class DigestError(EvolveError, ValueError):
     """A trace record lacks a field the digest needs or has an impossible value."""
 
 

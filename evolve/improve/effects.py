@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evolve.numbers import is_real
 from evolve.strategy.diff import DIRECTIONS, SET_PREFIX
 
 
@@ -146,12 +147,12 @@ class DimensionEffects:
                     isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in by_symptom.values()):
                 raise ValueError(f"{where}: reverts_by_symptom: expected a mapping of non-negative integers")
             sum_delta = entry.get("sum_delta")
-            if not isinstance(sum_delta, (int, float)) or isinstance(sum_delta, bool):
+            if not is_real(sum_delta):
                 raise ValueError(f"{where}: sum_delta: expected a number, got {sum_delta!r}")
             costed, sum_growth = entry.get("costed", 0), entry.get("sum_growth", 0.0)
             if not isinstance(costed, int) or isinstance(costed, bool) or not 0 <= costed <= counts["tries"]:
                 raise ValueError(f"{where}: costed: expected an integer between 0 and tries, got {costed!r}")
-            if not isinstance(sum_growth, (int, float)) or isinstance(sum_growth, bool):
+            if not is_real(sum_growth):
                 raise ValueError(f"{where}: sum_growth: expected a number, got {sum_growth!r}")
             out._effects[key] = Effect(reverts_by_symptom=dict(by_symptom), sum_delta=float(sum_delta),
                                        costed=costed, sum_growth=float(sum_growth), **counts)

@@ -37,6 +37,7 @@ import sqlalchemy
 import sqlalchemy.exc
 from optuna.trial import TrialState
 
+from evolve.errors import EvolveError
 from evolve.improve.effects import split_parts
 from evolve.improve.planner import Direction, max_steps, move_values
 from evolve.state.files import StoreError
@@ -51,7 +52,7 @@ GROW_AFTER = ("accepted", "inert")
 BLIND_KEY = "blind"
 
 
-class EvolverError(ValueError):
+class EvolverError(EvolveError, ValueError):
     """A direction cannot be turned into a legal proposal."""
 
 

@@ -32,6 +32,7 @@ import yaml
 
 from evolve.benchmarks.types import CATEGORIES
 from evolve.data import BUNDLES_PATH
+from evolve.errors import EvolveError
 from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
 from evolve.improve.effects import DimensionEffects, split_parts
@@ -56,7 +57,7 @@ REQUIRES = {
 _BUNDLE_KEY = re.compile(r"^(?P<cause>[a-z_]+)(?:\[(?P<qualifier>[a-z_]+)\])?/(?P<category>[a-z0-9_]+|\*)$")
 
 
-class BundleError(ValueError):
+class BundleError(EvolveError, ValueError):
     """The bundle table is malformed; the message names the file, line and entry."""
 
 

@@ -15,7 +15,7 @@ _EXPORTS = {
     "UsageStats": "evolve.runtime.usage",
     **dict.fromkeys(("ROLES", "ConfigError", "RoleConfig", "RolesConfig", "check_reachable"), "evolve.llm.config"),
     **dict.fromkeys(("CriticAdvisor", "CriticVerdict", "LLMCritic", "LLMPlanner", "PlannerAdvisor", "PlannerResult",
-                     "Proposal"), "evolve.llm.advisors"),
+                     "ProposalReply"), "evolve.llm.advisors"),
     **dict.fromkeys(("LLMAnswerer", "LLMExpander", "LLMExtractor", "LLMJudge", "build_llm_roles"), "evolve.llm.roles"),
 }
 __all__ = sorted(_EXPORTS)

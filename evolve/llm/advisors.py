@@ -16,7 +16,7 @@ from evolve.llm.prompting import ask_json, fill, json_payload, load_prompt, pret
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.diff import MOVES
 from evolve.verify.critic import CriticPacket, fixing_groups
-from evolve.verify.critic import CriticReview as Review
+from evolve.verify.critic import CriticReview
 
 PLANNER_PROMPT, CRITIC_PROMPT = "planner.v1", "critic.v1"
 CriticLabel = Literal["actionable", "risky", "duplicate", "out_of_scope"]
@@ -51,7 +51,7 @@ def _legal_value(dim: EvolvableDimension, direction: str, value: Any) -> Any:
     return number
 
 
-class Proposal(BaseModel):
+class ProposalReply(BaseModel):
     """One schema-bounded change. Validate with ``context={"dimensions": {...}}``."""
 
     model_config = ConfigDict(extra="ignore", frozen=True)
@@ -92,7 +92,7 @@ class Proposal(BaseModel):
 
 @dataclass(frozen=True)
 class PlannerResult:
-    proposals: tuple[Proposal, ...]
+    proposals: tuple[ProposalReply, ...]
     dropped_reasons: tuple[str, ...]
     attempts: int
 
@@ -103,7 +103,7 @@ def _directions(dim: EvolvableDimension) -> tuple[str, ...]:
 
 def proposals_schema(dims: dict[str, EvolvableDimension], max_proposals: int) -> dict:
     """JSON schema of a planner reply: 1..``max_proposals`` proposals on evolvable paths (values are checked by
-    :class:`Proposal`, which knows each path's range)."""
+    :class:`ProposalReply`, which knows each path's range)."""
     directions = sorted({d for dim in dims.values() for d in _directions(dim)})
     item = {"type": "object", "required": ["path", "direction", "why"],
             "properties": {"path": {"type": "string", "enum": sorted(dims)},
@@ -137,7 +137,7 @@ class LLMPlanner:
         prompt = fill(self._template, digest=pretty(digest), reputations=pretty(reputations),
                       dimensions="\n".join(_describe(d) for d in dims.values()), max_proposals=str(max_proposals))
 
-        def parse(reply: str) -> tuple[list[Proposal], list[str]]:
+        def parse(reply: str) -> tuple[list[ProposalReply], list[str]]:
             try:
                 items = json_payload(reply)
             except ValueError as exc:
@@ -147,7 +147,7 @@ class LLMPlanner:
             valid, errors = [], []
             for i, item in enumerate(items, 1):
                 try:
-                    valid.append(Proposal.model_validate(item, context={"dimensions": dims}))
+                    valid.append(ProposalReply.model_validate(item, context={"dimensions": dims}))
                 except ValidationError as exc:
                     errors.append(f"proposal {i}: {validation_errors(exc)}")
             return valid, errors
@@ -155,7 +155,7 @@ class LLMPlanner:
         valid, errors, attempts = ask_json(self.client, prompt, parse, self.max_attempts,
                                            proposals_schema(dims, max_proposals))
         dropped = [f"invalid after {attempts} attempt(s): {e}" for e in errors]
-        kept: list[Proposal] = []
+        kept: list[ProposalReply] = []
         for proposal in valid:
             if any(p.key == proposal.key for p in kept):
                 dropped.append(f"{proposal.key}: duplicate proposal")
@@ -169,7 +169,7 @@ class LLMPlanner:
 # ---------------------------------------------------------------- critic
 
 
-class CriticReview(BaseModel):
+class CriticReply(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
     label: CriticLabel
@@ -200,13 +200,13 @@ class LLMCritic:
         self._template = load_prompt(CRITIC_PROMPT)
 
     def review(self, packet: dict) -> CriticVerdict:
-        def parse(reply: str) -> tuple[CriticReview | None, list[str]]:
+        def parse(reply: str) -> tuple[CriticReply | None, list[str]]:
             try:
                 payload = json_payload(reply)
             except ValueError as exc:
                 return None, [str(exc)]
             try:
-                return CriticReview.model_validate(payload), []
+                return CriticReply.model_validate(payload), []
             except ValidationError as exc:
                 return None, [validation_errors(exc)]
 
@@ -227,9 +227,9 @@ class CriticAdvisor:
     def __init__(self, critic: LLMCritic):
         self.critic = critic
 
-    def review(self, packet: CriticPacket) -> Review:
+    def review(self, packet: CriticPacket) -> CriticReview:
         verdict = self.critic.review(packet.to_dict())
-        return Review(verdict.label, list(verdict.reasons))
+        return CriticReview(verdict.label, list(verdict.reasons))
 
 
 class PlannerAdvisor:

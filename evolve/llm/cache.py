@@ -11,11 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from evolve.errors import EvolveError
 from evolve.state.files import atomic_write_text
 from evolve.canonical import canonical_json
 
 
-class CacheError(RuntimeError):
+class CacheError(EvolveError, RuntimeError):
     """A cache entry cannot be read; names the file."""
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import openai
 
+from evolve.errors import UserError
 from evolve.llm.cache import ResponseCache, cache_key
 from evolve.llm.config import RoleConfig
 from evolve.llm.reply import ChatReply, MalformedReply, parse_reply
@@ -22,7 +23,7 @@ _RETRY_STATUS = frozenset({408, 409, 429})
 _JITTER = 0.25  # at most +25 % of a backoff delay
 
 
-class LLMError(RoleError):
+class LLMError(RoleError, UserError):
     """An LLM call failed; says which role, endpoint and model."""
 
     def __init__(self, role: str, base_url: str, model: str, reason: str):

@@ -13,6 +13,7 @@ from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from evolve.errors import ConfigError
 from evolve.reachability import http_get
 
 ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic")
@@ -22,10 +23,6 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 #: Placeholder key for local servers that do not check one.
 NO_KEY = "not-needed"
 _ENV_FIELDS = ("backend", "base_url", "model")
-
-
-class ConfigError(ValueError):
-    """The role configuration is unusable; the message names the source and the field."""
 
 
 class RoleConfig(BaseModel):

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evolve.errors import EvolveError
 
-class MalformedReply(ValueError):
+
+class MalformedReply(EvolveError, ValueError):
     """The response body is not a chat completion the client can use; the message names the field and the rule."""
 
 

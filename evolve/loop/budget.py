@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Iterable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from evolve.errors import EvolveError
 from evolve.llm.config import ROLES, RolesConfig
 from evolve.runtime.usage import UsageStats
 
@@ -100,7 +101,7 @@ class Spend:
         return {**asdict(self), "tokens": self.tokens}
 
 
-class BudgetExhausted(RuntimeError):
+class BudgetExhausted(EvolveError, RuntimeError):
     """The next evaluation's expected spend does not fit the budget; raised before it makes any call."""
 
     def __init__(self, what: str, spent: Spend, expected: Spend, limits: BudgetConfig, exceeded: list[str]):

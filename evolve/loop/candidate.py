@@ -16,6 +16,7 @@ from evolve.loop.record import CandidateRecord
 from evolve.observe.harness import EvalRun, Harness, usage_totals
 from evolve.observe.objective import Objective, changed as objective_changed, success
 from evolve.observe.trace import Trace
+from evolve.state.records import decision_report
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 from evolve.strategy.diff import diff_strategies, effective_changes
 from evolve.verify.critic import Critic, CriticPacket
@@ -23,7 +24,8 @@ from evolve.verify.decision import (
     AcceptanceRules, CostLimits, Decision, Verdict, decide, evidence_screen, probe_screen,
 )
 from evolve.verify.gates import GateContext, change_keys, run_gates
-from evolve.verify.statistics import paired_comparison
+from evolve.verify.outcomes import ContextCost, ProbeOutcome
+from evolve.verify.statistics import PairedReport, paired_comparison
 
 #: Improved / regressed questions kept per candidate record for review.
 EXAMPLES_PER_SIDE = 25
@@ -37,14 +39,16 @@ class CandidateResult:
     strategy: dict
     proposal: Proposal | None
     run: EvalRun | None = None
-    decision: Decision | None = None
+
+    @property
+    def decision(self) -> Decision | None:
+        return self.record.decision
 
     @property
     def accepted(self) -> bool:
         return bool(self.decision and self.decision.changes_strategy)
 
     def close(self, decision: Decision, decided_by: str) -> "CandidateResult":
-        self.decision = decision
         self.record.close(decision, decided_by)
         return self
 
@@ -91,14 +95,14 @@ class CandidateVerifier:
 
         trail = run_gates(candidate, current, GateContext(screen.evaluated, self.effects.to_dict(),
                                                           direction.symptom_key, self.max_reverts))
-        record.gates = trail.to_dict()
+        record.gates = trail
         if not trail.passed:
             return result.close(Decision(Verdict.REJECT, trail.results[-1].reason, f"gate:{trail.decided_by}"),
                                 f"gate:{trail.decided_by}")
 
         review = self.critic.review(self._packet(record, current, candidate, screen))
         self.tree.record_critique(review.label == "actionable")
-        record.critic = review.to_dict()
+        record.critic = review
         if review.blocks:
             return result.close(Decision(Verdict.REJECT, "; ".join(review.reasons), "critic"), "critic")
 
@@ -116,16 +120,15 @@ class CandidateVerifier:
         paired = paired_comparison(screen.run.outcomes(self.objective), run.outcomes(self.objective),
                                    alpha=self.rules.alpha, seed=self.seed)
         result.run = run
-        record.paired, record.dcr, record.summary = paired.to_dict(), run.summary.dcr3, run.summary.brief()
-        record.cost = {"words_parent": screen.run.summary.context_words["mean"],
-                       "words_candidate": run.summary.context_words["mean"]}
+        record.paired, record.dcr, record.summary = paired, run.summary.dcr3, run.summary.brief()
+        record.cost = ContextCost(screen.run.summary.context_words["mean"], run.summary.context_words["mean"])
         if run.summary.staleness:
             record.staleness = {"parent": screen.run.summary.staleness, "candidate": run.summary.staleness}
         record.examples = _examples(record.paired, screen.run, run)
-        decision = decide(record.report(), self.rules, self.cost)
+        decision = decide(decision_report(record), self.rules, self.cost)
         if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked
             record.holdout = self.holdout.compare(current, candidate)
-            decision = decide(record.report(), self.rules, self.cost)
+            decision = decide(decision_report(record), self.rules, self.cost)
         return result.close(decision, "decision")
 
     def _packet(self, record: CandidateRecord, current: dict, candidate: dict, screen: Screen) -> CriticPacket:
@@ -145,7 +148,7 @@ class CandidateVerifier:
         _spent(record, run)
         paired = paired_comparison(base.outcomes("evidence"), run.outcomes("evidence"), alpha=self.rules.alpha,
                                    seed=self.seed)
-        record.evidence_screen = {k: paired.to_dict()[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
+        record.evidence_screen = paired.brief()
         return evidence_screen(paired, self.rules)
 
     def _probe(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
@@ -156,13 +159,15 @@ class CandidateVerifier:
         base_acc = self._rate(before[q] for q in self.probe_ids if q in before)
         cand_acc = self._rate(probe_run.traces)
         changed = sum(objective_changed(before[t.question_id], t, self.objective) for t in probe_run.traces)
-        what = "answer" if self.objective == "accuracy" else "packed context"
-        record.probe = {"n": len(self.probe_ids), "acc_baseline": base_acc, "acc_candidate": cand_acc,
-                        "delta": cand_acc - base_acc, f"{what.replace(' ', '_')}s_changed": changed}
+        answers = self.objective == "accuracy"
+        record.probe = ProbeOutcome(len(self.probe_ids), base_acc, cand_acc, cand_acc - base_acc,
+                                    answers_changed=changed if answers else None,
+                                    packed_contexts_changed=None if answers else changed)
         screened = probe_screen(base_acc, cand_acc, self.rules)
         if screened is None and changed == 0:
             # The change did not alter what the objective judges on any probe question: a full evaluation
             # would be spent on noise.
+            what = "answer" if answers else "packed context"
             return Decision(Verdict.FEATURE_FLAG, f"inert: no probe {what} changed", "probe-inert")
         return screened
 
@@ -177,7 +182,7 @@ def _spent(record: CandidateRecord, run: EvalRun) -> None:
     record.llm = usage_totals([record.llm or {}, run.summary.llm]) or None
 
 
-def _examples(paired: dict, base: EvalRun, cand: EvalRun) -> dict:
+def _examples(paired: PairedReport, base: EvalRun, cand: EvalRun) -> dict:
     b, c = base.by_id(), cand.by_id()
 
     def row(qid: str) -> dict:
@@ -185,4 +190,5 @@ def _examples(paired: dict, base: EvalRun, cand: EvalRun) -> dict:
                 "category": b[qid].category, "baseline_answer": b[qid].answer, "candidate_answer": c[qid].answer,
                 "baseline_root_cause": b[qid].root_cause, "candidate_root_cause": c[qid].root_cause}
 
-    return {side: [row(q) for q in paired[side][:EXAMPLES_PER_SIDE]] for side in ("improved", "regressed")}
+    return {"improved": [row(q) for q in paired.improved[:EXAMPLES_PER_SIDE]],
+            "regressed": [row(q) for q in paired.regressed[:EXAMPLES_PER_SIDE]]}

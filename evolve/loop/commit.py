@@ -9,11 +9,11 @@ from evolve.improve.digest import Digest
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
 from evolve.loop.candidate import CandidateResult
-from evolve.loop.record import STAGES
 from evolve.observe.harness import EvalRun
 from evolve.state.checkpoint import CheckpointRecord
 from evolve.state.files import StoreError, read_json
 from evolve.state.layout import StoreLayout
+from evolve.state.records import dump_record, record_hash, report_hash, stage_outcomes
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import strategy_hash
 from evolve.strategy.schema import evolvable_dimensions
@@ -48,11 +48,11 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
     """Add the round's records, documents, journal entries and state to ``bundle`` (checkpoint already set)."""
     n, cur_hash, new_hash = o.round, strategy_hash(o.current), strategy_hash(o.new)
     bundle.strategies = [o.current, o.new] + [r.strategy for r in o.results if r.proposal is not None]
-    bundle.records["candidate_outcomes"] = [r.record.to_dict() for r in o.results]
+    bundle.records["candidate_outcomes"] = [dump_record(r.record) for r in o.results]
     bundle.records["stage_audits"] = [
         {"key": f"{r.record.candidate_id}:{stage}", "candidate_id": r.record.candidate_id, "round": n,
-         "stage": stage, "outcome": getattr(r.record, stage)}
-        for r in o.results for stage in STAGES if getattr(r.record, stage) is not None]
+         "stage": stage, "outcome": outcome}
+        for r in o.results for stage, outcome in stage_outcomes(r.record).items()]
     bundle.records["diagnosis_log"] = [{
         "key": f"r{n:03d}", "round": n, "strategy_hash": cur_hash, "summary": o.run.summary.brief(),
         "digest": o.digest.to_dict(), "directions": [d.to_dict() for d in o.directions],
@@ -84,8 +84,8 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
         bundle.journal.append(("CANDIDATE", {"candidate_id": rec.candidate_id, "strategy_hash": rec.strategy_hash,
                                              "parent_hash": cur_hash, "diff": rec.diff, "decided_by": rec.decided_by}))
         bundle.journal.append((journal_type(rec.verdict), {
-            "candidate_id": rec.candidate_id, "strategy_hash": rec.strategy_hash, "decision": rec.decision,
-            "applied": rec.applied, "report_hash": rec.report_hash(), "record_hash": rec.record_hash(),
+            "candidate_id": rec.candidate_id, "strategy_hash": rec.strategy_hash, "decision": rec.decision.to_dict(),
+            "applied": rec.applied, "report_hash": report_hash(rec), "record_hash": record_hash(rec),
             "restore_to": cur_hash}))
     if o.restored is not None:
         bundle.journal.append(("RESTORE", {"from": strategy_hash(o.winner.strategy if o.winner else o.current),
@@ -160,5 +160,5 @@ def round_summary(o: RoundOutcome, wall: float) -> dict:
             "accepted": o.winner.record.candidate_id if o.winner else None, "restored": o.restored is not None,
             "candidates": [{"id": r.record.candidate_id, "change": r.record.direction["key"],
                             "decided_by": r.record.decided_by, "verdict": r.record.verdict,
-                            "delta": (r.record.paired or {}).get("delta")} for r in o.results],
+                            "delta": r.record.paired.delta if r.record.paired else None} for r in o.results],
             "wall_time_s": round(wall, 2)}

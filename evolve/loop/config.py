@@ -13,6 +13,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from evolve.benchmarks.types import file_spec
 from evolve.data import BASELINE_PATH
+from evolve.errors import ConfigError
 from evolve.strategy import strict_yaml
 from evolve.strategy.strict_yaml import YAMLInputError
 from evolve.loop.budget import BudgetConfig
@@ -153,10 +154,6 @@ class RunConfig(_Strict):
             holdout = holdout.model_copy(update={"benchmark": spec(holdout.benchmark)})
         return self.model_copy(update={"strategy": fix(self.strategy), "stores": fix(self.stores),
                                        "benchmark": spec(self.benchmark), "holdout": holdout})
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:

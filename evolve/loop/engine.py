@@ -32,6 +32,7 @@ from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun
 from evolve.observe.objective import LABEL, SCORE_FIELD, failure_view
 from evolve.runtime.usage import RequestLimitReached
+from evolve.state.records import load_record
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
 from evolve.verify.critic import Critic, DeterministicCritic
@@ -147,12 +148,11 @@ class Engine:
             self._count_failing(base_run)
             out["baseline"].update(_headline(base_run, objective))
             out["current"].update(_headline(cur_run, objective))
-            report = paired.to_dict()
-            out["current_vs_baseline"] = {k: report[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
-            out["current_vs_baseline"]["per_category"] = _per_category(report["per_category"], objective)
+            out["current_vs_baseline"] = {**paired.brief().to_dict(),
+                                          "per_category": _per_category(paired.per_category, objective)}
             if self.holdout is not None:
                 out["holdout"] = {"questions": len(self.holdout.question_ids),
-                                  **self.holdout.compare(self.baseline, current)}
+                                  **self.holdout.compare(self.baseline, current).to_dict()}
         out["llm"] = self.llm_stats.by_role() if self.llm_stats else {}
         out["power"] = self.power.to_dict()
         return out
@@ -175,7 +175,7 @@ class Engine:
         if self.advisor is not None:
             advised = self.advisor.plan(dg, current, budget)
             directions = advised + [d for d in directions if d.key not in {x.key for x in advised}]
-        history = [CandidateRecord.from_dict(r) for r in self.stores.read_jsonl("candidate_outcomes")]
+        history = [load_record(r) for r in self.stores.read_jsonl("candidate_outcomes")]
         again = runners_up(history, n - 1, current)
         taken = {path for d in again for path, _ in split_parts(d.key)}
         directions = again + [d for d in directions if not taken & {path for path, _ in split_parts(d.key)}]
@@ -286,8 +286,8 @@ class Engine:
 
     def _decision_counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
-        for r in self.stores.read_jsonl("candidate_outcomes"):
-            counts[r["decision"]["verdict"]] = counts.get(r["decision"]["verdict"], 0) + 1
+        for r in map(load_record, self.stores.read_jsonl("candidate_outcomes")):
+            counts[r.verdict] = counts.get(r.verdict, 0) + 1
         return counts
 
 

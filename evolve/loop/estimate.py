@@ -15,7 +15,7 @@ from pathlib import Path
 from evolve.llm import ResponseCache
 from evolve.loop.budget import Spend, models_by_role
 from evolve.loop.config import RunConfig
-from evolve.loop.record import CandidateRecord
+from evolve.state.records import load_record
 from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun, usage_totals
 from evolve.state.view import StoreView
@@ -34,7 +34,7 @@ def estimate(config: RunConfig, rounds: int | None = None) -> dict:
         view = StoreView(config.stores)
         done = int(view.state.get("last_committed_round", 0))
         current = view.get_strategy(view.state["current_strategy"]) if view.state.get("current_strategy") else current
-        screened = [r for r in map(CandidateRecord.from_dict, view.read_jsonl("candidate_outcomes")) if r.screened]
+        screened = [r for r in map(load_record, view.read_jsonl("candidate_outcomes")) if r.screened]
         if screened:
             history = len(screened)
             full_share = sum(bool(r.paired) for r in screened) / history

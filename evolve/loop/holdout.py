@@ -3,10 +3,12 @@ must not regress on them (rule ``holdout`` of :func:`evolve.verify.decision.deci
 from __future__ import annotations
 
 from collections import OrderedDict
+from dataclasses import asdict
 
 from evolve.observe.harness import EvalRun, Harness
 from evolve.observe.objective import Objective
 from evolve.strategy.artifact import strategy_hash
+from evolve.verify.outcomes import HoldoutComparison
 from evolve.verify.statistics import paired_comparison
 
 #: Holdout evaluations kept per engine (the round's current strategy and the latest candidates).
@@ -34,11 +36,11 @@ class Holdout:
     def score(self, strategy: dict) -> float | None:
         return self.run(strategy).score(self.objective)
 
-    def compare(self, parent: dict, candidate: dict) -> dict:
+    def compare(self, parent: dict, candidate: dict) -> HoldoutComparison:
         """Candidate vs. parent on the held-out questions, paired by id: what the decision's holdout rule reads."""
         base, cand = self.run(parent), self.run(candidate)
         paired = paired_comparison(base.outcomes(self.objective), cand.outcomes(self.objective), alpha=self.alpha,
-                                   seed=self.seed).to_dict()
-        return {**{k: paired[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high", "per_category")},
-                "score_parent": base.score(self.objective), "score_candidate": cand.score(self.objective),
-                "improved": len(paired["improved"]), "regressed": len(paired["regressed"])}
+                                   seed=self.seed)
+        return HoldoutComparison(**asdict(paired.brief()), per_category=paired.per_category,
+                                 score_parent=base.score(self.objective), score_candidate=cand.score(self.objective),
+                                 improved=len(paired.improved), regressed=len(paired.regressed))

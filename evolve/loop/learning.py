@@ -26,9 +26,9 @@ def learn(results: list[CandidateResult], effects: DimensionEffects, tree: Hypot
         record = r.record
         evaluated = r.run is not None
         if evaluated or record.decided_by == "probe":
-            delta = record.delta if evaluated else record.probe["delta"]
+            delta = record.delta if evaluated else record.probe.delta
             won = r.accepted  # an accept that lost the round to a better one still paid off
-            growth = _growth(record) if evaluated else None
+            growth = record.cost.growth if evaluated and record.cost else None
             for key in dict.fromkeys(record.change_keys + [r.proposal.key]):
                 # A change key shares the words of a move of several keys with the others: not its own cost.
                 own = key == r.proposal.key or len(record.change_keys) == 1
@@ -39,13 +39,6 @@ def learn(results: list[CandidateResult], effects: DimensionEffects, tree: Hypot
         else:
             pending.append({"study": r.proposal.study, "trial": r.proposal.trial_number, "value": None})
     return pending
-
-
-def _growth(record: CandidateRecord) -> float | None:
-    """Relative change of mean context words, candidate over parent."""
-    cost = record.cost or {}
-    parent, candidate = cost.get("words_parent"), cost.get("words_candidate")
-    return candidate / parent - 1 if parent and candidate is not None else None
 
 
 def runners_up(records: list[CandidateRecord], round_no: int, current: dict) -> list[Direction]:

@@ -16,8 +16,10 @@ from mlflow.tracking import MlflowClient
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.numbers import is_real
 from evolve.reachability import http_get
 from evolve.state.journal import HEAD_TAG, STORES_TAG
+from evolve.state.records import dump_record
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import strategy_hash
 from evolve.strategy.diff import diff_strategies
@@ -36,7 +38,7 @@ def default_tracking_uri() -> str:
 
 
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
-    return {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    return {k: float(v) for k, v in metrics.items() if is_real(v)}
 
 
 def _is_server(uri: str) -> bool:
@@ -155,22 +157,21 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
     for r in outcome.results:
         rec = r.record
         child = tracker.start(rec.candidate_id, {"memevolve.decision": rec.verdict}, parent_run_id=run_id)
-        paired = rec.paired or {}
+        stored, paired = dump_record(rec), rec.paired
         metrics = {**(r.run.summary.metrics() if r.run else {}),
-                   **{f"paired.{k}": paired.get(k) for k in ("delta", "mcnemar_p", "ci_low", "ci_high")},
-                   **{f"paired.delta.{c}": v["delta"] for c, v in paired.get("per_category", {}).items()},
-                   **{f"probe.{k}": v for k, v in (rec.probe or {}).items()},
+                   **{f"paired.{k}": getattr(paired, k, None) for k in ("delta", "mcnemar_p", "ci_low", "ci_high")},
+                   **{f"paired.delta.{c}": v["delta"] for c, v in (paired.per_category if paired else {}).items()},
+                   **{f"probe.{k}": v for k, v in (rec.probe.to_dict() if rec.probe else {}).items()},
                    **{f"candidate.llm.{role}.{c}": v for role, counts in (rec.llm or {}).items()
                       for c, v in counts.items()}}
         tracker.log(child, params=diff_strategies(outcome.current, r.strategy).params() if rec.strategy_hash else {},
                     metrics=metrics, tags={"decision": rec.verdict, "decided_by": rec.decided_by,
-                                           "reason": rec.decision["reason"], "applied": rec.applied}, step=n)
-        tracker.artifact(child, "record.json", rec.to_dict())
+                                           "reason": rec.reason, "applied": rec.applied}, step=n)
+        tracker.artifact(child, "record.json", stored)
         if rec.strategy_hash:
             tracker.artifact(child, "candidate.yaml", stores.strategy_path(rec.strategy_hash).read_text())
             tracker.artifact(child, "diff.txt", rec.diff_text)
-        tracker.artifact(child, "gates.json", {"gates": rec.gates, "critic": rec.critic, "probe": rec.probe,
-                                               "decision": rec.decision})
+        tracker.artifact(child, "gates.json", {k: stored[k] for k in ("gates", "critic", "probe", "decision")})
         if r.run:
             tracker.artifact(child, "summary.json", r.run.summary.to_dict())
             tracker.artifact(child, "traces.jsonl", r.run.traces_jsonl())

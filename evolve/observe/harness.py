@@ -22,6 +22,7 @@ import numpy as np
 from tqdm import tqdm
 
 from evolve.benchmarks.types import Benchmark, Question
+from evolve.errors import EvolveError
 from evolve.observe.answer import answer_check, content_words
 from evolve.observe.diagnosis import answer_loss, dcr, diagnose, root_cause_counts
 from evolve.observe.evidence import packed_evidence
@@ -266,7 +267,7 @@ def _exit_with_parent(parent_pid: int) -> None:
     os._exit(1)
 
 
-class _WorkerError(Exception):
+class _WorkerError(EvolveError):
     """An exception raised in a worker, sent as (class, args, attributes, traceback): exceptions whose
     ``__init__`` takes other arguments than ``args`` (``StoreError``, ``StrategyError``) do not unpickle."""
 

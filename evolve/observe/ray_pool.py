@@ -8,16 +8,17 @@ import socket
 from typing import Callable
 
 from evolve.benchmarks.types import Benchmark
+from evolve.errors import EvolveError
 from evolve.observe.harness import Roles, _Evaluator, _WorkerError, evaluate_conversation
 from evolve.observe.trace import Trace
 from evolve.runtime import IngestionCache
 
 
-class ExecutorError(RuntimeError):
+class ExecutorError(EvolveError, RuntimeError):
     """Ray cannot be used as configured (not installed, or the cluster does not answer)."""
 
 
-class WorkerLost(RuntimeError):
+class WorkerLost(EvolveError, RuntimeError):
     """A Ray worker died during an evaluation and its retries ran out: the evaluation is abandoned whole."""
 
 

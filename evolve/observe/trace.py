@@ -8,11 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar
 
+from evolve.errors import EvolveError
+
 #: The k of evidence recall@k reported for every trace and summary.
 RECALL_KS = (1, 5, 10)
 
 
-class TraceError(ValueError):
+class TraceError(EvolveError, ValueError):
     """A trace record lacks a field or holds a value of the wrong type."""
 
 

@@ -6,6 +6,7 @@ from functools import cached_property
 
 from evolve.loop.record import CandidateRecord
 from evolve.state.checkpoint import Checkpoint
+from evolve.state.records import load_record, record_hash, report_hash
 from evolve.state.view import StoreView
 from evolve.verify.decision import DECISION_ENTRY_TYPES, changes_strategy, journal_type
 
@@ -16,7 +17,7 @@ class History(StoreView):
     @cached_property
     def records(self) -> list[CandidateRecord]:
         """All candidate records, in commit order."""
-        return [CandidateRecord.from_dict(r) for r in self.read_jsonl("candidate_outcomes")]
+        return [load_record(r) for r in self.read_jsonl("candidate_outcomes")]
 
     @cached_property
     def diagnosis(self) -> list[dict]:
@@ -68,15 +69,16 @@ class History(StoreView):
         if entry is None:
             return f"{record.candidate_id}: no decision entry in the journal"
         p, at = entry["payload"], f"journal entry {entry['index']}"
-        if entry["type"] != journal_type(record.verdict) or p.get("decision") != record.decision:
+        decided = record.decision.to_dict() if record.decision else {}
+        if entry["type"] != journal_type(record.verdict) or p.get("decision") != decided:
             journaled = (p.get("decision") or {}).get("verdict", entry["type"])
             return f"{record.candidate_id}: the record says {record.verdict}, {at} says {journaled}"
         if p.get("strategy_hash") != record.strategy_hash:
             return (f"{record.candidate_id}: the record's strategy {record.strategy_hash[:12]} is not the journaled "
                     f"{str(p.get('strategy_hash'))[:12]} ({at})")
-        if p.get("report_hash") != record.report_hash():
+        if p.get("report_hash") != report_hash(record):
             return f"{record.candidate_id}: the record's evidence does not hash to the report_hash of {at}"
-        if "record_hash" in p and p["record_hash"] != record.record_hash():
+        if "record_hash" in p and p["record_hash"] != record_hash(record):
             return f"{record.candidate_id}: the record does not hash to the record_hash of {at}"
         return None
 

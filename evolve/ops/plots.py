@@ -54,7 +54,7 @@ def trajectory_plot(rounds: list[dict], records: list[CandidateRecord]) -> str:
                 linewidth=1.4, label="current, on the holdout", zorder=3)
     evaluated = [r for r in records if r.paired]
     for verdict, (color, marker, label) in VERDICT_STYLE.items():
-        pts = [(r.round + _offset(r, records), r.paired["acc_candidate"], r.applied)
+        pts = [(r.round + _offset(r, records), r.paired.acc_candidate, r.applied)
                for r in evaluated if r.verdict == verdict]
         if pts:
             ax.scatter([p[0] for p in pts], [p[1] for p in pts], marker=marker, s=[90 if p[2] else 42 for p in pts],
@@ -150,9 +150,9 @@ def cost_plot(records: list[CandidateRecord], objective: str = "accuracy") -> st
     if not costed:
         ax.text(0.5, 0.5, "no fully evaluated candidate with a recorded cost", ha="center", transform=ax.transAxes)
         return _svg(fig)
-    points = [(r.cost["words_candidate"], r.paired["acc_candidate"]) for r in costed]
+    points = [(r.cost.words_candidate, r.paired.acc_candidate) for r in costed]
     for verdict, (color, marker, label) in VERDICT_STYLE.items():
-        mine = [(r.cost["words_candidate"], r.paired["acc_candidate"]) for r in costed if r.verdict == verdict]
+        mine = [(r.cost.words_candidate, r.paired.acc_candidate) for r in costed if r.verdict == verdict]
         if mine:
             ax.scatter([p[0] for p in mine], [p[1] for p in mine], marker=marker, color=color, s=40, label=label,
                        zorder=4)
@@ -161,8 +161,8 @@ def cost_plot(records: list[CandidateRecord], objective: str = "accuracy") -> st
             linestyle="--", label="Pareto frontier")
     applied = [r for r in costed if r.applied]
     if applied:
-        path = [(applied[0].cost["words_parent"], applied[0].paired["acc_baseline"])]
-        path += [(r.cost["words_candidate"], r.paired["acc_candidate"]) for r in applied]
+        path = [(applied[0].cost.words_parent, applied[0].paired.acc_baseline)]
+        path += [(r.cost.words_candidate, r.paired.acc_candidate) for r in applied]
         ax.plot([p[0] for p in path], [p[1] for p in path], "-o", color="#24292f", markersize=4, linewidth=1.6,
                 label="accepted path", zorder=3)
     ax.set_xlabel("context words per question (mean)")

@@ -114,20 +114,20 @@ def _candidate_section(r: CandidateRecord, view: History) -> str:
     left = [f"<pre>{_e(r.diff_text or '(no candidate was built)')}</pre>", _facts(r)]
     right = []
     if r.gates:
-        right.append(_table(["gate", "", "reason"], [[_e(g["name"]), '<span class="ok">pass</span>' if g["passed"]
-                                                      else '<span class="fail">FAIL</span>', _e(g["reason"])]
-                                                     for g in r.gates["results"]]))
+        right.append(_table(["gate", "", "reason"], [[_e(g.name), '<span class="ok">pass</span>' if g.passed
+                                                      else '<span class="fail">FAIL</span>', _e(g.reason)]
+                                                     for g in r.gates.results]))
     if p:
         label = _e(LABEL[objective_of(r)])
         right.append(_table(["category", "n", f"parent {label}", f"candidate {label}", "Δ"],
                             [[_e(c), str(row["n"]), f"{row['acc_baseline']:.3f}", f"{row['acc_candidate']:.3f}",
-                              f"{row['delta']:+.3f}"] for c, row in sorted(p["per_category"].items())],
+                              f"{row['delta']:+.3f}"] for c, row in sorted(p.per_category.items())],
                             num={1, 2, 3, 4}))
     parts = [head, f"<div class='cols'><div>{''.join(left)}</div><div>{''.join(right)}</div></div>"]
     for side in ("improved", "regressed"):
         examples = (r.examples or {}).get(side, [])
         if examples:
-            parts.append(f"<p><b>{side}</b> ({len(examples)} of {len(p[side])} shown)</p>")
+            parts.append(f"<p><b>{side}</b> ({len(examples)} of {len(getattr(p, side))} shown)</p>")
             parts.append(_table(["question", "gold", "parent answer", "candidate answer",
                                  "root cause (parent → cand.)"],
                                 [[f"{_e(x['question'])}<br><span class='muted'>{_e(x['question_id'])} · "
@@ -151,14 +151,14 @@ def _facts(r: CandidateRecord) -> str:
     label = _e(LABEL[objective_of(r)])
     facts = []
     if critic:
-        facts.append(f"critic: <b>{_e(critic['label'])}</b> — {_e('; '.join(critic['reasons']))}")
+        facts.append(f"critic: <b>{_e(critic.label)}</b> — {_e('; '.join(critic.reasons))}")
     if probe:
-        facts.append(f"probe ({probe['n']} q, {label}): {probe['acc_baseline']:.3f} → {probe['acc_candidate']:.3f} "
-                     f"(Δ {probe['delta']:+.3f})")
+        facts.append(f"probe ({probe.n} q, {label}): {probe.acc_baseline:.3f} → {probe.acc_candidate:.3f} "
+                     f"(Δ {probe.delta:+.3f})")
     if p:
-        facts.append(f"paired ({p['n']} q, {label}): {p['acc_baseline']:.3f} → {p['acc_candidate']:.3f}, "
-                     f"Δ {p['delta']:+.4f}, McNemar p={p['mcnemar_p']:.3g}, CI {fmt_ci(p)}, "
-                     f"improved {len(p['improved'])}, regressed {len(p['regressed'])}, "
+        facts.append(f"paired ({p.n} q, {label}): {p.acc_baseline:.3f} → {p.acc_candidate:.3f}, "
+                     f"Δ {p.delta:+.4f}, McNemar p={p.mcnemar_p:.3g}, CI {fmt_ci(p)}, "
+                     f"improved {len(p.improved)}, regressed {len(p.regressed)}, "
                      f"DCR@3 {fmt_num(r.dcr, '.3f')}")
     return "<ul>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>" if facts else ""
 
@@ -260,8 +260,8 @@ def render_markdown(view: History, html_name: str | None = None) -> str:
         for r in accepted:
             p = r.paired
             flag = " --accept-monitor" if r.verdict == "ACCEPT_WITH_MONITOR" else ""
-            lines.append(f"- `{r.candidate_id}` {_md(change_summary(r))}: Δ {p['delta']:+.4f} "
-                         f"(p={p['mcnemar_p']:.3g}, CI {fmt_ci(p)}; {category_deltas(p)})"
+            lines.append(f"- `{r.candidate_id}` {_md(change_summary(r))}: Δ {p.delta:+.4f} "
+                         f"(p={p.mcnemar_p:.3g}, CI {fmt_ci(p)}; {category_deltas(p)})"
                          f"{' — applied' if r.applied else ''}. "
                          f"Promote: `memevolve promote {r.candidate_id} --to strategies/serving.yaml{flag}`")
     evaluated = [r for r in records if r.paired]

@@ -8,6 +8,8 @@ from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.observe.objective import LABEL
 from evolve.strategy.artifact import LINEAGE
+from evolve.verify.gates import GateTrail
+from evolve.verify.statistics import PairedReport
 
 #: Verdict names accepted by ``--decision``.
 DECISIONS = {"accept": "ACCEPT", "accept_with_monitor": "ACCEPT_WITH_MONITOR", "reject": "REJECT",
@@ -56,24 +58,24 @@ def fmt_num(x: float | None, spec: str = "+.3f") -> str:
     return "-" if x is None else format(x, spec)
 
 
-def fmt_ci(paired: dict) -> str:
-    if paired.get("ci_low") is None:
+def fmt_ci(paired: PairedReport | None) -> str:
+    if paired is None or paired.ci_low is None:
         return "-"
-    return f"[{paired['ci_low']:+.3f},{paired['ci_high']:+.3f}]"
+    return f"[{paired.ci_low:+.3f},{paired.ci_high:+.3f}]"
 
 
-def category_deltas(paired: dict) -> str:
+def category_deltas(paired: PairedReport | None) -> str:
     """Compact per-category deltas, e.g. ``mh+0.04 sh-0.01``."""
     return " ".join(f"{CATEGORY_ABBREV.get(c, c[:3])}{row['delta']:+.2f}"
-                    for c, row in sorted((paired.get("per_category") or {}).items()))
+                    for c, row in sorted((paired.per_category if paired else {}).items()))
 
 
 def candidate_row(record: CandidateRecord) -> dict[str, str]:
     """One record as the table's display strings."""
-    paired = record.paired or {}
+    paired = record.paired
     return {"id": record.candidate_id, "round": str(record.round), "change": change_summary(record),
-            "decided_by": record.decided_by, "Δ": fmt_num(paired.get("delta")),
-            "p": fmt_num(paired.get("mcnemar_p"), ".3g"), "CI": fmt_ci(paired),
+            "decided_by": record.decided_by, "Δ": fmt_num(paired.delta if paired else None),
+            "p": fmt_num(paired.mcnemar_p if paired else None, ".3g"), "CI": fmt_ci(paired),
             "per-category Δ": category_deltas(paired) or "-", "verdict": record.verdict,
             "applied": "yes" if record.applied else "no"}
 
@@ -100,13 +102,13 @@ def objective_of(record: CandidateRecord) -> str:
     return (record.harness or {}).get("objective", "accuracy")
 
 
-def _gate_lines(gates: dict | None) -> list[str]:
+def _gate_lines(gates: GateTrail | None) -> list[str]:
     if gates is None:
         return ["gates: not run"]
-    verdict = "passed" if gates["passed"] else f"refused by {gates['decided_by']}"
-    width = max(len(g["name"]) for g in gates["results"])
-    return [f"gates: {verdict}"] + [f"  {'ok  ' if g['passed'] else 'FAIL'} {g['name'].ljust(width)}  {g['reason']}"
-                                    for g in gates["results"]]
+    verdict = "passed" if gates.passed else f"refused by {gates.decided_by}"
+    width = max(len(g.name) for g in gates.results)
+    return [f"gates: {verdict}"] + [f"  {'ok  ' if g.passed else 'FAIL'} {g.name.ljust(width)}  {g.reason}"
+                                    for g in gates.results]
 
 
 def _paired_lines(record: CandidateRecord) -> list[str]:
@@ -114,21 +116,21 @@ def _paired_lines(record: CandidateRecord) -> list[str]:
     if not p:
         return ["paired comparison: not run (screened out earlier)"]
     label = LABEL[objective_of(record)]
-    lines = [f"paired comparison on {p['n']} questions ({label}): parent {p['acc_baseline']:.3f} -> candidate "
-             f"{p['acc_candidate']:.3f}  Δ {p['delta']:+.4f}  McNemar p={p['mcnemar_p']:.4g}  "
-             f"{p['confidence']:.0%} CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}] ({p['ci_method']})",
-             f"  improved {len(p['improved'])}, regressed {len(p['regressed'])}, both correct "
-             f"{len(p['both_correct'])}, both wrong {len(p['both_wrong'])}; DCR@3 {fmt_num(record.dcr, '.3f')}"]
+    lines = [f"paired comparison on {p.n} questions ({label}): parent {p.acc_baseline:.3f} -> candidate "
+             f"{p.acc_candidate:.3f}  Δ {p.delta:+.4f}  McNemar p={p.mcnemar_p:.4g}  "
+             f"{p.confidence:.0%} CI [{p.ci_low:+.4f}, {p.ci_high:+.4f}] ({p.ci_method})",
+             f"  improved {len(p.improved)}, regressed {len(p.regressed)}, both correct "
+             f"{len(p.both_correct)}, both wrong {len(p.both_wrong)}; DCR@3 {fmt_num(record.dcr, '.3f')}"]
     rows = [{"category": c, "n": str(r["n"]), f"parent {label}": f"{r['acc_baseline']:.3f}",
              f"candidate {label}": f"{r['acc_candidate']:.3f}", "Δ": f"{r['delta']:+.3f}"}
-            for c, r in sorted(p["per_category"].items())]
+            for c, r in sorted(p.per_category.items())]
     lines += ["  " + line for line in text_table(rows).splitlines()]
     return lines
 
 
 def _example_lines(record: CandidateRecord, side: str) -> list[str]:
     examples = (record.examples or {}).get(side, [])
-    total = len((record.paired or {}).get(side, []))
+    total = len(getattr(record.paired, side)) if record.paired else 0
     if not total:
         return [f"{side} questions: none"]
     lines = [f"{side} questions ({len(examples)} of {total} shown):"]
@@ -145,7 +147,7 @@ def render_record(record: CandidateRecord, view: History) -> str:
     """Everything recorded about one candidate, as plain text."""
     r, direction, harness = record, record.direction, record.harness or {}
     lines = [f"candidate {r.candidate_id} (round {r.round}): {r.verdict}, decided by {r.decided_by} "
-             f"(rule {r.decision['rule']}); applied: {'yes' if r.applied else 'no'}",
+             f"(rule {r.decision.rule}); applied: {'yes' if r.applied else 'no'}",
              f"reason: {r.reason}",
              f"direction: {direction['key']} for symptom {r.symptom}",
              f"  why: {direction.get('why', '-')}"]
@@ -160,19 +162,19 @@ def render_record(record: CandidateRecord, view: History) -> str:
     lines += ["  " + line for line in (r.diff_text or "(no candidate was built)").splitlines()]
     lines += ["", *_gate_lines(r.gates)]
     critic = r.critic
-    lines.append(f"critic: {critic['label']}{' (blocks)' if critic['blocks'] else ''}" if critic else "critic: not run")
-    lines += [f"  - {reason}" for reason in (critic or {}).get("reasons", [])]
+    lines.append(f"critic: {critic.label}{' (blocks)' if critic.blocks else ''}" if critic else "critic: not run")
+    lines += [f"  - {reason}" for reason in (critic.reasons if critic else [])]
     if r.evidence_screen:
         e = r.evidence_screen
-        lines.append(f"evidence screen (no LLM call): {e['n']} questions, all-evidence-packed Δ {e['delta']:+.4f}, "
-                     f"McNemar p={e['mcnemar_p']:.4g}, CI [{e['ci_low']:+.4f}, {e['ci_high']:+.4f}]")
+        lines.append(f"evidence screen (no LLM call): {e.n} questions, all-evidence-packed Δ {e.delta:+.4f}, "
+                     f"McNemar p={e.mcnemar_p:.4g}, CI [{e.ci_low:+.4f}, {e.ci_high:+.4f}]")
     probe = r.probe
-    lines.append(f"probe: {probe['n']} questions ({LABEL[objective_of(r)]}), parent {probe['acc_baseline']:.3f} "
-                 f"-> candidate {probe['acc_candidate']:.3f} (Δ {probe['delta']:+.3f})" if probe else "probe: not run")
+    lines.append(f"probe: {probe.n} questions ({LABEL[objective_of(r)]}), parent {probe.acc_baseline:.3f} "
+                 f"-> candidate {probe.acc_candidate:.3f} (Δ {probe.delta:+.3f})" if probe else "probe: not run")
     if r.llm:
         lines.append("llm (screen, probe and full evaluation): " + usage_line(r.llm))
     if r.cost:
-        before, after = r.cost["words_parent"], r.cost["words_candidate"]
+        before, after = r.cost.words_parent, r.cost.words_candidate
         growth = f" ({after / before - 1:+.1%})" if before else ""
         lines.append(f"cost: context words per question {before:.1f} -> {after:.1f}{growth}")
     if r.staleness:
@@ -182,9 +184,9 @@ def render_record(record: CandidateRecord, view: History) -> str:
                      f"{parent.get('retrieved@5', 0):.3f} -> {cand['retrieved@5']:.3f}")
     if r.holdout:
         h = r.holdout
-        lines.append(f"holdout: {h['n']} held-out questions, parent {h['score_parent']:.3f} -> candidate "
-                     f"{h['score_candidate']:.3f} (Δ {h['delta']:+.4f}, +{h['improved']}/-{h['regressed']}, McNemar "
-                     f"p={h['mcnemar_p']:.4g}, CI [{h['ci_low']:+.4f}, {h['ci_high']:+.4f}])")
+        lines.append(f"holdout: {h.n} held-out questions, parent {h.score_parent:.3f} -> candidate "
+                     f"{h.score_candidate:.3f} (Δ {h.delta:+.4f}, +{h.improved}/-{h.regressed}, McNemar "
+                     f"p={h.mcnemar_p:.4g}, CI [{h.ci_low:+.4f}, {h.ci_high:+.4f}])")
     lines += ["", *_paired_lines(r), "", *_example_lines(r, "improved"), "",
               *_example_lines(r, "regressed"), "", "restore / promote:",
               f"  parent file (what was current before): {view.strategy_path(r.parent_hash)}"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from evolve.errors import EvolveError
 from evolve.state.layout import StoreLayout
 from evolve.strategy import strict_yaml
 from evolve.strategy.schema import load_schema
@@ -23,7 +24,7 @@ SERVING_DIR_ENV = "MEMEVOLVE_SERVING_DIR"
 SUFFIXES = (".yaml", ".yml")
 
 
-class Refused(Exception):
+class Refused(EvolveError):
     """An action was refused; the message says why (CLI exit code 1)."""
 
 

@@ -7,10 +7,11 @@ from datetime import datetime
 from typing import Protocol, Sequence
 
 from evolve.benchmarks.types import Turn
+from evolve.errors import EvolveError
 from evolve.runtime.facts import FactMeta
 from evolve.strategy.policy import Answering, Expansion, Extraction
 
-class RoleError(RuntimeError):
+class RoleError(EvolveError, RuntimeError):
     """A role implementation could not produce its output (e.g. an LLM endpoint kept failing)."""
 
 

@@ -12,12 +12,14 @@ from collections import Counter
 from contextlib import contextmanager
 from typing import Iterator
 
+from evolve.errors import EvolveError
+
 #: Counters kept per role by :class:`UsageStats`.
 COUNTERS = ("requests", "retries", "failures", "prompt_tokens", "completion_tokens", "cache_hits", "cache_misses",
             "latency_ms")
 
 
-class RequestLimitReached(RuntimeError):
+class RequestLimitReached(EvolveError, RuntimeError):
     """One more request would pass the run's ``max_llm_calls``; raised before the request is sent, so retries can
     never overrun the limit. :meth:`figures` are journaled like a budget stop's."""
 

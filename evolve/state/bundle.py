@@ -5,6 +5,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from evolve.numbers import is_real
 from evolve.state.journal import ENTRY_TYPES
 from evolve.state.layout import DOC_STORES, JSONL_STORES
 
@@ -53,7 +54,7 @@ class RoundBundle:
             cp = self.checkpoint
             score = cp.get("score") if isinstance(cp, dict) else None
             if (not isinstance(cp, dict) or not isinstance(cp.get("strategy"), dict)
-                    or not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score)
+                    or not is_real(score) or not math.isfinite(score)
                     or not isinstance(cp.get("meta", {}), dict)):
                 raise ValueError("checkpoint: expected {'strategy': dict, 'score': finite number, 'meta': dict}")
         reserved = sorted(set(self.state) & set(RESERVED_STATE))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from evolve.canonical import canonical_hash, sha256_hex
+from evolve.numbers import is_real
 from evolve.state.files import StoreError, atomic_write_json, atomic_write_text, now_iso, os_error, read_json
 from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
 from evolve.strategy.artifact import strategy_hash
@@ -68,7 +69,7 @@ class Checkpoint:
 
     def save(self, strategy: dict, score: float, round: int, meta: dict | None = None) -> CheckpointRecord:
         """Write a new generation, then point CURRENT at it, then prune old generations."""
-        if not isinstance(score, (int, float)) or isinstance(score, bool) or not math.isfinite(score):
+        if not is_real(score) or not math.isfinite(score):
             raise ValueError(f"checkpoint score must be a finite number, got {score!r}")
         meta = dict(meta or {})
         previous, _ = self._read_current()

@@ -16,6 +16,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
+from evolve.errors import UserError
+
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +45,7 @@ def crash_point(step: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
-class StoreError(RuntimeError):
+class StoreError(UserError, RuntimeError):
     """A persistent store could not be read or written; names the file and the cause."""
 
     def __init__(self, path: str | Path, cause: str):

@@ -15,6 +15,7 @@ import jsonschema
 import yaml
 
 from evolve.canonical import canonical_json
+from evolve.errors import UserError
 from evolve.strategy.schema import load_schema
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
@@ -32,7 +33,7 @@ INGESTION_PATHS = ("extraction", "lifecycle.supersession", "lifecycle.forget_gua
                    "features.turn_context")
 
 
-class StrategyError(ValueError):
+class StrategyError(UserError, ValueError):
     """A strategy violates the schema or an invariant; says where and which rule."""
 
     def __init__(self, source: str, path: str, message: str, line: int | None = None, value: Any = None):

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from evolve.numbers import is_real
 from evolve.strategy.artifact import FREE_LINEAGE
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.paths import flatten, get_path
@@ -129,15 +130,11 @@ def effective_diff(parent: dict, candidate: dict) -> dict[str, list[Any]]:
             for path, (old, new) in effective_changes(parent, candidate).items()}
 
 
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def direction(old: Any, new: Any) -> str:
     """increase / decrease for numbers, enable / disable for booleans, otherwise ``set:<new>``."""
     if isinstance(old, bool) and isinstance(new, bool):
         return "enable" if new else "disable"
-    if _is_number(old) and _is_number(new) and old != new:
+    if is_real(old) and is_real(new) and old != new:
         return "increase" if new > old else "decrease"
     if new is MISSING:
         return "set:unset"

@@ -11,6 +11,8 @@ from typing import Any
 
 import yaml
 
+from evolve.errors import EvolveError
+
 #: Deepest nesting of collections accepted (strategies and configs need fewer than 10 levels).
 MAX_DEPTH = 64
 #: Most nodes a document may expand to, aliases counted every time they are used.
@@ -19,7 +21,7 @@ MAX_NODES = 100_000
 MAX_SHOWN = 80
 
 
-class YAMLInputError(ValueError):
+class YAMLInputError(EvolveError, ValueError):
     """A YAML document is malformed or refused; ``line`` is 1-based (``None`` if unknown), ``path`` dotted."""
 
     def __init__(self, problem: str, line: int | None = None, path: str = ""):

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from evolve.numbers import is_real
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.diff import dimension_for, prompt_of
 
@@ -130,7 +131,7 @@ class DeterministicCritic:
         dims = evolvable_dimensions()
         for path, (old, new) in sorted(packet.diff.items()):
             dim = dimension_for(path, dims)
-            numeric = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new))
+            numeric = is_real(old) and is_real(new)
             if dim and dim.max_step and numeric and abs(new - old) > self.jump_fraction * dim.max_step:
                 risks.append(
                     f"{path}: jump {abs(new - old):g} exceeds {self.jump_fraction:g} x max_step {dim.max_step:g}"

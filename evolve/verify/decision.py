@@ -27,14 +27,15 @@ is restored; it is carried here so that all acceptance settings live in one mode
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evolve.benchmarks.types import CATEGORIES
-from evolve.verify.statistics import PairedReport
+from evolve.numbers import is_real
+from evolve.verify.statistics import PairedBrief, PairedReport
 
 #: Slack for float comparisons of accuracy differences (k/n arithmetic is not exact).
 TOLERANCE = 1e-12
@@ -114,7 +115,7 @@ def _cost_words(report: Mapping[str, Any]) -> tuple[float, float] | str:
     if not isinstance(cost, Mapping):
         return "report lacks cost (context words of parent and candidate) although cost limits are set"
     values = cost.get("words_parent"), cost.get("words_candidate")
-    if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in values):
+    if not all(map(is_real, values)):
         return f"cost.words_parent / cost.words_candidate must be numbers, got {values!r}"
     return float(values[0]), float(values[1])
 
@@ -165,7 +166,7 @@ def _parse(report: Any) -> tuple[PairedReport, float] | str:
     if missing:
         return f"report lacks {', '.join(missing)}"
     dcr = report["dcr"]
-    if isinstance(dcr, bool) or not isinstance(dcr, (int, float)):
+    if not is_real(dcr):
         return f"dcr must be a number, got {dcr!r}"
     try:
         paired = PairedReport.from_dict(report["paired"])
@@ -185,7 +186,7 @@ def _parse(report: Any) -> tuple[PairedReport, float] | str:
     numbers = {"delta": paired.delta, "mcnemar_p": paired.mcnemar_p, "ci_low": paired.ci_low, "ci_high": paired.ci_high}
     numbers.update({f"per_category.{c}.delta": row.get("delta") for c, row in paired.per_category.items()})
     for name, value in numbers.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if not is_real(value):
             return f"paired.{name} must be a number, got {value!r}"
     return paired, float(dcr)
 
@@ -200,7 +201,7 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
     paired, dcr = parsed
     delta, p, low, high = paired.delta, paired.mcnemar_p, paired.ci_low, paired.ci_high
     stats = f"delta={delta:+.4f}, p={p:.4g}, CI=[{low:+.4f}, {high:+.4f}]"
-    if delta < 0 and p <= rules.alpha and high < 0:
+    if paired.brief().harms(rules.alpha):
         return Decision(Verdict.REJECT, f"significant harm: {stats}", "significant_harm")
     if dcr < rules.rho_min:
         return Decision(Verdict.FEATURE_FLAG, f"DCR@3 {dcr:.3f} below floor {rules.rho_min:.3f}", "dcr_floor")
@@ -220,14 +221,14 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
         return Decision(Verdict.FEATURE_FLAG, f"{over} ({stats})", "cost")
     held = report.get("holdout")
     if held is not None:
-        if not isinstance(held, Mapping) or any(isinstance(held.get(k), bool) or not isinstance(held.get(k), (int, float))
-                                                for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")):
+        if not isinstance(held, Mapping) or not all(is_real(held.get(f.name)) for f in fields(PairedBrief)):
             return Decision(Verdict.FEATURE_FLAG, f"incomplete report: holdout must carry numbers n, delta, mcnemar_p, "
                                                   f"ci_low, ci_high, got {held!r}", "incomplete")
-        if held["delta"] < 0 and held["mcnemar_p"] <= rules.alpha and held["ci_high"] < 0:
-            return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {held['n']} held-out questions (delta="
-                                                  f"{held['delta']:+.4f}, p={held['mcnemar_p']:.4g}, CI=[{held['ci_low']:+.4f}, "
-                                                  f"{held['ci_high']:+.4f}]) although the dev data gain ({stats})", "holdout")
+        h = PairedBrief.from_dict(held)
+        if h.harms(rules.alpha):
+            return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {h.n} held-out questions (delta="
+                                                  f"{h.delta:+.4f}, p={h.mcnemar_p:.4g}, CI=[{h.ci_low:+.4f}, "
+                                                  f"{h.ci_high:+.4f}]) although the dev data gain ({stats})", "holdout")
     if monitored:
         return Decision(
             Verdict.ACCEPT_WITH_MONITOR,
@@ -240,7 +241,7 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
 def evidence_screen(paired: PairedReport, rules: AcceptanceRules) -> Decision | None:
     """REJECT a candidate whose packed context significantly loses gold evidence against its parent (same rule as
     ``significant_harm``, on the evidence outcome); found before any answerer or judge call is spent on it."""
-    if paired.n and paired.delta < 0 and paired.mcnemar_p <= rules.alpha and paired.ci_high < 0:
+    if paired.n and paired.brief().harms(rules.alpha):
         return Decision(Verdict.REJECT, f"evidence screen: the packed context loses gold evidence (delta="
                                         f"{paired.delta:+.4f}, p={paired.mcnemar_p:.4g}, CI=[{paired.ci_low:+.4f}, "
                                         f"{paired.ci_high:+.4f}]); rejected before any LLM answer or judgment",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable
 
+from evolve.numbers import is_real
 from evolve.strategy.artifact import StrategyError, policy_hash, validate_strategy
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.diff import PROMPT_SECTIONS, change_keys, dimension_for, effective_changes, prompt_of
@@ -85,7 +86,7 @@ def _ranges(candidate: dict, parent: dict, ctx: GateContext) -> tuple[bool, str]
         if dim is None:
             return False, f"{path}: not an evolvable path ({old!r} -> {new!r})"
         if dim.kind in ("integer", "number"):
-            if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (old, new)):
+            if not (is_real(old) and is_real(new)):
                 return False, f"{path}: expected numbers, got {old!r} -> {new!r}"
             if abs(new - old) > dim.max_step + _STEP_SLACK:
                 return False, f"{path}: moved {old} -> {new} ({abs(new - old):g}), more than max_step {dim.max_step:g}"

@@ -17,6 +17,28 @@ from scipy import stats
 
 
 @dataclass(frozen=True)
+class PairedBrief:
+    """The headline of a paired comparison, as screens and the holdout record it."""
+
+    n: int
+    delta: float | None
+    mcnemar_p: float
+    ci_low: float | None
+    ci_high: float | None
+
+    def harms(self, alpha: float) -> bool:
+        """Significant harm: a loss with McNemar p <= ``alpha`` and a confidence interval wholly below 0."""
+        return self.delta < 0 and self.mcnemar_p <= alpha and self.ci_high < 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "PairedBrief":
+        return cls(**{f.name: data[f.name] for f in fields(cls)})
+
+
+@dataclass(frozen=True)
 class PairedReport:
     """Candidate vs baseline on the questions both evaluated. Accuracy fields are ``None`` when ``n == 0``."""
 
@@ -40,6 +62,9 @@ class PairedReport:
     n_resamples: int
     seed: int
     per_category: dict[str, dict[str, float | int]]
+
+    def brief(self) -> PairedBrief:
+        return PairedBrief(self.n, self.delta, self.mcnemar_p, self.ci_low, self.ci_high)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -10,7 +10,7 @@ import pytest
 
 from evolve.benchmarks.types import Turn
 from evolve.llm import (CacheError, ConfigError, LLMAnswerer, LLMAuthError, LLMClient, LLMCritic, LLMExpander,
-                        LLMExtractor, LLMJudge, LLMModelNotFoundError, LLMPlanner, LLMUnavailableError, Proposal,
+                        LLMExtractor, LLMJudge, LLMModelNotFoundError, LLMPlanner, LLMUnavailableError, ProposalReply,
                         ResponseCache, RoleConfig, RolesConfig, UsageStats, build_llm_roles)
 from evolve.strategy.policy import Policy
 from evolve.runtime.roles import ContextItem
@@ -258,12 +258,12 @@ def test_planner_drops_persistently_invalid_proposals(llm_server, tmp_path):
 ])
 def test_proposal_validation(item, error):
     with pytest.raises(ValueError, match=error):
-        Proposal.model_validate(item)
+        ProposalReply.model_validate(item)
 
 
 def test_proposal_set_direction_forms():
-    assert Proposal.model_validate({"path": "assembly.format", "direction": "set:json"}).key == "assembly.format::set:json"
-    assert Proposal.model_validate({"path": "features.profile_layer", "direction": "Disable", "value": 1}).value is None
+    assert ProposalReply.model_validate({"path": "assembly.format", "direction": "set:json"}).key == "assembly.format::set:json"
+    assert ProposalReply.model_validate({"path": "features.profile_layer", "direction": "Disable", "value": 1}).value is None
 
 
 def test_critic_valid_review(llm_server, tmp_path):

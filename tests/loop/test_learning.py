@@ -2,19 +2,29 @@
 side by side in one round are merged into one move."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from evolve.improve.evolver import Evolver
 from evolve.loop.candidate import CandidateResult
 from evolve.improve.effects import DimensionEffects
 from evolve.loop.learning import merged, relieved, runners_up
 from evolve.loop.record import CandidateRecord
+from evolve.state.records import dump_record
 from evolve.verify.decision import Decision, Verdict
+from evolve.verify.statistics import PairedReport, paired_comparison
 from evolve.strategy.artifact import derive, validate_strategy
+
+
+def paired(delta: float) -> PairedReport:
+    """A paired report with accuracy delta ``delta``."""
+    one = paired_comparison({"q": {"correct": False, "category": "c"}}, {"q": {"correct": True, "category": "c"}})
+    return replace(one, delta=delta)
 
 
 def record(cid: str, changes: dict, verdict: str, applied: bool = False, round_no: int = 1) -> CandidateRecord:
     r = CandidateRecord(cid, round_no, {"key": "x"}, "retrieval_gap/*", "0" * 64, {}, changes=changes, applied=applied,
-                        paired={"delta": 0.02})
-    r.decision = {"verdict": verdict, "rule": "accept", "reason": "test"}
+                        paired=paired(0.02))
+    r.decision = Decision(Verdict(verdict), "test", "accept")
     return r
 
 
@@ -41,8 +51,8 @@ def test_accepted_runners_up_return_as_exact_moves_on_the_new_current(tmp_path, 
 
 def accepted(cid: str, changes: dict, delta: float, verdict: str = "ACCEPT", merged_from=None) -> CandidateResult:
     r = record(cid, changes, verdict)
-    r.paired, r.merged_from = {"delta": delta}, merged_from
-    return CandidateResult(r, {}, None, decision=Decision(Verdict(verdict), "test", "accept"))
+    r.paired, r.merged_from = paired(delta), merged_from
+    return CandidateResult(r, {}, None)
 
 
 def test_accepts_side_by_side_merge_into_one_move_best_first_on_disjoint_paths(tmp_path, baseline_strategy):
@@ -61,14 +71,14 @@ def test_accepts_side_by_side_merge_into_one_move_best_first_on_disjoint_paths(t
     # A merge is not merged again; with it and one accept left there is nothing new to join.
     merge = accepted("r001-c04", proposal.changes, 0.04, merged_from=["r001-c01", "r001-c02"])
     assert merged([results[1], merge], baseline_strategy) is None
-    assert merge.record.to_dict()["merged_from"] == ["r001-c01", "r001-c02"]
-    assert "merged_from" not in results[0].record.to_dict()  # records of other candidates keep their stored form
+    assert dump_record(merge.record)["merged_from"] == ["r001-c01", "r001-c02"]
+    assert "merged_from" not in dump_record(results[0].record)  # records of other candidates keep their stored form
 
 
 def test_a_gain_blocked_by_cost_is_joined_with_the_first_relief_move_that_can_shrink_the_context(tmp_path,
                                                                                                   baseline_strategy):
     blocked = accepted("r004-c01", {"lifecycle.supersession": False}, 0.02, verdict="FEATURE_FLAG")
-    blocked.decision = Decision(Verdict.FEATURE_FLAG, "cost: 160.2 context words per question exceed 160", "cost")
+    blocked.record.decision = Decision(Verdict.FEATURE_FLAG, "cost: 160.2 context words per question exceed 160", "cost")
     relief = ("assembly.format::set:dialogue", "assembly.token_budget::decrease")
     effects = DimensionEffects()
     direction = relieved(blocked, relief, effects, baseline_strategy)

@@ -10,7 +10,7 @@ import pytest
 
 from evolve.benchmarks import load_benchmark
 from evolve.benchmarks.synthetic import write_locomo
-from evolve.loop.record import CandidateRecord
+from evolve.state.records import decision_report, dump_record, load_record
 from evolve.observe.diagnosis import ANSWER_LOSSES
 from evolve.verify.decision import AcceptanceRules, CostLimits, decide
 from workflow_fixtures import cli, write_config
@@ -75,16 +75,16 @@ def test_an_evidence_round_compares_evidence_outcomes_and_records_cost(evidence_
     assert state["harness"]["objective"] == "evidence"
     row = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]
     assert row["objective"] == "evidence" and row["score"] == row["all_evidence_packed"]
-    records = [CandidateRecord.from_dict(json.loads(line))
+    records = [load_record(json.loads(line))
                for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
     evaluated = [r for r in records if r.paired]
     probed = [r for r in records if r.probe]
-    assert probed and all("packed_contexts_changed" in r.probe for r in probed)
+    assert probed and all("packed_contexts_changed" in dump_record(r)["probe"] for r in probed)
     for r in evaluated:  # paired over evidence-known questions only, cost recorded, decision replays
-        assert r.paired["n"] == r.summary["n_evidence_known"]
-        assert set(r.cost) == {"words_parent", "words_candidate"}
+        assert r.paired.n == r.summary["n_evidence_known"]
+        assert set(dump_record(r)["cost"]) == {"words_parent", "words_candidate"}
         limits = CostLimits(max_context_words=400, max_relative_increase=0.5)
-        assert decide(r.report(), AcceptanceRules(), limits).to_dict() == r.decision
+        assert decide(decision_report(r), AcceptanceRules(), limits).to_dict() == dump_record(r)["decision"]
 
 
 def test_stores_built_for_one_objective_refuse_the_other(capsys, evidence_round, tmp_path):
@@ -104,11 +104,11 @@ def test_an_answer_round_compares_answer_outcomes_and_aims_at_where_answers_were
     assert json.loads((stores / "state.json").read_text())["harness"]["objective"] == "answer"
     row = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]
     assert row["objective"] == "answer" and row["score"] == row["answer_in_evidence"] is not None
-    records = [CandidateRecord.from_dict(json.loads(line))
+    records = [load_record(json.loads(line))
                for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
     assert records and all(r.symptom.split("/")[0].split("[")[0] in ANSWER_LOSSES.values() for r in records)
     for r in records:
         if r.probe:
-            assert "packed_contexts_changed" in r.probe
+            assert "packed_contexts_changed" in dump_record(r)["probe"]
         if r.paired:  # paired over the questions the answer check counts
-            assert r.paired["n"] == r.summary["n_answer_known"]
+            assert r.paired.n == r.summary["n_answer_known"]

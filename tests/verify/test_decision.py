@@ -213,15 +213,19 @@ def test_cost_never_turns_a_rejection_into_a_flag_and_needs_its_figures():
 
 def test_cost_decision_replays_from_the_saved_record():
     from evolve.loop.record import CandidateRecord
+    from evolve.state.records import decision_report, dump_record, load_record
+    from evolve.verify.outcomes import ContextCost
+    from evolve.verify.statistics import PairedReport
 
     limits = CostLimits(max_relative_increase=0.1)
     saved = costly(97.0, 145.0)
     record = CandidateRecord("r001-c00", 1, {"key": "retrieval.top_k::increase"}, "kf_filtered/*", "0" * 64, {},
-                             paired=saved["paired"], dcr=saved["dcr"], cost=saved["cost"])
-    record.close(decide(record.report(), RULES, limits), "decision")
-    again = CandidateRecord.from_dict(json.loads(json.dumps(record.to_dict())))
-    assert decide(again.report(), RULES, limits) == Decision.from_dict(again.decision)
-    assert again.decision["rule"] == "cost"
+                             paired=PairedReport.from_dict(saved["paired"]), dcr=saved["dcr"],
+                             cost=ContextCost(**saved["cost"]))
+    record.close(decide(decision_report(record), RULES, limits), "decision")
+    again = load_record(json.loads(json.dumps(dump_record(record))))
+    assert decide(decision_report(again), RULES, limits) == again.decision
+    assert again.decision.rule == "cost"
 
 
 @pytest.mark.parametrize("cost", [{"max_context_words": -5}, {"max_context_words": "many"},
