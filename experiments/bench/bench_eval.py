@@ -189,7 +189,8 @@ def main(argv: list[str] | None = None) -> int:
         cold, cold_s = timed(harness, baseline)
         warm, warm_s = timed(harness, baseline)
         retr, retr_s = timed(harness, retrieval_only)
-        top10 = set_path(baseline, "retrieval.top_k", TOP)
+        top10 = derive(baseline, {"retrieval.top_k": TOP,
+                                  "retrieval.rerank.top_n": min(TOP, get_path(baseline, "retrieval.rerank.top_n"))})
         harness_recall = harness.evaluate(top10).summary.evidence_recall["10"]
         packed = {budget: harness.evaluate(derive(baseline, {"assembly.token_budget": budget,
                                                              "retrieval.top_k": BUDGET_TOP_K})).summary
