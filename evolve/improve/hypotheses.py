@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.improve.effects import split_parts
+from evolve.strategy.moves import Move
 
 ROOT = "*"
 STATUSES = ("active", "confirmed", "refuted", "exhausted")
@@ -98,7 +98,7 @@ class HypothesisTree:
         return self._parents.get(parent, {}).get(key)
 
     def _ensure(self, key: str, parent: str) -> Hypothesis:
-        split_parts(key)
+        Move.parse(key)
         return self._parents.setdefault(parent, {}).setdefault(key, Hypothesis(key))
 
     def status(self, key: str, parent: str = ROOT) -> str:
