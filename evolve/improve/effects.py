@@ -1,4 +1,5 @@
-"""Dimension effects: what each ``path::direction`` (or coupled ``a::up&b::up``) did when tried, and its reputation.
+"""Dimension effects: what each move (keyed by its stored text, :mod:`evolve.strategy.moves`) did when tried, and its
+reputation.
 
 Reputation (documented rule, recomputed on every record and on load)::
 

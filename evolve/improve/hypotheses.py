@@ -1,8 +1,8 @@
-"""UCB1 hypothesis tree: which ``path::direction`` to try next for a symptom.
+"""UCB1 hypothesis tree: which move to try next for a symptom.
 
 The root's children are symptom keys (``root_cause/category``; ``ROOT`` collects updates made
-without a symptom); their children are hypotheses keyed ``path::direction``. Each hypothesis
-keeps visits, total reward, best delta and a status:
+without a symptom); their children are hypotheses keyed by a move's stored text
+(:mod:`evolve.strategy.moves`). Each hypothesis keeps visits, total reward, best delta and a status:
 
 * ``active``    — still worth trying;
 * ``confirmed`` — at least one candidate moving it was accepted (and it is not refuted since);

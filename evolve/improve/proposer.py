@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Iterable, Protocol
 
 from evolve.improve.digest import Digest
-from evolve.improve.planner import Direction, Planner
+from evolve.improve.planner import Direction
 
 #: Priority recorded for a direction placed by the plan's order rule rather than ranked (runner-up, merge, relief).
 RULED = 1e6
@@ -35,7 +35,7 @@ class RoundPlan:
     """One round's direction queue over the rule planner, an optional advisor and the loop's follow-ups. During
     planning the hypothesis tree is written only through this plan's planner (bound marks)."""
 
-    def __init__(self, planner: Planner, advisor: Proposer | None = None, max_directions: int = 6):
+    def __init__(self, planner: Proposer, advisor: Proposer | None = None, max_directions: int = 6):
         self.planner, self.advisor, self.max_directions = planner, advisor, max_directions
         self._queue: list[Direction] = []
         self._merge: Direction | None = None
