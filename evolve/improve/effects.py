@@ -1,4 +1,5 @@
-"""Dimension effects: what each ``path::direction`` (or coupled ``a::up&b::up``) did when tried, and its reputation.
+"""Dimension effects: what each move (keyed by its stored text, :mod:`evolve.strategy.moves`) did when tried, and its
+reputation.
 
 Reputation (documented rule, recomputed on every record and on load)::
 
@@ -15,29 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.numbers import is_real
-from evolve.strategy.diff import DIRECTIONS, SET_PREFIX
-
-
-#: Joins the parts of a coupled direction key: ``"retrieval.top_k::increase&assembly.token_budget::increase"``.
-COUPLE = "&"
-
-
-def split_parts(key: str) -> list[tuple[str, str]]:
-    """The ``(path, direction)`` parts of a single or coupled key; ValueError if malformed or a path repeats."""
-    parts = [split_key(part) for part in key.split(COUPLE)]
-    if len({path for path, _ in parts}) != len(parts):
-        raise ValueError(f"malformed direction key {key!r}: a coupled key moves each path once")
-    return parts
-
-
-def split_key(key: str) -> tuple[str, str]:
-    """``"retrieval.top_k::increase"`` -> ``("retrieval.top_k", "increase")``; ValueError if malformed."""
-    path, sep, direction = key.partition("::")
-    if not sep or not path or not (direction in DIRECTIONS or (direction.startswith(SET_PREFIX)
-                                                                and len(direction) > len(SET_PREFIX))):
-        raise ValueError(f"malformed direction key {key!r}: expected '<dotted.path>::<direction>' with direction "
-                         f"one of {', '.join(DIRECTIONS)} or set:<value>")
-    return path, direction
+from evolve.strategy.moves import Move
 
 
 @dataclass
@@ -69,7 +48,8 @@ class Effect:
 
 
 class DimensionEffects:
-    """Per-direction track record across rounds (contract format of the shared brief)."""
+    """Per-direction track record across rounds (contract format of the shared brief), keyed by a move's text
+    (:class:`~evolve.strategy.moves.Move`), as stored."""
 
     def __init__(self) -> None:
         self._effects: dict[str, Effect] = {}
@@ -77,7 +57,7 @@ class DimensionEffects:
     def record(self, key: str, symptom_key: str, accepted: bool, delta: float, growth: float | None = None) -> None:
         """One evaluated candidate that moved ``key`` to address ``symptom_key`` (``growth``: its relative change of
         mean context words over the parent, when fully evaluated)."""
-        split_parts(key)
+        Move.parse(key)
         effect = self._effects.setdefault(key, Effect())
         effect.tries += 1
         effect.sum_delta += float(delta)
@@ -107,8 +87,8 @@ class DimensionEffects:
         own = self._effects.get(key)
         if own is not None and own.growth is not None:
             return own.growth
-        known = [e.growth for path, move in split_parts(key)
-                 if (e := self._effects.get(f"{path}::{move}")) is not None and e.growth is not None]
+        known = [e.growth for step in Move.parse(key).steps
+                 if (e := self._effects.get(str(step))) is not None and e.growth is not None]
         return sum(known) if known else None
 
     def get(self, key: str) -> Effect | None:
@@ -129,7 +109,7 @@ class DimensionEffects:
         for key, entry in data.items():
             where = f"{source}: {key}"
             try:
-                split_parts(key)
+                Move.parse(key)
             except ValueError as exc:
                 raise ValueError(f"{source}: {exc}") from None
             if not isinstance(entry, dict):

@@ -5,9 +5,9 @@ Optuna RDB storage, so the search state survives restarts; every proposal is one
 candidate's paired accuracy delta (or failed if it was refused or never evaluated).
 
 Parameter encoding. A numeric ``increase``/``decrease`` samples one integer parameter named
-after the direction key (``retrieval.top_k::increase``): the move's *magnitude in schema steps*,
-``k in [1, floor(max_step / step)]``. Its distribution never changes, so TPE's history stays
-comparable across trials whatever the current value; the move applied is the ``k``-th legal
+after the direction's key (its move's text, e.g. ``retrieval.top_k::increase``): the move's
+*magnitude in schema steps*, ``k in [1, floor(max_step / step)]``. Its distribution never changes, so TPE's history
+stays comparable across trials whatever the current value; the move applied is the ``k``-th legal
 value away from the current one (:func:`evolve.improve.planner.move_values`), and magnitudes beyond the
 remaining headroom (schema bound or an invariant) collapse onto the farthest legal value. Boolean,
 enum and ``set:`` directions are deterministic: their trial only records the move (user attrs).
@@ -15,6 +15,12 @@ enum and ``set:`` directions are deterministic: their trial only records the mov
 ``blind_trial`` samples every evolvable dimension over its full schema range (on the ``step``
 grid) in one study ``memevolve-blind`` and repairs cross-field invariants, for comparing the
 directed loop against blind TPE.
+
+Telling after the commit. A round's results are told to Optuna only once the round is committed: the round's
+bundle stores them as ``optuna_pending`` in ``state.json``, :meth:`Evolver.apply_pending` tells them right after the
+commit, and again on the next start and at :meth:`Evolver.begin_round` (results already told are skipped), while
+``begin_round`` fails the trials an interrupted round left running. Telling before the commit would let a crash leave
+Optuna ahead of the stores, and the replayed round would then sample differently.
 
 Stores that share one database (``optuna_storage``) pass a ``namespace``: their studies are then named
 ``<namespace>:memevolve-<group>``, so each stores directory searches in its own studies, and samplers are seeded from
@@ -38,12 +44,12 @@ import sqlalchemy.exc
 from optuna.trial import TrialState
 
 from evolve.errors import EvolveError
-from evolve.improve.effects import split_parts
 from evolve.improve.planner import Direction, max_steps, move_values
 from evolve.state.files import StoreError
 from evolve.strategy.artifact import StrategyError, derive, validate_strategy
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import repair
+from evolve.strategy.moves import Step
 from evolve.strategy.paths import get_path
 
 BLIND_STUDY = "memevolve-blind"
@@ -175,15 +181,15 @@ class Evolver:
         along a direction is its smallest step; after a move that was accepted, or that changed nothing at the
         probe (inert), the next one is twice as large (capped at ``max_step``) instead of the same size again."""
         parts = []
-        for path, move in split_parts(direction.key):
-            dim = self.dims.get(path)
+        for step in direction.move.steps:
+            dim = self.dims.get(step.path)
             if dim is None:
-                raise EvolverError(f"{direction.key}: {path!r} is not an evolvable schema path")
-            parts.append((dim, move))
+                raise EvolverError(f"{direction.key}: {step.path!r} is not an evolvable schema path")
+            parts.append((dim, step))
         moved = strategy
-        for dim, move in parts:  # refuse before a trial is asked when some part cannot move at all
-            moved = derive(moved, {dim.path: self._legal(moved, dim, move, direction.key)[0]})
-        numeric = [dim for dim, move in parts if move in ("increase", "decrease")]
+        for dim, step in parts:  # refuse before a trial is asked when some part cannot move at all
+            moved = derive(moved, {dim.path: self._legal(moved, dim, step, direction.key)[0]})
+        numeric = [dim for dim, step in parts if step.direction in ("increase", "decrease")]
         study = self.study(self.name(study_name(parts[0][0].group)))
         if numeric:
             self._enqueue_step(study, direction.key, min(max_steps(dim) for dim in numeric))
@@ -191,9 +197,9 @@ class Evolver:
         k = trial.suggest_int(direction.key, 1, min(max_steps(dim) for dim in numeric)) if numeric else 1
         changes: dict[str, Any] = {}
         moved = strategy
-        for dim, move in parts:
+        for dim, step in parts:
             try:
-                values = self._legal(moved, dim, move, direction.key)
+                values = self._legal(moved, dim, step, direction.key)
             except EvolverError:
                 study.tell(trial.number, state=TrialState.FAIL)
                 raise
@@ -206,10 +212,10 @@ class Evolver:
         return Proposal(changes, direction.key, study.study_name, trial.number)
 
     @staticmethod
-    def _legal(strategy: dict, dim: EvolvableDimension, move: str, key: str) -> list:
-        """The values ``move`` can take ``dim`` to, nearest first; :class:`EvolverError` if there is none."""
+    def _legal(strategy: dict, dim: EvolvableDimension, step: Step, key: str) -> list:
+        """The values ``step`` can take ``dim`` to, nearest first; :class:`EvolverError` if there is none."""
         try:
-            values = move_values(strategy, dim, move)
+            values = move_values(strategy, dim, step)
         except ValueError as exc:
             raise EvolverError(f"{key}: {exc}") from None
         if not values:

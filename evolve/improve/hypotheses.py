@@ -1,8 +1,8 @@
-"""UCB1 hypothesis tree: which ``path::direction`` to try next for a symptom.
+"""UCB1 hypothesis tree: which move to try next for a symptom.
 
 The root's children are symptom keys (``root_cause/category``; ``ROOT`` collects updates made
-without a symptom); their children are hypotheses keyed ``path::direction``. Each hypothesis
-keeps visits, total reward, best delta and a status:
+without a symptom); their children are hypotheses keyed by a move's stored text
+(:mod:`evolve.strategy.moves`). Each hypothesis keeps visits, total reward, best delta and a status:
 
 * ``active``    — still worth trying;
 * ``confirmed`` — at least one candidate moving it was accepted (and it is not refuted since);
@@ -30,7 +30,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.improve.effects import split_parts
+from evolve.strategy.moves import Move
 
 ROOT = "*"
 STATUSES = ("active", "confirmed", "refuted", "exhausted")
@@ -98,7 +98,7 @@ class HypothesisTree:
         return self._parents.get(parent, {}).get(key)
 
     def _ensure(self, key: str, parent: str) -> Hypothesis:
-        split_parts(key)
+        Move.parse(key)
         return self._parents.setdefault(parent, {}).setdefault(key, Hypothesis(key))
 
     def status(self, key: str, parent: str = ROOT) -> str:

@@ -1,4 +1,4 @@
-"""Planner: map digested symptoms to ranked mutation directions (``path::direction``).
+"""Planner: map digested symptoms to ranked mutation directions (:class:`~evolve.strategy.moves.Move`).
 
 The symptom-triggered bundle table (``bundles.yaml``) lists, per ``root_cause[qualifier]/category``,
 the directions worth trying, most promising first. A ``*`` category matches the aggregate
@@ -24,9 +24,8 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass
-from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Protocol
+from typing import Callable
 
 import yaml
 
@@ -35,9 +34,9 @@ from evolve.data import BUNDLES_PATH
 from evolve.errors import EvolveError
 from evolve.observe.diagnosis import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
-from evolve.improve.effects import DimensionEffects, split_parts
+from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree
-from evolve.strategy.diff import MOVES, SET_PREFIX
+from evolve.strategy.moves import Move, Step, set_value
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
@@ -64,37 +63,6 @@ class BundleError(EvolveError, ValueError):
 # ---------------------------------------------------------------- legal moves
 
 
-def direction_value(dim: EvolvableDimension, direction: str) -> Any:
-    """The target value of a ``set:<value>`` direction, typed for ``dim``; ValueError if illegal."""
-    raw = direction[len(SET_PREFIX):]
-    if dim.kind == "enum":
-        if raw not in dim.choices:
-            raise ValueError(f"{dim.path}: {raw!r} is not one of {', '.join(dim.choices)}")
-        return raw
-    if dim.kind == "boolean":
-        raise ValueError(f"{dim.path}: booleans move by enable/disable, not set:")
-    try:
-        value = Decimal(raw)
-    except ArithmeticError:
-        raise ValueError(f"{dim.path}: set value {raw!r} is not a number") from None
-    if dim.kind == "integer" and value != value.to_integral_value():
-        raise ValueError(f"{dim.path}: set value {raw!r} is not an integer")
-    if not dim.low <= value <= dim.high:
-        raise ValueError(f"{dim.path}: set value {raw} outside [{dim.low}, {dim.high}]")
-    return int(value) if dim.kind == "integer" else float(value)
-
-
-def check_direction(dim: EvolvableDimension, direction: str) -> None:
-    """ValueError unless ``direction`` is legal for the dimension's kind."""
-    legal = MOVES[dim.kind]
-    if direction.startswith(SET_PREFIX):
-        direction_value(dim, direction)
-    elif direction not in legal:
-        allowed = ", ".join(legal + (() if dim.kind == "boolean" else ("set:<value>",)))
-        raise ValueError(f"{dim.path}: direction {direction!r} is not legal for a {dim.kind} dimension "
-                         f"(allowed: {allowed})")
-
-
 def _typed(dim: EvolvableDimension, value: float) -> int | float:
     return int(round(value)) if dim.kind == "integer" else round(float(value), 10)
 
@@ -104,21 +72,23 @@ def max_steps(dim: EvolvableDimension) -> int:
     return int(math.floor(dim.max_step / dim.step + 1e-9))
 
 
-def move_values(strategy: dict, dim: EvolvableDimension, direction: str) -> list:
-    """Values ``direction`` can move ``dim`` to from its current value, nearest first: within the
+def move_values(strategy: dict, dim: EvolvableDimension, step: Step) -> list:
+    """Values ``step`` can move ``dim`` to from its current value, nearest first: within the
     schema range, at most ``max_step`` away (in multiples of ``step``), and breaking no invariant.
-    ValueError if the direction is not legal for the dimension's kind."""
-    check_direction(dim, direction)
+    ValueError if the step is not legal for the dimension's kind."""
+    step.check(dim)
     current = get_path(strategy, dim.path)
-    if direction == "enable":
+    if step.direction == "enable":
         values = [True] if current is False else []
-    elif direction == "disable":
+    elif step.direction == "disable":
         values = [False] if current is True else []
-    elif direction.startswith(SET_PREFIX):
-        target = direction_value(dim, direction)
+    elif not step.relative:
+        target = set_value(dim, step.value)
         values = [target] if target != current else []
+    elif step.at_bound(dim, current):
+        values = []
     else:
-        sign = 1 if direction == "increase" else -1
+        sign = 1 if step.direction == "increase" else -1
         values = []
         for k in range(1, max_steps(dim) + 1):
             value = _typed(dim, min(dim.high, max(dim.low, current + sign * k * dim.step)))
@@ -136,7 +106,8 @@ RELIEF_KEY = "cost_relief"
 
 @dataclass(frozen=True)
 class BundleTable:
-    """Validated ``root_cause[qualifier]/category -> [path::direction, ...]``, plus the :data:`RELIEF_KEY` moves."""
+    """Validated ``root_cause[qualifier]/category -> [move text, ...]`` as written in the table, plus the
+    :data:`RELIEF_KEY` moves."""
 
     entries: dict[str, tuple[str, ...]]
     relief: tuple[str, ...] = ()
@@ -172,18 +143,18 @@ def _validate_key(table_key: str) -> None:
 
 
 def _validate_entry(entry: str, dims: dict[str, EvolvableDimension]) -> None:
-    for path, direction in split_parts(entry):
-        if path not in dims:
-            raise ValueError(f"{path!r} is not an evolvable schema path")
-        check_direction(dims[path], direction)
+    for step in Move.parse(entry).steps:
+        if step.path not in dims:
+            raise ValueError(f"{step.path!r} is not an evolvable schema path")
+        step.check(dims[step.path])
 
 
-def can_move(strategy: dict, key: str, dims: dict[str, EvolvableDimension]) -> bool:
-    """Whether every part of ``key`` has a legal move from ``strategy`` and is not switched off (:data:`REQUIRES`)."""
-    for path, direction in split_parts(key):
-        if path in REQUIRES and not get_path(strategy, REQUIRES[path]):
+def can_move(strategy: dict, move: Move, dims: dict[str, EvolvableDimension]) -> bool:
+    """Whether every step of ``move`` has a legal move from ``strategy`` and is not switched off (:data:`REQUIRES`)."""
+    for step in move.steps:
+        if step.path in REQUIRES and not get_path(strategy, REQUIRES[step.path]):
             return False
-        if not move_values(strategy, dims[path], direction):
+        if not move_values(strategy, dims[step.path], step):
             return False
     return True
 
@@ -240,28 +211,32 @@ def load_bundles(path: str | Path = BUNDLES_PATH) -> BundleTable:
 
 @dataclass(frozen=True)
 class Direction:
-    """A planned move: ``key`` (one ``path::direction``, or several joined by ``&`` for a coupled move, whose first
-    part is ``path``/``direction``), the symptom it addresses, its priority and why."""
+    """A planned move (one step, or several coupled), the symptom it addresses, its priority and why."""
 
-    key: str
-    path: str
-    direction: str
+    move: Move
     symptom_key: str
     priority: float
     why: str
     #: Candidates whose accepted changes this move joins (see :func:`evolve.loop.learning.merged`).
     merged_from: tuple[str, ...] = ()
 
+    @property
+    def key(self) -> str:
+        """The move's text: the key of its dimension effects, hypotheses and Optuna parameter."""
+        return str(self.move)
+
+    @property
+    def path(self) -> str:
+        return self.move.first.path
+
+    @property
+    def direction(self) -> str:
+        return self.move.first.verb
+
     def to_dict(self) -> dict:
         out = {"key": self.key, "path": self.path, "direction": self.direction, "symptom_key": self.symptom_key,
                "priority": self.priority, "why": self.why}
         return {**out, "merged_from": list(self.merged_from)} if self.merged_from else out
-
-
-class Proposer(Protocol):
-    """Anything that turns a digest into ranked directions: :class:`Planner` (rules) or an LLM planner."""
-
-    def plan(self, digest: Digest, strategy: dict, n: int) -> list[Direction]: ...
 
 
 def interleave(directions: list[Direction]) -> list[Direction]:
@@ -277,7 +252,8 @@ def interleave(directions: list[Direction]) -> list[Direction]:
 
 
 class Planner:
-    """Rule-based :class:`Proposer` over the bundle table, dimension effects and (optionally) the UCB1 tree."""
+    """Rule-based :class:`~evolve.improve.proposer.Proposer` over the bundle table, dimension effects and
+    (optionally) the UCB1 tree."""
 
     def __init__(self, table: BundleTable, effects: DimensionEffects, tree: HypothesisTree | None = None,
                  use_tree: bool = False, max_symptoms: int = 8, min_qualifier_share: float = 0.25,
@@ -323,10 +299,10 @@ class Planner:
         for symptom in digest.ranked()[: self.max_symptoms]:
             movable: dict[str, tuple[float, str]] = {}  # key -> (factor, table key), in table order
             for key, factor, table_key in self.table.lookup(symptom, self.min_qualifier_share):
-                path, _ = split_parts(key)[0]
+                path = Move.parse(key).first.path
                 if path in REQUIRES and not get_path(strategy, REQUIRES[path]):
                     continue
-                movable_now = can_move(strategy, key, dims)
+                movable_now = can_move(strategy, Move.parse(key), dims)
                 if self.use_tree:
                     self.tree.mark_bound(key, not movable_now, parent=symptom.key)
                 if movable_now:
@@ -349,5 +325,4 @@ class Planner:
         why = (f"{symptom.key}: {symptom.count} failures ({symptom.share_of_failures:.0%} of failures, "
                f"{symptom.share_of_category:.0%} of {symptom.category}); via {table_key}, {rank_kind} {position + 1}; "
                f"reputation {reputation:+.3f}; {reverts} revert(s) for this symptom")
-        path, direction = split_parts(key)[0]
-        return Direction(key, path, direction, symptom.key, priority, why)
+        return Direction(Move.parse(key), symptom.key, priority, why)

@@ -13,8 +13,8 @@ from evolve.improve.effects import DimensionEffects
 from evolve.improve.planner import Direction
 from evolve.llm.client import LLMClient
 from evolve.llm.prompting import ask_json, fill, json_payload, load_prompt, pretty, validation_errors
+from evolve.strategy.moves import MOVES, SET, SET_PREFIX, IllegalValue, Move, Step, set_value, value_text
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
-from evolve.strategy.diff import MOVES
 from evolve.verify.critic import CriticPacket, fixing_groups
 from evolve.verify.critic import CriticReview
 
@@ -27,28 +27,20 @@ CRITIC_LABELS: tuple[str, ...] = get_args(CriticLabel)
 
 
 def _legal_value(dim: EvolvableDimension, direction: str, value: Any) -> Any:
-    """``value`` checked against the dimension (None where the direction needs none)."""
-    if dim.kind == "boolean":
+    """``value`` checked against the dimension by :func:`~evolve.strategy.moves.set_value` (None where the direction
+    needs none), with the problem phrased for the model."""
+    if dim.kind == "boolean" or value is None and direction != SET and dim.kind != "enum":
         return None
-    if dim.kind == "enum":
-        if value not in dim.choices:
-            raise ValueError(f"value {value!r} for {dim.path!r} must be one of {dim.choices}")
-        return value
-    if value is None:
-        if direction == "set":
-            raise ValueError(f"direction 'set' on {dim.path!r} needs a value")
-        return None
+    if value is None and dim.kind != "enum":
+        raise ValueError(f"direction 'set' on {dim.path!r} needs a value")
     try:
-        number = float(value)
-    except (TypeError, ValueError):
-        number = None
-    if isinstance(value, bool) or number is None or not dim.low <= number <= dim.high:
-        raise ValueError(f"value {value!r} for {dim.path!r} must be a number in [{dim.low:g}, {dim.high:g}]")
-    if dim.kind == "integer":
-        if number != int(number):
-            raise ValueError(f"value {value!r} for {dim.path!r} must be an integer")
-        return int(number)
-    return number
+        return set_value(dim, value)
+    except IllegalValue as exc:
+        if exc.problem == "choices":
+            raise ValueError(f"value {value!r} for {dim.path!r} must be one of {dim.choices}") from None
+        if exc.problem == "integer":
+            raise ValueError(f"value {value!r} for {dim.path!r} must be an integer") from None
+        raise ValueError(f"value {value!r} for {dim.path!r} must be a number in [{dim.low:g}, {dim.high:g}]") from None
 
 
 class ProposalReply(BaseModel):
@@ -71,8 +63,8 @@ class ProposalReply(BaseModel):
         if not isinstance(path, str) or not isinstance(direction, str):
             raise ValueError("a proposal needs string fields 'path' and 'direction'")
         direction = direction.strip().lower()
-        if direction.startswith("set:"):
-            direction, value = "set", direction[4:] if value is None else value
+        if direction.startswith(SET_PREFIX):
+            direction, value = SET, direction[len(SET_PREFIX):] if value is None else value
         context = info.context or {}
         dims: dict[str, EvolvableDimension] = context["dimensions"] if "dimensions" in context else evolvable_dimensions()
         dim = dims.get(path)
@@ -84,10 +76,15 @@ class ProposalReply(BaseModel):
         return {**data, "direction": direction, "value": _legal_value(dim, direction, value)}
 
     @property
+    def step(self) -> Step:
+        if self.direction == SET:
+            return Step(self.path, SET, value_text(self.value))
+        return Step(self.path, self.direction)
+
+    @property
     def key(self) -> str:
-        """Dimension-effects key ``<path>::<direction>`` (``set:<value>`` for sets)."""
-        direction = f"set:{self.value}" if self.direction == "set" else self.direction
-        return f"{self.path}::{direction}"
+        """The dimension-effects key: the step's text."""
+        return str(self.step)
 
 
 @dataclass(frozen=True)
@@ -98,7 +95,7 @@ class PlannerResult:
 
 
 def _directions(dim: EvolvableDimension) -> tuple[str, ...]:
-    return MOVES[dim.kind] + (() if dim.kind == "boolean" else ("set",))
+    return MOVES[dim.kind] + (() if dim.kind == "boolean" else (SET,))
 
 
 def proposals_schema(dims: dict[str, EvolvableDimension], max_proposals: int) -> dict:
@@ -233,14 +230,15 @@ class CriticAdvisor:
 
 
 class PlannerAdvisor:
-    """The LLM planner behind the planner seam (:class:`evolve.improve.planner.Proposer`). Each proposal becomes a
+    """The LLM planner behind the planner seam (:class:`evolve.improve.proposer.Proposer`). Each proposal becomes a
     direction aimed at the most severe symptom its group can fix; dropped output is kept in :attr:`notes`."""
 
     def __init__(self, planner: LLMPlanner, effects: DimensionEffects, dims: dict[str, EvolvableDimension]):
         self.planner, self.effects, self.dims = planner, effects, dims
         self.notes: list[str] = []
 
-    def plan(self, digest: Digest, strategy: dict, n: int) -> list[Direction]:
+    def plan(self, digest: Digest, strategy: dict, n: int, *, words: float | None = None) -> list[Direction]:
+        """Up to ``n`` directions from the model's proposals (``strategy`` and ``words`` are not shown to it)."""
         ranked = digest.ranked()
         result = self.planner.plan(digest.to_dict(), self.effects.to_dict(), self.dims, n)
         self.notes = [f"llm planner dropped: {r}" for r in result.dropped_reasons]
@@ -249,7 +247,6 @@ class PlannerAdvisor:
             group = self.dims[proposal.path].group
             symptom = next((sy.key for sy in ranked if group in fixing_groups(sy.root_cause)),
                            ranked[0].key if ranked else "unresolved/*")
-            _, direction = proposal.key.split("::", 1)
-            directions.append(Direction(proposal.key, proposal.path, direction, symptom, 1.0 - 0.01 * rank,
+            directions.append(Direction(Move.of(proposal.step), symptom, 1.0 - 0.01 * rank,
                                         f"llm planner: {proposal.why}"))
         return directions

@@ -16,6 +16,7 @@ from evolve.state.layout import StoreLayout
 from evolve.state.records import dump_record, record_hash, report_hash, stage_outcomes
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import strategy_hash
+from evolve.strategy.moves import Move
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.paths import get_path
 from evolve.verify.decision import journal_type
@@ -139,13 +140,10 @@ def escalations(doc: dict, n: int, current: dict, results: list[CandidateResult]
 
 
 def at_schema_bound(strategy: dict, key: str) -> bool:
-    """Whether ``key`` ("path::increase|decrease") wants to go past its schema range: only a schema change helps."""
-    path, _, direction = key.partition("::")
-    dim = evolvable_dimensions().get(path)
-    if dim is None or dim.kind not in ("integer", "number") or direction not in ("increase", "decrease"):
-        return False
-    value = get_path(strategy, path)
-    return value >= dim.high if direction == "increase" else value <= dim.low
+    """Whether the single step ``key`` (stored text) wants to go past its schema range: only a schema change helps."""
+    move = Move.parse(key)
+    dim = evolvable_dimensions().get(move.first.path)
+    return not move.coupled and dim is not None and move.first.at_bound(dim, get_path(strategy, dim.path))
 
 
 def round_summary(o: RoundOutcome, wall: float) -> dict:

@@ -14,10 +14,11 @@ from dataclasses import replace
 
 from evolve.canonical import canonical_hash
 from evolve.improve.digest import digest
-from evolve.improve.effects import DimensionEffects, split_parts
+from evolve.improve.effects import DimensionEffects
 from evolve.improve.evolver import Evolver, check_storage
 from evolve.improve.hypotheses import HypothesisTree
-from evolve.improve.planner import Direction, Planner, load_bundles
+from evolve.improve.planner import Planner, load_bundles
+from evolve.improve.proposer import RoundPlan
 from evolve.llm import CriticAdvisor, PlannerAdvisor
 from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
@@ -73,9 +74,10 @@ class Engine:
                                cost_violation=config.cost.violation if config.cost.active else None)
         self.advisor = (PlannerAdvisor(backends.planner, self.effects, self.planner.dims)
                         if backends.planner else None)
+        self.proposer = RoundPlan(self.planner, self.advisor, config.planner.max_directions)
         self.evolver = Evolver(config.optuna_storage or f"sqlite:///{self.stores.optuna_path}", config.seed,
                                namespace=self._study_namespace() if config.optuna_storage else "")
-        # Results committed by a round whose process died before telling Optuna are in state.json: tell them now.
+        # Telling after the commit (evolve.improve.evolver): results a crashed process committed but never told.
         self.evolver.apply_pending(self.stores.state.get("optuna_pending", []))
         critic: Critic = CriticAdvisor(backends.critic) if backends.critic else DeterministicCritic()
         self.verifier = CandidateVerifier(self.harness, self.evolver, critic, self.effects, self.tree, self.rules,
@@ -170,19 +172,13 @@ class Engine:
         cur_run = self._evaluate_current(current, desc=f"round {n} observe")
         dg = digest(failure_view(cur_run.traces, self.config.objective))
         budget = self.config.candidates_per_round
-        directions = self.planner.plan(dg, current, max(self.config.planner.max_directions, 3 * budget),
-                                       words=cur_run.summary.context_words["mean"])
-        if self.advisor is not None:
-            advised = self.advisor.plan(dg, current, budget)
-            directions = advised + [d for d in directions if d.key not in {x.key for x in advised}]
         history = [load_record(r) for r in self.stores.read_jsonl("candidate_outcomes")]
-        again = runners_up(history, n - 1, current)
-        taken = {path for d in again for path, _ in split_parts(d.key)}
-        directions = again + [d for d in directions if not taken & {path for path, _ in split_parts(d.key)}]
+        directions = self.proposer.plan(dg, current, budget, words=cur_run.summary.context_words["mean"],
+                                        carried=runners_up(history, n - 1, current))
         score = cur_run.score(self.config.objective)
         self._say(f"round {n}: current {LABEL[self.config.objective]} "
                   f"{'-' if score is None else f'{score:.3f}'}; verifying up to {budget} candidate(s)")
-        results = self._verify(n, directions, current, cur_run, history)
+        results = self._verify(n, current, cur_run, history)
 
         winner = max((r for r in results if r.accepted), key=lambda r: r.record.delta, default=None)
         for r in results:
@@ -207,7 +203,7 @@ class Engine:
                     escalations=escalations(self.stores.read_doc("escalations", {"blocked": {}, "escalated": []}),
                                             n, current, results, self.tree, self.config.escalation_threshold),
                     restore_threshold=self.rules.restore_threshold)
-        bundle.state["optuna_pending"] = pending  # told to Optuna after the commit, replayed on resume
+        bundle.state["optuna_pending"] = pending  # telling after the commit (evolve.improve.evolver)
         self.stores.commit_round(n, bundle)
         self.evolver.apply_pending(pending)
         self._current_run = new_run
@@ -232,29 +228,25 @@ class Engine:
             log.warning("round %d is committed but not tracked at %s: %s (journal entry %d FLAG)", outcome.round,
                         self.tracker.uri, reason, entry["index"])
 
-    def _verify(self, n: int, directions: list[Direction], current: dict, cur_run: EvalRun,
-                history: list[CandidateRecord]) -> list[CandidateResult]:
-        """Verify directions in order until the round's evaluation budget is spent. Gates and critic are cheap
-        screens: candidates they refuse are recorded but do not use an evaluation slot. Once two accepted candidates
-        change disjoint paths, the next slot verifies them merged (:func:`~evolve.loop.learning.merged`); a gain the
-        cost rule blocked is verified again with a context-shrinking move (:func:`~evolve.loop.learning.relieved`)."""
+    def _verify(self, n: int, current: dict, cur_run: EvalRun, history: list[CandidateRecord]) -> list[CandidateResult]:
+        """Verify the round plan's directions in its order until the round's evaluation budget is spent. Gates and
+        critic are cheap screens: candidates they refuse are recorded but do not use an evaluation slot. After each
+        candidate the plan is offered its follow-ups: the merge of the accepts so far
+        (:func:`~evolve.loop.learning.merged`) and, for a gain the cost rule blocked, the move joined with a
+        context-shrinking one (:func:`~evolve.loop.learning.relieved`)."""
         screen = Screen(current, cur_run, {r.policy_hash for r in history} | {policy_hash(current)},
                         [r.change_keys for r in history if r.screened and r.step_outcome is None][-10:])
         results: list[CandidateResult] = []
-        queue, tried = list(directions), set()
-        while queue and sum(r.record.screened for r in results) < self.config.candidates_per_round:
-            merge = merged(results, current)  # accepts side by side: verify them together in the next slot
-            direction = merge if merge is not None and merge.key not in tried else queue.pop(0)
-            tried.add(direction.key)
+        while (sum(r.record.screened for r in results) < self.config.candidates_per_round
+               and (direction := self.proposer.next()) is not None):
             res = self.verifier.verify(f"r{n:03d}-c{len(results):02d}", n, direction, screen)
             self._say(_candidate_line(res))
             screen.evaluated.add(res.record.policy_hash)
             if res.record.screened and res.record.step_outcome is None:  # accepted / inert moves may grow
                 screen.recent.append(res.record.change_keys)
             results.append(res)
-            relief = relieved(res, self.planner.table.relief, self.effects, current)
-            if relief is not None and relief.key not in tried:
-                queue.insert(0, relief)
+            self.proposer.follow_up(relief=relieved(res, self.planner.table.relief, self.effects, current),
+                                    merge=merged(results, current))
         return results
 
     # ------------------------------------------------------------------ helpers

@@ -1,15 +1,17 @@
 """What a round teaches the Improve half: dimension effects, the hypothesis tree, the Optuna results to tell
-once the round is committed (telling them earlier would break exact replay after a crash), the accepted
+once the round is committed (see :mod:`evolve.improve.evolver`, "Telling after the commit"), the accepted
 runners-up to verify again in the next round, and the joined moves verified within a round (accepts found side by
-side, and a cost-blocked gain with a move that shrinks the context)."""
+side, and a cost-blocked gain with a move that shrinks the context), all queued by
+:class:`~evolve.improve.proposer.RoundPlan`."""
 from __future__ import annotations
 
-from evolve.improve.effects import COUPLE, DimensionEffects, split_parts
+from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree, reward_of
 from evolve.improve.planner import Direction, can_move
+from evolve.improve.proposer import RULED
 from evolve.loop.candidate import CandidateResult
 from evolve.loop.record import CandidateRecord
-from evolve.strategy.diff import SET_PREFIX
+from evolve.strategy.moves import Move
 from evolve.strategy.paths import get_path
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.verify.decision import changes_strategy
@@ -55,8 +57,7 @@ def runners_up(records: list[CandidateRecord], round_no: int, current: dict) -> 
         moves = [(path, value) for path, value in sorted(r.changes.items()) if get_path(current, path) != value]
         if not moves:
             continue
-        parts = [_move(path, value) for path, value in moves]
-        out.append(Direction(COUPLE.join(f"{p}::{m}" for p, m in parts), *parts[0], r.symptom, 1e6,
+        out.append(Direction(Move.setting(moves), r.symptom, RULED,
                              f"{r.candidate_id} was accepted in round {round_no} (delta {r.delta:+.4f}) but another "
                              "accept won the round; verified again on the new current strategy"))
     return out
@@ -74,10 +75,10 @@ def merged(results: list[CandidateResult], current: dict) -> Direction | None:
             paths |= set(r.record.changes)
     if len(joined) < 2:
         return None
-    moves = [_move(path, value) for rec in joined for path, value in sorted(rec.changes.items())
+    moves = [(path, value) for rec in joined for path, value in sorted(rec.changes.items())
              if get_path(current, path) != value]
     ids = tuple(rec.candidate_id for rec in joined)
-    return Direction(COUPLE.join(f"{p}::{m}" for p, m in moves), *moves[0], joined[0].symptom, 1e6,
+    return Direction(Move.setting(moves), joined[0].symptom, RULED,
                      f"merge of {', '.join(ids)}, each accepted in this round", merged_from=ids)
 
 
@@ -87,22 +88,15 @@ def relieved(result: CandidateResult, relief: tuple[str, ...], effects: Dimensio
     if result.decision is None or result.decision.rule != "cost":
         return None
     record = result.record
-    moves = [_move(path, value) for path, value in sorted(record.changes.items())]
+    own = Move.setting(sorted(record.changes.items()))
     for key in relief:
-        parts = split_parts(key)
+        move = Move.parse(key)
         growth = effects.growth(key)
-        if {p for p, _ in parts} & set(record.changes) or (growth is not None and growth >= 0):
+        if move.paths & set(record.changes) or (growth is not None and growth >= 0):
             continue
-        joined = COUPLE.join([f"{p}::{m}" for p, m in moves] + [key])
+        joined = own.then(move)
         if can_move(current, joined, evolvable_dimensions()):
-            return Direction(joined, *moves[0], record.symptom, 1e6,
+            return Direction(joined, record.symptom, RULED,
                              f"{record.candidate_id} gained (delta {record.delta:+.4f}) but {result.decision.reason}; "
                              f"verified again with {key} to stay within the cost limits")
     return None
-
-
-def _move(path: str, value: object) -> tuple[str, str]:
-    """The direction that sets ``path`` to ``value``: enable / disable for booleans, ``set:<value>`` otherwise."""
-    if isinstance(value, bool):
-        return path, "enable" if value else "disable"
-    return path, f"{SET_PREFIX}{value}"

@@ -19,6 +19,7 @@ from evolve.ops.history import History
 from evolve.ops.review import change_summary, fmt_ci, fmt_num, text_table
 from evolve.state.files import StoreError
 from evolve.strategy.paths import get_path
+from evolve.verify.statistics import PairedReport
 
 #: Journal entry type of a re-verification.
 REVERIFY = "REVERIFY"
@@ -99,10 +100,10 @@ def figures(record: CandidateRecord) -> str:
     """The figures the flag was decided on: the paired comparison, else the probe."""
     p, probe = record.paired, record.probe
     if p:
-        return (f"Δ {p['delta']:+.4f} p={fmt_num(p['mcnemar_p'], '.3g')} CI {fmt_ci(p)} "
-                f"(+{len(p['improved'])}/-{len(p['regressed'])} of {p['n']})")
+        return (f"Δ {p.delta:+.4f} p={fmt_num(p.mcnemar_p, '.3g')} CI {fmt_ci(p)} "
+                f"(+{len(p.improved)}/-{len(p.regressed)} of {p.n})")
     if probe:
-        return f"probe Δ {probe['delta']:+.3f} on {probe['n']}"
+        return f"probe Δ {probe.delta:+.3f} on {probe.n}"
     return "-"
 
 
@@ -111,13 +112,13 @@ def reverified_text(entry: dict) -> str:
     p, q = entry["payload"], entry["payload"]["paired"]
     return (f"entry {entry['index']} ({entry['ts'][:19]}) vs current {p['current_strategy'][:12]}: "
             f"{q['acc_baseline']:.3f} -> {q['acc_candidate']:.3f} Δ {q['delta']:+.4f} p={q['mcnemar_p']:.3g} "
-            f"CI {fmt_ci(q)}; would be {p['would_decide']['verdict']} ({p['would_decide']['rule']}); not applied")
+            f"CI {fmt_ci(PairedReport.from_dict(q))}; would be {p['would_decide']['verdict']} ({p['would_decide']['rule']}); not applied")
 
 
 def flags_table(flags: list[Flag]) -> str:
     """The registry as a text table."""
     rows = [{"id": f.record.candidate_id, "round": str(f.record.round), "change": change_summary(f.record, 48),
-             "rule": f.record.decision.get("rule", "-"), "figures": figures(f.record),
+             "rule": f.record.decision.rule if f.record.decision else "-", "figures": figures(f.record),
              "strategy": f.record.strategy_hash[:12], "status": f.describe_status(),
              "re-verified": (f"{len(f.reverified)}× (last Δ {f.reverified[-1]['payload']['paired']['delta']:+.4f})"
                              if f.reverified else "-")} for f in flags]

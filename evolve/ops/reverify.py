@@ -43,7 +43,7 @@ class Reverification:
     def payload(self) -> dict:
         """The ``REVERIFY`` journal entry's payload."""
         return {"candidate_id": self.record.candidate_id, "flagged_round": self.record.round,
-                "flagged_decision": self.record.decision, "changes": self.record.changes,
+                "flagged_decision": self.record.decision.to_dict() if self.record.decision else {}, "changes": self.record.changes,
                 "current_strategy": self.current_hash, "candidate_strategy": self.candidate_hash,
                 "harness": self.harness, "paired": self.paired, "dcr": self.dcr, "cost": self.cost,
                 "holdout": self.holdout, "would_decide": self.decision.to_dict(), "applied": False}

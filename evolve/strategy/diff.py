@@ -4,28 +4,21 @@
 unified diff) shown to reviewers. :func:`effective_changes` reads the same diff as behaviour: free lineage fields
 are left out, and an intent-override weight (``retrieval.intent_overrides.<intent>.weights.<channel>``) present on
 one side only is measured from the base weight it overrides. Gates, critic, planner and effects speak of a
-change as ``"<dotted.path>::<direction>"`` (:func:`change_keys`), direction one of :data:`DIRECTIONS` or
-``set:<value>``; which relative moves each kind of evolvable dimension takes is :data:`MOVES`.
+change as a :class:`~evolve.strategy.moves.Step` (:func:`change_steps`), stored as its text (:func:`change_keys`).
 """
 from __future__ import annotations
 
 import difflib
-import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from evolve.numbers import is_real
 from evolve.strategy.artifact import FREE_LINEAGE
+from evolve.strategy.moves import SET, Step, value_text
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.paths import flatten, get_path
 
-#: Relative moves, by kind of evolvable dimension; numbers and enums also take ``set:<value>``, booleans never.
-MOVES: dict[str, tuple[str, ...]] = {"integer": ("increase", "decrease"), "number": ("increase", "decrease"),
-                                     "boolean": ("enable", "disable"), "enum": ()}
-#: Every relative move.
-DIRECTIONS = ("increase", "decrease", "enable", "disable")
-SET_PREFIX = "set:"
 PROMPT_SECTIONS = ("extraction", "expansion", "answering")
 #: Stands for a path one side of a diff lacks.
 MISSING: Any = type("Missing", (), {"__repr__": lambda self: "<absent>"})()
@@ -130,28 +123,33 @@ def effective_diff(parent: dict, candidate: dict) -> dict[str, list[Any]]:
             for path, (old, new) in effective_changes(parent, candidate).items()}
 
 
-def direction(old: Any, new: Any) -> str:
-    """increase / decrease for numbers, enable / disable for booleans, otherwise ``set:<new>``."""
+def step(path: str, old: Any, new: Any) -> Step:
+    """increase / decrease for numbers, enable / disable for booleans, otherwise ``set:<new>`` (``set:unset`` for an
+    absent new side)."""
     if isinstance(old, bool) and isinstance(new, bool):
-        return "enable" if new else "disable"
+        return Step(path, "enable" if new else "disable")
     if is_real(old) and is_real(new) and old != new:
-        return "increase" if new > old else "decrease"
-    if new is MISSING:
-        return "set:unset"
-    return f"{SET_PREFIX}{new}" if isinstance(new, str) else f"{SET_PREFIX}{json.dumps(new, sort_keys=True)}"
+        return Step(path, "increase" if new > old else "decrease")
+    return Step(path, SET, "unset" if new is MISSING else value_text(new))
 
 
-def change_keys(parent: dict, candidate: dict) -> list[str]:
-    """Sorted ``"path::direction"`` keys of a diff; a changed prompt is one key ``set:<id>@v<version>``."""
-    keys: set[str] = set()
+def change_steps(parent: dict, candidate: dict) -> list[Step]:
+    """The steps of a diff, sorted by their text; a changed prompt is one step ``set:<id>@v<version>``."""
+    steps: dict[str, Step] = {}
     for path, (old, new) in effective_changes(parent, candidate).items():
         prompt = prompt_of(path)
         if prompt is None:
-            keys.add(f"{path}::{direction(old, new)}")
-            continue
-        try:
-            spec = get_path(candidate, prompt)
-            keys.add(f"{prompt}::set:{spec['id']}@v{spec['version']}")
-        except (KeyError, TypeError):
-            keys.add(f"{prompt}::set:unset")
-    return sorted(keys)
+            s = step(path, old, new)
+        else:
+            try:
+                spec = get_path(candidate, prompt)
+                s = Step(prompt, SET, f"{spec['id']}@v{spec['version']}")
+            except (KeyError, TypeError):
+                s = Step(prompt, SET, "unset")
+        steps[str(s)] = s
+    return [steps[k] for k in sorted(steps)]
+
+
+def change_keys(parent: dict, candidate: dict) -> list[str]:
+    """:func:`change_steps` as stored: sorted ``"path::direction"`` texts."""
+    return [str(s) for s in change_steps(parent, candidate)]

@@ -8,6 +8,7 @@ from evolve.improve.planner import Direction
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import StrategyError, derive, load_strategy, validate_strategy
 from evolve.strategy.schema import evolvable_dimensions
+from evolve.strategy.moves import Move
 from evolve.strategy.paths import get_path, set_path
 
 DIMS = evolvable_dimensions()
@@ -19,8 +20,7 @@ def baseline():
 
 
 def direction(key: str) -> Direction:
-    path, move = key.split("::")
-    return Direction(key, path, move, "retrieval_gap/*", 1.0, "test")
+    return Direction(Move.parse(key), "retrieval_gap/*", 1.0, "test")
 
 
 def url(tmp_path, name="optuna.db") -> str:
@@ -164,8 +164,7 @@ def test_first_move_is_smallest_step_and_rounds_replay_after_a_crash(tmp_path, b
 
 
 def coupled(key: str) -> Direction:
-    path, move = key.split("&")[0].split("::")
-    return Direction(key, path, move, "kf_filtered/*", 1.0, "test")
+    return Direction(Move.parse(key), "kf_filtered/*", 1.0, "test")
 
 
 COUPLED = "retrieval.top_k::increase&assembly.token_budget::increase"

@@ -7,6 +7,7 @@ from evolve.improve.planner import BundleError, Planner, load_bundles, move_valu
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import load_strategy
 from evolve.strategy.schema import evolvable_dimensions
+from evolve.strategy.moves import Move, Step
 from evolve.strategy.paths import set_path
 
 DIMS = evolvable_dimensions()
@@ -77,14 +78,15 @@ def test_table_errors_name_the_line(text, message):
 
 
 def test_move_values_respect_step_bounds_and_invariants(baseline):
-    assert move_values(baseline, DIMS["retrieval.top_k"], "increase") == list(range(6, 16))
+    assert move_values(baseline, DIMS["retrieval.top_k"], Step.parse("retrieval.top_k::increase")) == list(range(6, 16))
     near_top = set_path(set_path(baseline, "retrieval.candidate_pool", 100), "retrieval.top_k", 97)
-    assert move_values(near_top, DIMS["retrieval.top_k"], "increase") == [98, 99, 100]
+    assert move_values(near_top, DIMS["retrieval.top_k"], Step.parse("retrieval.top_k::increase")) == [98, 99, 100]
     # rerank.top_n == top_k: increasing it would break top_n <= top_k
-    assert move_values(baseline, DIMS["retrieval.rerank.top_n"], "increase") == []
-    assert move_values(baseline, DIMS["expansion.dates"], "enable") == []
-    assert move_values(baseline, DIMS["answering.span"], "set:sentence") == ["sentence"]
-    assert move_values(baseline, DIMS["extraction.dedup_threshold"], "increase") == [0.92, 0.94, 0.96, 0.98, 1.0]
+    assert move_values(baseline, DIMS["retrieval.rerank.top_n"], Step.parse("retrieval.rerank.top_n::increase")) == []
+    assert move_values(baseline, DIMS["expansion.dates"], Step.parse("expansion.dates::enable")) == []
+    assert move_values(baseline, DIMS["answering.span"], Step.parse("answering.span::set:sentence")) == ["sentence"]
+    assert move_values(baseline, DIMS["extraction.dedup_threshold"],
+                       Step.parse("extraction.dedup_threshold::increase")) == [0.92, 0.94, 0.96, 0.98, 1.0]
 
 
 # ---------------------------------------------------------------- planning
@@ -229,8 +231,7 @@ def test_interleave_round_robins_over_symptoms():
     from evolve.improve.planner import Direction, interleave
 
     def d(key, symptom, priority):
-        path, direction = key.split("::")
-        return Direction(key, path, direction, symptom, priority, "")
+        return Direction(Move.parse(key), symptom, priority, "")
 
     ranked = [d("a.x::increase", "s1", 0.9), d("a.y::increase", "s1", 0.8), d("a.z::increase", "s1", 0.7),
               d("b.x::increase", "s2", 0.5), d("c.x::increase", "s3", 0.4)]
@@ -250,5 +251,5 @@ def test_coupled_bundle_entries_are_validated_and_moved_only_when_every_part_can
         with pytest.raises(BundleError, match=needle):
             parse_bundles(f"kf_filtered/*:\n  - {bad}\n", "t")
     dims = evolvable_dimensions()
-    assert can_move(baseline_strategy, key, dims)
-    assert not can_move(set_path(baseline_strategy, "assembly.token_budget", 8192), key, dims)
+    assert can_move(baseline_strategy, Move.parse(key), dims)
+    assert not can_move(set_path(baseline_strategy, "assembly.token_budget", 8192), Move.parse(key), dims)

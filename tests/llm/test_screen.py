@@ -15,6 +15,7 @@ from evolve.loop.backends import build_backends
 from evolve.loop.candidate import CandidateVerifier, Screen
 from evolve.verify.critic import DeterministicCritic
 from evolve.verify.decision import AcceptanceRules
+from evolve.strategy.moves import Move
 
 
 def test_an_evidence_losing_candidate_is_rejected_without_llm_calls(tmp_path):
@@ -33,13 +34,11 @@ def test_an_evidence_losing_candidate_is_rejected_without_llm_calls(tmp_path):
                                      probe_ids=ids[:20], harness_id={}, max_reverts=2, seed=0)
         screen = Screen(baseline, run, set(), [])
         before = server.request_count
-        losing = verifier.verify("r001-c00", 1, Direction("extraction.min_fact_tokens::set:7",
-                                                         "extraction.min_fact_tokens", "set:7", "ingestion_gap/*", 1.0,
-                                                         "test"), screen)
+        losing = verifier.verify("r001-c00", 1, Direction(Move.parse("extraction.min_fact_tokens::set:7"),
+                                                         "ingestion_gap/*", 1.0, "test"), screen)
         assert server.request_count == before, (losing.record.decided_by, losing.record.reason,
                                                 losing.record.evidence_screen)  # no answer or judgment spent on it
-        keeping = verifier.verify("r001-c01", 1, Direction("answering.max_answer_tokens::set:8",
-                                                          "answering.max_answer_tokens", "set:8",
+        keeping = verifier.verify("r001-c01", 1, Direction(Move.parse("answering.max_answer_tokens::set:8"),
                                                           "generation_error/*", 1.0, "test"), screen)
         assert server.request_count > before  # passed the screen, so the probe asked the LLM roles
     assert (losing.record.verdict, losing.record.decided_by) == ("REJECT", "evidence-screen")
