@@ -26,6 +26,7 @@ from evolve.observe.answer import answer_check, content_words
 from evolve.observe.diagnosis import answer_loss, dcr, diagnose, root_cause_counts
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
+from evolve.observe.ladder import derives_from
 from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall, first_seen, recall_any_all
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
@@ -182,8 +183,8 @@ class _Evaluator:
         if q.outdated:
             trace.gold_outdated = list(q.outdated)
             hidden = {f["id"] for f in trace.filtered}  # what the lifecycle filter hid never reaches the answerer
-            visible = [hit["source_ids"] for hit in trace.retrieved if hit["id"] not in hidden]
-            trace.stale_retrieved = {str(k): any(set(q.outdated) & set(ids) for ids in visible[:k]) for k in (5, 10)}
+            visible = [hit for hit in trace.retrieved if hit["id"] not in hidden]
+            trace.stale_retrieved = {str(k): any(derives_from(hit, q.outdated) for hit in visible[:k]) for k in (5, 10)}
             trace.stale_packed = packed_evidence(list(q.outdated), turn_text, trace.packed)
         if known:
             trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
@@ -191,8 +192,7 @@ class _Evaluator:
             trace.all_evidence_packed = len(trace.packed_evidence) == len(known)
             trace.answer_in_evidence, trace.answer_anywhere = answer_check(q.answer, known, trace.packed)
             if trace.answer_in_evidence is False:
-                gold = set(known)
-                retrieved = [hit["id"] for hit in trace.retrieved if gold & set(hit["source_ids"])]
+                retrieved = [hit["id"] for hit in trace.retrieved if derives_from(hit, known)]
                 trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
                                                 _dated_texts(store, retrieved), trace.answer_anywhere)
         return diagnose(trace)
