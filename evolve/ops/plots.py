@@ -12,8 +12,8 @@ from evolve.loop.record import CandidateRecord
 from evolve.observe.ladder import RootCause
 from evolve.observe.objective import LABEL
 
-CAUSE_COLORS = {RootCause.INGESTION_GAP: "#8250df", RootCause.RETRIEVAL_GAP: "#0969da", RootCause.KF_FILTERED: "#bf8700",
-                RootCause.GENERATION_ERROR: "#cf222e", RootCause.UNRESOLVED: "#8c959f"}
+CAUSE_COLORS = {RootCause.INGESTION_GAP: "#8250df", RootCause.RETRIEVAL_GAP: "#0969da",
+                RootCause.KF_FILTERED: "#bf8700", RootCause.GENERATION_ERROR: "#cf222e", RootCause.UNRESOLVED: "#8c959f"}
 #: (colour, matplotlib marker, label) per verdict.
 VERDICT_STYLE = {"ACCEPT": ("#1a7f37", "^", "accepted"), "ACCEPT_WITH_MONITOR": ("#4d9e2f", "v", "accepted (monitor)"),
                  "FEATURE_FLAG": ("#d4a72c", "o", "feature flag"), "REJECT": ("#cf222e", "X", "rejected")}

@@ -7,7 +7,8 @@ candidate a gate refused; it can only hold back one the gates let through. Label
   cannot recover it (the stages of :mod:`evolve.observe.ladder` map to the groups ingestion ->
   retrieval -> assembly -> answering; ingestion_gap is fixable in ingestion, retrieval_gap in
   ingestion/retrieval, kf_filtered up to assembly, generation_error anywhere; groups come from the
-  schema's ``x-evolvable``; a prompt belongs to its section's group). A root cause without a stage (``unresolved``, or no target) skips this check.
+  schema's ``x-evolvable``; a prompt belongs to its section's group). A root cause without a stage
+  (``unresolved``, or no target) skips this check.
 - ``duplicate``    the change keys equal those of a recently evaluated candidate.
 - ``risky``        a change key has reputation <= ``reputation_floor``, a numeric change moves more
   than ``jump_fraction`` of its dimension's ``max_step``.
