@@ -33,7 +33,7 @@ _EXPORTS = {
     "policy_hash": "evolve.strategy.artifact", "derive": "evolve.strategy.artifact",
     "Policy": "evolve.strategy.policy", "diff_strategies": "evolve.strategy.diff",
     # observe
-    "Harness": "evolve.observe.harness", "EvalRun": "evolve.observe.harness", "Roles": "evolve.observe.harness",
+    "Harness": "evolve.observe.harness", "EvalRun": "evolve.observe.harness", "Roles": "evolve.observe.evaluator",
     "Trace": "evolve.observe.trace", "Summary": "evolve.observe.trace",
     # benchmarks
     "load_benchmark": "evolve.benchmarks", "Benchmark": "evolve.benchmarks", "BenchmarkError": "evolve.benchmarks",

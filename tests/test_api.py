@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import evolve
-from evolve.observe.diagnosis import ROOT_CAUSES
+from evolve.observe.ladder import ROOT_CAUSES
 
 
 def test_every_exported_name_resolves():

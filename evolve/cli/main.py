@@ -65,7 +65,8 @@ def _harness(args: argparse.Namespace):
     """The benchmark's harness (deterministic roles, token-F1 judge) with its ingestion cache in ``--cache``, and the
     ids of the questions to evaluate."""
     from evolve.benchmarks import load_benchmark, select_questions
-    from evolve.observe.harness import Harness, Roles
+    from evolve.observe.evaluator import Roles
+    from evolve.observe.harness import Harness
     from evolve.observe.judge import TokenF1Judge
     from evolve.runtime import IngestionCache
 

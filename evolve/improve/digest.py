@@ -14,7 +14,7 @@ from statistics import fmean
 from typing import Any, Iterable
 
 from evolve.errors import EvolveError
-from evolve.observe.diagnosis import ROOT_CAUSES
+from evolve.observe.ladder import ROOT_CAUSES, RootCause, derives_from
 from evolve.observe.trace import Trace, TraceError
 from evolve.strategy.policy import FACT_CATEGORIES
 
@@ -29,12 +29,12 @@ from evolve.strategy.policy import FACT_CATEGORIES
 #: turns (``Trace.answer_loss``; only the answer objective's failure view keeps it);
 #: ingestion_gap[answer_not_stored], retrieval_gap[answer_not_retrieved], kf_filtered[answer_cut] — the answer
 #: objective lost the answer's words at that rung (:data:`ANSWER_QUALIFIERS`).
-QUALIFIERS: dict[str, tuple[str, ...]] = {
-    "ingestion_gap": ("answer_not_stored",),
-    "kf_filtered": ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict",
+QUALIFIERS: dict[RootCause, tuple[str, ...]] = {
+    RootCause.INGESTION_GAP: ("answer_not_stored",),
+    RootCause.KF_FILTERED: ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict",
                     "answer_cut"),
-    "retrieval_gap": ("no_subqueries", "answer_not_retrieved"),
-    "generation_error": ("near_miss", "wrong_support", "stale", "not_from_evidence")
+    RootCause.RETRIEVAL_GAP: ("no_subqueries", "answer_not_retrieved"),
+    RootCause.GENERATION_ERROR: ("near_miss", "wrong_support", "stale", "not_from_evidence")
                         + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
 }
 NEAR_MISS_F1 = 0.3
@@ -127,14 +127,12 @@ def _checked(record: Any, index: int) -> Trace:
 
 def _gold_ids(record: Trace) -> set[str]:
     """Ids of retrieved items that derive from a gold turn."""
-    gold = set(record.gold_evidence)
-    return {hit["id"] for hit in record.retrieved if gold & set(hit.get("source_ids") or ())}
+    return {hit["id"] for hit in record.retrieved if derives_from(hit, record.gold_evidence)}
 
 
 def _gold_rank(record: Trace) -> int | None:
     """Best (lowest) retrieval rank of a gold-derived item, if any was retrieved."""
-    gold = set(record.gold_evidence)
-    ranks = [hit["rank"] for hit in record.retrieved if gold & set(hit.get("source_ids") or ())]
+    ranks = [hit["rank"] for hit in record.retrieved if derives_from(hit, record.gold_evidence)]
     return min(ranks) if ranks else None
 
 
@@ -157,27 +155,25 @@ ANSWER_QUALIFIERS = {"never_stored": "answer_not_stored", "not_retrieved": "answ
 def _qualifier_hits(record: Trace) -> set[str]:
     cause = record.root_cause
     answer = {ANSWER_QUALIFIERS[record.answer_loss]} if record.answer_loss in ANSWER_QUALIFIERS else set()
-    if cause == "ingestion_gap":
+    if cause == RootCause.INGESTION_GAP:
         return answer
-    if cause == "kf_filtered":
+    if cause == RootCause.KF_FILTERED:
         return (_loss_reasons(record) & set(QUALIFIERS[cause])) | answer
-    if cause == "retrieval_gap":
+    if cause == RootCause.RETRIEVAL_GAP:
         return (set() if record.subqueries else {"no_subqueries"}) | answer
-    if cause == "generation_error":
+    if cause == RootCause.GENERATION_ERROR:
         hits = set()
         if record.f1 >= NEAR_MISS_F1:
             hits.add("near_miss")
-        gold = set(record.gold_evidence)
-        gold_packed = {p["id"] for p in record.packed if gold & set(p.get("source_ids") or ())}
+        gold_packed = {p["id"] for p in record.packed if derives_from(p, record.gold_evidence)}
         if not gold_packed & set(record.answer_support):
             hits.add("wrong_support")
         if record.answer_loss == "packed_not_from_evidence":
             hits.add("not_from_evidence")
         if record.stale_packed:
             hits.add("stale")
-            stale = set(record.stale_packed)
             hits |= {f"stale_{hit['fact']['category']}" for hit in record.retrieved
-                     if "fact" in hit and stale & set(hit["source_ids"])}
+                     if "fact" in hit and derives_from(hit, record.stale_packed)}
         return hits
     return set()
 

@@ -32,7 +32,7 @@ import yaml
 from evolve.benchmarks.types import CATEGORIES
 from evolve.data import BUNDLES_PATH
 from evolve.errors import EvolveError
-from evolve.observe.diagnosis import ROOT_CAUSES
+from evolve.observe.ladder import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
 from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.llm import LLMCritic, LLMPlanner, ResponseCache, RolesConfig, UsageStats, build_llm_roles
-from evolve.observe.harness import Roles
+from evolve.observe.evaluator import Roles
 from evolve.observe.judge import TokenF1Judge
 
 

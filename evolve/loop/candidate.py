@@ -13,7 +13,8 @@ from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
 from evolve.loop.holdout import Holdout
 from evolve.loop.record import CandidateRecord
-from evolve.observe.harness import EvalRun, Harness, usage_totals
+from evolve.observe.harness import EvalRun, Harness
+from evolve.observe.summarize import usage_totals
 from evolve.observe.objective import Objective, changed as objective_changed, success
 from evolve.observe.trace import Trace
 from evolve.state.records import decision_report

@@ -17,7 +17,8 @@ from evolve.loop.budget import Spend, models_by_role
 from evolve.loop.config import RunConfig
 from evolve.state.records import load_record
 from evolve.loop.setup import RunSetup
-from evolve.observe.harness import EvalRun, usage_totals
+from evolve.observe.harness import EvalRun
+from evolve.observe.summarize import usage_totals
 from evolve.state.view import StoreView
 
 #: Share of screened candidates assumed to reach a full evaluation when the stores hold no history.

@@ -24,6 +24,8 @@ import re
 from functools import lru_cache
 from typing import Iterable
 
+from evolve.observe.ladder import derives_from
+
 STOPWORDS = frozenset("""
 a an the and or but if of to in on at by for with from as is are was were be been being am do does did have has had
 i you he she it we they me him her us them my your his its our their this that these those what which who whom whose
@@ -99,5 +101,5 @@ def answer_check(answer: str, evidence: Iterable[str],
     gold, packed = set(evidence), list(packed)
     if not gold or not content_words(answer):
         return None, None
-    from_evidence = [p.get("text", "") for p in packed if gold & set(p.get("source_ids", ()))]
+    from_evidence = [p.get("text", "") for p in packed if derives_from(p, gold)]
     return carried(answer, from_evidence), carried(answer, (p.get("text", "") for p in packed))

@@ -1,39 +1,22 @@
-"""Layer-A diagnosis: where on the evidence-loss ladder each failure happened, and DCR@tau."""
+"""Layer-A diagnosis: where on the evidence-loss ladder (:mod:`evolve.observe.ladder`) each failure happened, and
+DCR@tau."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 from typing import Iterable
 
 from evolve.observe.answer import carried
+from evolve.observe.ladder import ANSWER_LOSS, RootCause, Stage, lost_at, reaches
 from evolve.observe.trace import Trace
 
-#: The evidence-loss ladder, upstream first, then ``unresolved`` (gold evidence unknown).
-ROOT_CAUSES = ("ingestion_gap", "retrieval_gap", "kf_filtered", "generation_error", "unresolved")
-STAGES = ("ingestion", "retrieval", "filtering", "assembly", "generation")
-#: Where the answer objective loses a question (:attr:`Trace.answer_loss`), upstream first, each with the rung of
-#: the ladder above that the planner's bundle table aims at for it.
-ANSWER_LOSSES = {"never_stored": "ingestion_gap", "not_retrieved": "retrieval_gap", "cut_in_assembly": "kf_filtered",
-                 "packed_not_from_evidence": "generation_error"}
 
-
-def _derives_from_gold(item: dict, gold: set[str]) -> bool:
-    return bool(gold & set(item.get("source_ids", ())))
-
-
-def root_cause(trace: Trace) -> str | None:
-    """The first stage on the ladder at which gold evidence was lost, or None for a correct answer."""
+def root_cause(trace: Trace) -> RootCause | None:
+    """The first rung of the ladder at which gold evidence was lost, or None for a correct answer."""
     if trace.correct:
         return None
-    gold = set(trace.gold_evidence)
-    if not trace.evidence_known or not gold:
-        return "unresolved"
-    if not trace.stored_ids:
-        return "ingestion_gap"
-    if not any(_derives_from_gold(hit, gold) for hit in trace.retrieved):
-        return "retrieval_gap"
-    if not any(_derives_from_gold(item, gold) for item in trace.packed):
-        return "kf_filtered"
-    return "generation_error"
+    if not trace.evidence_known or not trace.gold_evidence:
+        return RootCause.UNRESOLVED
+    return lost_at(trace, reaches)
 
 
 def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: bool | None) -> str:
@@ -47,27 +30,18 @@ def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: 
     together, do not carry it: ``never_stored``, ``not_retrieved``, else ``cut_in_assembly`` (filtered, dropped by
     the budget, or compressed away when packed)."""
     if anywhere:
-        return "packed_not_from_evidence"
-    if not carried(answer, stored):
-        return "never_stored"
-    if not carried(answer, retrieved):
-        return "not_retrieved"
-    return "cut_in_assembly"
+        return ANSWER_LOSS[Stage.GENERATION]
+    for stage, texts in ((Stage.INGESTION, stored), (Stage.RETRIEVAL, retrieved)):
+        if not carried(answer, texts):
+            return ANSWER_LOSS[stage]
+    return ANSWER_LOSS[Stage.ASSEMBLY]
 
 
-def recorded_stages(trace: Trace) -> list[str]:
+def recorded_stages(trace: Trace) -> list[Stage]:
     """Stages whose decisions the trace records well enough to act on."""
-    stages = []
-    if trace.evidence_known:
-        stages.append("ingestion")
-    if trace.intent:
-        stages.append("retrieval")
-    stages.append("filtering")
-    if trace.token_budget:
-        stages.append("assembly")
-    if trace.judge:
-        stages.append("generation")
-    return stages
+    recorded = {Stage.INGESTION: trace.evidence_known, Stage.RETRIEVAL: bool(trace.intent), Stage.FILTERING: True,
+                Stage.ASSEMBLY: bool(trace.token_budget), Stage.GENERATION: bool(trace.judge)}
+    return [stage for stage in Stage if recorded[stage]]
 
 
 def diagnose(trace: Trace) -> Trace:
@@ -82,7 +56,7 @@ def dcr(traces: Iterable[Trace], tau: int = 3) -> float:
     failures = [t for t in traces if t.failed]
     if not failures:
         return 1.0
-    covered = sum(1 for t in failures if t.root_cause != "unresolved" and len(t.stages) >= tau)
+    covered = sum(1 for t in failures if t.root_cause != RootCause.UNRESOLVED and len(t.stages) >= tau)
     return covered / len(failures)
 
 

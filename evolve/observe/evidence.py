@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+from evolve.observe.ladder import derives_from
 from evolve.runtime.text import content_set
 
 #: Share of content words that ties a packed item to a gold turn (either direction).
@@ -29,5 +30,5 @@ def packed_evidence(known: Iterable[str], turn_texts: Mapping[str, str], packed:
     """The known gold turn ids (in their given order) that some packed item carries."""
     packed = list(packed)
     return [g for g in known
-            if any(g in item.get("source_ids", ()) and carries(item.get("text", ""), turn_texts.get(g, ""))
+            if any(derives_from(item, (g,)) and carries(item.get("text", ""), turn_texts.get(g, ""))
                    for item in packed)]

@@ -11,14 +11,14 @@ per-category non-regression, protected slices, best-ever, auto-restore) compares
   (:mod:`evolve.observe.answer`): needs only packed text and source turn ids, so any system's context can be
   measured alike. Questions without known gold evidence or whose answer has no content word are left out and
   counted apart (``Summary.answer_left_out``). A failure's root cause is where the answer was lost
-  (:data:`evolve.observe.diagnosis.ANSWER_LOSSES`).
+  (:data:`evolve.observe.ladder.ANSWER_LOSSES`).
 """
 from __future__ import annotations
 
 from dataclasses import replace
 from typing import Iterable, Literal
 
-from evolve.observe.diagnosis import ANSWER_LOSSES
+from evolve.observe.ladder import ANSWER_LOSSES, RootCause, all_reach, lost_at
 from evolve.observe.trace import Summary, Trace
 
 Objective = Literal["accuracy", "evidence", "answer"]
@@ -67,22 +67,16 @@ def changed(before: Trace, after: Trace, objective: Objective) -> bool:
     return [p["id"] for p in before.packed] != [p["id"] for p in after.packed]
 
 
-def evidence_root_cause(trace: Trace) -> str | None:
+def evidence_root_cause(trace: Trace) -> RootCause | None:
     """Where the evidence objective lost a question on the evidence-loss ladder (``None``: all evidence packed)."""
-    if trace.all_evidence_packed:
-        return None
-    if not trace.stored_ids:
-        return "ingestion_gap"
-    gold = set(trace.gold_evidence)
-    retrieved = {s for hit in trace.retrieved for s in hit.get("source_ids", ())}
-    return "retrieval_gap" if not gold <= retrieved else "kf_filtered"
+    return None if trace.all_evidence_packed else lost_at(trace, all_reach)
 
 
 def failure_view(traces: Iterable[Trace], objective: Objective) -> list[Trace]:
     """``traces`` as the objective judges them, for diagnosis: under ``evidence`` a question fails when some known
     gold turn is not carried by the packed context, its root cause is where that evidence was lost, and questions
     with unknown evidence are left unscored; under ``answer`` it fails when the packed evidence items do not carry
-    the gold answer, its root cause is the rung :data:`~evolve.observe.diagnosis.ANSWER_LOSSES` gives where the
+    the gold answer, its root cause is the rung :data:`~evolve.observe.ladder.ANSWER_LOSSES` gives where the
     answer was lost, and questions the answer check leaves out are unscored. Under ``accuracy`` the traces keep
     their judgment and root cause. Only the answer objective's view keeps ``answer_loss``, so the planner's
     answer-side qualifier never moves decisions under the others."""

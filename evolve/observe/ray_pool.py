@@ -9,8 +9,8 @@ from typing import Callable
 
 from evolve.benchmarks.types import Benchmark
 from evolve.errors import EvolveError
-from evolve.observe.harness import Roles, _Evaluator, _WorkerError, evaluate_conversation
-from evolve.observe.trace import Trace
+from evolve.observe.evaluator import Evaluator, Roles
+from evolve.observe.executors import Task, TaskResult, WorkerError, run_task
 from evolve.runtime import IngestionCache
 
 
@@ -26,13 +26,13 @@ class _EvaluatorActor:
     """One Ray actor: the harness's evaluator with its own warm ingestion cache (sharing the directory on disk)."""
 
     def __init__(self, benchmark: Benchmark, roles: Roles, cache_dir: str | None, include_adversarial: bool):
-        self.evaluator = _Evaluator(benchmark, roles, IngestionCache(cache_dir), include_adversarial)
+        self.evaluator = Evaluator(benchmark, roles, IngestionCache(cache_dir), include_adversarial)
 
     def pid(self) -> int:
         return os.getpid()
 
-    def work(self, strategy: dict, cid: str, question_ids: list[str], answer: bool):
-        return evaluate_conversation(self.evaluator, strategy, cid, question_ids, answer)
+    def work(self, strategy: dict, cid: str, question_ids: list[str], answer: bool) -> TaskResult:
+        return run_task(self.evaluator, strategy, cid, question_ids, answer)
 
 
 #: The HTTP/2 client connection preface and an empty SETTINGS frame: what a gRPC client sends first.
@@ -62,7 +62,7 @@ def _reachable(address: str, timeout_s: float = 3.0) -> None:
 
 
 class RayPool:
-    """``num_workers`` actors on the Ray cluster at ``address`` (``None``: a local Ray started for this process,
+    """An :class:`~evolve.observe.executors.Executor`: ``num_workers`` actors on the Ray cluster at ``address`` (``None``: a local Ray started for this process,
     ``"auto"``: the running cluster). A task whose actor dies is retried ``max_retries`` times on a restarted actor."""
 
     def __init__(self, benchmark: Benchmark, roles: Roles, cache: IngestionCache, include_adversarial: bool, *,
@@ -92,8 +92,8 @@ class RayPool:
         """The process id of each actor (for tests that kill one)."""
         return self._ray.get([a.pid.remote() for a in self.actors])
 
-    def map(self, strategy: dict, tasks: list[tuple[str, list[str]]], answer: bool,
-            progress: Callable[[int], object]) -> list[tuple[list[Trace], dict, int, int]]:
+    def map(self, strategy: dict, tasks: list[Task], answer: bool,
+            progress: Callable[[int], object]) -> list[TaskResult]:
         """Each ``(conversation id, question ids)`` task on the next actor in turn; results in task order."""
         ray = self._ray
         refs = [self.actors[i % len(self.actors)].work.remote(strategy, cid, ids, answer)
@@ -104,7 +104,7 @@ class RayPool:
                 try:
                     out.append(ray.get(ref))
                 except ray.exceptions.RayTaskError as exc:
-                    cause = exc.cause if isinstance(exc.cause, _WorkerError) else None
+                    cause = exc.cause if isinstance(exc.cause, WorkerError) else None
                     if cause is None:
                         raise
                     raise cause.rebuild() from None

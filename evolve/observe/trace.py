@@ -70,7 +70,7 @@ class Trace:
     #: known gold turn, or no content word in the answer).
     answer_in_evidence: bool | None = None
     answer_anywhere: bool | None = None
-    #: Where the answer was lost when it is not in evidence (:data:`evolve.observe.diagnosis.ANSWER_LOSSES`).
+    #: Where the answer was lost when it is not in evidence (:data:`evolve.observe.ladder.ANSWER_LOSS`).
     answer_loss: str | None = None
     #: Turns stating what is no longer true (:attr:`Question.outdated`); whether one is among the sources of the top
     #: 5 / 10 retrieved items; and those the packed context carries (content-checked). ``None`` without any.

@@ -9,11 +9,11 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from evolve.loop.record import CandidateRecord
-from evolve.observe.diagnosis import ROOT_CAUSES
+from evolve.observe.ladder import RootCause
 from evolve.observe.objective import LABEL
 
-CAUSE_COLORS = {"ingestion_gap": "#8250df", "retrieval_gap": "#0969da", "kf_filtered": "#bf8700",
-                "generation_error": "#cf222e", "unresolved": "#8c959f"}
+CAUSE_COLORS = {RootCause.INGESTION_GAP: "#8250df", RootCause.RETRIEVAL_GAP: "#0969da",
+                RootCause.KF_FILTERED: "#bf8700", RootCause.GENERATION_ERROR: "#cf222e", RootCause.UNRESOLVED: "#8c959f"}
 #: (colour, matplotlib marker, label) per verdict.
 VERDICT_STYLE = {"ACCEPT": ("#1a7f37", "^", "accepted"), "ACCEPT_WITH_MONITOR": ("#4d9e2f", "v", "accepted (monitor)"),
                  "FEATURE_FLAG": ("#d4a72c", "o", "feature flag"), "REJECT": ("#cf222e", "X", "rejected")}
@@ -84,7 +84,7 @@ def root_cause_plot(rounds: list[dict]) -> str:
     fig, ax = _figure(5.6, 3.6)
     xs = [r["round"] for r in rounds]
     bottom = [0] * len(rounds)
-    for cause in ROOT_CAUSES:
+    for cause in RootCause:
         values = [r["root_causes"].get(cause, 0) for r in rounds]
         if any(values):
             ax.bar(xs, values, bottom=bottom, color=CAUSE_COLORS[cause], width=0.6, label=cause.replace("_", " "))

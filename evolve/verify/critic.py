@@ -4,10 +4,11 @@ The critic runs only after every hard gate passed (:mod:`evolve.verify.gates`), 
 candidate a gate refused; it can only hold back one the gates let through. Labels, by precedence:
 
 - ``out_of_scope`` the diff touches only stages downstream of where the evidence was lost, which
-  cannot recover it (ladder: ingestion -> retrieval -> assembly -> answering; ingestion_gap is
-  fixable in ingestion, retrieval_gap in ingestion/retrieval, kf_filtered up to assembly,
-  generation_error anywhere; groups come from the schema's ``x-evolvable``; a prompt belongs to
-  its section's group). A root cause without a stage (``unresolved``, or no target) skips this check.
+  cannot recover it (the stages of :mod:`evolve.observe.ladder` map to the groups ingestion ->
+  retrieval -> assembly -> answering; ingestion_gap is fixable in ingestion, retrieval_gap in
+  ingestion/retrieval, kf_filtered up to assembly, generation_error anywhere; groups come from the
+  schema's ``x-evolvable``; a prompt belongs to its section's group). A root cause without a stage
+  (``unresolved``, or no target) skips this check.
 - ``duplicate``    the change keys equal those of a recently evaluated candidate.
 - ``risky``        a change key has reputation <= ``reputation_floor``, a numeric change moves more
   than ``jump_fraction`` of its dimension's ``max_step``.
@@ -22,24 +23,27 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
 from evolve.numbers import is_real
+from evolve.observe.ladder import Stage, stage_of, through
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.diff import dimension_for, prompt_of
 
-#: Pipeline order of the dimension groups.
-LADDER = ("ingestion", "retrieval", "assembly", "answering")
-#: The group of the stage where each root cause lost the evidence.
-STAGE_GROUP = {
-    "ingestion_gap": "ingestion",
-    "retrieval_gap": "retrieval",
-    "kf_filtered": "assembly",
-    "generation_error": "answering",
-}
+#: The dimension group whose changes act at each stage of the evidence-loss ladder.
+STAGE_GROUP = {Stage.INGESTION: "ingestion", Stage.RETRIEVAL: "retrieval", Stage.FILTERING: "assembly",
+               Stage.ASSEMBLY: "assembly", Stage.GENERATION: "answering"}
+
+
+def loss_group(root_cause: str | None) -> str | None:
+    """The group of the stage where ``root_cause`` lost the evidence (``None``: a cause without a stage)."""
+    stage = stage_of(root_cause)
+    return STAGE_GROUP[stage] if stage is not None else None
 
 
 def fixing_groups(root_cause: str) -> tuple[str, ...]:
     """Groups whose changes can recover evidence lost at ``root_cause``: its stage and every upstream one."""
-    stage = STAGE_GROUP.get(root_cause)
-    return LADDER[: LADDER.index(stage) + 1] if stage else ()
+    stage = stage_of(root_cause)
+    return tuple(dict.fromkeys(STAGE_GROUP[s] for s in through(stage))) if stage is not None else ()
+
+
 _PROMPT_GROUP = {"extraction.prompt": "ingestion", "expansion.prompt": "retrieval", "answering.prompt": "answering"}
 _BLOCKING = ("duplicate", "out_of_scope")
 
@@ -106,7 +110,7 @@ class DeterministicCritic:
         symptom = f"{packet.root_cause}/{packet.category}"
         if not packet.diff:
             return CriticReview("out_of_scope", ["empty diff"])
-        stage = STAGE_GROUP.get(packet.root_cause or "")
+        stage = loss_group(packet.root_cause)
         if stage is not None:
             touched = sorted({g for g in map(group_of, packet.diff) if g})
             allowed = fixing_groups(packet.root_cause or "")

@@ -26,7 +26,7 @@ from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
 from evolve.llm import RolesConfig
 from evolve.llm.local import MODELS, LocalLLMServer, missing_requirements
 from evolve.loop.backends import build_backends
-from evolve.observe.harness import Roles
+from evolve.observe.evaluator import Roles
 from evolve.observe.judge import TokenF1Judge
 from evolve.runtime import IngestionCache
 

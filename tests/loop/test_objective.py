@@ -11,7 +11,7 @@ import pytest
 from evolve.benchmarks import load_benchmark
 from evolve.benchmarks.synthetic import write_locomo
 from evolve.state.records import decision_report, dump_record, load_record
-from evolve.observe.diagnosis import ANSWER_LOSSES
+from evolve.observe.ladder import ANSWER_LOSSES
 from evolve.verify.decision import AcceptanceRules, CostLimits, decide
 from workflow_fixtures import cli, write_config
 

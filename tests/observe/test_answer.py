@@ -4,7 +4,8 @@ from __future__ import annotations
 import pytest
 
 from evolve.observe.answer import answer_check, content_words
-from evolve.observe.diagnosis import ANSWER_LOSSES, ROOT_CAUSES, answer_loss
+from evolve.observe.diagnosis import answer_loss
+from evolve.observe.ladder import ANSWER_LOSSES, ROOT_CAUSES
 from evolve.observe.objective import failure_view, outcomes, score, success
 from evolve.observe.trace import Trace
 

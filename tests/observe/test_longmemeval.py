@@ -10,7 +10,8 @@ from typing import Sequence
 import pytest
 
 from evolve.benchmarks import LONGMEMEVAL_CATEGORIES, load_benchmark
-from evolve.observe.harness import Harness, Roles
+from evolve.observe.evaluator import Roles
+from evolve.observe.harness import Harness
 from evolve.observe.judge import first_seen, recall_any_all
 from evolve.observe.trace import RECALL_KS
 from evolve.runtime.roles import AnswerResult, ContextItem

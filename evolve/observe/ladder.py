@@ -1,0 +1,117 @@
+"""The evidence-loss ladder: the pipeline stages gold evidence must pass, and the root cause of losing it at each.
+
+Every layer names stages and root causes with :class:`Stage` and :class:`RootCause` (both ``str``-valued, so traces
+and records serialise them as their plain values). A failure's root cause is the rung of the first stage whose
+output the gold evidence does not reach (:func:`lost_at`), under one of two predicates:
+
+* :func:`reaches` — *some* item deriving from a gold turn (:func:`derives_from`, by source id) reaches the stage;
+  the judge's verdict is the generation rung. The accuracy objective diagnoses with it.
+* :func:`all_reach` — *every* known gold turn reaches the stage, content-checked at the packed context
+  (:mod:`evolve.observe.evidence`); what the answerer sees is all the evidence objective judges.
+
+They differ: a packed item may cite a gold turn without carrying its words (a session summary), which
+:func:`reaches` counts and :func:`all_reach` does not. Content-checking the accuracy ladder would move the root
+causes of recorded traces, and so the symptoms the planner acts on; it keeps the source-id predicate.
+"""
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Callable, Collection, Mapping
+
+from evolve.observe.trace import Trace
+
+
+class Stage(StrEnum):
+    """Pipeline stages, upstream first (the member order is the pipeline order)."""
+
+    INGESTION = "ingestion"
+    RETRIEVAL = "retrieval"
+    FILTERING = "filtering"
+    ASSEMBLY = "assembly"
+    GENERATION = "generation"
+
+
+class RootCause(StrEnum):
+    """Where gold evidence was lost, upstream first, then ``unresolved`` (gold evidence unknown)."""
+
+    INGESTION_GAP = "ingestion_gap"
+    RETRIEVAL_GAP = "retrieval_gap"
+    KF_FILTERED = "kf_filtered"
+    GENERATION_ERROR = "generation_error"
+    UNRESOLVED = "unresolved"
+
+
+#: Every root cause, in ladder order.
+ROOT_CAUSES: tuple[RootCause, ...] = tuple(RootCause)
+#: The rungs, upstream first: the stage whose output the gold must reach, and the root cause of losing it there.
+#: Filtering has no rung of its own: what the filter hid or the budget dropped is lost at the packed context.
+RUNGS: dict[Stage, RootCause] = {
+    Stage.INGESTION: RootCause.INGESTION_GAP,
+    Stage.RETRIEVAL: RootCause.RETRIEVAL_GAP,
+    Stage.ASSEMBLY: RootCause.KF_FILTERED,
+    Stage.GENERATION: RootCause.GENERATION_ERROR,
+}
+#: Where the answer objective loses a question (:attr:`Trace.answer_loss`), by the stage whose gold-derived texts
+#: no longer carry the answer (generation: the context carries it, not through items from the gold turns).
+ANSWER_LOSS: dict[Stage, str] = {
+    Stage.INGESTION: "never_stored",
+    Stage.RETRIEVAL: "not_retrieved",
+    Stage.ASSEMBLY: "cut_in_assembly",
+    Stage.GENERATION: "packed_not_from_evidence",
+}
+#: Each answer loss with the rung the planner's bundle table aims at for it.
+ANSWER_LOSSES: dict[str, RootCause] = {loss: RUNGS[stage] for stage, loss in ANSWER_LOSS.items()}
+
+
+def through(stage: Stage) -> tuple[Stage, ...]:
+    """``stage`` and every stage upstream of it, in pipeline order."""
+    stages = tuple(Stage)
+    return stages[: stages.index(stage) + 1]
+
+
+def stage_of(cause: str | None) -> Stage | None:
+    """The stage whose rung ``cause`` names (``None`` for ``unresolved``, no cause or an unknown one)."""
+    return next((stage for stage, rung in RUNGS.items() if rung == cause), None)
+
+
+def derives_from(item: Mapping, turns: Collection[str]) -> bool:
+    """Whether a trace item (retrieved, filtered, packed) cites one of ``turns`` among its source ids."""
+    return not set(turns).isdisjoint(item.get("source_ids") or ())
+
+
+def reaches(trace: Trace, stage: Stage) -> bool:
+    """Whether some item deriving from the question's gold turns reaches the output of ``stage``: stored, retrieved,
+    retrieved and not hidden by the filter, packed; at generation, the answer is judged correct."""
+    gold = trace.gold_evidence
+    if stage is Stage.INGESTION:
+        return bool(trace.stored_ids)
+    if stage is Stage.RETRIEVAL:
+        return any(derives_from(hit, gold) for hit in trace.retrieved)
+    if stage is Stage.FILTERING:
+        hidden = {f["id"] for f in trace.filtered}
+        return any(derives_from(hit, gold) for hit in trace.retrieved if hit["id"] not in hidden)
+    if stage is Stage.ASSEMBLY:
+        return any(derives_from(item, gold) for item in trace.packed)
+    return trace.correct
+
+
+def all_reach(trace: Trace, stage: Stage) -> bool:
+    """Whether every gold turn reaches the output of ``stage``: ingestion stored an item from the known gold turns
+    (the trace does not say which), every gold turn is a source of a retrieved item (of one the filter did not
+    hide), every known gold turn is carried by the packed context (content-checked, :attr:`Trace.packed_evidence`);
+    the answerer sees no more than the packed context, so generation is reached as assembly is."""
+    gold = set(trace.gold_evidence)
+    if stage is Stage.INGESTION:
+        return bool(trace.stored_ids)
+    if stage is Stage.RETRIEVAL:
+        return gold <= {s for hit in trace.retrieved for s in hit.get("source_ids", ())}
+    if stage is Stage.FILTERING:
+        hidden = {f["id"] for f in trace.filtered}
+        return gold <= {s for hit in trace.retrieved if hit["id"] not in hidden for s in hit.get("source_ids", ())}
+    return bool(trace.all_evidence_packed)
+
+
+def lost_at(trace: Trace, reached: Callable[[Trace, Stage], bool]) -> RootCause | None:
+    """The root cause of the first rung whose stage ``reached`` says the gold evidence does not reach (``None``:
+    it reaches every one)."""
+    return next((cause for stage, cause in RUNGS.items() if not reached(trace, stage)), None)

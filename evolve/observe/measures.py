@@ -1,0 +1,57 @@
+"""Per-question measures: what one question's trace says about its evidence, derived from what the runtime
+stored, retrieved and packed for it."""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from evolve.benchmarks.types import Question
+from evolve.observe.answer import answer_check
+from evolve.observe.diagnosis import answer_loss, diagnose
+from evolve.observe.evidence import packed_evidence
+from evolve.observe.judge import evidence_recall, first_seen, recall_any_all
+from evolve.observe.ladder import derives_from
+from evolve.observe.trace import RECALL_KS, Trace
+from evolve.runtime.assembly import raw_turn
+from evolve.runtime.render import render
+from evolve.runtime.store import MemoryStore
+
+
+def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, turn_text: Mapping[str, str],
+            session_of: Mapping[str, str]) -> Trace:
+    """Fill the evidence recall, retrieval recall, staleness, packed evidence, answer check and diagnosis of the
+    trace of ``q`` (``known``: its gold turns of the conversation; ``turn_text`` and ``session_of`` by turn id of
+    the conversation) in place; return it."""
+    sources = [hit["source_ids"] for hit in trace.retrieved]
+    trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
+    if known and not q.abstention:
+        units = {"turn": (set(known), first_seen(sources)),
+                 "session": ({session_of[t] for t in known}, first_seen(sources, session_of.__getitem__))}
+        trace.retrieval_recall = {
+            level: {f"recall_{name}@{k}": value for k in RECALL_KS
+                    for name, value in zip(("any", "all"), recall_any_all(gold, ranked, k))}
+            for level, (gold, ranked) in units.items()}
+    if q.outdated:
+        trace.gold_outdated = list(q.outdated)
+        hidden = {f["id"] for f in trace.filtered}  # what the lifecycle filter hid never reaches the answerer
+        visible = [hit for hit in trace.retrieved if hit["id"] not in hidden]
+        trace.stale_retrieved = {str(k): any(derives_from(hit, q.outdated) for hit in visible[:k]) for k in (5, 10)}
+        trace.stale_packed = packed_evidence(list(q.outdated), turn_text, trace.packed)
+    if known:
+        trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
+        trace.evidence_share = round(len(trace.packed_evidence) / len(known), 4)
+        trace.all_evidence_packed = len(trace.packed_evidence) == len(known)
+        trace.answer_in_evidence, trace.answer_anywhere = answer_check(q.answer, known, trace.packed)
+        if trace.answer_in_evidence is False:
+            retrieved = [hit["id"] for hit in trace.retrieved if derives_from(hit, known)]
+            trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
+                                            _dated_texts(store, retrieved), trace.answer_anywhere)
+    return diagnose(trace)
+
+
+def _dated_texts(store: MemoryStore, item_ids: Iterable[str]) -> list[str]:
+    """The texts of stored items and of the turns they derive from (which ``assembly.unit: turn`` packs in their
+    place), dated as a context line would show them."""
+    items = [store.item(i) for i in item_ids if i in store.position]
+    turns = dict.fromkeys(s for item in items for s in item.source_ids if s in store.turns)
+    return ([render(item.id, item.layer, item.text, item.timestamp, "dialogue") for item in items]
+            + [raw_turn(store.turns[t], "dialogue").text for t in turns])
