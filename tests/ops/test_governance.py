@@ -58,7 +58,7 @@ def test_flags_lists_the_flagged_candidates_with_reasons_and_status(capsys, run_
     assert set(rows) == flagged
     for cid in flagged:
         r = records[cid]
-        assert r.decision["rule"] in rows[cid] and r.strategy_hash[:12] in rows[cid]
+        assert r.decision.rule in rows[cid] and r.strategy_hash[:12] in rows[cid]
         assert rows[cid].split()[-2:] == ["open", "-"]
         assert f"  {cid}: {r.reason}" in out
     assert "Δ +0.0000 p=1" in rows["r001-c00"] and "probe Δ +0.000 on 20" in rows["r001-c01"]
@@ -88,8 +88,8 @@ def test_verify_reevaluates_a_flag_against_the_current_strategy_and_journals_it(
     code, out = cli(capsys, "flags", "--config", config, "--verify", "r001-c00")
     assert code == 0, out
     p = record.paired  # nothing was accepted since, so the current strategy is the flag's parent
-    assert (f"paired comparison on {p['n']} questions (accuracy): current {p['acc_baseline']:.3f} -> candidate "
-            f"{p['acc_candidate']:.3f}  Δ {p['delta']:+.4f}") in out
+    assert (f"paired comparison on {p.n} questions (accuracy): current {p.acc_baseline:.3f} -> candidate "
+            f"{p.acc_candidate:.3f}  Δ {p.delta:+.4f}") in out
     assert "the decision contract would now say FEATURE_FLAG (rule inconclusive)" in out
     entry = journal(stores)[-1]
     assert f"journal entry {entry['index']} REVERIFY" in out
