@@ -194,8 +194,10 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], object]]:
     ]
 
 
+@lru_cache(maxsize=100_000)
 def resolve_relative_dates(text: str, ref: datetime | None) -> str:
-    """Rewrite relative time expressions ("yesterday", "last week", "3 days ago", ...) as absolute dates."""
+    """Rewrite relative time expressions ("yesterday", "last week", "3 days ago", ...) as absolute dates (cached: a
+    packed turn is resolved again for every question that packs it)."""
     if ref is None:
         return text
     for pattern, repl in _relative_rules(ref):
