@@ -24,7 +24,7 @@ from tqdm import tqdm
 from evolve.benchmarks.types import Benchmark, Question
 from evolve.errors import EvolveError
 from evolve.observe.answer import answer_check, content_words
-from evolve.observe.diagnosis import answer_loss, dcr, diagnose, root_cause_counts
+from evolve.observe.diagnosis import answer_loss, dcr_by_tau, diagnose, root_cause_counts
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.objective import Objective, outcomes as objective_outcomes, score as objective_score
 from evolve.observe.judge import TokenF1Judge, answer_kind, evidence_recall, first_seen, recall_any_all
@@ -466,7 +466,7 @@ class Harness:
             staleness=_staleness([t for t in scored if t.gold_outdated]),
             answers=dict(Counter(t.answer_kind for t in scored if t.answer_kind)),
             retrieval_ms=_spread([t.retrieval_ms for t in scored], "p50", "p95"),
-            dcr3=round(dcr(traces, 3), 4),
+            dcr=dcr_by_tau(traces),
             adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),
                          "evidence_recall@10": recall(adversarial, 10)},
             role_failures=sum(1 for t in traces if t.error is not None),
