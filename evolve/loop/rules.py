@@ -71,9 +71,9 @@ def check_rules(layout: StoreLayout, rules: dict, reason: str | None) -> RulesCh
     if recorded is None:
         if reason is None:
             raise RulesChanged(layout.state, "these stores were made before decision rules were recorded, so the "
-                                             "rules behind their decisions are unknown; pass --new-rules REASON to "
-                                             "record the run config's rules and continue, or use a new stores "
-                                             "directory (--stores)")
+                                             "rules behind their decisions are unknown; `memevolve run --new-rules "
+                                             "REASON` records the run config's rules and continues, or use a new "
+                                             "stores directory (--stores)")
         return RulesChange(None, rules, reason)
     changes = rule_changes(recorded, rules)
     if not changes:
@@ -81,6 +81,6 @@ def check_rules(layout: StoreLayout, rules: dict, reason: str | None) -> RulesCh
     if reason is None:
         shown = "; ".join(f"{name}: stores {a!r}, run config {b!r}" for name, a, b in changes)
         raise RulesChanged(layout.state, f"these stores were made under other decision rules ({shown}); a change of "
-                                         "rules is a decision of its own: pass --new-rules REASON to journal it and "
-                                         "continue, or use a new stores directory (--stores)")
+                                         "rules is a decision of its own: `memevolve run --new-rules REASON` "
+                                         "journals it and continues, or use a new stores directory (--stores)")
     return RulesChange(recorded, rules, reason)

@@ -6,13 +6,16 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
 from evolve.cli import main
 from evolve.loop.rules import RulesChange, rule_changes, rules_of
+from evolve.observe.trace import DCR_TAUS
 from evolve.state.journal import Journal
-from evolve.verify.decision import AcceptanceRules, CostLimits
+from evolve.verify.decision import AcceptanceRules, CostLimits, decide
+from evolve.verify.statistics import paired_comparison
 from tests.workflow_fixtures import cli, journal, snapshot, write_config
 
 OLD_STORES = Path(__file__).parents[1] / "fixtures" / "stores_6991b56"
@@ -144,3 +147,22 @@ def test_a_blank_reason_is_refused(tmp_path, capsys):
         cli(capsys, "run", "--config", tmp_path / "run.yaml", "--new-rules", "  ")
     assert exc.value.code == 2
     assert "say why the rules change" in capsys.readouterr().err
+
+
+def test_dcr_tau_is_one_of_the_reported_taus_and_named_in_the_floor_rule():
+    assert get_args(AcceptanceRules.model_fields["dcr_tau"].annotation) == DCR_TAUS
+    gain = {f"q{i}": {"correct": True, "category": "single_hop"} for i in range(12)}
+    base = {q: {**o, "correct": False} for q, o in gain.items()}
+    report = {"paired": paired_comparison(base, gain, n_resamples=200).to_dict(), "dcr": 0.5}
+    decision = decide(report, AcceptanceRules(dcr_tau=5, rho_min=0.6))
+    assert (decision.rule, decision.reason) == ("dcr_floor", "DCR@5 0.500 below floor 0.600")
+    assert decide(report, AcceptanceRules(dcr_tau=5, rho_min=0.5)).rule == "accept"
+
+
+def test_bootstrap_resamples_is_the_paired_comparisons_resample_count():
+    assert AcceptanceRules().bootstrap_resamples == 10_000
+    base = {f"q{i}": {"correct": i % 2 == 0, "category": "single_hop"} for i in range(40)}
+    cand = {q: {**o, "correct": o["correct"] or q in ("q1", "q3", "q5")} for q, o in base.items()}
+    few, many = (paired_comparison(base, cand, n_resamples=n) for n in (50, 10_000))
+    assert (few.n_resamples, many.n_resamples) == (50, 10_000)
+    assert (few.ci_low, few.ci_high) != (many.ci_low, many.ci_high)
