@@ -117,7 +117,7 @@ def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, a
         scoreboard["rounds"].append({"round": n, "strategy_hash": new_hash, "objective": "accuracy", "score": after,
                                      "observed_score": before["accuracy"], "best_score": best, "accuracy": after,
                                      "observed_accuracy": before["accuracy"],
-                                     "root_causes": before["root_causes"], "dcr@3": before["dcr@3"],
+                                     "root_causes": before["root_causes"], "dcr": before.get("dcr"),
                                      "accepted": cid if applied else None, "restored": False,
                                      "decisions": {cid: verdict}})
         bundle = RoundBundle(

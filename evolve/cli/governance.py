@@ -63,7 +63,8 @@ def _verify(args: argparse.Namespace) -> int:
     print(f"paired comparison on {p['n']} questions ({config.objective}): current {p['acc_baseline']:.3f} -> "
           f"candidate {p['acc_candidate']:.3f}  Δ {p['delta']:+.4f}  McNemar p={p['mcnemar_p']:.4g}  "
           f"{p['confidence']:.0%} CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}] ({p['ci_method']})")
-    print(f"  improved {len(p['improved'])}, regressed {len(p['regressed'])}; DCR@3 {result.dcr:.3f}; context words "
+    print(f"  improved {len(p['improved'])}, regressed {len(p['regressed'])}; DCR@{config.acceptance.dcr_tau} "
+          f"{result.dcr:.3f}; context words "
           f"{result.cost['words_parent']:.1f} -> {result.cost['words_candidate']:.1f}")
     if result.holdout:
         h = result.holdout

@@ -52,7 +52,8 @@ def print_summary(summary: "Summary") -> None:
             f"{level} {summary.retrieval_recall[level]['recall_any@5']:.3f} / "
             f"{summary.retrieval_recall[level]['recall_all@5']:.3f}" for level in ("turn", "session")))
     causes = ", ".join(f"{k}={v}" for k, v in sorted(summary.root_causes.items())) or "none"
-    print(f"judge {summary.judge} | root causes: {causes} | DCR@3 {summary.dcr3:.3f} | "
+    dcr = " ".join(f"@{tau} {value:.3f}" for tau, value in summary.dcr.items())
+    print(f"judge {summary.judge} | root causes: {causes} | DCR {dcr} | "
           f"strategy {summary.strategy_hash[:12]} | {summary.wall_time_s:.1f}s")
     left = ", ".join(f"{k.replace('_', ' ')} {v}" for k, v in summary.answer_left_out.items())
     print(f"all evidence packed {_fmt(summary.all_evidence_packed)} ({summary.n_evidence_known} questions) | "
@@ -151,6 +152,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _reason(text: str) -> str:
+    """An argparse type: a reason that says something (not empty or blank)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; say why the rules change")
+    return text
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     from evolve.errors import ConfigError
     from evolve.llm.config import EndpointUnreachable
@@ -173,7 +181,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
             print(json.dumps(estimate(config, args.rounds), indent=2))
             return 0
-        engine = Engine(config, track=not args.no_tracking)
+        engine = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
     except EndpointUnreachable:
         raise
     except ConfigError as exc:  # a setting the benchmark or a role cannot serve: name the file
@@ -295,6 +303,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run N more rounds (default: until the config's round count is reached)")
     p.add_argument("--stores", help="stores directory (default: the config's stores)")
     p.add_argument("--no-tracking", action="store_true", help="do not log to MLflow")
+    p.add_argument("--new-rules", metavar="REASON", type=_reason,
+                   help="continue stores made under other decision rules (acceptance:, cost:) under the config's, "
+                        "journaling the change with REASON")
     p.add_argument("--estimate", action="store_true",
                    help="print the LLM calls, tokens and cost one evaluation, one candidate and the rest of the night "
                         "are expected to spend (no endpoint is called, the stores are not touched) and exit")

@@ -119,9 +119,9 @@ class CandidateVerifier:
         run = self.harness.evaluate(candidate, self.question_ids, desc=f"{cid} full")
         _spent(record, run)
         paired = paired_comparison(screen.run.outcomes(self.objective), run.outcomes(self.objective),
-                                   alpha=self.rules.alpha, seed=self.seed)
+                                   alpha=self.rules.alpha, n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
         result.run = run
-        record.paired, record.dcr, record.summary = paired, run.summary.dcr3, run.summary.brief()
+        record.paired, record.dcr, record.summary = paired, run.summary.dcr_at(self.rules.dcr_tau), run.summary.brief()
         record.cost = ContextCost(screen.run.summary.context_words["mean"], run.summary.context_words["mean"])
         if run.summary.staleness:
             record.staleness = {"parent": screen.run.summary.staleness, "candidate": run.summary.staleness}
@@ -148,7 +148,7 @@ class CandidateVerifier:
                                     answer=False)
         _spent(record, run)
         paired = paired_comparison(base.outcomes("evidence"), run.outcomes("evidence"), alpha=self.rules.alpha,
-                                   seed=self.seed)
+                                   n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
         record.evidence_screen = paired.brief()
         return evidence_screen(paired, self.rules)
 

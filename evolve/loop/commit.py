@@ -76,7 +76,7 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
         "all_evidence_packed": after.all_evidence_packed, "answer_in_evidence": after.answer_in_evidence,
         "answer_anywhere": after.answer_anywhere, "context_words": after.context_words["mean"],
         "holdout_score": o.holdout_score, "holdout_best_score": o.holdout_best_score,
-        "root_causes": o.run.summary.root_causes, "dcr@3": o.run.summary.dcr3,
+        "root_causes": o.run.summary.root_causes, "dcr": o.run.summary.dcr,
         "accepted": accepted, "restored": o.restored is not None,
         "decisions": {r.record.candidate_id: r.record.verdict for r in o.results}})
     bundle.docs = {**docs, "question_histories": histories, "scoreboard": scoreboard, "escalations": escalations}

@@ -45,7 +45,8 @@ log = logging.getLogger(__name__)
 class Engine:
     """Runs rounds against one harness and one stores directory (locked for the engine's lifetime)."""
 
-    def __init__(self, config: RunConfig, *, track: bool = True, progress: bool | None = None):
+    def __init__(self, config: RunConfig, *, track: bool = True, progress: bool | None = None,
+                 new_rules: str | None = None):
         self.config = config
         self.rules = config.acceptance
         # All input is validated before the stores are opened, so bad input never touches them.
@@ -54,9 +55,9 @@ class Engine:
         self.power = setup.power
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.rounds_run = 0
-        self.harness, holdout_harness, backends, self.harness_id = setup.harness(progress)
-        self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, alpha=self.rules.alpha,
-                                seed=config.seed) if holdout_harness is not None else None)
+        self.harness, holdout_harness, backends, self.harness_id = setup.harness(progress, new_rules)
+        self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, self.rules, seed=config.seed)
+                        if holdout_harness is not None else None)
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
         if config.optuna_storage:
             try:
@@ -66,6 +67,9 @@ class Engine:
         self.stores = StoreSet(config.stores)
         if not self.stores.recovery.clean:
             log.warning("recovered stores: %s", self.stores.recovery.to_payload())
+        if setup.rules_change is not None:  # journaled with the stores' new rules before any round runs under them
+            entry = self.stores.append_journal("RULES", setup.rules_change.payload(), state={"harness": self.harness_id})
+            log.warning("decision rules changed (journal entry %d RULES): %s", entry["index"], setup.rules_change.reason)
         self.llm_stats = backends.usage
         self.effects = DimensionEffects.from_dict(self.stores.read_doc("dimension_effects", {}))
         self.tree = HypothesisTree.from_dict(self.stores.read_doc("hypothesis_tree", None) or
@@ -146,7 +150,8 @@ class Engine:
             out["current_vs_baseline"] = {"skipped": str(exc)}
         else:
             paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective),
-                                       alpha=self.rules.alpha, seed=self.config.seed)
+                                       alpha=self.rules.alpha, n_resamples=self.rules.bootstrap_resamples,
+                                       seed=self.config.seed)
             self._count_failing(base_run)
             out["baseline"].update(_headline(base_run, objective))
             out["current"].update(_headline(cur_run, objective))

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from evolve.observe.harness import EvalRun, Harness
 from evolve.observe.objective import Objective
 from evolve.strategy.artifact import strategy_hash
+from evolve.verify.decision import AcceptanceRules
 from evolve.verify.outcomes import HoldoutComparison
 from evolve.verify.statistics import paired_comparison
 
@@ -18,9 +19,10 @@ KEEP = 4
 class Holdout:
     """Evaluations of strategies on the held-out questions, and candidate-vs-parent comparisons there."""
 
-    def __init__(self, harness: Harness, question_ids: list[str], objective: Objective, *, alpha: float, seed: int):
+    def __init__(self, harness: Harness, question_ids: list[str], objective: Objective, rules: AcceptanceRules, *,
+                 seed: int):
         self.harness, self.question_ids, self.objective = harness, question_ids, objective
-        self.alpha, self.seed = alpha, seed
+        self.rules, self.seed = rules, seed
         self._runs: OrderedDict[str, EvalRun] = OrderedDict()
 
     def run(self, strategy: dict) -> EvalRun:
@@ -39,8 +41,8 @@ class Holdout:
     def compare(self, parent: dict, candidate: dict) -> HoldoutComparison:
         """Candidate vs. parent on the held-out questions, paired by id: what the decision's holdout rule reads."""
         base, cand = self.run(parent), self.run(candidate)
-        paired = paired_comparison(base.outcomes(self.objective), cand.outcomes(self.objective), alpha=self.alpha,
-                                   seed=self.seed)
+        paired = paired_comparison(base.outcomes(self.objective), cand.outcomes(self.objective),
+                                   alpha=self.rules.alpha, n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
         return HoldoutComparison(**asdict(paired.brief()), per_category=paired.per_category,
                                  score_parent=base.score(self.objective), score_candidate=cand.score(self.objective),
                                  improved=len(paired.improved), regressed=len(paired.regressed))

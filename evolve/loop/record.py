@@ -66,6 +66,16 @@ class CandidateRecord:
         return self.candidate_id
 
     @property
+    def rules(self) -> dict | None:
+        """The decision rules the candidate was decided under (recorded with its harness; ``None`` before that)."""
+        return (self.harness or {}).get("rules")
+
+    @property
+    def dcr_tau(self) -> int:
+        """The tau of the record's DCR (3 before it was a rule)."""
+        return ((self.rules or {}).get("acceptance") or {}).get("dcr_tau", 3)
+
+    @property
     def verdict(self) -> str:
         return self.decision.verdict.value if self.decision else ""
 

@@ -13,6 +13,7 @@ from evolve.loop.backends import Backends, build_backends, roles_config
 from evolve.loop.budget import Budget, BudgetedHarness
 from evolve.loop.commit import check_harness
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.loop.rules import RulesChange, check_rules, rules_of
 from evolve.observe.answer import content_words
 from evolve.observe.harness import Harness
 from evolve.observe.objective import NEEDS
@@ -61,6 +62,8 @@ class RunSetup:
     #: Held-out questions (never searched, probed or decided on) and the benchmark they come from.
     holdout_ids: list[str]
     holdout_benchmark: Benchmark | None
+    #: The change of decision rules :meth:`harness` was told to make (``None``: the stores' rules hold).
+    rules_change: RulesChange | None = None
 
     @classmethod
     def prepare(cls, config: RunConfig) -> "RunSetup":
@@ -133,19 +136,22 @@ class RunSetup:
         except ExecutorError as exc:
             raise ConfigError(str(exc)) from None
 
-    def harness(self, progress: bool | None = None) -> tuple[Harness | BudgetedHarness, Harness | BudgetedHarness | None,
-                                                            Backends, dict]:
+    def harness(self, progress: bool | None = None, new_rules: str | None = None) -> tuple[
+            Harness | BudgetedHarness, Harness | BudgetedHarness | None, Backends, dict]:
         """The run's harness and its holdout's (``None`` without a holdout; each behind the budget when one is set
-        and a role calls an LLM), the backends and the harness identity recorded in the stores; refuses stores built
-        on another harness and unreachable endpoints."""
+        and a role calls an LLM), the backends and the harness identity recorded in the stores, decision rules
+        included; refuses stores built on another harness, stores made under other rules unless ``new_rules`` says
+        why they change (the change is then :attr:`rules_change`), and unreachable endpoints."""
         check_reachable(self.roles)
         backends = build_backends(self.roles, self.config.judge_threshold, self.layout.cache / "llm",
                                   self.config.on_role_error)
         harness_id = {"benchmark": self.config.benchmark, "benchmark_hash": self.benchmark.content_hash(),
                       "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
                       "schema_hash": schema_hash(), "objective": self.config.objective,
-                      "holdout": self.config.holdout.describe() if self.config.holdout else None}
+                      "holdout": self.config.holdout.describe() if self.config.holdout else None,
+                      "rules": rules_of(self.config.acceptance, self.config.cost)}
         check_harness(self.layout, harness_id)
+        self.rules_change = check_rules(self.layout, harness_id["rules"], new_rules)
         cache = IngestionCache(self.layout.cache / "ingestion")
         budget = (Budget(self.config.budget, self.roles, backends.usage)
                   if self.config.budget.limited and backends.usage is not None else None)

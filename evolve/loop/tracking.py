@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.loop.rules import rule_params, rules_of
 from evolve.numbers import is_real
 from evolve.reachability import http_get
 from evolve.state.journal import HEAD_TAG, STORES_TAG
@@ -143,14 +144,16 @@ class Tracker:
 
 def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: dict, outcome: RoundOutcome,
                 usage: UsageStats | None) -> None:
-    """Log a committed round: a run per round with the new strategy's metrics, and a nested run per candidate
+    """Log a committed round: a run per round with the new strategy's metrics and the decision rules as parameters
+    (``rules.acceptance.alpha``, ...), and a nested run per candidate
     with its paired statistics, decision, record, diff, screening outcomes and (if fully evaluated) traces."""
     n = outcome.round
     head = stores.journal.last()
     run_id = tracker.start(f"round-{n:03d}", {"memevolve.round": str(n), STORES_TAG: str(stores.root.resolve()),
                                               HEAD_TAG: f"{head['index']}:{head['hash']}"})
     tracker.log(run_id, params={"stores": str(config.stores), "benchmark": config.benchmark,
-                                "strategy_hash": strategy_hash(outcome.new)},
+                                "strategy_hash": strategy_hash(outcome.new),
+                                **rule_params(rules_of(config.acceptance, config.cost))},
                 metrics={**outcome.new_run.summary.metrics(), **(usage.to_dict() if usage else {})},
                 tags={"accepted": summary["accepted"] or "none", "restored": summary["restored"]}, step=n)
     tracker.artifact(run_id, "round_summary.json", summary)

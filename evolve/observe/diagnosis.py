@@ -1,5 +1,5 @@
 """Layer-A diagnosis: where on the evidence-loss ladder (:mod:`evolve.observe.ladder`) each failure happened, and
-DCR@tau."""
+DCR@tau (how completely the traces record the stages)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
@@ -7,7 +7,7 @@ from typing import Iterable
 
 from evolve.observe.answer import carried
 from evolve.observe.ladder import ANSWER_LOSS, RootCause, Stage, lost_at, reaches
-from evolve.observe.trace import Trace
+from evolve.observe.trace import DCR_TAUS, Trace
 
 
 def root_cause(trace: Trace) -> RootCause | None:
@@ -37,27 +37,25 @@ def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: 
     return ANSWER_LOSS[Stage.ASSEMBLY]
 
 
-def recorded_stages(trace: Trace) -> list[Stage]:
-    """Stages whose decisions the trace records well enough to act on."""
-    recorded = {Stage.INGESTION: trace.evidence_known, Stage.RETRIEVAL: bool(trace.intent), Stage.FILTERING: True,
-                Stage.ASSEMBLY: bool(trace.token_budget), Stage.GENERATION: bool(trace.judge)}
-    return [stage for stage in Stage if recorded[stage]]
-
-
 def diagnose(trace: Trace) -> Trace:
-    """Fill ``root_cause`` and ``stages`` of a trace in place; return it."""
+    """Fill ``root_cause`` of a trace in place; return it."""
     trace.root_cause = root_cause(trace)
-    trace.stages = recorded_stages(trace)
     return trace
 
 
 def dcr(traces: Iterable[Trace], tau: int = 3) -> float:
-    """Diagnostic coverage rate: share of scored failures whose trace has at least ``tau`` actionable stages."""
-    failures = [t for t in traces if t.failed]
-    if not failures:
-        return 1.0
-    covered = sum(1 for t in failures if t.root_cause != RootCause.UNRESOLVED and len(t.stages) >= tau)
-    return covered / len(failures)
+    """Diagnosis completeness rate: share of the scored traces that record at least ``tau`` of the six stages
+    (:data:`~evolve.observe.trace.STAGE_FIELDS`); 0 when none is scored. A log of results alone scores 0 at any
+    ``tau`` above 1."""
+    scored = [t for t in traces if t.scored]
+    return sum(len(t.stages) >= tau for t in scored) / len(scored) if scored else 0.0
+
+
+def dcr_by_tau(traces: Iterable[Trace]) -> dict[str, float]:
+    """DCR@tau for each tau of :data:`~evolve.observe.trace.DCR_TAUS`, keyed by ``str(tau)``, rounded as summaries
+    report it."""
+    traces = list(traces)
+    return {str(tau): round(dcr(traces, tau), 4) for tau in DCR_TAUS}
 
 
 def root_cause_counts(traces: Iterable[Trace]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:

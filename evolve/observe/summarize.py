@@ -8,7 +8,7 @@ from typing import Iterable
 import numpy as np
 
 from evolve.observe.answer import content_words
-from evolve.observe.diagnosis import dcr, root_cause_counts
+from evolve.observe.diagnosis import dcr_by_tau, root_cause_counts
 from evolve.observe.trace import RECALL_KS, Summary, Trace
 from evolve.strategy.artifact import policy_hash, strategy_hash
 
@@ -67,7 +67,7 @@ def summarize(strategy: dict, benchmark: str, benchmark_hash: str, judge: str, t
         staleness=_staleness([t for t in scored if t.gold_outdated]),
         answers=dict(Counter(t.answer_kind for t in scored if t.answer_kind)),
         retrieval_ms=_spread([t.retrieval_ms for t in scored], "p50", "p95"),
-        dcr3=round(dcr(traces, 3), 4),
+        dcr=dcr_by_tau(traces),
         adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),
                      "evidence_recall@10": recall(adversarial, 10)},
         role_failures=sum(1 for t in traces if t.error is not None),

@@ -6,12 +6,27 @@ Each is built in one place (the harness) and serialised by one method (``to_dict
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Mapping
 
 from evolve.errors import EvolveError
 
 #: The k of evidence recall@k reported for every trace and summary.
 RECALL_KS = (1, 5, 10)
+#: The stages a trace can record, upstream first, each with the fields that record it: every group must be present,
+#: any field of a group will do (filtering is recorded by what it hid or what the budget dropped).
+STAGE_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
+    "ingestion": (("stored_ids",),), "retrieval": (("retrieved",),), "filtering": (("filtered", "dropped"),),
+    "assembly": (("packed",),), "generation": (("answer",), ("answer_support",)), "results": (("correct",),)}
+#: The tau of DCR@tau (share of scored traces recording at least tau stages) reported for every summary.
+DCR_TAUS = (1, 3, 5, 6)
+
+
+def recorded_stages(record: Mapping[str, Any]) -> list[str]:
+    """The stages whose fields a serialised trace holds (present and not null), upstream first."""
+    def holds(name: str) -> bool:
+        return record.get(name) is not None
+
+    return [stage for stage, groups in STAGE_FIELDS.items() if all(any(map(holds, g)) for g in groups)]
 
 
 class TraceError(EvolveError, ValueError):
@@ -81,7 +96,9 @@ class Trace:
     #: LLM calls made for this question, per role: requests, tokens, cache hits/misses, latency (empty: no LLM).
     llm: dict[str, dict[str, int]] = field(default_factory=dict)
     root_cause: str | None = None
-    stages: list[str] = field(default_factory=list)
+    #: The stages the trace records (:data:`STAGE_FIELDS`): a trace built in code holds every field, so all of them;
+    #: one read by :meth:`from_dict`, those whose fields the record holds.
+    stages: list[str] = field(default_factory=lambda: list(STAGE_FIELDS))
     #: ``{"stage", "type", "message"}`` when a role failed on this question (it is then never scored).
     error: dict | None = None
 
@@ -106,7 +123,8 @@ class Trace:
 
     @classmethod
     def from_dict(cls, record: Any, where: str = "trace record") -> "Trace":
-        """Read a serialised trace; :class:`TraceError` names the record and the field."""
+        """Read a serialised trace; :class:`TraceError` names the record and the field. Its ``stages`` are those
+        whose fields the record holds (a ``stages`` value in the record is derived data and not trusted)."""
         if not isinstance(record, dict):
             raise TraceError(f"{where}: expected an object, got {type(record).__name__}")
         names = {f.name for f in fields(cls)}
@@ -116,12 +134,12 @@ class Trace:
         missing = [n for n in ("question_id", "category", "correct") if n not in record]
         if missing:
             raise TraceError(f"{where}: missing field {missing[0]!r}")
-        return cls(**record)
+        return cls(**{**record, "stages": recorded_stages(record)})
 
 
 @dataclass(frozen=True)
 class Summary:
-    """Accuracy, F1 and evidence recall overall and per category, root causes and DCR@3 of one evaluation."""
+    """Accuracy, F1 and evidence recall overall and per category, root causes and DCR@tau of one evaluation."""
 
     strategy_hash: str
     policy_hash: str
@@ -161,7 +179,8 @@ class Summary:
     answers: dict[str, int]
     #: Retrieval time per query in milliseconds, ``{"p50", "p95"}``.
     retrieval_ms: dict[str, float]
-    dcr3: float
+    #: DCR@tau for each tau of :data:`DCR_TAUS` (keys ``"1"``, ``"3"``, ...).
+    dcr: dict[str, float]
     adversarial: dict
     role_failures: int
     #: LLM usage of the evaluation (its questions and the ingestion it needed), per role (empty when no role calls a
@@ -178,17 +197,17 @@ class Summary:
 
     #: Fields kept in candidate and diagnosis records (the full summary goes to MLflow and ``summary.json``).
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
-                                        "dcr@3", "n_scored", "judge", "strategy_hash", "n_evidence_known",
+                                        "dcr", "n_scored", "judge", "strategy_hash", "n_evidence_known",
                                         "evidence_share", "all_evidence_packed", "all_evidence_packed_by_category",
                                         "n_answer_known", "answer_left_out", "answer_in_evidence",
                                         "answer_in_evidence_by_category", "answer_anywhere", "context_words", "staleness", "answers", "llm", "wall_time_s")
 
     def to_dict(self) -> dict[str, Any]:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        items = list(out.items())
-        at = [k for k, _ in items].index("dcr3")
-        items[at] = ("dcr@3", self.dcr3)
-        return dict(items)
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def dcr_at(self, tau: int) -> float:
+        """DCR@``tau`` (one of :data:`DCR_TAUS`)."""
+        return self.dcr[str(tau)]
 
     def brief(self) -> dict[str, Any]:
         full = self.to_dict()
@@ -196,12 +215,13 @@ class Summary:
 
     def metrics(self) -> dict[str, float]:
         """Flat numeric metrics for tracking."""
-        out = {"accuracy": self.accuracy, "f1": self.f1, "dcr_at_3": self.dcr3, "evidence_share": self.evidence_share,
+        out = {"accuracy": self.accuracy, "f1": self.f1, "evidence_share": self.evidence_share,
                "all_evidence_packed": self.all_evidence_packed, "answer_in_evidence": self.answer_in_evidence,
                "answer_anywhere": self.answer_anywhere, "context_words_mean": self.context_words["mean"],
                "context_words_p95": self.context_words["p95"], "retrieval_ms_p50": self.retrieval_ms["p50"],
                "retrieval_ms_p95": self.retrieval_ms["p95"]}
         out.update({f"llm.{role}.{c}": n for role, counts in self.llm.items() for c, n in counts.items()})
+        out.update({f"dcr_at_{tau}": v for tau, v in self.dcr.items()})
         out.update({f"accuracy.{c}": v for c, v in self.accuracy_by_category.items()})
         out.update({f"recall_at_{k}": v for k, v in self.evidence_recall.items() if v is not None})
         out.update({f"root_cause.{c}": v for c, v in self.root_causes.items()})

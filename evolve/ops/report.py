@@ -159,7 +159,7 @@ def _facts(r: CandidateRecord) -> str:
         facts.append(f"paired ({p.n} q, {label}): {p.acc_baseline:.3f} → {p.acc_candidate:.3f}, "
                      f"Δ {p.delta:+.4f}, McNemar p={p.mcnemar_p:.3g}, CI {fmt_ci(p)}, "
                      f"improved {len(p.improved)}, regressed {len(p.regressed)}, "
-                     f"DCR@3 {fmt_num(r.dcr, '.3f')}")
+                     f"DCR@{r.dcr_tau} {fmt_num(r.dcr, '.3f')}")
     return "<ul>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>" if facts else ""
 
 

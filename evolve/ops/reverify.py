@@ -85,13 +85,13 @@ def _evaluate(setup: RunSetup, record: CandidateRecord, current: dict, candidate
         base = harness.evaluate(current, setup.question_ids, desc="current")
         run = harness.evaluate(candidate, setup.question_ids, desc=f"{record.candidate_id} re-verify")
         paired = paired_comparison(base.outcomes(config.objective), run.outcomes(config.objective),
-                                   alpha=rules.alpha, seed=config.seed).to_dict()
+                                   alpha=rules.alpha, n_resamples=rules.bootstrap_resamples, seed=config.seed).to_dict()
         cost = {"words_parent": base.summary.context_words["mean"],
                 "words_candidate": run.summary.context_words["mean"]}
-        report = {"paired": paired, "dcr": run.summary.dcr3, "cost": cost}
+        report = {"paired": paired, "dcr": run.summary.dcr_at(rules.dcr_tau), "cost": cost}
         decision, held = decide(report, rules, config.cost), None
         if decision.changes_strategy and holdout_harness is not None:  # as a round checks an accept
-            held = Holdout(holdout_harness, setup.holdout_ids, config.objective, alpha=rules.alpha,
+            held = Holdout(holdout_harness, setup.holdout_ids, config.objective, rules,
                            seed=config.seed).compare(current, candidate)
             decision = decide({**report, "holdout": held}, rules, config.cost)
     finally:
@@ -99,5 +99,5 @@ def _evaluate(setup: RunSetup, record: CandidateRecord, current: dict, candidate
         if holdout_harness is not None and holdout_harness is not harness:
             holdout_harness.close()
     return Reverification(record, strategy_hash(current), strategy_hash(candidate), harness_id, paired,
-                          run.summary.dcr3, cost, held, decision)
+                          report["dcr"], cost, held, decision)
 

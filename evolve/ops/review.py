@@ -120,7 +120,8 @@ def _paired_lines(record: CandidateRecord) -> list[str]:
              f"{p.acc_candidate:.3f}  Δ {p.delta:+.4f}  McNemar p={p.mcnemar_p:.4g}  "
              f"{p.confidence:.0%} CI [{p.ci_low:+.4f}, {p.ci_high:+.4f}] ({p.ci_method})",
              f"  improved {len(p.improved)}, regressed {len(p.regressed)}, both correct "
-             f"{len(p.both_correct)}, both wrong {len(p.both_wrong)}; DCR@3 {fmt_num(record.dcr, '.3f')}"]
+             f"{len(p.both_correct)}, both wrong {len(p.both_wrong)}; "
+             f"DCR@{record.dcr_tau} {fmt_num(record.dcr, '.3f')}"]
     rows = [{"category": c, "n": str(r["n"]), f"parent {label}": f"{r['acc_baseline']:.3f}",
              f"candidate {label}": f"{r['acc_candidate']:.3f}", "Δ": f"{r['delta']:+.3f}"}
             for c, r in sorted(p.per_category.items())]

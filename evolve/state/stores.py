@@ -132,12 +132,13 @@ class StoreSet(StoreReader):
         """Hash of the current strategy, as last set through ``RoundBundle.state``."""
         return self.state.get("current_strategy")
 
-    def append_journal(self, kind: str, payload: dict) -> dict:
+    def append_journal(self, kind: str, payload: dict, state: dict | None = None) -> dict:
         """Append an entry outside a round commit (PROMOTE, ROLLBACK, ...) and move the recorded journal head,
-        so that deleting it later is detected like any committed entry."""
+        so that deleting it later is detected like any committed entry; ``state`` fields are written with the head."""
         self._require_lock()
         entry = self.journal.append(kind, payload)
-        atomic_write_json(self.state_path, {**self.state, "journal_head": {"index": entry["index"], "hash": entry["hash"]}})
+        atomic_write_json(self.state_path, {**self.state, **(state or {}),
+                                            "journal_head": {"index": entry["index"], "hash": entry["hash"]}})
         return entry
 
     def verify_journal(self) -> VerifyResult:

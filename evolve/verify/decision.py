@@ -5,7 +5,7 @@
 
 1. ``incomplete``      report fields missing, ``n == 0``, or ids missing on either side -> FEATURE_FLAG
 2. ``significant_harm`` delta < 0, p <= alpha and ci_high < 0                            -> REJECT
-3. ``dcr_floor``        candidate's DCR@3 below ``rho_min``                              -> FEATURE_FLAG
+3. ``dcr_floor``        candidate's DCR@tau (``dcr_tau``) below ``rho_min``              -> FEATURE_FLAG
 4. ``inconclusive``     not a significant gain (p > alpha or ci_low <= 0)                -> FEATURE_FLAG
                         With ``require_significance=False`` a result with delta > 0 goes on
                         to rules 5-8 instead (useful on small benchmarks where no gain can be
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -60,13 +60,15 @@ class AcceptanceRules(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
     alpha: float = Field(0.05, gt=0, lt=1)
-    rho_min: float = Field(0.9, ge=0, le=1, description="DCR@3 floor")
+    rho_min: float = Field(0.9, ge=0, le=1, description="floor of DCR at dcr_tau")
+    dcr_tau: Literal[1, 3, 5, 6] = Field(3, description="stages a trace must record to count towards DCR")
     epsilon_default: float = Field(0.02, ge=0, description="tolerated per-category accuracy drop")
     epsilon_by_category: dict[str, float] = Field(default_factory=dict)
     protected_slices: list[str] = Field(default_factory=list, description="categories monitored, not vetoed")
     probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
     restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
     require_significance: bool = True
+    bootstrap_resamples: int = Field(10_000, ge=1, description="resamples of the paired BCa confidence interval")
 
     @field_validator("protected_slices")
     @classmethod
@@ -204,7 +206,7 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
     if paired.brief().harms(rules.alpha):
         return Decision(Verdict.REJECT, f"significant harm: {stats}", "significant_harm")
     if dcr < rules.rho_min:
-        return Decision(Verdict.FEATURE_FLAG, f"DCR@3 {dcr:.3f} below floor {rules.rho_min:.3f}", "dcr_floor")
+        return Decision(Verdict.FEATURE_FLAG, f"DCR@{rules.dcr_tau} {dcr:.3f} below floor {rules.rho_min:.3f}", "dcr_floor")
     if not (p <= rules.alpha and low > 0) and (rules.require_significance or delta <= 0):
         return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} (alpha={rules.alpha})", "inconclusive")
 

@@ -122,7 +122,7 @@ def paired_comparison(
     candidate: Mapping[str, dict],
     *,
     alpha: float = 0.05,
-    n_resamples: int = 2000,
+    n_resamples: int = 10_000,
     seed: int = 0,
     confidence: float = 0.95,
 ) -> PairedReport:

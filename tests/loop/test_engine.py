@@ -65,8 +65,10 @@ def test_auto_restore_at_the_threshold(tmp_path, margin, restored):
     # One more round whose candidates cannot close the gap (the bad strategy's ingestion loses nearly everything).
     config = tiny(stores, rounds=3, candidates_per_round=1,
                   acceptance=AcceptanceRules(restore_threshold=round(gap + margin, 4) if margin > 0 else 0.01))
-    summary = Engine(config, track=False, progress=False).run()
+    summary = Engine(config, track=False, progress=False, new_rules="restore threshold around the gap").run()
     journal = records(stores, "journal.jsonl")
+    assert [e["payload"]["changed"][0]["rule"] for e in journal if e["type"] == "RULES"] == \
+        ["acceptance.restore_threshold"]
     restores = [e for e in journal if e["type"] == "RESTORE" and e["round"] == 3]
     if restored:
         assert restores and restores[0]["payload"]["to"] == summary["best"]["hash"]

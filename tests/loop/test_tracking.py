@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from evolve.loop.config import RunConfig
 from evolve.loop.engine import Engine
+from evolve.verify.decision import AcceptanceRules, CostLimits
 
 EXPERIMENT = "memevolve-tracking-test"
 
@@ -19,7 +20,9 @@ def tracked_round(tmp_path_factory) -> dict:
     base = tmp_path_factory.mktemp("tracking")
     uri = f"sqlite:///{base / 'mlflow.db'}"
     config = RunConfig(benchmark="synthetic:0", limit=60, probe_size=20, rounds=1, candidates_per_round=2,
-                       stores=base / "stores", tracking_uri=uri, experiment=EXPERIMENT)
+                       stores=base / "stores", tracking_uri=uri, experiment=EXPERIMENT,
+                       acceptance=AcceptanceRules(bootstrap_resamples=400, protected_slices=["temporal"]),
+                       cost=CostLimits(max_relative_increase=4.0))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(base)  # the default artifact root is experiments/mlartifacts under the working directory
         summary = Engine(config, track=True, progress=False).run()
@@ -69,6 +72,24 @@ def test_round_and_candidate_runs_read_back(tracked_round):
         if record.get("paired"):
             assert child.data.metrics["paired.delta"] == pytest.approx(record["paired"]["delta"], abs=1e-12)
     assert scoreboard[0]["decisions"] == {r["candidate_id"]: r["decision"]["verdict"] for r in records}
+
+
+def test_round_run_carries_the_decision_rules_as_params(tracked_round):
+    client = MlflowClient(tracking_uri=tracked_round["uri"])
+    experiment = client.get_experiment_by_name(EXPERIMENT)
+    round_run = next(r for r in client.search_runs([experiment.experiment_id], max_results=1000)
+                     if r.info.run_name == "round-001")
+    params = round_run.data.params
+    assert params["rules.acceptance.bootstrap_resamples"] == "400"
+    assert params["rules.acceptance.alpha"] == "0.05" and params["rules.acceptance.dcr_tau"] == "3"
+    assert params["rules.acceptance.protected_slices"] == "['temporal']"
+    assert params["rules.cost.max_relative_increase"] == "4.0" and params["rules.cost.max_context_words"] == "None"
+    rules = {k.removeprefix("rules."): v for k, v in params.items() if k.startswith("rules.")}
+    assert len(rules) == len(AcceptanceRules.model_fields) + len(CostLimits.model_fields)
+    for record in _records(tracked_round["stores"]):
+        assert record["harness"]["rules"]["acceptance"]["bootstrap_resamples"] == 400
+        if record.get("paired"):
+            assert record["paired"]["n_resamples"] == 400
 
 
 def test_candidate_artifacts_download_and_match_the_stores(tracked_round, tmp_path):

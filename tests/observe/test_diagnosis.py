@@ -1,8 +1,8 @@
 """Layer-A root causes on constructed traces, DCR, and the deterministic judge."""
 import pytest
 
-from evolve.observe.diagnosis import dcr, diagnose, root_cause_counts
-from evolve.observe.trace import Trace
+from evolve.observe.diagnosis import dcr, dcr_by_tau, diagnose, root_cause_counts
+from evolve.observe.trace import DCR_TAUS, STAGE_FIELDS, Trace
 from evolve.observe.judge import TokenF1Judge, evidence_recall, token_f1
 
 
@@ -29,14 +29,59 @@ def test_each_root_cause_branch(kwargs, cause):
     assert diagnose(trace(**kwargs)).root_cause == cause
 
 
-def test_dcr_counts_failures_with_enough_stages():
-    full = diagnose(trace())
-    assert len(full.stages) == 5
-    thin = diagnose(trace(retrieved=(("m2", ("D1:2",)),)))
-    thin.stages = ["ingestion", "retrieval"]
-    unresolved = diagnose(trace(known=False))
-    assert dcr([full, thin, unresolved], tau=3) == pytest.approx(1 / 3)
-    assert dcr([diagnose(trace(correct=True))]) == 1.0
+RESULTS = {"question_id": "q", "category": "single_hop", "correct": False, "scored": True}
+#: Each stage's fields, as the harness records them (filtering by either of its two fields).
+STAGE_RECORD = {"ingestion": {"stored_ids": ["m1"]}, "retrieval": {"retrieved": [{"id": "m1", "source_ids": ["D1:1"]}]},
+                "filtering": {"filtered": []}, "assembly": {"packed": [{"id": "m1", "source_ids": ["D1:1"]}]},
+                "generation": {"answer": "x", "answer_support": ["m1"]}}
+
+
+def recorded(*stages: str, **extra) -> Trace:
+    record = dict(RESULTS)
+    for stage in stages:
+        record.update(STAGE_RECORD[stage])
+    return Trace.from_dict({**record, **extra})
+
+
+def test_dcr_of_a_results_only_log_is_zero():
+    log = [recorded(), recorded(correct=True)]
+    assert [t.stages for t in log] == [["results"], ["results"]]
+    assert {tau: dcr(log, tau) for tau in DCR_TAUS} == {1: 1.0, 3: 0.0, 5: 0.0, 6: 0.0}
+    assert dcr_by_tau(log) == {"1": 1.0, "3": 0.0, "5": 0.0, "6": 0.0}
+
+
+def test_a_claimed_stage_list_is_not_trusted():
+    assert recorded(stages=list(STAGE_FIELDS)).stages == ["results"]
+
+
+def test_each_missing_stage_lowers_dcr_at_six():
+    full = recorded(*STAGE_RECORD)
+    assert full.stages == list(STAGE_FIELDS)
+    for stage in STAGE_RECORD:
+        partial = recorded(*(s for s in STAGE_RECORD if s != stage))
+        assert stage not in partial.stages and len(partial.stages) == 5
+        assert dcr([full, partial], 6) == 0.5 < dcr([full, full], 6) == 1.0
+
+
+def test_filtering_counts_only_when_recorded():
+    assert "filtering" not in recorded("ingestion", "retrieval", "assembly").stages
+    assert "filtering" in recorded(dropped=[]).stages and "filtering" in recorded(filtered=[]).stages
+    assert "filtering" not in recorded(filtered=None, dropped=None).stages
+    assert "generation" not in recorded(answer="x").stages  # an answer without its support
+
+
+def test_dcr_at_each_tau_over_scored_traces():
+    log = [recorded(*STAGE_RECORD), recorded("ingestion", "retrieval", "filtering", "assembly"),
+           recorded("ingestion", "retrieval"), recorded(), recorded(*STAGE_RECORD, scored=False)]
+    assert [len(t.stages) for t in log] == [6, 5, 3, 1, 6]
+    assert dcr_by_tau(log) == {"1": 1.0, "3": 0.75, "5": 0.5, "6": 0.25}
+    assert dcr([], 3) == 0.0
+
+
+def test_a_trace_built_in_code_records_every_stage():
+    t = diagnose(trace())
+    assert Trace(question_id="q", category="single_hop").stages == list(STAGE_FIELDS)
+    assert t.stages == ["ingestion", "retrieval", "filtering", "assembly", "results"]  # no answer_support recorded
 
 
 def test_root_cause_counts_by_category():
