@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from evolve.errors import EvolveError
 from evolve.loop.config import RunConfig
 from evolve.loop.holdout import Holdout
 from evolve.loop.record import CandidateRecord
@@ -22,7 +23,7 @@ from evolve.verify.decision import Decision, decide
 from evolve.verify.statistics import paired_comparison
 
 
-class NothingToVerify(Exception):
+class NothingToVerify(EvolveError):
     """The current strategy already holds the flagged change."""
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
+from evolve.errors import EvolveError
 from evolve.strategy.schema import EvolvableDimension
 
 #: Relative moves, by kind of evolvable dimension; numbers and enums also take ``set:<value>``, booleans never.
@@ -149,7 +150,7 @@ class Move:
         return _COUPLE.join(str(s) for s in self.steps)
 
 
-class IllegalValue(ValueError):
+class IllegalValue(EvolveError, ValueError):
     """A set value the dimension cannot take; ``problem`` is one of kind, choices, number, integer, range."""
 
     def __init__(self, dim: EvolvableDimension, value: Any, problem: str, message: str):
