@@ -24,6 +24,7 @@ from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.loop.family import decide_family
 from evolve.loop.holdout import Holdout
 from evolve.loop.learning import learn, merged, relieved, runners_up
 from evolve.loop.record import CandidateRecord
@@ -237,7 +238,8 @@ class Engine:
         """Verify directions in order until the round's evaluation budget is spent. Gates and critic are cheap
         screens: candidates they refuse are recorded but do not use an evaluation slot. Once two accepted candidates
         change disjoint paths, the next slot verifies them merged (:func:`~evolve.loop.learning.merged`); a gain the
-        cost rule blocked is verified again with a context-shrinking move (:func:`~evolve.loop.learning.relieved`)."""
+        cost rule blocked is verified again with a context-shrinking move (:func:`~evolve.loop.learning.relieved`). Last,
+        the fully compared candidates are decided again with their p adjusted over the round (:mod:`evolve.loop.family`)."""
         screen = Screen(current, cur_run, {r.policy_hash for r in history} | {policy_hash(current)},
                         [r.change_keys for r in history if r.screened and r.step_outcome is None][-10:])
         results: list[CandidateResult] = []
@@ -255,6 +257,8 @@ class Engine:
             relief = relieved(res, self.planner.table.relief, self.effects, current)
             if relief is not None and relief.key not in tried:
                 queue.insert(0, relief)
+        for res in decide_family(results, self.rules, self.config.cost):
+            self._say(f"{_candidate_line(res)} after the round's multiple-testing adjustment")
         return results
 
     # ------------------------------------------------------------------ helpers
