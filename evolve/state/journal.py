@@ -43,6 +43,7 @@ ENTRY_TYPES = (
     "RECOVER",     # crash recovery finished an interrupted round or repaired a store
     "BUDGET_STOP", # a run stopped before a round because its next evaluation would pass the budget
     "REVERIFY",    # a flagged change was evaluated again against the current strategy (never applied)
+    "MONITOR",     # a slice accepted with monitoring regressed again (a later round, or the holdout)
 )
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})

@@ -29,7 +29,7 @@ applies these rules, first match wins:
 
 Slices follow D²ACCI by default: ``protected_slices`` are pre-specified important categories whose regression
 makes an otherwise good change ACCEPT_WITH_MONITOR (later rounds and the holdout check them again,
-:mod:`evolve.ops.monitors`); a regression in any other category does not veto (the accept's reason names it).
+:mod:`evolve.loop.monitor`); a regression in any other category does not veto (the accept's reason names it).
 E²MEND's per-category non-regression (for all c: delta_c >= -epsilon_c, else REJECT) is ``veto: all_categories``;
 ``veto_slices`` vetoes only the listed categories. A vetoing category's regression is REJECT even when the category
 is also protected. Only ACCEPT and ACCEPT_WITH_MONITOR change the strategy. ``restore_threshold`` is the drop below
@@ -256,8 +256,9 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
         return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {confab}", "incomplete")
     if confab is not None and confab.rises(rules.alpha):
         return Decision(Verdict.REJECT, f"confabulation: confident wrong answers rise on {confab.n} questions "
-                                        f"(delta={confab.delta:+.4f}, p={confab.mcnemar_p:.4g}, CI=[{confab.ci_low:+.4f}, "
-                                        f"{confab.ci_high:+.4f}]) ({stats})", "confabulation")
+                                        f"(delta={confab.delta:+.4f}, p={confab.mcnemar_p:.4g}, "
+                                        f"CI=[{confab.ci_low:+.4f}, {confab.ci_high:+.4f}]) ({stats})",
+                        "confabulation")
     if dcr < rules.rho_min:
         return Decision(Verdict.FEATURE_FLAG, f"DCR@3 {dcr:.3f} below floor {rules.rho_min:.3f}", "dcr_floor")
     adjusted = _adjusted_p(report)
