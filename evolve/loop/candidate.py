@@ -19,14 +19,14 @@ from evolve.observe.trace import Trace
 from evolve.state.records import decision_report
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 from evolve.strategy.diff import diff_strategies, effective_changes
-from evolve.verify.confabulation import confabulations
+from evolve.verify.confabulation import confabulation_brief
 from evolve.verify.critic import Critic, CriticPacket
 from evolve.verify.decision import (
     AcceptanceRules, CostLimits, Decision, Verdict, decide, evidence_screen, probe_screen,
 )
 from evolve.verify.gates import GateContext, change_keys, run_gates
 from evolve.verify.outcomes import ContextCost, ProbeOutcome
-from evolve.verify.statistics import PairedBrief, PairedReport, paired_comparison
+from evolve.verify.statistics import PairedReport, paired_comparison
 
 #: Improved / regressed questions kept per candidate record for review.
 EXAMPLES_PER_SIDE = 25
@@ -127,18 +127,13 @@ class CandidateVerifier:
             record.staleness = {"parent": screen.run.summary.staleness, "candidate": run.summary.staleness}
         record.examples = _examples(record.paired, screen.run, run)
         if self.objective == "accuracy":
-            record.confabulation = self._confabulation(screen.run, run)
+            record.confabulation = confabulation_brief(screen.run.traces, run.traces, alpha=self.rules.alpha,
+                                                       seed=self.seed)
         decision = decide(decision_report(record), self.rules, self.cost)
         if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked
             record.holdout = self.holdout.compare(current, candidate)
             decision = decide(decision_report(record), self.rules, self.cost)
         return result.close(decision, "decision")
-
-    def _confabulation(self, base: EvalRun, cand: EvalRun) -> PairedBrief | None:
-        """Candidate vs. parent on confabulated answers, paired by question (``None`` when neither answered)."""
-        paired = paired_comparison(confabulations(base.traces), confabulations(cand.traces), alpha=self.rules.alpha,
-                                   seed=self.seed)
-        return paired.brief() if paired.n else None
 
     def _packet(self, record: CandidateRecord, current: dict, candidate: dict, screen: Screen) -> CriticPacket:
         root_cause, _, category = record.symptom.partition("/")

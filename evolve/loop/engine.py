@@ -37,8 +37,8 @@ from evolve.runtime.usage import RequestLimitReached
 from evolve.state.records import load_record
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
-from evolve.verify.critic import Critic, DeterministicCritic
 from evolve.verify.confabulation import safe_rate
+from evolve.verify.critic import Critic, DeterministicCritic
 from evolve.verify.statistics import paired_comparison
 
 log = logging.getLogger(__name__)

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from evolve.observe.trace import Trace
+from evolve.verify.statistics import PairedBrief, paired_comparison
 
 
 def confabulations(traces: Iterable[Trace]) -> dict[str, dict]:
@@ -25,3 +26,11 @@ def safe_rate(answers: Mapping[str, int] | None) -> float | None:
     """Share of answers that are correct or abstain, from a summary's ``answers`` counts (``None`` without any)."""
     total = sum((answers or {}).values())
     return ((answers.get("correct", 0) + answers.get("abstain", 0)) / total) if total else None
+
+
+def confabulation_brief(base: Iterable[Trace], cand: Iterable[Trace], *, alpha: float,
+                        seed: int) -> PairedBrief | None:
+    """Candidate vs. parent on confabulated answers, paired by question (``None`` when no question was answered by
+    both): what rule ``confabulation`` reads."""
+    paired = paired_comparison(confabulations(base), confabulations(cand), alpha=alpha, seed=seed)
+    return paired.brief() if paired.n else None

@@ -11,7 +11,9 @@ from evolve.loop.engine import Engine
 from evolve.loop.monitor import check_at_acceptance, check_later, monitored_slices
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
+from evolve.cli.main import main
 from evolve.ops.monitors import monitor_regressions
+from evolve.ops.report import render_html, render_markdown
 from evolve.ops.review import render_record
 from evolve.state.records import dump_record
 from evolve.state.stores import RoundBundle, StoreSet
@@ -74,7 +76,7 @@ def test_the_holdout_checks_the_slice_at_acceptance_and_later():
     assert [(c.where, c.regressed) for c in later] == [("dev", False), ("holdout", True)]
 
 
-def test_a_later_round_journals_and_shows_a_monitored_slice_regression(tmp_path: Path):
+def test_a_later_round_journals_and_shows_a_monitored_slice_regression(tmp_path: Path, capsys):
     stores = tmp_path / "stores"
     baseline = load_strategy(BASELINE_PATH)
     record = accepted_with_monitor(1.0)
@@ -97,3 +99,9 @@ def test_a_later_round_journals_and_shows_a_monitored_slice_regression(tmp_path:
     assert [e["index"] for e in monitor_regressions(view, "r001-c00")] == [monitors[0]["index"]]
     text = render_record(view.record("r001-c00"), view)
     assert "monitored slices regressed again:" in text and "r001-c00 temporal: dev in round 2" in text
+    assert "r001-c00 temporal: dev in round 2" in render_markdown(view)
+    page = render_html(view)
+    assert "Monitored slices" in page and "No slice accepted with monitoring regressed" not in page
+    assert main(["escalations", "--stores", str(stores)]) == 0
+    out = capsys.readouterr().out
+    assert "monitored slices regressed again" in out and "r001-c00" in out and "temporal" in out
