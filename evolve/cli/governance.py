@@ -77,8 +77,13 @@ def _verify(args: argparse.Namespace) -> int:
 def cmd_escalations(args: argparse.Namespace) -> int:
     from evolve.ops.escalations import escalations, escalations_table
     from evolve.ops.history import History
+    from evolve.ops.monitors import monitor_regressions, monitors_table
 
-    items = escalations(History(args.stores))
+    view = History(args.stores)
+    items, fell = escalations(view), monitor_regressions(view)
+    if fell:
+        print("monitored slices regressed again (accepted with monitoring):")
+        print(monitors_table(fell) + "\n")
     if not items:
         print("no escalations and no blocked candidate classes")
         return 0
@@ -103,6 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_flags)
 
     p = sub.add_parser("escalations", help="candidate classes blocked for needing a schema or framework change: "
-                                           "round, reason, candidates, status")
+                                           "round, reason, candidates, status; and regressions of slices accepted "
+                                           "with monitoring")
     stores_arg(p)
     p.set_defaults(func=cmd_escalations)

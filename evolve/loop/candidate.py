@@ -20,6 +20,7 @@ from evolve.observe.trace import Trace
 from evolve.state.records import decision_report
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 from evolve.strategy.diff import diff_strategies, effective_changes
+from evolve.verify.confabulation import confabulation_brief
 from evolve.verify.critic import Critic, CriticPacket
 from evolve.verify.decision import (
     AcceptanceRules, CostLimits, Decision, Verdict, decide, evidence_screen, probe_screen,
@@ -126,6 +127,9 @@ class CandidateVerifier:
         if run.summary.staleness:
             record.staleness = {"parent": screen.run.summary.staleness, "candidate": run.summary.staleness}
         record.examples = _examples(record.paired, screen.run, run)
+        if self.objective == "accuracy":
+            record.confabulation = confabulation_brief(screen.run.traces, run.traces, alpha=self.rules.alpha,
+                                                       n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
         decision = decide(decision_report(record), self.rules, self.cost)
         if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked
             record.holdout = self.holdout.compare(current, candidate)

@@ -9,6 +9,7 @@ from evolve.improve.digest import Digest
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
 from evolve.loop.candidate import CandidateResult
+from evolve.loop.monitor import SliceCheck
 from evolve.observe.harness import EvalRun
 from evolve.state.checkpoint import CheckpointRecord
 from evolve.state.files import StoreError, read_json
@@ -42,6 +43,7 @@ class RoundOutcome:
     restored: CheckpointRecord | None
     holdout_score: float | None = None  # the new current strategy on the held-out questions
     holdout_best_score: float | None = None  # the best-ever strategy there
+    monitor: tuple[SliceCheck, ...] = ()  # the round's checks of slices accepted with monitoring
 
 
 def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, baseline: dict, harness_id: dict,
@@ -95,6 +97,7 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
                                            "why": f"below best-ever by more than {restore_threshold:.3f}"}))
     for key in escalations.get("new", []):
         bundle.journal.append(("ESCALATE", {"key": key, **escalations["blocked"][key]}))
+    bundle.journal += [("MONITOR", check.to_dict()) for check in o.monitor if check.regressed]
     bundle.journal.append(("ROUND", {"round": n, "from": cur_hash, "to": new_hash,
                                      "accuracy": after.accuracy, "score": score, "harness": harness_id,
                                      "accepted": accepted}))
@@ -159,4 +162,5 @@ def round_summary(o: RoundOutcome, wall: float) -> dict:
             "candidates": [{"id": r.record.candidate_id, "change": r.record.direction["key"],
                             "decided_by": r.record.decided_by, "verdict": r.record.verdict,
                             "delta": r.record.paired.delta if r.record.paired else None} for r in o.results],
+            "monitor_regressions": [c.to_dict() for c in o.monitor if c.regressed],
             "wall_time_s": round(wall, 2)}

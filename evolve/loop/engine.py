@@ -25,8 +25,10 @@ from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
 from evolve.loop.config import ConfigError, RunConfig
+from evolve.loop.family import decide_family
 from evolve.loop.holdout import Holdout
 from evolve.loop.learning import learn, merged, relieved, runners_up
+from evolve.loop.monitor import SliceCheck, check_at_acceptance, check_later, monitored_slices
 from evolve.loop.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
@@ -36,6 +38,7 @@ from evolve.runtime.usage import RequestLimitReached
 from evolve.state.records import load_record
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
+from evolve.verify.confabulation import safe_rate
 from evolve.verify.critic import Critic, DeterministicCritic
 from evolve.verify.statistics import paired_comparison
 
@@ -202,7 +205,8 @@ class Engine:
         outcome = RoundOutcome(n, current, cur_run, new_current, new_run, dg, directions,
                                self.advisor.notes if self.advisor else [], results, winner, best.restore,
                                *self._holdout_scores(new_current, best.checkpoint["strategy"] if best.checkpoint
-                                                     else prior.strategy if prior else new_current))
+                                                     else prior.strategy if prior else new_current),
+                               monitor=self._monitor(n, history, current, cur_run, winner))
         fill_bundle(bundle, outcome, self.stores, baseline=self.baseline, harness_id=self.harness_id,
                     docs={"dimension_effects": self.effects.to_dict(), "hypothesis_tree": self.tree.to_dict()},
                     escalations=escalations(self.stores.read_doc("escalations", {"blocked": {}, "escalated": []}),
@@ -238,7 +242,8 @@ class Engine:
         critic are cheap screens: candidates they refuse are recorded but do not use an evaluation slot. After each
         candidate the plan is offered its follow-ups: the merge of the accepts so far
         (:func:`~evolve.loop.learning.merged`) and, for a gain the cost rule blocked, the move joined with a
-        context-shrinking one (:func:`~evolve.loop.learning.relieved`)."""
+        context-shrinking one (:func:`~evolve.loop.learning.relieved`). Last, the fully compared candidates are
+        decided again with their p adjusted over the round (:mod:`evolve.loop.family`)."""
         screen = Screen(current, cur_run, {r.policy_hash for r in history} | {policy_hash(current)},
                         [r.change_keys for r in history if r.screened and r.step_outcome is None][-10:])
         results: list[CandidateResult] = []
@@ -252,6 +257,8 @@ class Engine:
             results.append(res)
             self.proposer.follow_up(relief=relieved(res, self.planner.table.relief, self.effects, current),
                                     merge=merged(results, current))
+        for res in decide_family(results, self.rules, self.config.cost):
+            self._say(f"{_candidate_line(res)} after the round's multiple-testing adjustment")
         return results
 
     # ------------------------------------------------------------------ helpers
@@ -275,6 +282,22 @@ class Engine:
         if self.holdout is None:
             return None, None
         return self.holdout.score(current), self.holdout.score(best)
+
+    def _monitor(self, n: int, history: list[CandidateRecord], current: dict, cur_run: EvalRun,
+                 winner: CandidateResult | None) -> tuple[SliceCheck, ...]:
+        """Round ``n``'s checks of the slices earlier accepts are monitored on (the current strategy on the dev and
+        held-out questions), and of the winner's own monitored slices on the holdout."""
+        objective = self.config.objective
+        watched = any(monitored_slices(r, self.rules) for r in history)
+        held = self.holdout.run(current).outcomes(objective) if watched and self.holdout is not None else None
+        checks = check_later(history, n, self.rules, cur_run.outcomes(objective), held) if watched else []
+        if winner is not None:
+            checks += check_at_acceptance(winner.record, self.rules)
+        for c in checks:
+            if c.regressed:
+                log.warning("monitored slice %s of %s regressed on %s: %.3f -> %.3f (epsilon %.3f)", c.category,
+                            c.candidate_id, c.where, c.accepted_score, c.score, c.epsilon)
+        return tuple(checks)
 
     def _evaluate_current(self, current: dict, desc: str = "current") -> EvalRun:
         if self._current_run is None or self._current_run.summary.strategy_hash != strategy_hash(current):
@@ -308,4 +331,5 @@ def _headline(run: EvalRun, objective: str) -> dict:
     m = run.summary
     return {"score": run.score(objective), "accuracy": m.accuracy, "evidence_share": m.evidence_share,
             "all_evidence_packed": m.all_evidence_packed, "answer_in_evidence": m.answer_in_evidence,
-            "answer_anywhere": m.answer_anywhere, "context_words": m.context_words}
+            "answer_anywhere": m.answer_anywhere, "context_words": m.context_words,
+            "answers": m.answers, "safe_rate": safe_rate(m.answers)}

@@ -11,6 +11,7 @@ from typing import Any
 from evolve.verify.critic import CriticReview
 from evolve.verify.decision import Decision, changes_strategy
 from evolve.verify.gates import GateTrail
+from evolve.verify.multiplicity import Adjustment
 from evolve.verify.outcomes import ContextCost, HoldoutComparison, ProbeOutcome
 from evolve.verify.statistics import PairedBrief, PairedReport
 
@@ -54,6 +55,12 @@ class CandidateRecord:
     merged_from: list[str] | None = None
     #: Candidate vs. parent on the held-out questions, for a candidate the dev data would accept.
     holdout: HoldoutComparison | None = None
+    #: Candidate vs. parent on "the answer is confabulated" (a confident wrong answer), paired by question: what the
+    #: ``confabulation`` rule reads (accuracy objective, full runs; ``None`` otherwise).
+    confabulation: PairedBrief | None = None
+    #: The gain test's p adjusted over the round's fully compared candidates (``None``: the raw p decides, as in
+    #: records written before the adjustment existed).
+    multiple_testing: Adjustment | None = None
     #: LLM usage of the candidate's evaluations (screen, probe, full), per role (without LLM roles: ``None``).
     llm: dict | None = None
     #: Staleness of parent and candidate, ``{"parent", "candidate"}`` (full runs of a benchmark marking outdated

@@ -15,8 +15,10 @@ from evolve.observe.objective import LABEL, SCORE_FIELD
 from evolve.ops.drift import SERVING_TYPES, approval_text, drift_report
 from evolve.ops.escalations import Escalation, escalations
 from evolve.ops.flags import Flag, figures, flag_registry
+from evolve.ops.monitors import monitor_regressions, monitors_table, regression_text
 from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
 from evolve.state.files import atomic_write_text
+from evolve.verify.confabulation import safe_rate
 from evolve.verify.decision import changes_strategy
 
 @dataclass
@@ -160,6 +162,16 @@ def _facts(r: CandidateRecord) -> str:
                      f"Δ {p.delta:+.4f}, McNemar p={p.mcnemar_p:.3g}, CI {fmt_ci(p)}, "
                      f"improved {len(p.improved)}, regressed {len(p.regressed)}, "
                      f"DCR@{r.dcr_tau} {fmt_num(r.dcr, '.3f')}")
+    if r.multiple_testing:
+        m = r.multiple_testing
+        facts.append(f"{_e(m.method)} over {len(m.family)} compared candidates: p {m.p_raw:.3g} → {m.p_adjusted:.3g}")
+    answers = (r.summary or {}).get("answers")
+    if answers:
+        facts.append(f"safe rate (correct + abstain) {fmt_num(safe_rate(answers), '.3f')}, confabulated "
+                     f"{answers.get('confabulated', 0)}")
+    if r.confabulation:
+        c = r.confabulation
+        facts.append(f"confabulation Δ {c.delta:+.4f} (p={c.mcnemar_p:.3g}, {c.n} q)")
     return "<ul>" + "".join(f"<li>{f}</li>" for f in facts) + "</ul>" if facts else ""
 
 
@@ -201,6 +213,12 @@ def _escalations_html(items: list[Escalation]) -> str:
     return _table(["direction", "escalated in", "blocked in rounds", "candidates", "reason", "status"], rows)
 
 
+def _monitors_html(entries: list[dict]) -> str:
+    if not entries:
+        return "<p class='muted'>No slice accepted with monitoring regressed again.</p>"
+    return f"<pre>{_e(monitors_table(entries))}</pre>"
+
+
 def render_html(view: History) -> str:
     """The complete report page."""
     ov = Overview.of(view)
@@ -216,6 +234,7 @@ def render_html(view: History) -> str:
             "<h2>Serving</h2>", _serving_html(view),
             "<h2 id='flags'>Feature flags</h2>", _flags_html(flag_registry(view)),
             "<h2 id='escalations'>Escalations</h2>", _escalations_html(escalations(view)),
+            "<h2 id='monitors'>Monitored slices</h2>", _monitors_html(monitor_regressions(view)),
             f"<h2 id='candidates'>Candidates ({len(records)})</h2>",
             _candidates_html(records) if records else "<p>none</p>",
             "<h2>Evidence per candidate</h2>", *(_candidate_section(r, view) for r in records)]
@@ -230,11 +249,13 @@ def _md(value: object) -> str:
     return str(value).replace("|", "\\|").replace("\n", " ")
 
 
-def _score_header(ov: Overview) -> list[str]:
-    """The strategies table's header: the objective's score, then accuracy when the objective is another."""
-    if SCORE_FIELD[ov.objective] == "accuracy":
-        return [f"| strategy | hash | {ov.label} (objective) |", "| --- | --- | ---: |"]
-    return [f"| strategy | hash | {ov.label} (objective) | accuracy |", "| --- | --- | ---: | ---: |"]
+def _score_header(ov: Overview, safe: bool) -> list[str]:
+    """The strategies table's header: the objective's score, then accuracy when the objective is another, then the
+    safe rate (correct + abstain) when answers were made."""
+    head, rule = f"| strategy | hash | {ov.label} (objective) |", "| --- | --- | ---: |"
+    if SCORE_FIELD[ov.objective] != "accuracy":
+        head, rule = head + " accuracy |", rule + " ---: |"
+    return [head + " safe rate |", rule + " ---: |"] if safe else [head, rule]
 
 
 def render_markdown(view: History, html_name: str | None = None) -> str:
@@ -242,16 +263,18 @@ def render_markdown(view: History, html_name: str | None = None) -> str:
     ov = Overview.of(view)
     records, h = view.records, ov.harness
     lines = [f"### memevolve: {ov.n_rounds} round(s) on {h.get('benchmark', '?')} "
-             f"({h.get('n_questions', '?')} questions, judge {h.get('judge', '?')}, objective {ov.objective})", "",
-             *_score_header(ov)]
+             f"({h.get('n_questions', '?')} questions, judge {h.get('judge', '?')}, objective {ov.objective})", ""]
     rows = [("baseline", ov.baseline_hash, ov.baseline_score, ov.baseline),
             ("current", ov.current_hash, ov.current_score, ov.current)]
     if ov.best:
         rows.append((f"best ever (round {ov.best['round']})", ov.best["strategy_hash"], ov.best["score"],
                      ov.best_summary))
     also = SCORE_FIELD[ov.objective] != "accuracy"  # the accuracy column, when the objective is something else
+    safe = any((summary or {}).get("answers") for *_, summary in rows)  # the safe rate, when answers were made
+    lines += _score_header(ov, safe)
     lines += [f"| {name} | `{(digest or '-')[:12]}` | {fmt_num(score, '.3f')} |"
               + (f" {fmt_num((summary or {}).get('accuracy'), '.3f')} |" if also else "")
+              + (f" {fmt_num(safe_rate((summary or {}).get('answers')), '.3f')} |" if safe else "")
               for name, digest, score, summary in rows]
     lines += ["", "Decisions: " + (", ".join(f"{n} {v}" for v, n in sorted(ov.decisions.items())) or "none")]
     accepted = [r for r in records if changes_strategy(r.verdict)]
@@ -280,6 +303,9 @@ def render_markdown(view: History, html_name: str | None = None) -> str:
     escalated = [e for e in blocked if e.entry is not None]
     if escalated:
         lines += ["", "Escalations: " + ", ".join(f"`{e.key}` ({e.status})" for e in escalated)]
+    fell = monitor_regressions(view)
+    if fell:
+        lines += ["", "**Monitored slices regressed**", ""] + [f"- {_md(regression_text(e))}" for e in fell]
     if html_name:
         lines += ["", f"Full report with plots and per-candidate evidence: `{html_name}`"]
     return "\n".join(lines) + "\n"

@@ -19,6 +19,7 @@ from evolve.ops.history import History
 from evolve.state.files import StoreError
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import StrategyError, derive, policy_hash, strategy_hash, validate_strategy
+from evolve.verify.confabulation import confabulation_brief
 from evolve.verify.decision import Decision, decide
 from evolve.verify.statistics import paired_comparison
 
@@ -40,6 +41,7 @@ class Reverification:
     cost: dict
     holdout: dict | None
     decision: Decision
+    confabulation: dict | None = None  # the confabulation guard's comparison (accuracy objective)
 
     def payload(self) -> dict:
         """The ``REVERIFY`` journal entry's payload."""
@@ -47,7 +49,8 @@ class Reverification:
                 "flagged_decision": self.record.decision.to_dict() if self.record.decision else {}, "changes": self.record.changes,
                 "current_strategy": self.current_hash, "candidate_strategy": self.candidate_hash,
                 "harness": self.harness, "paired": self.paired, "dcr": self.dcr, "cost": self.cost,
-                "holdout": self.holdout, "would_decide": self.decision.to_dict(), "applied": False}
+                "holdout": self.holdout, "confabulation": self.confabulation,
+                "would_decide": self.decision.to_dict(), "applied": False}
 
 
 def applied_to(record: CandidateRecord, current: dict) -> dict:
@@ -90,15 +93,20 @@ def _evaluate(setup: RunSetup, record: CandidateRecord, current: dict, candidate
         cost = {"words_parent": base.summary.context_words["mean"],
                 "words_candidate": run.summary.context_words["mean"]}
         report = {"paired": paired, "dcr": run.summary.dcr_at(rules.dcr_tau), "cost": cost}
+        confab = (confabulation_brief(base.traces, run.traces, alpha=rules.alpha,
+                                      n_resamples=rules.bootstrap_resamples, seed=config.seed)
+                  if config.objective == "accuracy" else None)
+        if confab is not None:
+            report["confabulation"] = confab.to_dict()
         decision, held = decide(report, rules, config.cost), None
         if decision.changes_strategy and holdout_harness is not None:  # as a round checks an accept
             held = Holdout(holdout_harness, setup.holdout_ids, config.objective, rules,
-                           seed=config.seed).compare(current, candidate)
+                           seed=config.seed).compare(current, candidate).to_dict()
             decision = decide({**report, "holdout": held}, rules, config.cost)
     finally:
         harness.close()
         if holdout_harness is not None and holdout_harness is not harness:
             holdout_harness.close()
     return Reverification(record, strategy_hash(current), strategy_hash(candidate), harness_id, paired,
-                          report["dcr"], cost, held, decision)
+                          report["dcr"], cost, held, decision, report.get("confabulation"))
 

@@ -8,6 +8,7 @@ from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.observe.objective import LABEL
 from evolve.strategy.artifact import LINEAGE
+from evolve.verify.confabulation import safe_rate
 from evolve.verify.gates import GateTrail
 from evolve.verify.statistics import PairedReport
 
@@ -144,6 +145,20 @@ def _example_lines(record: CandidateRecord, side: str) -> list[str]:
     return lines
 
 
+def _answer_lines(record: CandidateRecord) -> list[str]:
+    """The candidate's answers by kind with its safe rate, and the confabulation guard's comparison."""
+    answers = (record.summary or {}).get("answers") or {}
+    lines = []
+    if answers:
+        counts = ", ".join(f"{kind} {answers.get(kind, 0)}" for kind in ("correct", "abstain", "confabulated"))
+        lines.append(f"answers: {counts}; safe rate (correct + abstain) {fmt_num(safe_rate(answers), '.3f')}")
+    if record.confabulation:
+        c = record.confabulation
+        lines.append(f"confabulation guard: {c.n} questions answered by both, confabulation rate Δ {c.delta:+.4f} "
+                     f"(McNemar p={c.mcnemar_p:.4g}, CI [{c.ci_low:+.4f}, {c.ci_high:+.4f}])")
+    return lines
+
+
 def render_record(record: CandidateRecord, view: History) -> str:
     """Everything recorded about one candidate, as plain text."""
     r, direction, harness = record, record.direction, record.harness or {}
@@ -188,6 +203,11 @@ def render_record(record: CandidateRecord, view: History) -> str:
         lines.append(f"holdout: {h.n} held-out questions, parent {h.score_parent:.3f} -> candidate "
                      f"{h.score_candidate:.3f} (Δ {h.delta:+.4f}, +{h.improved}/-{h.regressed}, McNemar "
                      f"p={h.mcnemar_p:.4g}, CI [{h.ci_low:+.4f}, {h.ci_high:+.4f}])")
+    lines += _answer_lines(r)
+    if r.multiple_testing:
+        m = r.multiple_testing
+        lines.append(f"multiple testing: {m.method} over the round's {len(m.family)} fully compared candidates "
+                     f"({', '.join(m.family)}): McNemar p {m.p_raw:.4g} -> adjusted {m.p_adjusted:.4g}")
     lines += ["", *_paired_lines(r), "", *_example_lines(r, "improved"), "",
               *_example_lines(r, "regressed"), "", "restore / promote:",
               f"  parent file (what was current before): {view.strategy_path(r.parent_hash)}"]
@@ -209,10 +229,16 @@ def _governance_lines(record: CandidateRecord, view: History) -> list[str]:
     """The candidate's promotions with their approval, and a flagged candidate's re-verifications."""
     from evolve.ops.drift import approval_text
     from evolve.ops.flags import reverifications, reverified_text
+    from evolve.ops.monitors import monitor_regressions, regression_text
 
     lines = [f"  promoted: entry {e['index']} ({e['ts'][:19]}) to {e['payload']['target']}, "
              f"{approval_text(e['payload'])}" for e in view.entries
              if e["type"] == "PROMOTE" and e["payload"].get("candidate_id") == record.candidate_id]
+    if record.verdict == "ACCEPT_WITH_MONITOR":
+        fell = monitor_regressions(view, record.candidate_id)
+        lines += ["", "monitored slices regressed again:" if fell else
+                  "monitored slices: no regression in later rounds or on the holdout"]
+        lines += [f"  {regression_text(e)}" for e in fell]
     if record.verdict == "FEATURE_FLAG":
         again = reverifications(view, record.candidate_id)
         lines += ["", "re-verifications (memevolve flags --verify):" if again else

@@ -44,6 +44,7 @@ ENTRY_TYPES = (
     "BUDGET_STOP", # a run stopped before a round because its next evaluation would pass the budget
     "REVERIFY",    # a flagged change was evaluated again against the current strategy (never applied)
     "RULES",       # the decision rules changed by a human decision (old rules, new rules, reason)
+    "MONITOR",     # a slice accepted with monitoring regressed again (a later round, or the holdout)
 )
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})

@@ -15,11 +15,12 @@ from evolve.state.files import StoreError
 from evolve.verify.critic import CriticReview
 from evolve.verify.decision import Decision
 from evolve.verify.gates import GateResult, GateTrail
+from evolve.verify.multiplicity import Adjustment
 from evolve.verify.outcomes import ContextCost, HoldoutComparison, ProbeOutcome
 from evolve.verify.statistics import PairedBrief, PairedReport
 
 #: Fields left out of the stored record while ``None``.
-OPTIONAL = ("merged_from", "holdout", "llm", "staleness")
+OPTIONAL = ("merged_from", "holdout", "confabulation", "multiple_testing", "llm", "staleness")
 
 
 def _gates(data: Mapping[str, Any]) -> GateTrail:
@@ -36,6 +37,8 @@ _READERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "cost": lambda data: ContextCost(data["words_parent"], data["words_candidate"]),
     "decision": lambda data: Decision.from_dict(data) if data else None,
     "holdout": HoldoutComparison.from_dict,
+    "confabulation": PairedBrief.from_dict,
+    "multiple_testing": Adjustment.from_dict,
 }
 
 
@@ -74,16 +77,22 @@ def stage_outcomes(record: CandidateRecord) -> dict[str, dict]:
     return {stage: _stored(stage, getattr(record, stage)) for stage in STAGES if getattr(record, stage) is not None}
 
 
+#: Optional record fields the decision contract reads when present.
+_DECIDING = ("confabulation", "multiple_testing", "holdout")
+
+
 def decision_report(record: CandidateRecord) -> dict[str, Any]:
     """What the decision contract decides on (:func:`evolve.verify.decision.decide` replays it)."""
     out = {name: _stored(name, getattr(record, name)) for name in ("paired", "dcr", "cost")}
-    return {**out, "holdout": _stored("holdout", record.holdout)} if record.holdout is not None else out
+    return {**out, **{name: _stored(name, getattr(record, name)) for name in _DECIDING
+                      if getattr(record, name) is not None}}
 
 
 def report_hash(record: CandidateRecord) -> str:
     """Hash of the evidence behind the decision, journaled with the verdict."""
     keys = ("paired", "dcr", "probe", "gates", "critic", "decision") + (("cost",) if record.cost else ()) + \
-        (("evidence_screen",) if record.evidence_screen else ()) + (("holdout",) if record.holdout else ())
+        (("evidence_screen",) if record.evidence_screen else ()) + \
+        tuple(name for name in _DECIDING if getattr(record, name) is not None)
     return canonical_hash({k: _stored(k, getattr(record, k)) for k in keys})
 
 

@@ -1,29 +1,40 @@
 """The decision contract: a deterministic verdict from a saved comparison report alone.
 
 ``decide`` reads ``{"paired": PairedReport.to_dict(), "dcr": float, "cost": {"words_parent", "words_candidate"}}``
-(``cost`` only needed under cost limits) and applies these rules, first match wins:
+(``cost`` only needed under cost limits; optional ``confabulation``, ``multiple_testing`` and ``holdout``, below) and
+applies these rules, first match wins:
 
 1. ``incomplete``      report fields missing, ``n == 0``, or ids missing on either side -> FEATURE_FLAG
 2. ``significant_harm`` delta < 0, p <= alpha and ci_high < 0                            -> REJECT
-3. ``dcr_floor``        candidate's DCR@tau (``dcr_tau``) below ``rho_min``              -> FEATURE_FLAG
-4. ``inconclusive``     not a significant gain (p > alpha or ci_low <= 0)                -> FEATURE_FLAG
+3. ``confabulation``    with a ``confabulation`` brief (candidate vs. parent on "the answer is a confident wrong
+                        one", paired by question; accuracy objective only), a significant rise there
+                        (delta > 0, p <= alpha, ci_low > 0)                                  -> REJECT
+4. ``dcr_floor``        candidate's DCR@tau (``dcr_tau``) below ``rho_min``              -> FEATURE_FLAG
+5. ``inconclusive``     not a significant gain (p > alpha or ci_low <= 0), p being the round's
+                        multiple-testing adjusted p when the report carries ``multiple_testing``
+                        (:mod:`evolve.verify.multiplicity`; its ``p_adjusted``)            -> FEATURE_FLAG
                         With ``require_significance=False`` a result with delta > 0 goes on
-                        to rules 5-8 instead (useful on small benchmarks where no gain can be
+                        to rules 6-9 instead (useful on small benchmarks where no gain can be
                         significant); delta <= 0 stays FEATURE_FLAG.
-5. ``category_regression`` a non-protected category has delta_c < -epsilon_c             -> REJECT
-6. ``cost``            with :class:`CostLimits`, the candidate's mean packed context words exceed
+6. ``category_regression`` a vetoing category has delta_c < -epsilon_c                  -> REJECT
+                        (``veto: all_categories``: every category; else those in ``veto_slices``)
+7. ``cost``            with :class:`CostLimits`, the candidate's mean packed context words exceed
                         ``max_context_words``, or grow over the parent's by more than
                         ``max_relative_increase`` (report field ``cost``)                  -> FEATURE_FLAG
-7. ``holdout``         with a holdout comparison in the report (field ``holdout``: n, delta, mcnemar_p, ci_low,
+8. ``holdout``         with a holdout comparison in the report (field ``holdout``: n, delta, mcnemar_p, ci_low,
                         ci_high of candidate vs. parent on held-out questions), a significant regression
                         there (delta < 0, p <= alpha, ci_high < 0)                            -> FEATURE_FLAG
-8. ``protected_slice_regression`` a protected category has delta_c < -epsilon_c         -> ACCEPT_WITH_MONITOR
-9. ``accept``                                                                            -> ACCEPT
+9. ``protected_slice_regression`` a protected slice has delta_c < -epsilon_c            -> ACCEPT_WITH_MONITOR
+10. ``accept``                                                                           -> ACCEPT
 
-Protected slices are categories exempt from the per-category veto (typically small or noisy ones):
-their regression is accepted but flagged for monitoring. Only ACCEPT and ACCEPT_WITH_MONITOR change
-the strategy. ``restore_threshold`` is the drop below the best-ever accuracy at which a checkpoint
-is restored; it is carried here so that all acceptance settings live in one model.
+Slices follow D²ACCI by default: ``protected_slices`` are pre-specified important categories whose regression
+makes an otherwise good change ACCEPT_WITH_MONITOR (later rounds and the holdout check them again,
+:mod:`evolve.loop.monitor`); a regression in any other category does not veto (the accept's reason names it).
+E²MEND's per-category non-regression (for all c: delta_c >= -epsilon_c, else REJECT) is ``veto: all_categories``;
+``veto_slices`` vetoes only the listed categories. A vetoing category's regression is REJECT even when the category
+is also protected. Only ACCEPT and ACCEPT_WITH_MONITOR change the strategy. ``restore_threshold`` is the drop below
+the best-ever accuracy at which a checkpoint is restored; it is carried here so that all acceptance settings live in
+one model.
 """
 from __future__ import annotations
 
@@ -31,7 +42,7 @@ from dataclasses import asdict, dataclass, fields
 from enum import Enum
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from evolve.benchmarks.types import CATEGORIES
 from evolve.numbers import is_real
@@ -64,13 +75,19 @@ class AcceptanceRules(BaseModel):
     dcr_tau: Literal[1, 3, 5, 6] = Field(3, description="stages a trace must record to count towards DCR")
     epsilon_default: float = Field(0.02, ge=0, description="tolerated per-category accuracy drop")
     epsilon_by_category: dict[str, float] = Field(default_factory=dict)
-    protected_slices: list[str] = Field(default_factory=list, description="categories monitored, not vetoed")
+    protected_slices: list[str] = Field(default_factory=list, description="important categories: a regression "
+                                                                          "there is ACCEPT_WITH_MONITOR (D²ACCI)")
+    veto: Literal["none", "all_categories"] = Field("none", description="all_categories: a regression in any "
+                                                                        "category is REJECT (E²MEND's for-all-c rule)")
+    veto_slices: list[str] = Field(default_factory=list, description="categories whose regression is REJECT")
+    multiple_testing: Literal["holm", "bonferroni", "none"] = Field(
+        "holm", description="adjustment of the gain test's p over each round's fully compared candidates")
     probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
     restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
     require_significance: bool = True
     bootstrap_resamples: int = Field(10_000, ge=1, description="resamples of the paired BCa confidence interval")
 
-    @field_validator("protected_slices")
+    @field_validator("protected_slices", "veto_slices")
     @classmethod
     def _known_slices(cls, value: list[str]) -> list[str]:
         _require_categories(value)
@@ -82,8 +99,18 @@ class AcceptanceRules(BaseModel):
         _require_categories(value)
         return value
 
+    @model_validator(mode="after")
+    def _one_veto(self) -> "AcceptanceRules":
+        if self.veto == "all_categories" and self.veto_slices:
+            raise ValueError("veto_slices: leave it empty with veto: all_categories (every category vetoes)")
+        return self
+
     def epsilon(self, category: str) -> float:
         return self.epsilon_by_category.get(category, self.epsilon_default)
+
+    def vetoes(self, category: str) -> bool:
+        """Whether a regression beyond epsilon in ``category`` rejects the candidate."""
+        return self.veto == "all_categories" or category in self.veto_slices
 
 
 class CostLimits(BaseModel):
@@ -193,6 +220,27 @@ def _parse(report: Any) -> tuple[PairedReport, float] | str:
     return paired, float(dcr)
 
 
+def _brief(report: Mapping[str, Any], name: str) -> PairedBrief | None | str:
+    """The report's optional paired brief ``name``, or why it is malformed."""
+    data = report.get(name)
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or not all(is_real(data.get(f.name)) for f in fields(PairedBrief)):
+        return f"{name} must carry numbers n, delta, mcnemar_p, ci_low, ci_high, got {data!r}"
+    return PairedBrief.from_dict(data)
+
+
+def _adjusted_p(report: Mapping[str, Any]) -> tuple[float, str, int] | None | str:
+    """The multiple-testing adjusted p, its method and family size, or why the report's entry is malformed."""
+    data = report.get("multiple_testing")
+    if data is None:
+        return None
+    if not isinstance(data, Mapping) or not is_real(data.get("p_adjusted")) or not isinstance(data.get("family"),
+                                                                                              list):
+        return f"multiple_testing must carry p_adjusted and family, got {data!r}"
+    return float(data["p_adjusted"]), str(data.get("method")), len(data["family"])
+
+
 def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits | None = None) -> Decision:
     """Verdict for ``report`` (see the module docstring for the rule order)."""
     parsed = _parse(report)
@@ -205,39 +253,52 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
     stats = f"delta={delta:+.4f}, p={p:.4g}, CI=[{low:+.4f}, {high:+.4f}]"
     if paired.brief().harms(rules.alpha):
         return Decision(Verdict.REJECT, f"significant harm: {stats}", "significant_harm")
+    confab = _brief(report, "confabulation")
+    if isinstance(confab, str):
+        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {confab}", "incomplete")
+    if confab is not None and confab.rises(rules.alpha):
+        return Decision(Verdict.REJECT, f"confabulation: confident wrong answers rise on {confab.n} questions "
+                                        f"(delta={confab.delta:+.4f}, p={confab.mcnemar_p:.4g}, "
+                                        f"CI=[{confab.ci_low:+.4f}, {confab.ci_high:+.4f}]) ({stats})",
+                        "confabulation")
     if dcr < rules.rho_min:
         return Decision(Verdict.FEATURE_FLAG, f"DCR@{rules.dcr_tau} {dcr:.3f} below floor {rules.rho_min:.3f}", "dcr_floor")
+    adjusted = _adjusted_p(report)
+    if isinstance(adjusted, str):
+        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {adjusted}", "incomplete")
+    if adjusted is not None:
+        p = adjusted[0]
+        stats += f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates"
     if not (p <= rules.alpha and low > 0) and (rules.require_significance or delta <= 0):
         return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} (alpha={rules.alpha})", "inconclusive")
 
-    vetoed, monitored = [], []
+    vetoed, monitored, noted = [], [], []
     for category, row in sorted(paired.per_category.items()):
         eps = rules.epsilon(category)
         if row["delta"] < -eps - TOLERANCE:
             entry = f"{category} {row['delta']:+.4f} (epsilon {eps:.3f}, n={row['n']})"
-            (monitored if category in rules.protected_slices else vetoed).append(entry)
+            (vetoed if rules.vetoes(category) else monitored if category in rules.protected_slices
+             else noted).append(entry)
     if vetoed:
         return Decision(Verdict.REJECT, f"category regression: {'; '.join(vetoed)}", "category_regression")
     over = cost.violation(*words) if words is not None else None
     if over is not None:
         return Decision(Verdict.FEATURE_FLAG, f"{over} ({stats})", "cost")
-    held = report.get("holdout")
-    if held is not None:
-        if not isinstance(held, Mapping) or not all(is_real(held.get(f.name)) for f in fields(PairedBrief)):
-            return Decision(Verdict.FEATURE_FLAG, f"incomplete report: holdout must carry numbers n, delta, mcnemar_p, "
-                                                  f"ci_low, ci_high, got {held!r}", "incomplete")
-        h = PairedBrief.from_dict(held)
-        if h.harms(rules.alpha):
-            return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {h.n} held-out questions (delta="
-                                                  f"{h.delta:+.4f}, p={h.mcnemar_p:.4g}, CI=[{h.ci_low:+.4f}, "
-                                                  f"{h.ci_high:+.4f}]) although the dev data gain ({stats})", "holdout")
+    h = _brief(report, "holdout")
+    if isinstance(h, str):
+        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {h}", "incomplete")
+    if h is not None and h.harms(rules.alpha):
+        return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {h.n} held-out questions (delta="
+                                              f"{h.delta:+.4f}, p={h.mcnemar_p:.4g}, CI=[{h.ci_low:+.4f}, "
+                                              f"{h.ci_high:+.4f}]) although the dev data gain ({stats})", "holdout")
+    unvetoed = f"; unprotected category regressed (no veto): {'; '.join(noted)}" if noted else ""
     if monitored:
         return Decision(
             Verdict.ACCEPT_WITH_MONITOR,
-            f"accepted ({stats}); protected slice regressed: {'; '.join(monitored)}",
+            f"accepted ({stats}); protected slice regressed: {'; '.join(monitored)}{unvetoed}",
             "protected_slice_regression",
         )
-    return Decision(Verdict.ACCEPT, f"accepted: {stats}", "accept")
+    return Decision(Verdict.ACCEPT, f"accepted: {stats}{unvetoed}", "accept")
 
 
 def evidence_screen(paired: PairedReport, rules: AcceptanceRules) -> Decision | None:

@@ -30,6 +30,10 @@ class PairedBrief:
         """Significant harm: a loss with McNemar p <= ``alpha`` and a confidence interval wholly below 0."""
         return self.delta < 0 and self.mcnemar_p <= alpha and self.ci_high < 0
 
+    def rises(self, alpha: float) -> bool:
+        """Significant rise (of a rate counting something bad): a gain with p <= ``alpha`` and a CI wholly above 0."""
+        return self.delta > 0 and self.mcnemar_p <= alpha and self.ci_low > 0
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

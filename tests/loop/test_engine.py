@@ -9,6 +9,7 @@ from evolve.loop.config import RunConfig
 from evolve.verify.decision import AcceptanceRules, decide
 from evolve.loop.engine import Engine
 from evolve.state.files import StoreError
+from evolve.state.records import decision_report, load_record
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import derive, dump_yaml, load_strategy, strategy_hash
@@ -37,7 +38,8 @@ def test_round_records_every_candidate_and_decisions_replay(one_round):
     assert outcomes and all(r["decision"]["verdict"] and r["decided_by"] for r in outcomes)
     rules = AcceptanceRules()
     for r in (r for r in outcomes if r.get("paired")):
-        assert decide({"paired": r["paired"], "dcr": r["dcr"]}, rules).to_dict() == r["decision"]
+        # the record's decision report: paired, dcr and, with several compared candidates, their adjusted p
+        assert decide(decision_report(load_record(r)), rules).to_dict() == r["decision"]
     journal = records(one_round, "journal.jsonl")
     assert [e["type"] for e in journal][-1] == "ROUND"
     assert sum(e["type"] == "CANDIDATE" for e in journal) == len(outcomes)

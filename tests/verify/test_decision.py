@@ -90,26 +90,50 @@ def test_without_required_significance_a_positive_result_proceeds():
     assert decide(report(SMALL_GAIN), lenient).verdict == Verdict.ACCEPT
     flat = [("temporal", True, False, 2), ("temporal", False, True, 2), ("temporal", True, True, 20)]
     assert decide(report(flat), lenient).rule == "inconclusive"
-    # still subject to per-category non-regression
+    # still subject to a per-category veto
     slice_loss = SMALL_GAIN + [("single_hop", True, False, 1), ("single_hop", True, True, 9)]
-    assert decide(report(slice_loss), lenient).rule == "category_regression"
+    assert decide(report(slice_loss), lenient).rule == "accept"
+    vetoing = AcceptanceRules(require_significance=False, veto_slices=["single_hop"])
+    assert decide(report(slice_loss), vetoing).rule == "category_regression"
+
+
+#: E²MEND's per-category non-regression: every category vetoes.
+VETO_ALL = AcceptanceRules(veto="all_categories")
 
 
 def test_category_regression_rejects_and_names_the_category():
-    d = decide(report(GAIN_WITH_SLICE_LOSS), RULES)
+    d = decide(report(GAIN_WITH_SLICE_LOSS), VETO_ALL)
     assert (d.verdict, d.rule) == (Verdict.REJECT, "category_regression")
     assert "single_hop" in d.reason and "temporal" not in d.reason
+    listed = decide(report(GAIN_WITH_SLICE_LOSS), AcceptanceRules(veto_slices=["single_hop"]))
+    assert (listed.verdict, listed.rule) == (Verdict.REJECT, "category_regression")
+
+
+def test_an_unprotected_category_regression_does_not_veto_by_default():
+    d = decide(report(GAIN_WITH_SLICE_LOSS), RULES)
+    assert (d.verdict, d.rule) == (Verdict.ACCEPT, "accept")
+    assert "unprotected category regressed (no veto): single_hop" in d.reason
+    assert decide(report(GAIN_WITH_SLICE_LOSS), AcceptanceRules(veto_slices=["temporal"])).rule == "accept"
+
+
+def test_a_vetoing_category_rejects_even_when_protected():
+    rules = AcceptanceRules(veto="all_categories", protected_slices=["single_hop"])
+    assert decide(report(GAIN_WITH_SLICE_LOSS), rules).rule == "category_regression"
+    with pytest.raises(ValidationError, match="veto_slices"):
+        AcceptanceRules(veto="all_categories", veto_slices=["temporal"])
+    with pytest.raises(ValidationError, match="unknown category"):
+        AcceptanceRules(veto_slices=["temporl"])
 
 
 def test_category_epsilon_override_tolerates_the_drop():
-    rules = AcceptanceRules(epsilon_by_category={"single_hop": 0.1})
+    rules = AcceptanceRules(veto="all_categories", epsilon_by_category={"single_hop": 0.1})
     assert decide(report(GAIN_WITH_SLICE_LOSS), rules).verdict == Verdict.ACCEPT
 
 
 def test_drop_exactly_epsilon_is_not_a_regression():
     # single_hop: 1 of 50 lost -> delta -0.02 in floating point
     rows = GAIN[:2] + [("single_hop", True, True, 49), ("single_hop", True, False, 1)]
-    assert decide(report(rows), RULES).verdict == Verdict.ACCEPT
+    assert decide(report(rows), VETO_ALL).verdict == Verdict.ACCEPT
 
 
 def test_protected_slice_regression_accepts_with_monitor():
