@@ -42,6 +42,6 @@ def test_an_evidence_losing_candidate_is_rejected_without_llm_calls(tmp_path):
                                                           "generation_error/*", 1.0, "test"), screen)
         assert server.request_count > before  # passed the screen, so the probe asked the LLM roles
     assert (losing.record.verdict, losing.record.decided_by) == ("REJECT", "evidence-screen")
-    assert losing.record.evidence_screen["delta"] < 0 and losing.record.probe is None
+    assert losing.record.evidence_screen.delta < 0 and losing.record.probe is None
     assert "rejected before any LLM answer" in losing.record.reason
-    assert keeping.record.evidence_screen["delta"] == 0 and keeping.record.probe is not None
+    assert keeping.record.evidence_screen.delta == 0 and keeping.record.probe is not None

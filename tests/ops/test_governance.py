@@ -99,7 +99,7 @@ def test_verify_reevaluates_a_flag_against_the_current_strategy_and_journals_it(
     assert payload["candidate_strategy"] == record.strategy_hash  # the same change on the same parent
     assert {k: payload["paired"][k] for k in ("n", "delta", "improved", "regressed", "both_correct")} == \
         {k: getattr(p, k) for k in ("n", "delta", "improved", "regressed", "both_correct")}
-    assert payload["would_decide"] == record.decision
+    assert payload["would_decide"] == record.decision.to_dict()
     # never applied: records, strategies and the current strategy are as they were
     assert snapshot(stores, skip=("journal.jsonl", "state.json", "cache")) == before
     assert read_json(stores / "state.json")["current_strategy"] == state["current_strategy"]

@@ -237,7 +237,8 @@ def test_summary_and_report_labels_follow_the_objective(finished, capsys, tmp_pa
     html, md = tmp_path / "r.html", tmp_path / "r.md"
     assert cli(capsys, "report", "--config", config, "--out", html, "--markdown", md)[0] == 0
     header = next(line for line in md.read_text().splitlines() if line.startswith("| strategy |"))
-    assert header == (f"| strategy | hash | {label} (objective) |" + (" accuracy |" if objective != "accuracy" else ""))
+    assert header == (f"| strategy | hash | {label} (objective) |" + (" accuracy |" if objective != "accuracy" else "")
+                      + " safe rate |")  # the runs made answers, so their safe rate is shown
     assert f"<!-- {label[0].upper()}{label[1:]} by category vs baseline" in html.read_text()
     code, out = cli(capsys, "show", "r001-c00", "--config", config)
     assert code == 0

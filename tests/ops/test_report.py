@@ -76,10 +76,10 @@ def test_markdown_summary_for_a_pull_request(report):
     _, _, md = report
     assert md.startswith("### memevolve: 3 round(s) on synthetic:0 (120 questions, judge token-f1@0.5, "
                          "objective accuracy)")
-    assert "| strategy | hash | accuracy (objective) |\n" in md  # no second accuracy column under accuracy
+    assert "| strategy | hash | accuracy (objective) | safe rate |\n" in md  # no second accuracy column
     for name in ("baseline", "current"):
         cells = next(line for line in md.splitlines() if line.startswith(f"| {name} |")).split("|")
-        assert len(cells) == 5 and cells[3].strip() != "-", cells
+        assert len(cells) == 6 and cells[3].strip() != "-" and 0 <= float(cells[4]) <= 1, cells
     assert "**Accepted**" in md and "`r002-c00` retrieval.top_k 5→7: Δ +0.0500" in md and "— applied" in md
     assert "`memevolve promote r003-c00 --to strategies/serving.yaml --accept-monitor`" in md
     assert "| id | change | Δ | p | CI | verdict |" in md and "Full report with plots" in md
