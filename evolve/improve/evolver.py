@@ -74,6 +74,11 @@ def study_name(group: str) -> str:
     return f"memevolve-{group}"
 
 
+def _attr(value: Any) -> Any:
+    """A value as a trial attribute: a prompt by its id and version."""
+    return f"{value['id']}@v{value['version']}" if isinstance(value, dict) else value
+
+
 def _grid_high(dim: EvolvableDimension) -> int | float:
     """Largest value of the ``low + n * step`` grid inside the schema range."""
     low, high, step = (Decimal(str(v)) for v in (dim.low, dim.high, dim.step))
@@ -207,7 +212,7 @@ class Evolver:
             moved = derive(moved, {dim.path: changes[dim.path]})
         first = parts[0][0].path
         for name, attr in (("key", direction.key), ("symptom", direction.symptom_key),
-                           ("from", get_path(strategy, first)), ("to", changes[first])):
+                           ("from", _attr(get_path(strategy, first))), ("to", _attr(changes[first]))):
             trial.set_user_attr(name, attr)
         return Proposal(changes, direction.key, study.study_name, trial.number)
 
@@ -242,11 +247,14 @@ class Evolver:
 
     @_db_errors
     def blind_trial(self, strategy: dict) -> Proposal:
-        """Sample every evolvable dimension over its full schema range; invariants repaired."""
+        """Sample every evolvable dimension over its full schema range (prompts, which have none, excepted);
+        invariants repaired."""
         study = self.study(self.name(BLIND_STUDY))
         trial = study.ask()
         sampled: dict[str, Any] = {}
         for path, dim in self.dims.items():
+            if dim.kind == "prompt":
+                continue
             if dim.kind == "boolean":
                 sampled[path] = trial.suggest_categorical(path, [False, True])
             elif dim.kind == "enum":

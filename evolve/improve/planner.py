@@ -16,7 +16,8 @@ Priority of a direction reached through symptom ``s`` at position ``i`` of its c
 qualifier's share. With the hypothesis tree enabled, ``i`` is the UCB1 rank instead of the
 bundle position and refuted/exhausted hypotheses are skipped. Directions that cannot move the
 current value (at the schema bound, already enabled, blocked by an invariant) are dropped, and
-so are moves of a path whose switch (:data:`REQUIRES`) is off.
+so are moves of a path whose switch (:data:`REQUIRES`) is off, and moves of a dimension the run cannot move
+(a prompt edit when no LLM serves the prompt's role; see :func:`evolve.strategy.schema.live_dimensions`).
 """
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ from evolve.observe.ladder import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
 from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree
-from evolve.strategy.moves import Move, Step, set_value
+from evolve.strategy.moves import EDIT, Move, Step, set_value
+from evolve.strategy.prompts import add_instruction
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
@@ -82,6 +84,9 @@ def move_values(strategy: dict, dim: EvolvableDimension, step: Step) -> list:
         values = [True] if current is False else []
     elif step.direction == "disable":
         values = [False] if current is True else []
+    elif step.direction == EDIT:
+        edited = add_instruction(current, step.value)
+        values = [edited] if edited is not None else []
     elif not step.relative:
         target = set_value(dim, step.value)
         values = [target] if target != current else []
@@ -150,8 +155,11 @@ def _validate_entry(entry: str, dims: dict[str, EvolvableDimension]) -> None:
 
 
 def can_move(strategy: dict, move: Move, dims: dict[str, EvolvableDimension]) -> bool:
-    """Whether every step of ``move`` has a legal move from ``strategy`` and is not switched off (:data:`REQUIRES`)."""
+    """Whether every step of ``move`` is on a dimension of ``dims``, has a legal move from ``strategy`` and is not
+    switched off (:data:`REQUIRES`)."""
     for step in move.steps:
+        if step.path not in dims:
+            return False
         if step.path in REQUIRES and not get_path(strategy, REQUIRES[step.path]):
             return False
         if not move_values(strategy, dims[step.path], step):
@@ -253,18 +261,19 @@ def interleave(directions: list[Direction]) -> list[Direction]:
 
 class Planner:
     """Rule-based :class:`~evolve.improve.proposer.Proposer` over the bundle table, dimension effects and
-    (optionally) the UCB1 tree."""
+    (optionally) the UCB1 tree; ``dims`` are the dimensions the run may move (default: every evolvable one)."""
 
     def __init__(self, table: BundleTable, effects: DimensionEffects, tree: HypothesisTree | None = None,
                  use_tree: bool = False, max_symptoms: int = 8, min_qualifier_share: float = 0.25,
                  revert_penalty: float = 0.25,
-                 cost_violation: Callable[[float, float], str | None] | None = None):
+                 cost_violation: Callable[[float, float], str | None] | None = None,
+                 dims: dict[str, EvolvableDimension] | None = None):
         if use_tree and tree is None:
             raise ValueError("Planner: use_tree=True needs a HypothesisTree")
         self.table, self.effects, self.tree, self.use_tree = table, effects, tree, use_tree
         self.max_symptoms, self.min_qualifier_share = max_symptoms, min_qualifier_share
         self.revert_penalty, self.cost_violation = revert_penalty, cost_violation
-        self.dims = evolvable_dimensions()
+        self.dims = dims if dims is not None else evolvable_dimensions()
 
     def plan(self, digest: Digest, strategy: dict, max_directions: int = 6, *,
              words: float | None = None) -> list[Direction]:
@@ -300,8 +309,8 @@ class Planner:
             movable: dict[str, tuple[float, str]] = {}  # key -> (factor, table key), in table order
             for key, factor, table_key in self.table.lookup(symptom, self.min_qualifier_share):
                 path = Move.parse(key).first.path
-                if path in REQUIRES and not get_path(strategy, REQUIRES[path]):
-                    continue
+                if path not in dims or path in REQUIRES and not get_path(strategy, REQUIRES[path]):
+                    continue  # a dimension this run cannot move (a prompt no LLM reads), or switched off
                 movable_now = can_move(strategy, Move.parse(key), dims)
                 if self.use_tree:
                     self.tree.mark_bound(key, not movable_now, parent=symptom.key)

@@ -13,12 +13,14 @@ from evolve.improve.effects import DimensionEffects
 from evolve.improve.planner import Direction
 from evolve.llm.client import LLMClient
 from evolve.llm.prompting import ask_json, fill, json_payload, load_prompt, pretty, validation_errors
-from evolve.strategy.moves import MOVES, SET, SET_PREFIX, IllegalValue, Move, Step, set_value, value_text
+from evolve.strategy.moves import EDIT, MOVES, SET, VALUED, IllegalValue, Move, Step, set_value, value_text
+from evolve.strategy.prompts import MAX_CHARS, MIN_CHARS, check_instruction
+from evolve.strategy.paths import get_path
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.verify.critic import CriticPacket, fixing_groups
 from evolve.verify.critic import CriticReview
 
-PLANNER_PROMPT, CRITIC_PROMPT = "planner.v1", "critic.v1"
+PLANNER_PROMPT, CRITIC_PROMPT = "planner.v2", "critic.v1"
 CriticLabel = Literal["actionable", "risky", "duplicate", "out_of_scope"]
 CRITIC_LABELS: tuple[str, ...] = get_args(CriticLabel)
 
@@ -28,7 +30,12 @@ CRITIC_LABELS: tuple[str, ...] = get_args(CriticLabel)
 
 def _legal_value(dim: EvolvableDimension, direction: str, value: Any) -> Any:
     """``value`` checked against the dimension by :func:`~evolve.strategy.moves.set_value` (None where the direction
-    needs none), with the problem phrased for the model."""
+    needs none), with the problem phrased for the model; a prompt edit's value is its instruction line."""
+    if dim.kind == "prompt":
+        try:
+            return check_instruction(value)
+        except ValueError as exc:
+            raise ValueError(f"value for {dim.path!r} (edit): {exc}") from None
     if dim.kind == "boolean" or value is None and direction != SET and dim.kind != "enum":
         return None
     if value is None and dim.kind != "enum":
@@ -62,9 +69,11 @@ class ProposalReply(BaseModel):
         path, direction, value = data.get("path"), data.get("direction"), data.get("value")
         if not isinstance(path, str) or not isinstance(direction, str):
             raise ValueError("a proposal needs string fields 'path' and 'direction'")
-        direction = direction.strip().lower()
-        if direction.startswith(SET_PREFIX):
-            direction, value = SET, direction[len(SET_PREFIX):] if value is None else value
+        direction = direction.strip()
+        verb, colon, rest = direction.partition(":")
+        if colon and verb.lower() in VALUED:
+            direction, value = verb.lower(), rest if value is None else value
+        direction = direction.lower()
         context = info.context or {}
         dims: dict[str, EvolvableDimension] = context["dimensions"] if "dimensions" in context else evolvable_dimensions()
         dim = dims.get(path)
@@ -77,8 +86,8 @@ class ProposalReply(BaseModel):
 
     @property
     def step(self) -> Step:
-        if self.direction == SET:
-            return Step(self.path, SET, value_text(self.value))
+        if self.direction in VALUED:
+            return Step(self.path, self.direction, value_text(self.value))
         return Step(self.path, self.direction)
 
     @property
@@ -95,6 +104,8 @@ class PlannerResult:
 
 
 def _directions(dim: EvolvableDimension) -> tuple[str, ...]:
+    if dim.kind == "prompt":
+        return (EDIT,)
     return MOVES[dim.kind] + (() if dim.kind == "boolean" else (SET,))
 
 
@@ -110,7 +121,14 @@ def proposals_schema(dims: dict[str, EvolvableDimension], max_proposals: int) ->
     return {"type": "array", "minItems": 1, "maxItems": max_proposals, "items": item}
 
 
-def _describe(dim: EvolvableDimension) -> str:
+def _describe(dim: EvolvableDimension, strategy: dict | None) -> str:
+    if dim.kind == "prompt":
+        text = (f"{dim.path}: prompt template of the {dim.role}; direction edit, value = one instruction line "
+                f"({MIN_CHARS}-{MAX_CHARS} characters, no braces, no WORD: markers) added before its last line")
+        if strategy is not None:
+            prompt = get_path(strategy, dim.path)
+            text += f"; now (v{prompt['version']}):\n" + "\n".join("    | " + l for l in prompt["template"].splitlines())
+        return text
     if dim.kind == "enum":
         return f"{dim.path}: enum, one of {'|'.join(dim.choices)}"
     if dim.kind == "boolean":
@@ -129,10 +147,13 @@ class LLMPlanner:
         self._template = load_prompt(PLANNER_PROMPT)
 
     def plan(self, digest: dict, reputations: dict, dimensions: dict[str, EvolvableDimension] | None = None,
-             max_proposals: int = 3) -> PlannerResult:
+             max_proposals: int = 3, strategy: dict | None = None) -> PlannerResult:
+        """Proposals for ``digest``; given the current ``strategy``, its prompt templates are shown beside their
+        paths."""
         dims = dimensions if dimensions is not None else evolvable_dimensions()
         prompt = fill(self._template, digest=pretty(digest), reputations=pretty(reputations),
-                      dimensions="\n".join(_describe(d) for d in dims.values()), max_proposals=str(max_proposals))
+                      dimensions="\n".join(_describe(d, strategy) for d in dims.values()),
+                      max_proposals=str(max_proposals))
 
         def parse(reply: str) -> tuple[list[ProposalReply], list[str]]:
             try:
@@ -238,9 +259,10 @@ class PlannerAdvisor:
         self.notes: list[str] = []
 
     def plan(self, digest: Digest, strategy: dict, n: int, *, words: float | None = None) -> list[Direction]:
-        """Up to ``n`` directions from the model's proposals (``strategy`` and ``words`` are not shown to it)."""
+        """Up to ``n`` directions from the model's proposals (of ``strategy`` it sees the prompt templates it may
+        edit; ``words`` is not shown to it)."""
         ranked = digest.ranked()
-        result = self.planner.plan(digest.to_dict(), self.effects.to_dict(), self.dims, n)
+        result = self.planner.plan(digest.to_dict(), self.effects.to_dict(), self.dims, n, strategy)
         self.notes = [f"llm planner dropped: {r}" for r in result.dropped_reasons]
         directions = []
         for rank, proposal in enumerate(result.proposals):

@@ -29,6 +29,10 @@ class Roles:
     #: trace carries the error and it is left out of scoring, so a paired comparison sees it as missing).
     on_error: Literal["stop", "mark"] = "stop"
 
+    def model_roles(self) -> set[str]:
+        """The runtime roles a model plays (their strategy prompts are read, so they can evolve)."""
+        return {name for name in ("extractor", "expander", "answerer") if getattr(self, name) is not None}
+
     def answers_call_models(self) -> bool:
         """Whether answering or judging waits on a model server (an LLM answerer or judge)."""
         return any(hasattr(r, "concurrency") for r in (self.answerer, self.judge) if r is not None)

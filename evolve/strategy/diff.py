@@ -15,7 +15,8 @@ from typing import Any
 
 from evolve.numbers import is_real
 from evolve.strategy.artifact import FREE_LINEAGE
-from evolve.strategy.moves import SET, Step, value_text
+from evolve.strategy.moves import EDIT, SET, Step, value_text
+from evolve.strategy.prompts import added_instruction
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.paths import flatten, get_path
 
@@ -134,20 +135,23 @@ def step(path: str, old: Any, new: Any) -> Step:
 
 
 def change_steps(parent: dict, candidate: dict) -> list[Step]:
-    """The steps of a diff, sorted by their text; a changed prompt is one step ``set:<id>@v<version>``."""
+    """The steps of a diff, sorted by their text; a changed prompt is one step: ``edit:<instruction>`` when it adds
+    one instruction line (the move that made it), else ``set:<id>@v<version>``."""
     steps: dict[str, Step] = {}
     for path, (old, new) in effective_changes(parent, candidate).items():
         prompt = prompt_of(path)
-        if prompt is None:
-            s = step(path, old, new)
-        else:
-            try:
-                spec = get_path(candidate, prompt)
-                s = Step(prompt, SET, f"{spec['id']}@v{spec['version']}")
-            except (KeyError, TypeError):
-                s = Step(prompt, SET, "unset")
+        s = step(path, old, new) if prompt is None else _prompt_step(parent, candidate, prompt)
         steps[str(s)] = s
     return [steps[k] for k in sorted(steps)]
+
+
+def _prompt_step(parent: dict, candidate: dict, prompt: str) -> Step:
+    try:
+        old, new = get_path(parent, prompt), get_path(candidate, prompt)
+        instruction = added_instruction(old, new)
+        return Step(prompt, EDIT, instruction) if instruction else Step(prompt, SET, f"{new['id']}@v{new['version']}")
+    except (KeyError, TypeError):
+        return Step(prompt, SET, "unset")
 
 
 def change_keys(parent: dict, candidate: dict) -> list[str]:

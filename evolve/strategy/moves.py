@@ -6,6 +6,7 @@ parameters and the bundle table, is::
 
     <dotted.path>::<direction>                      e.g. retrieval.top_k::increase
     <dotted.path>::set:<value>                      e.g. assembly.format::set:dialogue
+    <section>.prompt::edit:<instruction>            a prompt edit (:mod:`evolve.strategy.prompts`)
     <step>&<step>...                                a coupled move
 
 :meth:`Move.parse` and ``str(move)`` are the only reader and writer of that form. Against the schema,
@@ -20,44 +21,50 @@ from decimal import Decimal, InvalidOperation
 from typing import Any
 
 from evolve.errors import EvolveError
+from evolve.strategy.prompts import check_instruction, check_prompt
 from evolve.strategy.schema import EvolvableDimension
 
-#: Relative moves, by kind of evolvable dimension; numbers and enums also take ``set:<value>``, booleans never.
+#: Relative moves, by kind of evolvable dimension; numbers, enums and prompts also take ``set:<value>``, booleans
+#: never; prompts take ``edit:<instruction>``.
 MOVES: dict[str, tuple[str, ...]] = {"integer": ("increase", "decrease"), "number": ("increase", "decrease"),
-                                     "boolean": ("enable", "disable"), "enum": ()}
+                                     "boolean": ("enable", "disable"), "enum": (), "prompt": ()}
 #: Every relative move.
 DIRECTIONS = ("increase", "decrease", "enable", "disable")
-SET = "set"
+SET, EDIT = "set", "edit"
 SET_PREFIX = SET + ":"
+#: Directions written with a value after a colon.
+VALUED = (SET, EDIT)
 _SEP = "::"
 _COUPLE = "&"
 
 
 def value_text(value: Any) -> str:
-    """A set value as it appears in a move's text: strings as they are, anything else as canonical JSON."""
-    return value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    """A set value as it appears in a move's text: strings as they are, anything else as canonical JSON (with ``&``
+    escaped, so a prompt object's text never reads as a coupling)."""
+    return value if isinstance(value, str) else json.dumps(value, sort_keys=True).replace(_COUPLE, "\\u0026")
 
 
 @dataclass(frozen=True)
 class Step:
-    """One path moved one way: ``direction`` one of :data:`DIRECTIONS`, or :data:`SET` with ``value`` (its text)."""
+    """One path moved one way: ``direction`` one of :data:`DIRECTIONS`, or one of :data:`VALUED` with ``value``
+    (its text)."""
 
     path: str
     direction: str
     value: str | None = None
 
     def __post_init__(self) -> None:
-        legal = self.direction in DIRECTIONS and self.value is None or self.direction == SET and self.value is not None
+        legal = self.direction in DIRECTIONS and self.value is None or self.direction in VALUED and self.value
         if not self.path or _SEP in self.path or _COUPLE in self.path or not legal:
-            raise ValueError(f"malformed direction key {str(self)!r}: expected '<dotted.path>::<direction>' with "
-                             f"direction one of {', '.join(DIRECTIONS)} or set:<value>")
+            self._malformed(str(self))
 
     @classmethod
     def parse(cls, text: str) -> "Step":
         """``"retrieval.top_k::increase"`` -> ``Step("retrieval.top_k", "increase")``; ValueError naming ``text``."""
         path, sep, verb = text.partition(_SEP)
-        if sep and verb.startswith(SET_PREFIX) and len(verb) > len(SET_PREFIX):
-            return cls(path, SET, verb[len(SET_PREFIX):]) if path else cls._malformed(text)
+        direction, colon, value = verb.partition(":")
+        if sep and path and colon and direction in VALUED and value:
+            return cls(path, direction, value)
         if not sep or not path or verb not in DIRECTIONS:
             cls._malformed(text)
         return cls(path, verb)
@@ -65,7 +72,7 @@ class Step:
     @staticmethod
     def _malformed(text: str):
         raise ValueError(f"malformed direction key {text!r}: expected '<dotted.path>::<direction>' with direction "
-                         f"one of {', '.join(DIRECTIONS)} or set:<value>")
+                         f"one of {', '.join(DIRECTIONS)}, set:<value> or edit:<instruction>")
 
     @classmethod
     def to(cls, path: str, value: Any) -> "Step":
@@ -77,18 +84,21 @@ class Step:
     @property
     def verb(self) -> str:
         """The direction as written after ``::``: ``increase``, ``set:<value>``, ..."""
-        return f"{SET_PREFIX}{self.value}" if self.direction == SET else self.direction
+        return f"{self.direction}:{self.value}" if self.direction in VALUED else self.direction
 
     @property
     def relative(self) -> bool:
-        return self.direction != SET
+        return self.direction in DIRECTIONS
 
     def check(self, dim: EvolvableDimension) -> None:
         """ValueError unless this step is legal for the dimension's kind (and its set value in range)."""
         if self.direction == SET:
             set_value(dim, self.value)
+        elif self.direction == EDIT and dim.kind == "prompt":
+            check_instruction(self.value)
         elif self.direction not in MOVES[dim.kind]:
-            allowed = ", ".join(MOVES[dim.kind] + (() if dim.kind == "boolean" else ("set:<value>",)))
+            allowed = ", ".join(MOVES[dim.kind] + (() if dim.kind == "boolean" else ("set:<value>",))
+                                + (("edit:<instruction>",) if dim.kind == "prompt" else ()))
             raise ValueError(f"{dim.path}: direction {self.direction!r} is not legal for a {dim.kind} dimension "
                              f"(allowed: {allowed})")
 
@@ -162,6 +172,11 @@ def set_value(dim: EvolvableDimension, value: Any) -> Any:
     """``value`` (a set value's text, or a JSON scalar) typed for ``dim``; :class:`IllegalValue` if illegal."""
     if dim.kind == "boolean":
         raise IllegalValue(dim, value, "kind", f"{dim.path}: booleans move by enable/disable, not set:")
+    if dim.kind == "prompt":
+        try:
+            return check_prompt(value)
+        except ValueError as exc:
+            raise IllegalValue(dim, value, "prompt", f"{dim.path}: {exc}") from None
     if dim.kind == "enum":
         if value not in dim.choices:
             raise IllegalValue(dim, value, "choices", f"{dim.path}: {value!r} is not one of {', '.join(dim.choices)}")

@@ -16,13 +16,14 @@ class EvolvableDimension:
     """One schema path the optimizer may change."""
 
     path: str
-    kind: str  # "integer" | "number" | "boolean" | "enum"
+    kind: str  # "integer" | "number" | "boolean" | "enum" | "prompt"
     group: str
     low: float | None = None
     high: float | None = None
     step: float | None = None
     max_step: float | None = None
     choices: tuple[str, ...] = ()
+    role: str | None = None  # a prompt's runtime role: it evolves only while an LLM serves that role
 
 
 @lru_cache(maxsize=1)
@@ -42,9 +43,11 @@ def evolvable_dimensions(schema: dict | None = None) -> dict[str, EvolvableDimen
     dims: dict[str, EvolvableDimension] = {}
 
     def walk(node: dict, path: str) -> None:
-        if "$ref" in node:
-            return  # prompts evolve only through reviewed template versions
         spec = node.get("x-evolvable")
+        if "$ref" in node:  # a prompt template
+            if spec is not None:
+                dims[path] = EvolvableDimension(path, "prompt", spec["group"], role=spec["role"])
+            return
         if spec is not None:
             if "enum" in node:
                 dims[path] = EvolvableDimension(path, "enum", spec["group"], choices=tuple(node["enum"]))
@@ -59,6 +62,14 @@ def evolvable_dimensions(schema: dict | None = None) -> dict[str, EvolvableDimen
 
     walk(schema, "")
     return dims
+
+
+def live_dimensions(llm_roles: set[str], dims: dict[str, EvolvableDimension] | None = None
+                    ) -> dict[str, EvolvableDimension]:
+    """The dimensions a run can usefully move: every one but the prompts of roles no LLM serves (the embedded
+    extractor, expander and answerer read no prompt, so editing one would change nothing)."""
+    dims = dims if dims is not None else evolvable_dimensions()
+    return {path: dim for path, dim in dims.items() if dim.kind != "prompt" or dim.role in llm_roles}
 
 
 @lru_cache(maxsize=1)

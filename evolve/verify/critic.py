@@ -44,7 +44,6 @@ def fixing_groups(root_cause: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(STAGE_GROUP[s] for s in through(stage))) if stage is not None else ()
 
 
-_PROMPT_GROUP = {"extraction.prompt": "ingestion", "expansion.prompt": "retrieval", "answering.prompt": "answering"}
 _BLOCKING = ("duplicate", "out_of_scope")
 
 
@@ -90,10 +89,7 @@ class Critic(Protocol):
 
 def group_of(path: str) -> str | None:
     """Dimension group of a strategy path (``None`` for paths outside the evolvable space)."""
-    prompt = prompt_of(path)
-    if prompt is not None:
-        return _PROMPT_GROUP[prompt]
-    dim = dimension_for(path)
+    dim = dimension_for(prompt_of(path) or path)
     return dim.group if dim else None
 
 

@@ -68,6 +68,8 @@ def test_shipped_table_is_valid_and_covers_every_dimension():
     ("kf_filtered/*: []\n", r"test:1: .*non-empty list"),
     ("kf_filtered/*:\n  - retrieval.top_k::up\n", r"test:2: .*malformed direction key"),
     ("cost_relief:\n  - assembly.format::set:tiny\n", r"test:2: cost_relief: .*'tiny' is not one of"),
+    ("generation_error/*:\n  - answering.prompt::edit:Say {context} twice.\n", r"test:2: .*may not contain '\{'"),
+    ("generation_error/*:\n  - answering.prompt::increase\n", r"test:2: .*not legal for a prompt dimension .allowed: set:<value>, edit:<instruction>."),
 ])
 def test_table_errors_name_the_line(text, message):
     with pytest.raises(BundleError, match=message):
@@ -253,3 +255,16 @@ def test_coupled_bundle_entries_are_validated_and_moved_only_when_every_part_can
     dims = evolvable_dimensions()
     assert can_move(baseline_strategy, Move.parse(key), dims)
     assert not can_move(set_path(baseline_strategy, "assembly.token_budget", 8192), Move.parse(key), dims)
+
+
+def test_library_prompt_edits_are_offered_only_where_a_model_reads_the_prompt(baseline):
+    from evolve.strategy.schema import live_dimensions
+
+    d = make_digest(symptom("generation_error", "*", 6, 0.6))
+    table = load_bundles()
+    embedded = [x.key for x in Planner(table, DimensionEffects(), dims=live_dimensions(set())).plan(d, baseline, 20)]
+    with_model = [x.key for x in Planner(table, DimensionEffects(), dims=live_dimensions({"answerer"}))
+                  .plan(d, baseline, 20)]
+    edits = [k for k in with_model if k.startswith("answering.prompt::edit:")]
+    assert edits and not any("prompt::" in k for k in embedded)
+    assert [k for k in with_model if k not in edits] == embedded  # the other directions keep their order
