@@ -16,9 +16,10 @@ causes of recorded traces, and so the symptoms the planner acts on; it keeps the
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Callable, Collection, Mapping
 
-from evolve.observe.trace import Trace
+if TYPE_CHECKING:
+    from evolve.observe.trace import Trace
 
 
 class Stage(StrEnum):
@@ -29,6 +30,10 @@ class Stage(StrEnum):
     FILTERING = "filtering"
     ASSEMBLY = "assembly"
     GENERATION = "generation"
+
+
+#: What a trace records after the pipeline: the judgment (a stage of the decision-completeness rate, not a rung).
+RESULTS = "results"
 
 
 class RootCause(StrEnum):

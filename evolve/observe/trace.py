@@ -9,14 +9,17 @@ from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Mapping
 
 from evolve.errors import EvolveError
+from evolve.observe.ladder import RESULTS, Stage
 
 #: The k of evidence recall@k reported for every trace and summary.
 RECALL_KS = (1, 5, 10)
-#: The stages a trace can record, upstream first, each with the fields that record it: every group must be present,
-#: any field of a group will do (filtering is recorded by what it hid or what the budget dropped).
+#: The stages a trace can record (the ladder's, then :data:`~evolve.observe.ladder.RESULTS`), upstream first, each
+#: with the fields that record it: every group must be present, any field of a group will do (filtering is recorded
+#: by what it hid or what the budget dropped).
 STAGE_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
-    "ingestion": (("stored_ids",),), "retrieval": (("retrieved",),), "filtering": (("filtered", "dropped"),),
-    "assembly": (("packed",),), "generation": (("answer",), ("answer_support",)), "results": (("correct",),)}
+    Stage.INGESTION: (("stored_ids",),), Stage.RETRIEVAL: (("retrieved",),),
+    Stage.FILTERING: (("filtered", "dropped"),), Stage.ASSEMBLY: (("packed",),),
+    Stage.GENERATION: (("answer",), ("answer_support",)), RESULTS: (("correct",),)}
 #: The tau of DCR@tau (share of scored traces recording at least tau stages) reported for every summary.
 DCR_TAUS = (1, 3, 5, 6)
 
