@@ -14,7 +14,7 @@ from evolve.runtime.ingest import windows
 from evolve.runtime.text import resolve_relative_dates, sentences
 from evolve.strategy.policy import Policy
 from evolve.strategy.artifact import StrategyError, validate_strategy
-from evolve.strategy.schema import evolvable_dimensions
+from evolve.strategy.schema import live_dimensions
 from evolve.strategy.paths import get_path, set_path
 
 
@@ -410,7 +410,7 @@ def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, ca
     base_runtime = MemoryRuntime(probe, embedder=embedder, cache=cache)
     reference = _signature(base_runtime, base_runtime.ingest(CONV))
     inert = []
-    for path, dim in evolvable_dimensions().items():
+    for path, dim in live_dimensions(set()).items():  # the embedded roles read no prompt (see test_prompt_evolution)
         changed = False
         for value in _candidates(dim, get_path(probe, path)):
             variant = set_path(probe, path, value)
