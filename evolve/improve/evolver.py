@@ -50,6 +50,7 @@ from evolve.strategy.artifact import StrategyError, derive, validate_strategy
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import repair
 from evolve.strategy.moves import Step
+from evolve.strategy.prompts import label
 from evolve.strategy.paths import get_path
 
 BLIND_STUDY = "memevolve-blind"
@@ -76,7 +77,7 @@ def study_name(group: str) -> str:
 
 def _attr(value: Any) -> Any:
     """A value as a trial attribute: a prompt by its id and version."""
-    return f"{value['id']}@v{value['version']}" if isinstance(value, dict) else value
+    return label(value) if isinstance(value, dict) else value
 
 
 def _grid_high(dim: EvolvableDimension) -> int | float:

@@ -16,7 +16,7 @@ from typing import Any
 from evolve.numbers import is_real
 from evolve.strategy.artifact import FREE_LINEAGE
 from evolve.strategy.moves import EDIT, SET, Step, value_text
-from evolve.strategy.prompts import added_instruction
+from evolve.strategy.prompts import added_instruction, label
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.paths import flatten, get_path
 
@@ -149,7 +149,7 @@ def _prompt_step(parent: dict, candidate: dict, prompt: str) -> Step:
     try:
         old, new = get_path(parent, prompt), get_path(candidate, prompt)
         instruction = added_instruction(old, new)
-        return Step(prompt, EDIT, instruction) if instruction else Step(prompt, SET, f"{new['id']}@v{new['version']}")
+        return Step(prompt, EDIT, instruction) if instruction else Step(prompt, SET, label(new))
     except (KeyError, TypeError):
         return Step(prompt, SET, "unset")
 

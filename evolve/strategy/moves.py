@@ -31,7 +31,6 @@ MOVES: dict[str, tuple[str, ...]] = {"integer": ("increase", "decrease"), "numbe
 #: Every relative move.
 DIRECTIONS = ("increase", "decrease", "enable", "disable")
 SET, EDIT = "set", "edit"
-SET_PREFIX = SET + ":"
 #: Directions written with a value after a colon.
 VALUED = (SET, EDIT)
 _SEP = "::"

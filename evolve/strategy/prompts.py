@@ -12,8 +12,9 @@ import json
 import re
 from typing import Any
 
+from evolve.strategy.schema import load_schema
+
 MIN_CHARS, MAX_CHARS = 8, 200
-PROMPT_KEYS = ("id", "version", "template", "required_markers")
 _MARKER = re.compile(r"\b[A-Z]{3,}:")
 _SYNTAX = ("::", "&", "{", "}")
 
@@ -43,9 +44,15 @@ def check_prompt(value: Any) -> dict:
             value = json.loads(value)
         except json.JSONDecodeError as exc:
             raise ValueError(f"a prompt set value must be a JSON object: {exc.msg}") from None
-    if not isinstance(value, dict) or sorted(value) != sorted(PROMPT_KEYS):
-        raise ValueError(f"a prompt set value must be an object with exactly {', '.join(PROMPT_KEYS)}")
+    keys = load_schema()["$defs"]["prompt"]["required"]  # the schema's prompt object: these keys, no others
+    if not isinstance(value, dict) or sorted(value) != sorted(keys):
+        raise ValueError(f"a prompt set value must be an object with exactly {', '.join(keys)}")
     return value
+
+
+def label(prompt: dict) -> str:
+    """A prompt named by its id and version, ``<id>@v<version>``."""
+    return f"{prompt['id']}@v{prompt['version']}"
 
 
 def add_instruction(prompt: dict, instruction: str) -> dict | None:
