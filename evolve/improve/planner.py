@@ -50,6 +50,7 @@ POSITION_DECAY = 0.25
 #: Paths that only affect behaviour while a switch is on; moving them while it is off changes nothing.
 REQUIRES = {
     "retrieval.time_decay.half_life_days": "retrieval.time_decay.enabled",
+    "extraction.date_style": "extraction.resolve_relative_dates",
     "retrieval.rerank.top_n": "retrieval.rerank.enabled",
     "retrieval.rerank.overlap_weight": "retrieval.rerank.enabled",
     "assembly.reserved.profile": "features.profile_layer",

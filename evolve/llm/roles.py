@@ -64,7 +64,9 @@ class LLMExtractor(_LLMRole):
                  "Start a fact with [profile] for a lasting trait or preference of a speaker, with [correction] "
                  "when it corrects an earlier statement, with [retraction] when a speaker withdraws one."]
         if policy.resolve_relative_dates:
-            rules.append("Rewrite relative dates (yesterday, last week) as calendar dates using the turn's date.")
+            rules.append("Rewrite relative dates (yesterday, last week) as calendar dates using the turn's date."
+                         if policy.date_style == "replace" else "After each relative date (yesterday, last week) add "
+                         "its calendar date in parentheses, from the turn's date; keep the words as said.")
         reply = self.client.complete(user_message(fill(policy.prompt.template, window=lines), " ".join(rules)))
         facts = [self._fact(line, window) for line in reply_lines(after_marker(reply, "FACTS:"))]
         kept = [f for f in facts if f is not None and len(f.text.split()) >= policy.min_fact_tokens]

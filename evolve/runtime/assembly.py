@@ -10,7 +10,8 @@ from evolve.runtime.roles import ContextItem
 from evolve.runtime.retrieval import Hit
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.render import render
-from evolve.runtime.text import attribute, content_set, count_tokens, jaccard, resolve_relative_dates, sentences
+from evolve.runtime.extractor import resolved
+from evolve.runtime.text import attribute, content_set, count_tokens, jaccard, sentences
 
 #: Body token-Jaccard at which two same-speaker memories are taken to describe the same thing.
 CONFLICT_JACCARD = 0.5
@@ -81,12 +82,8 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
     raw_taken: set[str] = set()
     placed: dict[str, list[ContextItem]] = {}
 
-    def said(t: Turn) -> str:
-        """A turn's words as memory keeps them: relative dates resolved when extraction resolves them."""
-        return resolve_relative_dates(t.text, t.timestamp) if policy.extraction.resolve_relative_dates else t.text
-
     def raw_unit(t: Turn, score: float) -> ContextItem:
-        body = said(t)
+        body = resolved(t.text, t, policy.extraction)
         return raw_turn(t, asm.format, score, compress(body, wanted, asm.sentences_per_turn)
                         if asm.unit == "sentences" else body)
 
@@ -146,7 +143,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
                 turn = store.turns.get(tid)
                 if turn is None or f"RAW:{tid}" in raw_taken:
                     continue
-                raw = raw_turn(turn, asm.format, hit.score, said(turn))
+                raw = raw_turn(turn, asm.format, hit.score, resolved(turn.text, turn, policy.extraction))
                 if sum(used.values()) + count_tokens(raw.text) <= budget:
                     used["general"] += count_tokens(raw.text)
                     raw_taken.add(raw.id)

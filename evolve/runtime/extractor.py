@@ -14,9 +14,14 @@ from evolve.runtime.text import (attribute, classify_kind, content_tokens, resol
 LIFECYCLE_KINDS = ("correction", "retraction")
 
 
+def resolved(text: str, turn: Turn, policy: Extraction) -> str:
+    """``text`` of ``turn`` as memory keeps it: relative dates resolved (in the policy's style) when the policy says."""
+    return resolve_relative_dates(text, turn.timestamp, policy.date_style) if policy.resolve_relative_dates else text
+
+
 def turn_fact(turn: Turn, policy: Extraction) -> ExtractedFact:
     """The whole turn as one fact (used to supplement turns that yielded none, and for session memory)."""
-    body = resolve_relative_dates(turn.text, turn.timestamp) if policy.resolve_relative_dates else turn.text
+    body = resolved(turn.text, turn, policy)
     body = " ".join(body.split())
     return ExtractedFact(attribute(turn.speaker, turn.timestamp, body), (turn.id,), turn.speaker, turn.timestamp,
                          classify_kind(body), salience(content_tokens(body), None, specific_count(body)))
@@ -35,7 +40,7 @@ class RuleExtractor:
         candidates: list[tuple[Turn, str, list[str]]] = []
         for turn in window:
             for sentence in sentences(turn.text):
-                body = resolve_relative_dates(sentence, turn.timestamp) if policy.resolve_relative_dates else sentence
+                body = resolved(sentence, turn, policy)
                 candidates.append((turn, body, content_tokens(body)))
         doc_freq = Counter(t for _, _, toks in candidates for t in set(toks))
         facts = []

@@ -5,6 +5,7 @@ import math
 import re
 from datetime import datetime, timedelta
 from functools import lru_cache
+from typing import Callable
 
 MONTHS = ("January", "February", "March", "April", "May", "June", "July", "August", "September", "October",
           "November", "December")
@@ -143,33 +144,35 @@ def _week_of(day: datetime) -> str:
     return f"the week of {format_date(day - timedelta(days=day.weekday()))}"
 
 
-def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], object]]:
+def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], tuple[str, str]]]]:
+    """``(pattern, resolve)``: ``resolve(match)`` gives the preposition the resolved date takes (``""``: none) and
+    the date, e.g. ``("on", "7 May 2023")`` or ``("", "the week of 1 May 2023")``."""
     def on(day: datetime):
-        return lambda m: f"{m.group(1) or 'on'} {format_date(day)}"
+        return lambda m: (m.group(1) or "on", format_date(day))
 
     def month(offset: int):
-        return lambda m: f"{m.group(1) or 'in'} {format_month(ref.year, ref.month + offset)}"
+        return lambda m: (m.group(1) or "in", format_month(ref.year, ref.month + offset))
 
     def year(offset: int):
-        return lambda m: f"{m.group(1) or 'in'} {ref.year + offset}"
+        return lambda m: (m.group(1) or "in", str(ref.year + offset))
 
     def week(offset_days: int):
-        return lambda m: (f"{m.group(1)} " if m.group(1) else "") + _week_of(ref + timedelta(days=offset_days))
+        return lambda m: (m.group(1) or "", _week_of(ref + timedelta(days=offset_days)))
 
-    def ago(m: re.Match[str]) -> str:
+    def ago(m: re.Match[str]) -> tuple[str, str]:
         n, unit, prep = _number(m.group(2)), m.group(3).lower(), m.group(1)
         if unit.startswith("day"):
-            return f"{prep or 'on'} {format_date(ref - timedelta(days=n))}"
+            return prep or "on", format_date(ref - timedelta(days=n))
         if unit.startswith("week"):
-            return (f"{prep} " if prep else "") + _week_of(ref - timedelta(weeks=n))
+            return prep or "", _week_of(ref - timedelta(weeks=n))
         if unit.startswith("month"):
-            return f"{prep or 'in'} {format_month(ref.year, ref.month - n)}"
-        return f"{prep or 'in'} {ref.year - n}"
+            return prep or "in", format_month(ref.year, ref.month - n)
+        return prep or "in", str(ref.year - n)
 
-    def last_weekday(m: re.Match[str]) -> str:
+    def last_weekday(m: re.Match[str]) -> tuple[str, str]:
         target = WEEKDAYS.index(m.group(2).lower())
         back = (ref.weekday() - target) % 7 or 7
-        return f"{m.group(1) or 'on'} {format_date(ref - timedelta(days=back))}"
+        return m.group(1) or "on", format_date(ref - timedelta(days=back))
 
     def rule(pattern: str) -> re.Pattern[str]:
         return re.compile(_PREP + pattern, re.I)
@@ -194,14 +197,27 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], object]]:
     ]
 
 
+#: How :func:`resolve_relative_dates` writes a resolved date: in place of the speaker's words ("on 5 May 2023"),
+#: or after them, in parentheses ("last Friday (5 May 2023)"), which keeps the words a question may use.
+DATE_STYLES = ("replace", "annotate")
+#: An annotation :func:`resolve_relative_dates` wrote: a later rule matching the words before it leaves them be.
+_ANNOTATION = re.compile(r" \((?:the week of )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{4}\)")
+
+
 @lru_cache(maxsize=100_000)
-def resolve_relative_dates(text: str, ref: datetime | None) -> str:
-    """Rewrite relative time expressions ("yesterday", "last week", "3 days ago", ...) as absolute dates (cached: a
-    packed turn is resolved again for every question that packs it)."""
+def resolve_relative_dates(text: str, ref: datetime | None, style: str = "replace") -> str:
+    """Rewrite relative time expressions ("yesterday", "last week", "3 days ago", ...) as absolute dates, in the
+    :data:`DATE_STYLES` ``style`` (cached: a packed turn is resolved again for every question that packs it)."""
     if ref is None:
         return text
-    for pattern, repl in _relative_rules(ref):
-        text = pattern.sub(repl, text)  # type: ignore[arg-type]
+    if style not in DATE_STYLES:
+        raise ValueError(f"date style {style!r} is not one of {DATE_STYLES}")
+    for pattern, resolve in _relative_rules(ref):
+        def write(m: re.Match[str], resolve=resolve) -> str:
+            if style == "annotate":
+                return m.group(0) if _ANNOTATION.match(m.string, m.end()) else f"{m.group(0)} ({resolve(m)[1]})"
+            return " ".join(resolve(m)).lstrip()
+        text = pattern.sub(write, text)
     return text
 
 

@@ -26,6 +26,7 @@ class Extraction(_Frozen):
     dedup_threshold: float
     supplement: bool
     resolve_relative_dates: bool
+    date_style: Literal["replace", "annotate"]
 
 
 class Expansion(_Frozen):

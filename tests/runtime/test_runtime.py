@@ -118,6 +118,22 @@ def test_relative_dates_are_resolved_against_the_session_date():
     assert resolve_relative_dates("last Friday", ref) == "on 5 May 2023"
 
 
+def test_annotated_dates_keep_the_speakers_words_and_add_the_date_once():
+    ref = datetime(2023, 5, 8, 13, 56)  # a Monday
+    annotate = lambda text: resolve_relative_dates(text, ref, "annotate")  # noqa: E731
+    assert annotate("I went yesterday.") == "I went yesterday (7 May 2023)."
+    assert annotate("last Friday") == "last Friday (5 May 2023)"
+    assert annotate("Last week I ran") == "Last week (the week of 1 May 2023) I ran"
+    assert annotate("since last year") == "since last year (2022)"
+    # "yesterday" inside "the day before yesterday" is not annotated a second time
+    assert annotate("the day before yesterday") == "the day before yesterday (6 May 2023)"
+    # a parenthesis of the speaker's own is not taken for an annotation
+    assert annotate("yesterday (it rained)") == "yesterday (7 May 2023) (it rained)"
+    assert annotate("no date here") == "no date here"
+    with pytest.raises(ValueError, match="date style 'inline'"):
+        resolve_relative_dates("yesterday", ref, "inline")
+
+
 def test_supersession_hides_the_corrected_fact(run):
     runtime, store = run({"retrieval.top_k": 10, "retrieval.rerank.top_n": 5})
     old = by_text(store, "strong black coffee")[0]
@@ -536,3 +552,20 @@ def test_turn_units_carry_resolved_dates_when_extraction_resolves_them(run):
     runtime, store = run({**changes, "extraction.resolve_relative_dates": True, "assembly.unit": "sentences",
                           "assembly.sentences_per_turn": 1}, RACE)
     assert "on 20 May 2023" in runtime.ask(store, question).packed[0].text
+
+
+def test_date_style_annotate_keeps_the_weekday_in_turns_and_facts_and_is_inert_without_resolution(run):
+    question = "When did Mel run a charity race?"
+    changes = {"features.turn_layer": True, "features.session_rollups": False, "assembly.unit": "turn",
+               "retrieval.top_k": 1, "retrieval.rerank.top_n": 1, "extraction.resolve_relative_dates": True}
+    runtime, store = run({**changes, "extraction.date_style": "annotate"}, RACE)
+    text = runtime.ask(store, question).packed[0].text
+    assert "last Saturday (20 May 2023)" in text
+    assert any("last Saturday (20 May 2023)" in item.text for item in store.items if item.layer == "L0")
+    # the same strategy with resolution off packs the very same context as the replace style does
+    off = {**changes, "extraction.resolve_relative_dates": False}
+    contexts = []
+    for style in ("replace", "annotate"):
+        runtime, store = run({**off, "extraction.date_style": style}, RACE)
+        contexts.append([c.text for c in runtime.ask(store, question).packed])
+    assert contexts[0] == contexts[1] and "last Saturday," in contexts[0][0]
