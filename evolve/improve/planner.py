@@ -155,13 +155,18 @@ def _validate_entry(entry: str, dims: dict[str, EvolvableDimension]) -> None:
         step.check(dims[step.path])
 
 
+def switched_off(strategy: dict, move: Move, path: str) -> bool:
+    """Whether ``path`` only acts behind a switch (:data:`REQUIRES`) that is off in ``strategy`` and that ``move``
+    does not enable."""
+    switch = REQUIRES.get(path)
+    return switch is not None and not get_path(strategy, switch) and Step(switch, "enable") not in move.steps
+
+
 def can_move(strategy: dict, move: Move, dims: dict[str, EvolvableDimension]) -> bool:
     """Whether every step of ``move`` is on a dimension of ``dims``, has a legal move from ``strategy`` and is not
     switched off (:data:`REQUIRES`)."""
     for step in move.steps:
-        if step.path not in dims:
-            return False
-        if step.path in REQUIRES and not get_path(strategy, REQUIRES[step.path]):
+        if step.path not in dims or switched_off(strategy, move, step.path):
             return False
         if not move_values(strategy, dims[step.path], step):
             return False
@@ -309,10 +314,10 @@ class Planner:
         for symptom in digest.ranked()[: self.max_symptoms]:
             movable: dict[str, tuple[float, str]] = {}  # key -> (factor, table key), in table order
             for key, factor, table_key in self.table.lookup(symptom, self.min_qualifier_share):
-                path = Move.parse(key).first.path
-                if path not in dims or path in REQUIRES and not get_path(strategy, REQUIRES[path]):
+                move = Move.parse(key)
+                if move.first.path not in dims or switched_off(strategy, move, move.first.path):
                     continue  # a dimension this run cannot move (a prompt no LLM reads), or switched off
-                movable_now = can_move(strategy, Move.parse(key), dims)
+                movable_now = can_move(strategy, move, dims)
                 if self.use_tree:
                     self.tree.mark_bound(key, not movable_now, parent=symptom.key)
                 if movable_now:

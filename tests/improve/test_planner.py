@@ -127,6 +127,19 @@ def test_moves_of_switched_off_paths_are_skipped(baseline):
     assert keys == ["retrieval.time_decay.half_life_days::increase", "retrieval.time_decay.enabled::disable"]
 
 
+def test_a_coupled_move_that_turns_the_switch_on_may_move_what_it_guards(baseline):
+    table = parse_bundles("ingestion_gap/temporal:\n"
+                          "  - extraction.resolve_relative_dates::enable&extraction.date_style::set:annotate\n"
+                          "  - extraction.date_style::set:annotate\n", "t")
+    d = make_digest(symptom("ingestion_gap", "temporal", 4, 0.4))
+    assert not baseline["extraction"]["resolve_relative_dates"]
+    keys = [x.key for x in Planner(table, DimensionEffects()).plan(d, baseline)]
+    assert keys == ["extraction.resolve_relative_dates::enable&extraction.date_style::set:annotate"]
+    resolving = set_path(baseline, "extraction.resolve_relative_dates", True)
+    keys = [x.key for x in Planner(table, DimensionEffects()).plan(d, resolving)]
+    assert keys == ["extraction.date_style::set:annotate"]  # the switch is on already: the coupled move cannot move
+
+
 def test_qualified_bundle_needs_enough_share(baseline):
     planner = Planner(TABLE, DimensionEffects())
     pruning = set_path(baseline, "lifecycle.prune_threshold", 0.2)
