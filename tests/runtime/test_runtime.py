@@ -401,7 +401,8 @@ def test_answer_span_and_length(run):
 # ---------------------------------------------------------------- every field matters
 
 
-#: Settings a dimension acts only under (as the planner's switches, plus the packing unit some read).
+#: Settings a dimension acts only under (as the planner's switches, plus the packing unit some read, and
+#: retrieval deep enough for a superseded fact to be a hit).
 ACTS_UNDER = {
     "extraction.date_style": {"extraction.resolve_relative_dates": True},
     "features.turn_context": {"features.turn_layer": True},
@@ -413,20 +414,44 @@ ACTS_UNDER = {
     "lifecycle.expiry.upcoming_floor": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.expiry.after_half_life_days": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.numeric_rescue.min_relevance": {"lifecycle.decay.enabled": True},
+    "lifecycle.slots": {"retrieval.time_decay.enabled": False, "retrieval.top_k": 10},  # the older fact is a hit
 }
-#: Dimensions no fixture question reaches: the synthetic facts that restate a slot are all logistics or "other", and
-#: none is relational. Listed so that the test fails when one of them starts to act (shrink the list) or when any
-#: other dimension stops acting.
-UNREACHED = {"lifecycle.slots.accumulate_confidence",
-             *(f"lifecycle.slots.mode.{c}" for c in ("identity", "relational", "intellectual", "health", "projects",
-                                                       "hobbies", "preferences", "financial")),
-             *(f"lifecycle.decay.{k}.relational" for k in ("half_life_days", "alpha", "floor"))}
+#: One slot per fact category, set in January and set again, plainly (confidence between the replace and the
+#: accumulate thresholds), in June: whether the June fact supersedes depends on the category's slot mode.
+SLOTS = conversation("c4", [
+    (datetime(2023, 1, 10, 9, 0), [
+        ("Ann", "My hometown is Porto, the old northern city where I was born."),
+        ("Ann", "My sister is Lena, the tall quiet painter from my school days."),
+        ("Ann", "My course is French literature at the evening university."),
+        ("Ann", "My doctor is Silva, the calm older physician near the station."),
+        ("Ann", "My company is Acme Robotics, a small startup building warehouse arms."),
+        ("Ann", "My hobby is pottery with glazed blue bowls and tall vases."),
+        ("Ann", "My favorite fruit is mango, sweet and ripe from the market."),
+        ("Ann", "My rent is 900 dollars for the small flat downtown."),
+        ("Ann", "My interview is with Hartley Bank for the analyst role."),
+    ]),
+    (datetime(2023, 6, 10, 9, 0), [
+        ("Ann", "My hometown is Braga, the green northern city where I was born."),
+        ("Ann", "My sister is Mara, the short loud singer from my school days."),
+        ("Ann", "My course is German grammar at the evening university."),
+        ("Ann", "My doctor is Costa, the young friendly physician near the station."),
+        ("Ann", "My company is Zeta Labs, a small startup building farm sensors."),
+        ("Ann", "My hobby is chess with carved wooden pieces and a clock."),
+        ("Ann", "My favorite fruit is papaya, sweet and ripe from the market."),
+        ("Ann", "My rent is 1200 dollars for the small flat downtown."),
+        ("Ann", "My interview is with Norden Bank for the analyst role."),
+    ]),
+])
+SLOT_QUESTIONS = ["What is Ann's hometown?", "Who is Ann's sister?", "What course is Ann taking?",
+                  "Who is Ann's doctor?", "What company does Ann work for?", "What is Ann's hobby?",
+                  "What is Ann's favorite fruit?", "How much is Ann's rent?", "Which bank is Ann's interview with?"]
 
 
 def _fixtures() -> list[tuple[Conversation, list[tuple[str, datetime | None]]]]:
-    """The conversations the signature asks about: CONV, RACE and the lifecycle benchmark's first persona."""
-    life = generate_lifecycle(0, 6)
+    """What the signature asks about: CONV, RACE, SLOTS and the lifecycle benchmark's first two personas."""
+    life = generate_lifecycle(0, 2)
     return [(CONV, [(q, None) for q in QUESTIONS]), (RACE, [("When did Mel run a charity race?", None)]),
+            (SLOTS, [(q, None) for q in SLOT_QUESTIONS]),
             *[(conv, [(q.question, q.asked_at) for q in life.questions if q.conversation_id == cid])
               for cid, conv in life.conversations.items()]]
 
@@ -485,8 +510,7 @@ def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, ca
                 break
         if not changed:
             inert.append(path)
-    assert set(inert) == UNREACHED, f"inert: {', '.join(sorted(set(inert) - UNREACHED))}; acting now: " \
-                                    f"{', '.join(sorted(UNREACHED - set(inert)))}"
+    assert inert == [], ", ".join(inert)
 
 
 # ---------------------------------------------------------------- caching, determinism, speed
