@@ -10,6 +10,7 @@ import pytest
 
 from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.types import Conversation, Session, Turn
+from evolve.improve.planner import REQUIRES
 from evolve.runtime import IngestionCache, MemoryRuntime, RuleExpander, classify_intent
 from evolve.runtime.ingest import windows
 from evolve.runtime.text import resolve_relative_dates, sentences
@@ -401,10 +402,10 @@ def test_answer_span_and_length(run):
 # ---------------------------------------------------------------- every field matters
 
 
-#: Settings a dimension acts only under (as the planner's switches, plus the packing unit some read, and
-#: retrieval deep enough for a superseded fact to be a hit).
+#: Settings a dimension acts only under: the planner's switches, and the switches, packing unit and retrieval depth
+#: the rest read (deep enough for a superseded fact to be a hit).
 ACTS_UNDER = {
-    "extraction.date_style": {"extraction.resolve_relative_dates": True},
+    **{path: {switch: True} for path, switch in REQUIRES.items()},
     "features.turn_context": {"features.turn_layer": True},
     "features.raw_dialogue_backfill": {"assembly.unit": "memory"},
     "assembly.replies": {"assembly.unit": "turn", "features.turn_layer": True},
