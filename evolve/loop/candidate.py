@@ -27,7 +27,7 @@ from evolve.verify.decision import (
 )
 from evolve.verify.gates import GateContext, change_keys, run_gates
 from evolve.verify.outcomes import ContextCost, ProbeOutcome
-from evolve.verify.statistics import PairedReport, paired_comparison
+from evolve.verify.statistics import PairedBrief, PairedReport, paired_comparison
 
 #: Improved / regressed questions kept per candidate record for review.
 EXAMPLES_PER_SIDE = 25
@@ -130,6 +130,7 @@ class CandidateVerifier:
         if self.objective == "accuracy":
             record.confabulation = confabulation_brief(screen.run.traces, run.traces, alpha=self.rules.alpha,
                                                        n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
+        record.secondary = secondary_brief(screen.run, run, self.rules, self.seed)
         decision = decide(decision_report(record), self.rules, self.cost)
         if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked
             record.holdout = self.holdout.compare(current, candidate)
@@ -180,6 +181,15 @@ class CandidateVerifier:
         """Success rate of ``traces`` under the objective (0.0 when none counts)."""
         counted = [ok for t in traces if (ok := success(t, self.objective)) is not None]
         return sum(counted) / len(counted) if counted else 0.0
+
+
+def secondary_brief(base: EvalRun, run: EvalRun, rules: AcceptanceRules, seed: int) -> PairedBrief | None:
+    """Candidate ``run`` vs. parent ``base`` on the rules' secondary outcome, paired by question (``None`` without a
+    secondary rule): what rule 5's fixed-sequence step of :func:`~evolve.verify.decision.decide` reads."""
+    if rules.secondary is None:
+        return None
+    return paired_comparison(base.outcomes(rules.secondary), run.outcomes(rules.secondary), alpha=rules.alpha,
+                             n_resamples=rules.bootstrap_resamples, seed=seed).brief()
 
 
 def _spent(record: CandidateRecord, run: EvalRun) -> None:

@@ -66,6 +66,10 @@ class CandidateRecord:
     #: Staleness of parent and candidate, ``{"parent", "candidate"}`` (full runs of a benchmark marking outdated
     #: evidence; ``None`` otherwise).
     staleness: dict | None = None
+    #: Candidate vs. parent on the acceptance rules' ``secondary`` outcome, paired by question (full runs under such
+    #: a rule; ``None`` otherwise), and its p adjusted over the round's fully compared candidates.
+    secondary: PairedBrief | None = None
+    secondary_testing: Adjustment | None = None
 
     @property
     def key(self) -> str:

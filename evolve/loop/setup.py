@@ -16,7 +16,7 @@ from evolve.loop.config import ConfigError, RunConfig
 from evolve.loop.rules import RulesChange, check_rules, rules_of
 from evolve.observe.answer import content_words
 from evolve.observe.harness import Harness
-from evolve.observe.objective import NEEDS
+from evolve.observe.objective import NEEDS, OBJECTIVES
 from evolve.runtime import IngestionCache
 from evolve.runtime.usage import UsageStats
 from evolve.state.layout import StoreLayout
@@ -95,6 +95,14 @@ class RunSetup:
             if not scored:
                 raise ConfigError(f"objective: {config.objective!r} needs {NEEDS[config.objective]}, but no scored "
                                   f"question of {config.benchmark} has them; use objective: accuracy")
+        secondary = config.acceptance.secondary
+        if secondary == config.objective:
+            raise ConfigError(f"acceptance.secondary: {secondary!r} is the objective itself; name another outcome "
+                              f"({', '.join(o for o in OBJECTIVES if o != secondary)}) or leave it out")
+        if secondary not in (None, "accuracy") and not any(counts(benchmark, q, secondary) for q in questions
+                                                            if q.id in scored):
+            raise ConfigError(f"acceptance.secondary: {secondary!r} needs {NEEDS[secondary]}, but no scored question "
+                              f"of {config.benchmark} has them")
         roles = roles_config(config)
         try:
             config.budget.check_models(roles)

@@ -10,7 +10,9 @@ from pathlib import Path
 from evolve.data import REPORT_CSS_PATH
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
-from evolve.ops.review import candidate_row, category_deltas, change_summary, fmt_ci, fmt_num, objective_of
+from evolve.ops.review import (
+    candidate_row, category_deltas, change_summary, fmt_ci, fmt_num, objective_of, secondary_text,
+)
 from evolve.observe.objective import LABEL, SCORE_FIELD
 from evolve.ops.drift import SERVING_TYPES, approval_text, drift_report
 from evolve.ops.escalations import Escalation, escalations
@@ -165,6 +167,8 @@ def _facts(r: CandidateRecord) -> str:
     if r.multiple_testing:
         m = r.multiple_testing
         facts.append(f"{_e(m.method)} over {len(m.family)} compared candidates: p {m.p_raw:.3g} → {m.p_adjusted:.3g}")
+    if (secondary := secondary_text(r)) is not None:
+        facts.append(_e(secondary))
     answers = (r.summary or {}).get("answers")
     if answers:
         facts.append(f"safe rate (correct + abstain) {fmt_num(safe_rate(answers), '.3f')}, confabulated "

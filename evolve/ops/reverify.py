@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evolve.errors import EvolveError
+from evolve.loop.candidate import secondary_brief
 from evolve.loop.config import RunConfig
 from evolve.loop.holdout import Holdout
 from evolve.loop.record import CandidateRecord
@@ -42,6 +43,7 @@ class Reverification:
     holdout: dict | None
     decision: Decision
     confabulation: dict | None = None  # the confabulation guard's comparison (accuracy objective)
+    secondary: dict | None = None  # the secondary outcome's comparison (under a secondary rule)
 
     def payload(self) -> dict:
         """The ``REVERIFY`` journal entry's payload."""
@@ -50,6 +52,7 @@ class Reverification:
                 "current_strategy": self.current_hash, "candidate_strategy": self.candidate_hash,
                 "harness": self.harness, "paired": self.paired, "dcr": self.dcr, "cost": self.cost,
                 "holdout": self.holdout, "confabulation": self.confabulation,
+                **({"secondary": self.secondary} if self.secondary is not None else {}),
                 "would_decide": self.decision.to_dict(), "applied": False}
 
 
@@ -98,6 +101,8 @@ def _evaluate(setup: RunSetup, record: CandidateRecord, current: dict, candidate
                   if config.objective == "accuracy" else None)
         if confab is not None:
             report["confabulation"] = confab.to_dict()
+        if (secondary := secondary_brief(base, run, rules, config.seed)) is not None:
+            report["secondary"] = secondary.to_dict()
         decision, held = decide(report, rules, config.cost), None
         if decision.changes_strategy and holdout_harness is not None:  # as a round checks an accept
             held = Holdout(holdout_harness, setup.holdout_ids, config.objective, rules,
@@ -108,5 +113,5 @@ def _evaluate(setup: RunSetup, record: CandidateRecord, current: dict, candidate
         if holdout_harness is not None and holdout_harness is not harness:
             holdout_harness.close()
     return Reverification(record, strategy_hash(current), strategy_hash(candidate), harness_id, paired,
-                          report["dcr"], cost, held, decision, report.get("confabulation"))
+                          report["dcr"], cost, held, decision, report.get("confabulation"), report.get("secondary"))
 

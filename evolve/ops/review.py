@@ -127,7 +127,21 @@ def _paired_lines(record: CandidateRecord) -> list[str]:
              f"candidate {label}": f"{r['acc_candidate']:.3f}", "Δ": f"{r['delta']:+.3f}"}
             for c, r in sorted(p.per_category.items())]
     lines += ["  " + line for line in text_table(rows).splitlines()]
+    if (secondary := secondary_text(record)) is not None:
+        lines.append(f"  {secondary}")
     return lines
+
+
+def secondary_text(record: CandidateRecord) -> str | None:
+    """The secondary outcome's comparison in words (``None`` when the record has none)."""
+    s = record.secondary
+    if s is None:
+        return None
+    name = LABEL[((record.rules or {}).get("acceptance") or {}).get("secondary") or "evidence"]
+    adjusted = (f", {record.secondary_testing.method}-adjusted p={record.secondary_testing.p_adjusted:.4g}"
+                if record.secondary_testing else "")
+    return (f"secondary outcome ({name}) on {s.n} questions: Δ {fmt_num(s.delta, '+.4f')}  McNemar "
+            f"p={s.mcnemar_p:.4g}{adjusted}  CI [{fmt_num(s.ci_low, '+.4f')}, {fmt_num(s.ci_high, '+.4f')}]")
 
 
 def _example_lines(record: CandidateRecord, side: str) -> list[str]:

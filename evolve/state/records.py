@@ -20,7 +20,8 @@ from evolve.verify.outcomes import ContextCost, HoldoutComparison, ProbeOutcome
 from evolve.verify.statistics import PairedBrief, PairedReport
 
 #: Fields left out of the stored record while ``None``.
-OPTIONAL = ("merged_from", "holdout", "confabulation", "multiple_testing", "llm", "staleness")
+OPTIONAL = ("merged_from", "holdout", "confabulation", "multiple_testing", "llm", "staleness", "secondary",
+            "secondary_testing")
 
 
 def _gates(data: Mapping[str, Any]) -> GateTrail:
@@ -39,6 +40,8 @@ _READERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "holdout": HoldoutComparison.from_dict,
     "confabulation": PairedBrief.from_dict,
     "multiple_testing": Adjustment.from_dict,
+    "secondary": PairedBrief.from_dict,
+    "secondary_testing": Adjustment.from_dict,
 }
 
 
@@ -78,7 +81,7 @@ def stage_outcomes(record: CandidateRecord) -> dict[str, dict]:
 
 
 #: Optional record fields the decision contract reads when present.
-_DECIDING = ("confabulation", "multiple_testing", "holdout")
+_DECIDING = ("confabulation", "multiple_testing", "holdout", "secondary", "secondary_testing")
 
 
 def decision_report(record: CandidateRecord) -> dict[str, Any]:

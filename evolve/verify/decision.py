@@ -16,6 +16,13 @@ applies these rules, first match wins:
                         With ``require_significance=False`` a result with delta > 0 goes on
                         to rules 6-9 instead (useful on small benchmarks where no gain can be
                         significant); delta <= 0 stays FEATURE_FLAG.
+                        With ``secondary`` set (a second outcome, e.g. ``evidence`` under the answer
+                        objective) and the report's ``secondary`` brief, an inconclusive result goes on
+                        to rules 6-9 when it is non-inferior on the objective (delta >= 0 and ci_low >
+                        -``non_inferiority_margin``) and gains significantly on the secondary outcome
+                        (its p, adjusted over the round as ``secondary_testing`` says, <= alpha and its
+                        ci_low > 0): a fixed-sequence test, the secondary tested only where the
+                        objective cannot tell. Its accept's rule is ``accept_secondary``.
 6. ``category_regression`` a vetoing category has delta_c < -epsilon_c                  -> REJECT
                         (``veto: all_categories``: every category; else those in ``veto_slices``)
 7. ``cost``            with :class:`CostLimits`, the candidate's mean packed context words exceed
@@ -46,6 +53,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from evolve.benchmarks.types import CATEGORIES
 from evolve.numbers import is_real
+from evolve.observe.objective import Objective
 from evolve.verify.statistics import PairedBrief, PairedReport
 
 #: Slack for float comparisons of accuracy differences (k/n arithmetic is not exact).
@@ -85,6 +93,10 @@ class AcceptanceRules(BaseModel):
     probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
     restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
     require_significance: bool = True
+    secondary: Objective | None = Field(None, description="second outcome that decides where the objective's gain is "
+                                                          "inconclusive but non-inferior (rule 5)")
+    non_inferiority_margin: float = Field(0.02, ge=0, description="largest objective loss the CI may allow for an "
+                                                                  "accept on the secondary outcome")
     bootstrap_resamples: int = Field(10_000, ge=1, description="resamples of the paired BCa confidence interval")
 
     @field_validator("protected_slices", "veto_slices")
@@ -230,15 +242,37 @@ def _brief(report: Mapping[str, Any], name: str) -> PairedBrief | None | str:
     return PairedBrief.from_dict(data)
 
 
-def _adjusted_p(report: Mapping[str, Any]) -> tuple[float, str, int] | None | str:
-    """The multiple-testing adjusted p, its method and family size, or why the report's entry is malformed."""
-    data = report.get("multiple_testing")
+def _adjusted_p(report: Mapping[str, Any], name: str = "multiple_testing") -> tuple[float, str, int] | None | str:
+    """The multiple-testing adjusted p (entry ``name``), its method and family size, or why the report's entry is
+    malformed."""
+    data = report.get(name)
     if data is None:
         return None
     if not isinstance(data, Mapping) or not is_real(data.get("p_adjusted")) or not isinstance(data.get("family"),
                                                                                               list):
-        return f"multiple_testing must carry p_adjusted and family, got {data!r}"
+        return f"{name} must carry p_adjusted and family, got {data!r}"
     return float(data["p_adjusted"]), str(data.get("method")), len(data["family"])
+
+
+def _secondary_gain(report: Mapping[str, Any], rules: AcceptanceRules,
+                    paired: PairedReport) -> tuple[bool, str] | None:
+    """Rule 5's fixed-sequence step: ``(True, figures)`` when the candidate is non-inferior on the objective and
+    gains significantly on the secondary outcome, ``(False, why)`` when the report's secondary entries are
+    malformed, else ``None``."""
+    if rules.secondary is None or paired.delta < 0 or paired.ci_low <= -rules.non_inferiority_margin:
+        return None
+    brief, adjusted = _brief(report, "secondary"), _adjusted_p(report, "secondary_testing")
+    for problem in (brief, adjusted):
+        if isinstance(problem, str):
+            return False, problem
+    if brief is None:
+        return None
+    p = adjusted[0] if adjusted is not None else brief.mcnemar_p
+    if not (p <= rules.alpha and brief.ci_low > 0):
+        return None
+    shown = f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates" if adjusted is not None else ""
+    return True, (f"non-inferior (margin {rules.non_inferiority_margin:g}), secondary {rules.secondary}: "
+            f"delta={brief.delta:+.4f}, p={brief.mcnemar_p:.4g}{shown}, CI=[{brief.ci_low:+.4f}, {brief.ci_high:+.4f}]")
 
 
 def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits | None = None) -> Decision:
@@ -269,8 +303,15 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
     if adjusted is not None:
         p = adjusted[0]
         stats += f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates"
+    secondary = None
     if not (p <= rules.alpha and low > 0) and (rules.require_significance or delta <= 0):
-        return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} (alpha={rules.alpha})", "inconclusive")
+        gain = _secondary_gain(report, rules, paired)
+        if gain is None:
+            return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} (alpha={rules.alpha})", "inconclusive")
+        if not gain[0]:
+            return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {gain[1]}", "incomplete")
+        secondary = gain[1]
+        stats += f"; {secondary}"
 
     vetoed, monitored, noted = [], [], []
     for category, row in sorted(paired.per_category.items()):
@@ -298,6 +339,8 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
             f"accepted ({stats}); protected slice regressed: {'; '.join(monitored)}{unvetoed}",
             "protected_slice_regression",
         )
+    if secondary is not None:
+        return Decision(Verdict.ACCEPT, f"accepted on the secondary outcome: {stats}{unvetoed}", "accept_secondary")
     return Decision(Verdict.ACCEPT, f"accepted: {stats}{unvetoed}", "accept")
 
 

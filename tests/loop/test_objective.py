@@ -24,6 +24,10 @@ SMALL = dict(benchmark="synthetic:0:3", limit=60, probe_size=20, rounds=1, candi
     ({"cost": {"max_context_words": "lots"}}, "cost.max_context_words"),
     ({"cost": {"max_relative_increase": -0.5}}, "cost.max_relative_increase: Input should be greater than or equal"),
     ({"cost": {"max_words": 100}}, "cost.max_words: Extra inputs are not permitted"),
+    ({"acceptance": {"secondary": "evidnce"}}, "acceptance.secondary: Input should be 'accuracy', 'evidence' or"),
+    ({"acceptance": {"non_inferiority_margin": -0.1}}, "acceptance.non_inferiority_margin: Input should be greater"),
+    ({"objective": "answer", "acceptance": {"secondary": "answer"}},
+     "acceptance.secondary: 'answer' is the objective itself; name another outcome (accuracy, evidence)"),
 ])
 def test_bad_objective_or_cost_settings_exit_2_before_the_stores(capsys, tmp_path, settings, needle):
     config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", **settings)
@@ -40,6 +44,17 @@ def test_evidence_objective_on_a_benchmark_without_gold_evidence_is_refused(caps
                           stores=tmp_path / "stores", objective="evidence")
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and f"{config}: objective: 'evidence' needs gold evidence turn ids" in out, out
+    assert not (tmp_path / "stores").exists()
+
+
+def test_a_secondary_outcome_the_benchmark_cannot_measure_is_refused(capsys, tmp_path):
+    bench = load_benchmark("synthetic:0:2")
+    bare = dataclasses.replace(bench, questions=[dataclasses.replace(q, evidence=()) for q in bench.questions])
+    write_locomo(bare, tmp_path / "bare.json")
+    config = write_config(tmp_path / "run.yaml", **{**SMALL, "benchmark": f"locomo:{tmp_path / 'bare.json'}"},
+                          stores=tmp_path / "stores", acceptance={"secondary": "evidence"})
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2 and f"{config}: acceptance.secondary: 'evidence' needs gold evidence turn ids" in out, out
     assert not (tmp_path / "stores").exists()
 
 
@@ -94,21 +109,30 @@ def test_stores_built_for_one_objective_refuse_the_other(capsys, evidence_round,
     assert code == 2 and "objective: stores 'evidence'" in out, out
 
 
-def test_an_answer_round_compares_answer_outcomes_and_aims_at_where_answers_were_lost(tmp_path):
+def test_an_answer_round_compares_answer_outcomes_and_aims_at_where_answers_were_lost(tmp_path, capsys):
     config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", objective="answer",
-                          cost={"max_context_words": 400, "max_relative_increase": 0.5})
+                          cost={"max_context_words": 400, "max_relative_increase": 0.5},
+                          acceptance={"secondary": "evidence"})
     from evolve.cli import main
 
     assert main(["run", "--config", str(config), "--no-tracking"]) == 0
     stores = tmp_path / "stores"
-    assert json.loads((stores / "state.json").read_text())["harness"]["objective"] == "answer"
+    harness = json.loads((stores / "state.json").read_text())["harness"]
+    assert harness["objective"] == "answer" and harness["rules"]["acceptance"]["secondary"] == "evidence"
     row = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]
     assert row["objective"] == "answer" and row["score"] == row["answer_in_evidence"] is not None
     records = [load_record(json.loads(line))
                for line in (stores / "candidate_outcomes.jsonl").read_text().splitlines()]
     assert records and all(r.symptom.split("/")[0].split("[")[0] in ANSWER_LOSSES.values() for r in records)
+    assert any(r.paired for r in records)
     for r in records:
         if r.probe:
             assert "packed_contexts_changed" in dump_record(r)["probe"]
-        if r.paired:  # paired over the questions the answer check counts
+        if r.paired:  # paired over the questions the answer check counts; evidence over those whose turns are known
             assert r.paired.n == r.summary["n_answer_known"]
+            assert r.secondary is not None and r.secondary.n == r.summary["n_evidence_known"]
+            rules = AcceptanceRules(**harness["rules"]["acceptance"])
+            assert decide(decision_report(r), rules, CostLimits(**harness["rules"]["cost"])) == r.decision
+    shown = next(r for r in records if r.paired)
+    code, out = cli(capsys, "show", shown.candidate_id, "--config", config)
+    assert code == 0 and f"secondary outcome (all evidence packed) on {shown.secondary.n} questions" in out, out

@@ -10,9 +10,9 @@ from evolve.loop.candidate import CandidateResult
 from evolve.loop.family import decide_family
 from evolve.loop.record import CandidateRecord
 from evolve.state.records import decision_report, dump_record, load_record
-from evolve.verify.decision import AcceptanceRules, Verdict, decide
+from evolve.verify.decision import AcceptanceRules, CostLimits, Verdict, decide
 from evolve.verify.multiplicity import adjust
-from evolve.verify.statistics import PairedReport, paired_comparison
+from evolve.verify.statistics import PairedBrief, PairedReport, paired_comparison
 from test_statistics import outcomes
 
 #: D²ACCI's pre-specified important slice in its LoCoMo table.
@@ -188,3 +188,88 @@ def test_a_malformed_confabulation_brief_is_incomplete_and_the_brief_replays_fro
     again = load_record(json.loads(json.dumps(dump_record(record))))
     assert again.confabulation == record.confabulation and again.decision.rule == "confabulation"
     assert decide(decision_report(again), D2ACCI) == record.decision
+
+
+# ---------------------------------------------------------------- secondary outcome (fixed-sequence step of rule 5)
+
+#: Under a secondary rule: evidence decides where the answer objective cannot tell.
+SECONDARY = AcceptanceRules(protected_slices=["multi_hop"], secondary="evidence", non_inferiority_margin=0.02)
+#: Non-inferior and inconclusive on the objective: 2 improved, none regressed, of 200.
+FLAT = [("single_hop", False, True, 2), ("single_hop", True, True, 98), ("single_hop", False, False, 100)]
+#: Inconclusive with a CI reaching below -2 pp: 9 improved against 8 regressed.
+WIDE = [("single_hop", False, True, 9), ("single_hop", True, False, 8), ("single_hop", True, True, 183)]
+#: A small, non-significant loss: 1 regressed.
+DIP = [("single_hop", True, False, 1), ("single_hop", True, True, 99), ("single_hop", False, False, 100)]
+#: Secondary outcomes: a clear gain (12 improved, none regressed), and noise.
+MORE_EVIDENCE = [("single_hop", False, True, 12), ("single_hop", True, True, 88), ("single_hop", False, False, 100)]
+SAME_EVIDENCE = [("single_hop", False, True, 4), ("single_hop", True, False, 3), ("single_hop", True, True, 193)]
+
+
+@pytest.mark.parametrize("rows, secondary_rows, rules, verdict, rule", [
+    (FLAT, MORE_EVIDENCE, SECONDARY, Verdict.ACCEPT, "accept_secondary"),
+    (FLAT, MORE_EVIDENCE, D2ACCI, Verdict.FEATURE_FLAG, "inconclusive"),        # no secondary rule: not consulted
+    (FLAT, SAME_EVIDENCE, SECONDARY, Verdict.FEATURE_FLAG, "inconclusive"),     # no secondary gain
+    (FLAT, None, SECONDARY, Verdict.FEATURE_FLAG, "inconclusive"),              # no brief (a record made before)
+    (WIDE, MORE_EVIDENCE, SECONDARY, Verdict.FEATURE_FLAG, "inconclusive"),     # not shown non-inferior
+    (DIP, MORE_EVIDENCE, SECONDARY, Verdict.FEATURE_FLAG, "inconclusive"),      # the objective's estimate fell
+    (CLEAN, SAME_EVIDENCE, SECONDARY, Verdict.ACCEPT, "accept"),                # the objective decides first
+    (HARM, MORE_EVIDENCE, SECONDARY, Verdict.REJECT, "significant_harm"),
+])
+def test_the_secondary_outcome_decides_only_where_the_objective_cannot(rows, secondary_rows, rules, verdict, rule):
+    r = report(rows)
+    if secondary_rows is not None:
+        r["secondary"] = confab(secondary_rows)
+    d = decide(r, rules)
+    assert (d.verdict, d.rule) == (verdict, rule), d
+    assert decide(json.loads(json.dumps(r)), rules) == d
+    if rule == "accept_secondary":
+        assert "non-inferior (margin 0.02), secondary evidence: delta=+0.0600" in d.reason and d.changes_strategy
+
+
+def test_a_secondary_accept_still_meets_the_slice_cost_and_holdout_rules():
+    flat_slice_loss = [("multi_hop", True, False, 2), ("multi_hop", True, True, 18), ("single_hop", False, True, 6),
+                       ("single_hop", True, True, 74), ("single_hop", False, False, 100)]
+    r = {**report(flat_slice_loss), "secondary": confab(MORE_EVIDENCE)}
+    d = decide(r, SECONDARY)
+    assert (d.verdict, d.rule) == (Verdict.ACCEPT_WITH_MONITOR, "protected_slice_regression"), d
+    assert "secondary evidence" in d.reason
+    costly = {**report(FLAT), "secondary": confab(MORE_EVIDENCE),
+              "cost": {"words_parent": 100, "words_candidate": 170}}
+    assert decide(costly, SECONDARY, CostLimits(max_context_words=160)).rule == "cost"
+    held_loss = {**report(FLAT), "secondary": confab(MORE_EVIDENCE),
+                 "holdout": confab([("temporal", True, False, 15), ("temporal", True, True, 35)])}
+    assert decide(held_loss, SECONDARY).rule == "holdout"
+
+
+def test_a_malformed_secondary_entry_is_incomplete():
+    for entry in ({"secondary": {"n": 3}},
+                  {"secondary": confab(MORE_EVIDENCE), "secondary_testing": {"p_adjusted": "x"}}):
+        d = decide({**report(FLAT), **entry}, SECONDARY)
+        assert (d.verdict, d.rule) == (Verdict.FEATURE_FLAG, "incomplete"), d
+
+
+def test_holm_adjusts_the_secondary_outcome_over_the_round_and_the_record_replays():
+    """A lone secondary gain (p about 0.03) among four candidates is accepted alone and inconclusive under Holm."""
+    lone = [("single_hop", False, True, 6), ("single_hop", True, True, 94), ("single_hop", False, False, 100)]
+    rows_list = [FLAT, FLAT, FLAT, FLAT]
+    secondaries = [lone, SAME_EVIDENCE, SAME_EVIDENCE, MORE_EVIDENCE]
+    results = []
+    for i, (rows, sec) in enumerate(zip(rows_list, secondaries)):
+        r = report(rows)
+        record = CandidateRecord(f"r001-c{i:02d}", 1, {"key": f"k{i}"}, "retrieval_gap/*", "0" * 64, {},
+                                 paired=PairedReport.from_dict(r["paired"]), dcr=r["dcr"],
+                                 secondary=PairedBrief.from_dict(confab(sec)))
+        record.close(decide(decision_report(record), SECONDARY), "decision")
+        results.append(CandidateResult(record, {}, None))
+    first = results[0].record
+    assert first.decision.rule == "accept_secondary" and 0.0125 < first.secondary.mcnemar_p < 0.05
+    changed = decide_family(results, SECONDARY)
+    assert [r.record.candidate_id for r in changed] == ["r001-c00"] and first.decision.rule == "inconclusive"
+    assert first.secondary_testing.p_adjusted == pytest.approx(min(1.0, 3 * first.secondary.mcnemar_p))
+    strong = results[3].record
+    assert strong.decision.rule == "accept_secondary" and "holm-adjusted p=" in strong.decision.reason
+    again = load_record(json.loads(json.dumps(dump_record(strong))))
+    assert (again.secondary, again.secondary_testing) == (strong.secondary, strong.secondary_testing)
+    assert decide(decision_report(again), SECONDARY) == strong.decision
+    # records written before the rule existed keep their stored form: no secondary keys
+    assert "secondary" not in dump_record(_round(D2ACCI, [CLEAN])[0].record)
