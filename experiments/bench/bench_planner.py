@@ -92,7 +92,8 @@ def run_config(args: argparse.Namespace, stores: Path) -> RunConfig:
                        candidates_per_round=args.candidates_per_round, seed=args.seed, limit=args.limit,
                        probe_size=args.probe_size, objective=args.objective,
                        cost=CostLimits(max_context_words=args.max_context_words),
-                       acceptance=AcceptanceRules(epsilon_default=0.03, protected_slices=["temporal"]))
+                       acceptance=AcceptanceRules(epsilon_default=0.03, protected_slices=["temporal"],
+                                                  secondary=args.secondary))
     return config.resolve(Path.cwd())
 
 
@@ -283,6 +284,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--target-pp", type=float, default=5.0, help="fixed target: baseline + this many points")
     p.add_argument("--max-rounds", type=int, default=None, help="cap on guided rounds (default 2 x budget)")
     p.add_argument("--objective", choices=OBJECTIVES, default="accuracy")
+    p.add_argument("--secondary", choices=OBJECTIVES, default=None,
+                   help="the guided decisions' secondary outcome (acceptance.secondary; default none)")
     p.add_argument("--max-context-words", type=float, default=None,
                    help="cost limit: mean context words per question (guided decisions and blind best alike)")
     p.add_argument("--report", default=str(HERE / "planner_report.md"))
@@ -312,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     c = guided.counts
     out = [f"command: {command}",
            f"benchmark {args.bench} | {c['n_questions']} questions ({base_run.summary.n_scored} scored) | "
-           f"objective {args.objective} | max context words {args.max_context_words or '-'} | "
+           f"objective {args.objective} (secondary {args.secondary or '-'}) | "
+           f"max context words {args.max_context_words or '-'} | "
            f"seed {args.seed} | budget {args.budget} evaluations | probe {c['probe_size']} questions = "
            f"{c['probe_size'] / c['n_questions']:.3f} evaluation",
            f"baseline score {baseline:.4f} (guided harness: {guided.curve.start:.4f}); "
