@@ -16,7 +16,7 @@ Priority of a direction reached through symptom ``s`` at position ``i`` of its c
 qualifier's share. With the hypothesis tree enabled, ``i`` is the UCB1 rank instead of the
 bundle position and refuted/exhausted hypotheses are skipped. Directions that cannot move the
 current value (at the schema bound, already enabled, blocked by an invariant) are dropped, and
-so are moves of a path whose switch (:data:`REQUIRES`) is off, and moves of a dimension the run cannot move
+so are moves of a path whose switch (:data:`REQUIRES`) is off (a decay half-life while decay is off), and moves of a dimension the run cannot move
 (a prompt edit when no LLM serves the prompt's role; see :func:`evolve.strategy.schema.live_dimensions`).
 """
 from __future__ import annotations
@@ -26,7 +26,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import yaml
 
@@ -47,14 +47,21 @@ from evolve.strategy.strict_yaml import YAMLInputError
 
 SPECIFICITY = 1.25
 POSITION_DECAY = 0.25
-#: Paths that only affect behaviour while a switch is on; moving them while it is off changes nothing.
-REQUIRES = {
-    "retrieval.time_decay.half_life_days": "retrieval.time_decay.enabled",
-    "extraction.date_style": "extraction.resolve_relative_dates",
-    "retrieval.rerank.top_n": "retrieval.rerank.enabled",
-    "retrieval.rerank.overlap_weight": "retrieval.rerank.enabled",
-    "assembly.reserved.profile": "features.profile_layer",
-    "assembly.reserved.corrections": "features.profile_layer",
+#: The settings a path acts only under (a path, or a section standing for its paths other than the switch itself,
+#: mapped to the values its switches must have): moving it while they do not hold changes nothing.
+REQUIRES: dict[str, dict[str, Any]] = {
+    "retrieval.time_decay.half_life_days": {"retrieval.time_decay.enabled": True},
+    "extraction.date_style": {"extraction.resolve_relative_dates": True},
+    "retrieval.rerank.top_n": {"retrieval.rerank.enabled": True},
+    "retrieval.rerank.overlap_weight": {"retrieval.rerank.enabled": True},
+    "assembly.reserved.profile": {"features.profile_layer": True},
+    "assembly.reserved.corrections": {"features.profile_layer": True},
+    "lifecycle.decay": {"lifecycle.decay.enabled": True},
+    "lifecycle.category_channel": {"lifecycle.category_channel.enabled": True},
+    "lifecycle.expiry.lead_days": {"lifecycle.expiry.mode": "kernel"},
+    "lifecycle.expiry.upcoming_floor": {"lifecycle.expiry.mode": "kernel"},
+    "lifecycle.expiry.after_half_life_days": {"lifecycle.expiry.mode": "kernel"},
+    "lifecycle.numeric_rescue.min_relevance": {"lifecycle.decay.enabled": True},
 }
 _BUNDLE_KEY = re.compile(r"^(?P<cause>[a-z_]+)(?:\[(?P<qualifier>[a-z_]+)\])?/(?P<category>[a-z0-9_]+|\*)$")
 
@@ -155,11 +162,19 @@ def _validate_entry(entry: str, dims: dict[str, EvolvableDimension]) -> None:
         step.check(dims[step.path])
 
 
+def requirements(path: str) -> dict[str, Any]:
+    """The settings ``path`` acts only under (:data:`REQUIRES`; ``{}`` for a path that always acts)."""
+    for key, settings in REQUIRES.items():
+        if (path == key or path.startswith(key + ".")) and path not in settings:
+            return settings
+    return {}
+
+
 def switched_off(strategy: dict, move: Move, path: str) -> bool:
-    """Whether ``path`` only acts behind a switch (:data:`REQUIRES`) that is off in ``strategy`` and that ``move``
-    does not enable."""
-    switch = REQUIRES.get(path)
-    return switch is not None and not get_path(strategy, switch) and Step(switch, "enable") not in move.steps
+    """Whether ``path`` acts only under a setting (:data:`REQUIRES`) that ``strategy`` does not have and that
+    ``move`` does not make."""
+    return any(get_path(strategy, switch) != value and Step.to(switch, value) not in move.steps
+               for switch, value in requirements(path).items())
 
 
 def can_move(strategy: dict, move: Move, dims: dict[str, EvolvableDimension]) -> bool:

@@ -140,6 +140,24 @@ def test_a_coupled_move_that_turns_the_switch_on_may_move_what_it_guards(baselin
     assert keys == ["extraction.date_style::set:annotate"]  # the switch is on already: the coupled move cannot move
 
 
+def test_a_section_behind_a_switch_and_a_setting_behind_a_mode_wait_for_them(baseline):
+    table = parse_bundles("retrieval_gap/temporal:\n"
+                          "  - lifecycle.decay.half_life_days.logistics::decrease\n"
+                          "  - lifecycle.decay.kind::set:blend\n"
+                          "  - lifecycle.decay.enabled::enable&lifecycle.decay.kind::set:blend\n"
+                          "  - lifecycle.expiry.lead_days::increase\n"
+                          "  - lifecycle.expiry.mode::set:kernel&lifecycle.expiry.lead_days::increase\n", "t")
+    d = make_digest(symptom("retrieval_gap", "temporal", 4, 0.4))
+    assert not baseline["lifecycle"]["decay"]["enabled"] and baseline["lifecycle"]["expiry"]["mode"] == "hard"
+    keys = [x.key for x in Planner(table, DimensionEffects()).plan(d, baseline)]
+    assert keys == ["lifecycle.decay.enabled::enable&lifecycle.decay.kind::set:blend",
+                    "lifecycle.expiry.mode::set:kernel&lifecycle.expiry.lead_days::increase"]
+    ready = set_path(set_path(baseline, "lifecycle.decay.enabled", True), "lifecycle.expiry.mode", "kernel")
+    keys = [x.key for x in Planner(table, DimensionEffects()).plan(d, ready)]
+    assert keys == ["lifecycle.decay.half_life_days.logistics::decrease", "lifecycle.decay.kind::set:blend",
+                    "lifecycle.expiry.lead_days::increase"]
+
+
 def test_qualified_bundle_needs_enough_share(baseline):
     planner = Planner(TABLE, DimensionEffects())
     pruning = set_path(baseline, "lifecycle.prune_threshold", 0.2)

@@ -405,16 +405,10 @@ def test_answer_span_and_length(run):
 #: Settings a dimension acts only under: the planner's switches, and the switches, packing unit and retrieval depth
 #: the rest read (deep enough for a superseded fact to be a hit).
 ACTS_UNDER = {
-    **{path: {switch: True} for path, switch in REQUIRES.items()},
+    **REQUIRES,
     "features.turn_context": {"features.turn_layer": True},
     "features.raw_dialogue_backfill": {"assembly.unit": "memory"},
     "assembly.replies": {"assembly.unit": "turn", "features.turn_layer": True},
-    "lifecycle.decay": {"lifecycle.decay.enabled": True},
-    "lifecycle.category_channel": {"lifecycle.category_channel.enabled": True},
-    "lifecycle.expiry.lead_days": {"lifecycle.expiry.mode": "kernel"},
-    "lifecycle.expiry.upcoming_floor": {"lifecycle.expiry.mode": "kernel"},
-    "lifecycle.expiry.after_half_life_days": {"lifecycle.expiry.mode": "kernel"},
-    "lifecycle.numeric_rescue.min_relevance": {"lifecycle.decay.enabled": True},
     "lifecycle.slots": {"retrieval.time_decay.enabled": False, "retrieval.top_k": 10},  # the older fact is a hit
 }
 #: One slot per fact category, set in January and set again, plainly (confidence between the replace and the
