@@ -164,11 +164,14 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
         metrics = {**(r.run.summary.metrics() if r.run else {}),
                    **{f"paired.{k}": getattr(paired, k, None) for k in ("delta", "mcnemar_p", "ci_low", "ci_high")},
                    **{f"paired.delta.{c}": v["delta"] for c, v in (paired.per_category if paired else {}).items()},
+                   **{f"secondary.{k}": v for k, v in (rec.secondary.to_dict() if rec.secondary else {}).items()
+                      if k != "n"},
                    **{f"probe.{k}": v for k, v in (rec.probe.to_dict() if rec.probe else {}).items()},
                    **{f"candidate.llm.{role}.{c}": v for role, counts in (rec.llm or {}).items()
                       for c, v in counts.items()}}
         tracker.log(child, params=diff_strategies(outcome.current, r.strategy).params() if rec.strategy_hash else {},
                     metrics=metrics, tags={"decision": rec.verdict, "decided_by": rec.decided_by,
+                                           "rule": rec.decision.rule if rec.decision else "",
                                            "reason": rec.reason, "applied": rec.applied}, step=n)
         tracker.artifact(child, "record.json", stored)
         if rec.strategy_hash:

@@ -21,7 +21,8 @@ def tracked_round(tmp_path_factory) -> dict:
     uri = f"sqlite:///{base / 'mlflow.db'}"
     config = RunConfig(benchmark="synthetic:0", limit=60, probe_size=20, rounds=1, candidates_per_round=2,
                        stores=base / "stores", tracking_uri=uri, experiment=EXPERIMENT,
-                       acceptance=AcceptanceRules(bootstrap_resamples=400, protected_slices=["temporal"]),
+                       acceptance=AcceptanceRules(bootstrap_resamples=400, protected_slices=["temporal"],
+                                                  secondary="evidence"),
                        cost=CostLimits(max_relative_increase=4.0))
     with pytest.MonkeyPatch.context() as mp:
         mp.chdir(base)  # the default artifact root is experiments/mlartifacts under the working directory
@@ -69,8 +70,12 @@ def test_round_and_candidate_runs_read_back(tracked_round):
         assert tags["decision"] == tags["memevolve.decision"] == record["decision"]["verdict"]
         assert tags["decided_by"] == record["decided_by"]
         assert tags["applied"] == str(record["applied"])
+        assert tags["rule"] == record["decision"]["rule"]
         if record.get("paired"):
             assert child.data.metrics["paired.delta"] == pytest.approx(record["paired"]["delta"], abs=1e-12)
+            assert child.data.metrics["secondary.mcnemar_p"] == pytest.approx(record["secondary"]["mcnemar_p"],
+                                                                           abs=1e-12)
+    assert any(r.get("secondary") for r in records)
     assert scoreboard[0]["decisions"] == {r["candidate_id"]: r["decision"]["verdict"] for r in records}
 
 
