@@ -16,8 +16,9 @@ Priority of a direction reached through symptom ``s`` at position ``i`` of its c
 qualifier's share. With the hypothesis tree enabled, ``i`` is the UCB1 rank instead of the
 bundle position and refuted/exhausted hypotheses are skipped. Directions that cannot move the
 current value (at the schema bound, already enabled, blocked by an invariant) are dropped, and
-so are moves of a path whose switch (:data:`REQUIRES`) is off (a decay half-life while decay is off), and moves of a dimension the run cannot move
-(a prompt edit when no LLM serves the prompt's role; see :func:`evolve.strategy.schema.live_dimensions`).
+so are moves of a path whose switch (:data:`REQUIRES`) is off (a decay half-life while decay is off),
+and moves of a dimension the run cannot move (a prompt edit when no LLM serves the prompt's role; see
+:func:`evolve.strategy.schema.live_dimensions`).
 """
 from __future__ import annotations
 

@@ -137,7 +137,7 @@ def secondary_text(record: CandidateRecord) -> str | None:
     s = record.secondary
     if s is None:
         return None
-    name = LABEL[((record.rules or {}).get("acceptance") or {}).get("secondary") or "evidence"]
+    name = LABEL.get(((record.rules or {}).get("acceptance") or {}).get("secondary"), "as recorded")
     adjusted = (f", {record.secondary_testing.method}-adjusted p={record.secondary_testing.p_adjusted:.4g}"
                 if record.secondary_testing else "")
     return (f"secondary outcome ({name}) on {s.n} questions: Δ {fmt_num(s.delta, '+.4f')}  McNemar "
