@@ -27,7 +27,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -163,9 +163,10 @@ def _validate_entry(entry: str, dims: dict[str, EvolvableDimension]) -> None:
         step.check(dims[step.path])
 
 
-def requirements(path: str) -> dict[str, Any]:
-    """The settings ``path`` acts only under (:data:`REQUIRES`; ``{}`` for a path that always acts)."""
-    for key, settings in REQUIRES.items():
+def requirements(path: str, table: Mapping[str, dict[str, Any]] = REQUIRES) -> dict[str, Any]:
+    """The settings ``path`` acts only under (``table``'s entry for the path or its section, the switch itself
+    excepted; ``{}`` for a path that always acts)."""
+    for key, settings in table.items():
         if (path == key or path.startswith(key + ".")) and path not in settings:
             return settings
     return {}

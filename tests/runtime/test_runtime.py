@@ -10,7 +10,7 @@ import pytest
 
 from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.types import Conversation, Session, Turn
-from evolve.improve.planner import REQUIRES
+from evolve.improve.planner import REQUIRES, requirements
 from evolve.runtime import IngestionCache, MemoryRuntime, RuleExpander, classify_intent
 from evolve.runtime.ingest import windows
 from evolve.runtime.text import resolve_relative_dates, sentences
@@ -484,7 +484,7 @@ def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, ca
     references: dict[str, str] = {}
     inert = []
     for path, dim in live_dimensions(set()).items():  # the embedded roles read no prompt (see test_prompt_evolution)
-        settings = next((v for k, v in ACTS_UNDER.items() if path == k or path.startswith(k + ".")), {})
+        settings = requirements(path, ACTS_UNDER)
         point = probe
         for where, value in settings.items():
             point = set_path(point, where, value)

@@ -145,8 +145,9 @@ def test_a_strong_gain_survives_holm_and_old_records_read_with_the_raw_p():
 # ---------------------------------------------------------------- confabulation guard
 
 
-def confab(rows) -> dict:
-    """A confabulation brief from ``(category, base_confabulated, cand_confabulated, count)`` rows."""
+def brief(rows) -> dict:
+    """A paired brief (the confabulation guard's, the secondary outcome's, the holdout's) from
+    ``(category, base, cand, count)`` rows."""
     paired = paired_comparison(*outcomes(rows), n_resamples=500).to_dict()
     return {k: paired[k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
 
@@ -170,7 +171,7 @@ LESS_CONFAB = [("single_hop", True, False, 15), ("single_hop", False, False, 385
 def test_confabulation_guard_branch_by_branch(rows, confab_rows, verdict, rule):
     r = report(rows)
     if confab_rows is not None:
-        r["confabulation"] = confab(confab_rows)
+        r["confabulation"] = brief(confab_rows)
     d = decide(r, D2ACCI)
     assert (d.verdict, d.rule) == (verdict, rule), d
     if rule == "confabulation":
@@ -183,7 +184,7 @@ def test_a_malformed_confabulation_brief_is_incomplete_and_the_brief_replays_fro
     from evolve.verify.statistics import PairedBrief
     record = CandidateRecord("r001-c00", 1, {"key": "k"}, "generation_error/*", "0" * 64, {},
                              paired=PairedReport.from_dict(r["paired"]), dcr=r["dcr"],
-                             confabulation=PairedBrief.from_dict(confab(MORE_CONFAB)))
+                             confabulation=PairedBrief.from_dict(brief(MORE_CONFAB)))
     record.close(decide(decision_report(record), D2ACCI), "decision")
     again = load_record(json.loads(json.dumps(dump_record(record))))
     assert again.confabulation == record.confabulation and again.decision.rule == "confabulation"
@@ -218,7 +219,7 @@ SAME_EVIDENCE = [("single_hop", False, True, 4), ("single_hop", True, False, 3),
 def test_the_secondary_outcome_decides_only_where_the_objective_cannot(rows, secondary_rows, rules, verdict, rule):
     r = report(rows)
     if secondary_rows is not None:
-        r["secondary"] = confab(secondary_rows)
+        r["secondary"] = brief(secondary_rows)
     d = decide(r, rules)
     assert (d.verdict, d.rule) == (verdict, rule), d
     assert decide(json.loads(json.dumps(r)), rules) == d
@@ -229,21 +230,21 @@ def test_the_secondary_outcome_decides_only_where_the_objective_cannot(rows, sec
 def test_a_secondary_accept_still_meets_the_slice_cost_and_holdout_rules():
     flat_slice_loss = [("multi_hop", True, False, 2), ("multi_hop", True, True, 18), ("single_hop", False, True, 6),
                        ("single_hop", True, True, 74), ("single_hop", False, False, 100)]
-    r = {**report(flat_slice_loss), "secondary": confab(MORE_EVIDENCE)}
+    r = {**report(flat_slice_loss), "secondary": brief(MORE_EVIDENCE)}
     d = decide(r, SECONDARY)
     assert (d.verdict, d.rule) == (Verdict.ACCEPT_WITH_MONITOR, "protected_slice_regression"), d
     assert "secondary evidence" in d.reason
-    costly = {**report(FLAT), "secondary": confab(MORE_EVIDENCE),
+    costly = {**report(FLAT), "secondary": brief(MORE_EVIDENCE),
               "cost": {"words_parent": 100, "words_candidate": 170}}
     assert decide(costly, SECONDARY, CostLimits(max_context_words=160)).rule == "cost"
-    held_loss = {**report(FLAT), "secondary": confab(MORE_EVIDENCE),
-                 "holdout": confab([("temporal", True, False, 15), ("temporal", True, True, 35)])}
+    held_loss = {**report(FLAT), "secondary": brief(MORE_EVIDENCE),
+                 "holdout": brief([("temporal", True, False, 15), ("temporal", True, True, 35)])}
     assert decide(held_loss, SECONDARY).rule == "holdout"
 
 
 def test_a_malformed_secondary_entry_is_incomplete():
     for entry in ({"secondary": {"n": 3}},
-                  {"secondary": confab(MORE_EVIDENCE), "secondary_testing": {"p_adjusted": "x"}}):
+                  {"secondary": brief(MORE_EVIDENCE), "secondary_testing": {"p_adjusted": "x"}}):
         d = decide({**report(FLAT), **entry}, SECONDARY)
         assert (d.verdict, d.rule) == (Verdict.FEATURE_FLAG, "incomplete"), d
 
@@ -258,7 +259,7 @@ def test_holm_adjusts_the_secondary_outcome_over_the_round_and_the_record_replay
         r = report(rows)
         record = CandidateRecord(f"r001-c{i:02d}", 1, {"key": f"k{i}"}, "retrieval_gap/*", "0" * 64, {},
                                  paired=PairedReport.from_dict(r["paired"]), dcr=r["dcr"],
-                                 secondary=PairedBrief.from_dict(confab(sec)))
+                                 secondary=PairedBrief.from_dict(brief(sec)))
         record.close(decide(decision_report(record), SECONDARY), "decision")
         results.append(CandidateResult(record, {}, None))
     first = results[0].record
