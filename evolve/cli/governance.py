@@ -55,20 +55,19 @@ def _verify(args: argparse.Namespace) -> int:
     except (NothingToVerify, BudgetExhausted, RequestLimitReached) as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
-    p, d = result.paired, result.decision
+    c, d = result.comparison, result.decision
+    p = c.paired
     print(f"re-verified {args.verify} (flagged in round {result.record.round}: {result.record.reason})")
     print(f"  change    {', '.join(f'{k}={v!r}' for k, v in result.record.changes.items())}")
     print(f"  current   {result.current_hash}")
     print(f"  candidate {result.candidate_hash} (the change applied to the current strategy; not stored, not applied)")
-    print(f"paired comparison on {p['n']} questions ({config.objective}): current {p['acc_baseline']:.3f} -> "
-          f"candidate {p['acc_candidate']:.3f}  Δ {p['delta']:+.4f}  McNemar p={p['mcnemar_p']:.4g}  "
-          f"{p['confidence']:.0%} CI [{p['ci_low']:+.4f}, {p['ci_high']:+.4f}] ({p['ci_method']})")
-    print(f"  improved {len(p['improved'])}, regressed {len(p['regressed'])}; DCR@{config.acceptance.dcr_tau} "
-          f"{result.dcr:.3f}; context words "
-          f"{result.cost['words_parent']:.1f} -> {result.cost['words_candidate']:.1f}")
-    if result.holdout:
-        h = result.holdout
-        print(f"  holdout: {h['n']} questions, Δ {h['delta']:+.4f}, McNemar p={h['mcnemar_p']:.4g}")
+    print(f"paired comparison on {p.n} questions ({config.objective}): current {p.acc_baseline:.3f} -> "
+          f"candidate {p.acc_candidate:.3f}  Δ {p.delta:+.4f}  McNemar p={p.mcnemar_p:.4g}  "
+          f"{p.confidence:.0%} CI [{p.ci_low:+.4f}, {p.ci_high:+.4f}] ({p.ci_method})")
+    print(f"  improved {len(p.improved)}, regressed {len(p.regressed)}; DCR@{config.acceptance.dcr_tau} "
+          f"{c.dcr:.3f}; context words {c.cost.words_parent:.1f} -> {c.cost.words_candidate:.1f}")
+    if c.holdout:
+        print(f"  holdout: {c.holdout.n} questions, Δ {c.holdout.delta:+.4f}, McNemar p={c.holdout.mcnemar_p:.4g}")
     print(f"the decision contract would now say {d.verdict.value} (rule {d.rule}): {d.reason}")
     print(f"journal entry {entry['index']} {entry['type']}; nothing was applied (only a run changes the strategy)")
     return 0

@@ -20,7 +20,7 @@ from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.verify.critic import CriticPacket, fixing_groups
 from evolve.verify.critic import CriticReview
 
-PLANNER_PROMPT, CRITIC_PROMPT = "planner.v2", "critic.v1"
+PLANNER_PROMPT, CRITIC_PROMPT = "planner.v2", "critic.v2"
 CriticLabel = Literal["actionable", "risky", "duplicate", "out_of_scope"]
 CRITIC_LABELS: tuple[str, ...] = get_args(CriticLabel)
 

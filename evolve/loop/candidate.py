@@ -1,5 +1,6 @@
-"""One candidate through the Verify half: evolver values → gates → critic → (with LLM answers: an LLM-free evidence
-screen) → probe screen → paired comparison → decision (→ with a holdout, a would-be accept checked on it). Each stage's outcome lands in the candidate's
+"""One candidate through the Verify half: evolver values → gates → (with LLM answers: an LLM-free evidence screen) →
+probe screen → critic (seeing the probe's deltas and examples) → paired comparison and hypothesis check → decision
+(→ with a holdout, a would-be accept checked on it). Each stage's outcome lands in the candidate's
 :class:`~evolve.loop.record.CandidateRecord`; the first stage that decides closes it, so cheap screens spare the
 expensive evaluation."""
 from __future__ import annotations
@@ -17,20 +18,21 @@ from evolve.observe.harness import EvalRun, Harness
 from evolve.observe.summarize import usage_totals
 from evolve.observe.objective import Objective, changed as objective_changed, success
 from evolve.observe.trace import Trace
-from evolve.state.records import decision_report
 from evolve.strategy.artifact import derive, policy_hash, strategy_hash
 from evolve.strategy.diff import diff_strategies, effective_changes
-from evolve.verify.confabulation import confabulation_brief
 from evolve.verify.critic import Critic, CriticPacket
 from evolve.verify.decision import (
-    AcceptanceRules, CostLimits, Decision, Verdict, decide, evidence_screen, probe_screen,
+    AcceptanceRules, CostLimits, Decision, Rule, Stage, Verdict, decide, evidence_screen, probe_screen,
 )
+from evolve.verify.dossier import compare, paired as compare_outcomes
 from evolve.verify.gates import GateContext, change_keys, run_gates
-from evolve.verify.outcomes import ContextCost, ProbeOutcome
-from evolve.verify.statistics import PairedBrief, PairedReport, paired_comparison
+from evolve.verify.outcomes import ProbeOutcome
+from evolve.verify.statistics import PairedReport, mcnemar_exact
 
 #: Improved / regressed questions kept per candidate record for review.
 EXAMPLES_PER_SIDE = 25
+#: Examples the critic sees: of the targeted symptom, and improved / regressed on the probe.
+CRITIC_EXAMPLES = 3
 
 
 @dataclass
@@ -85,8 +87,8 @@ class CandidateVerifier:
         try:
             proposal = self.evolver.propose(current, direction)
         except EvolverError as exc:
-            return CandidateResult(record, current, None).close(Decision(Verdict.REJECT, str(exc), "evolver"),
-                                                                "planner")
+            return CandidateResult(record, current, None).close(Decision(Verdict.REJECT, str(exc), Rule.EVOLVER),
+                                                                Stage.PLANNER)
         candidate = derive(current, proposal.changes)
         diff = diff_strategies(current, candidate)
         record.strategy_hash, record.policy_hash = strategy_hash(candidate), policy_hash(candidate)
@@ -99,52 +101,63 @@ class CandidateVerifier:
                                                           direction.symptom_key, self.max_reverts))
         record.gates = trail
         if not trail.passed:
-            return result.close(Decision(Verdict.REJECT, trail.results[-1].reason, f"gate:{trail.decided_by}"),
-                                f"gate:{trail.decided_by}")
-
-        review = self.critic.review(self._packet(record, current, candidate, screen))
-        self.tree.record_critique(review.label == "actionable")
-        record.critic = review
-        if review.blocks:
-            return result.close(Decision(Verdict.REJECT, "; ".join(review.reasons), "critic"), "critic")
+            return result.close(Decision(Verdict.REJECT, trail.results[-1].reason, Rule.gate(trail.decided_by)),
+                                Stage.gate(trail.decided_by))
 
         if self.harness.roles.answers_call_models():
             flagged = self._evidence_screen(record, candidate, screen.run)
             if flagged is not None:
-                return result.close(flagged, "evidence-screen")
+                return result.close(flagged, Stage.EVIDENCE_SCREEN)
 
-        screened = self._probe(record, candidate, screen.run)
+        screened, probe_run = self._probe(record, candidate, screen.run)
         if screened is not None:
-            return result.close(screened, "probe")
+            return result.close(screened, Stage.PROBE)
+
+        review = self.critic.review(self._packet(record, current, candidate, screen, probe_run))
+        self.tree.record_critique(review.label == "actionable")
+        record.critic = review
+        if review.blocks:
+            return result.close(Decision(Verdict.REJECT, "; ".join(review.reasons), Rule.CRITIC), Stage.CRITIC)
 
         run = self.harness.evaluate(candidate, self.question_ids, desc=f"{cid} full")
         _spent(record, run)
-        paired = paired_comparison(screen.run.outcomes(self.objective), run.outcomes(self.objective),
-                                   alpha=self.rules.alpha, n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
         result.run = run
-        record.paired, record.dcr, record.summary = paired, run.summary.dcr_at(self.rules.dcr_tau), run.summary.brief()
-        record.cost = ContextCost(screen.run.summary.context_words["mean"], run.summary.context_words["mean"])
+        c = compare(screen.run, run, self.rules, objective=self.objective, seed=self.seed, symptom=record.symptom)
+        record.paired, record.dcr, record.cost = c.paired, c.dcr, c.cost
+        record.confabulation, record.secondary, record.hypothesis = c.confabulation, c.secondary, c.hypothesis
+        record.summary = run.summary.brief()
         if run.summary.staleness:
             record.staleness = {"parent": screen.run.summary.staleness, "candidate": run.summary.staleness}
         record.examples = _examples(record.paired, screen.run, run)
-        if self.objective == "accuracy":
-            record.confabulation = confabulation_brief(screen.run.traces, run.traces, alpha=self.rules.alpha,
-                                                       n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
-        record.secondary = secondary_brief(screen.run, run, self.rules, self.seed)
-        decision = decide(decision_report(record), self.rules, self.cost)
+        decision = decide(record.comparison, self.rules, self.cost)
         if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked
             record.holdout = self.holdout.compare(current, candidate)
-            decision = decide(decision_report(record), self.rules, self.cost)
-        return result.close(decision, "decision")
+            decision = decide(record.comparison, self.rules, self.cost)
+        return result.close(decision, Stage.DECISION)
 
-    def _packet(self, record: CandidateRecord, current: dict, candidate: dict, screen: Screen) -> CriticPacket:
+    def _packet(self, record: CandidateRecord, current: dict, candidate: dict, screen: Screen,
+                probe_run: EvalRun) -> CriticPacket:
         root_cause, _, category = record.symptom.partition("/")
         examples = [{"question_id": t.question_id, "question": t.question, "gold": t.gold_answer, "answer": t.answer}
                     for t in screen.run.traces
-                    if t.root_cause == root_cause and category in ("*", t.category)][:3]
+                    if t.root_cause == root_cause and category in ("*", t.category)][:CRITIC_EXAMPLES]
         return CriticPacket(effective_changes(current, candidate), record.change_keys, root_cause, category,
                             {k: self.effects.reputation(k) for k in record.change_keys}, examples,
-                            screen.recent[-10:])
+                            screen.recent[-10:], probe=record.probe.to_dict(),
+                            probe_examples=self._probe_examples(screen.run, probe_run))
+
+    def _probe_examples(self, base: EvalRun, probe_run: EvalRun) -> dict[str, list[dict]]:
+        """Up to :data:`CRITIC_EXAMPLES` probe questions the candidate improved and regressed under the objective."""
+        before = base.by_id()
+        out: dict[str, list[dict]] = {"improved": [], "regressed": []}
+        for t in probe_run.traces:
+            b, c = success(before[t.question_id], self.objective), success(t, self.objective)
+            side = "improved" if (c and b is False) else "regressed" if (b and c is False) else None
+            if side and len(out[side]) < CRITIC_EXAMPLES:
+                out[side].append({"question_id": t.question_id, "category": t.category, "question": t.question,
+                                  "gold": t.gold_answer, "parent_answer": before[t.question_id].answer,
+                                  "candidate_answer": t.answer})
+        return out
 
     def _evidence_screen(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
         """Evaluate the candidate up to the packed context (no answerer or judge call) and reject it if it loses gold
@@ -152,13 +165,13 @@ class CandidateVerifier:
         run = self.harness.evaluate(candidate, self.question_ids, desc=f"{record.candidate_id} evidence screen",
                                     answer=False)
         _spent(record, run)
-        paired = paired_comparison(base.outcomes("evidence"), run.outcomes("evidence"), alpha=self.rules.alpha,
-                                   n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
+        paired = compare_outcomes(base.outcomes("evidence"), run.outcomes("evidence"), self.rules, self.seed)
         record.evidence_screen = paired.brief()
         return evidence_screen(paired, self.rules)
 
-    def _probe(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> Decision | None:
-        """Evaluate the probe subset; a decision if the probe already decides (objective drop, or inert)."""
+    def _probe(self, record: CandidateRecord, candidate: dict, base: EvalRun) -> tuple[Decision | None, EvalRun]:
+        """Evaluate the probe subset: a decision if the probe already decides (objective drop, or inert), and the
+        probe's run."""
         probe_run = self.harness.evaluate(candidate, self.probe_ids, desc=f"{record.candidate_id} probe")
         _spent(record, probe_run)
         before = base.by_id()
@@ -166,30 +179,26 @@ class CandidateVerifier:
         cand_acc = self._rate(probe_run.traces)
         changed = sum(objective_changed(before[t.question_id], t, self.objective) for t in probe_run.traces)
         answers = self.objective == "accuracy"
+        pairs = [(success(before[t.question_id], self.objective), success(t, self.objective))
+                 for t in probe_run.traces if t.question_id in before]
+        counted = [(b, c) for b, c in pairs if b is not None and c is not None]
         record.probe = ProbeOutcome(len(self.probe_ids), base_acc, cand_acc, cand_acc - base_acc,
                                     answers_changed=changed if answers else None,
-                                    packed_contexts_changed=None if answers else changed)
+                                    packed_contexts_changed=None if answers else changed,
+                                    mcnemar_p=mcnemar_exact(sum(c and not b for b, c in counted),
+                                                            sum(b and not c for b, c in counted)))
         screened = probe_screen(base_acc, cand_acc, self.rules)
         if screened is None and changed == 0:
             # The change did not alter what the objective judges on any probe question: a full evaluation
             # would be spent on noise.
             what = "answer" if answers else "packed context"
-            return Decision(Verdict.FEATURE_FLAG, f"inert: no probe {what} changed", "probe-inert")
-        return screened
+            return Decision(Verdict.FEATURE_FLAG, f"inert: no probe {what} changed", Rule.PROBE_INERT), probe_run
+        return screened, probe_run
 
     def _rate(self, traces: Iterable[Trace]) -> float:
         """Success rate of ``traces`` under the objective (0.0 when none counts)."""
         counted = [ok for t in traces if (ok := success(t, self.objective)) is not None]
         return sum(counted) / len(counted) if counted else 0.0
-
-
-def secondary_brief(base: EvalRun, run: EvalRun, rules: AcceptanceRules, seed: int) -> PairedBrief | None:
-    """Candidate ``run`` vs. parent ``base`` on the rules' secondary outcome, paired by question (``None`` without a
-    secondary rule): what rule 5's fixed-sequence step of :func:`~evolve.verify.decision.decide` reads."""
-    if rules.secondary is None:
-        return None
-    return paired_comparison(base.outcomes(rules.secondary), run.outcomes(rules.secondary), alpha=rules.alpha,
-                             n_resamples=rules.bootstrap_resamples, seed=seed).brief()
 
 
 def _spent(record: CandidateRecord, run: EvalRun) -> None:

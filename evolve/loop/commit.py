@@ -20,10 +20,10 @@ from evolve.strategy.artifact import strategy_hash
 from evolve.strategy.moves import Move
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.paths import get_path
-from evolve.verify.decision import journal_type
+from evolve.verify.decision import Stage, journal_type
 
 #: Decided-by stages that mean the move needs a framework/schema change, not another value.
-BLOCKED_BY = ("planner", "gate:schema", "gate:ranges")
+BLOCKED_BY = (Stage.PLANNER, Stage.gate("schema"), Stage.gate("ranges"))
 
 
 @dataclass

@@ -41,7 +41,7 @@ from evolve.strategy.artifact import policy_hash, strategy_hash
 from evolve.strategy.schema import live_dimensions
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.critic import Critic, DeterministicCritic
-from evolve.verify.statistics import paired_comparison
+from evolve.verify.dossier import paired as compare_outcomes
 
 log = logging.getLogger(__name__)
 
@@ -154,9 +154,8 @@ class Engine:
         except (BudgetExhausted, RequestLimitReached) as exc:
             out["current_vs_baseline"] = {"skipped": str(exc)}
         else:
-            paired = paired_comparison(base_run.outcomes(objective), cur_run.outcomes(objective),
-                                       alpha=self.rules.alpha, n_resamples=self.rules.bootstrap_resamples,
-                                       seed=self.config.seed)
+            paired = compare_outcomes(base_run.outcomes(objective), cur_run.outcomes(objective), self.rules,
+                                      self.config.seed)
             self._count_failing(base_run)
             out["baseline"].update(_headline(base_run, objective))
             out["current"].update(_headline(cur_run, objective))

@@ -10,7 +10,7 @@ from evolve.observe.objective import Objective
 from evolve.strategy.artifact import strategy_hash
 from evolve.verify.decision import AcceptanceRules
 from evolve.verify.outcomes import HoldoutComparison
-from evolve.verify.statistics import paired_comparison
+from evolve.verify.dossier import paired as compare_outcomes
 
 #: Holdout evaluations kept per engine (the round's current strategy and the latest candidates).
 KEEP = 4
@@ -41,8 +41,7 @@ class Holdout:
     def compare(self, parent: dict, candidate: dict) -> HoldoutComparison:
         """Candidate vs. parent on the held-out questions, paired by id: what the decision's holdout rule reads."""
         base, cand = self.run(parent), self.run(candidate)
-        paired = paired_comparison(base.outcomes(self.objective), cand.outcomes(self.objective),
-                                   alpha=self.rules.alpha, n_resamples=self.rules.bootstrap_resamples, seed=self.seed)
+        paired = compare_outcomes(base.outcomes(self.objective), cand.outcomes(self.objective), self.rules, self.seed)
         return HoldoutComparison(**asdict(paired.brief()), per_category=paired.per_category,
                                  score_parent=base.score(self.objective), score_candidate=cand.score(self.objective),
                                  improved=len(paired.improved), regressed=len(paired.regressed))

@@ -14,7 +14,7 @@ from evolve.loop.record import CandidateRecord
 from evolve.strategy.moves import Move
 from evolve.strategy.paths import get_path
 from evolve.strategy.schema import evolvable_dimensions
-from evolve.verify.decision import changes_strategy
+from evolve.verify.decision import Stage, changes_strategy
 
 
 def learn(results: list[CandidateResult], effects: DimensionEffects, tree: HypothesisTree) -> list[dict]:
@@ -27,7 +27,7 @@ def learn(results: list[CandidateResult], effects: DimensionEffects, tree: Hypot
             continue
         record = r.record
         evaluated = r.run is not None
-        if evaluated or record.decided_by == "probe":
+        if evaluated or record.decided_by == Stage.PROBE:
             delta = record.delta if evaluated else record.probe.delta
             won = r.accepted  # an accept that lost the round to a better one still paid off
             growth = record.cost.growth if evaluated and record.cost else None

@@ -36,7 +36,7 @@ class SliceCheck:
 
 def monitored_slices(record: CandidateRecord, rules: AcceptanceRules) -> list[str]:
     """The protected slices an applied ACCEPT_WITH_MONITOR candidate regressed on (none for any other record)."""
-    if not (record.applied and record.verdict == Verdict.ACCEPT_WITH_MONITOR.value and record.paired):
+    if not (record.applied and record.verdict == Verdict.ACCEPT_WITH_MONITOR and record.paired):
         return []
     return [c for c, row in sorted(record.paired.per_category.items())
             if c in rules.protected_slices and row["delta"] < -rules.epsilon(c) - TOLERANCE]

@@ -8,15 +8,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from evolve.verify.comparison import Comparison
 from evolve.verify.critic import CriticReview
-from evolve.verify.decision import Decision, changes_strategy
+from evolve.verify.decision import Decision, Rule, Verdict, changes_strategy
 from evolve.verify.gates import GateTrail
+from evolve.verify.hypothesis import HypothesisCheck
 from evolve.verify.multiplicity import Adjustment
 from evolve.verify.outcomes import ContextCost, HoldoutComparison, ProbeOutcome
 from evolve.verify.statistics import PairedBrief, PairedReport
 
 #: Stage outcomes a record carries, in pipeline order (each ``None`` until the stage ran).
-STAGES = ("gates", "critic", "evidence_screen", "probe", "paired")
+STAGES = ("gates", "evidence_screen", "probe", "critic", "paired")
 
 
 @dataclass
@@ -70,6 +72,17 @@ class CandidateRecord:
     #: a rule; ``None`` otherwise), and its p adjusted over the round's fully compared candidates.
     secondary: PairedBrief | None = None
     secondary_testing: Adjustment | None = None
+    #: The target category's predicted movement against the observed one (full runs of a candidate aimed at one
+    #: category; ``None`` otherwise): what rule ``hypothesis_mismatch`` reads.
+    hypothesis: HypothesisCheck | None = None
+
+    @property
+    def comparison(self) -> Comparison | None:
+        """What the decision contract reads about a fully compared candidate (``None`` before its full comparison)."""
+        if self.paired is None or self.dcr is None:
+            return None
+        return Comparison(self.paired, self.dcr, self.cost, self.confabulation, self.secondary, self.hypothesis,
+                          self.holdout, self.multiple_testing, self.secondary_testing)
 
     @property
     def key(self) -> str:
@@ -87,8 +100,8 @@ class CandidateRecord:
         return ((self.rules or {}).get("acceptance") or {}).get("dcr_tau", 3)
 
     @property
-    def verdict(self) -> str:
-        return self.decision.verdict.value if self.decision else ""
+    def verdict(self) -> Verdict | None:
+        return self.decision.verdict if self.decision else None
 
     @property
     def reason(self) -> str:
@@ -106,7 +119,7 @@ class CandidateRecord:
         be larger rather than refused as a repeat (:mod:`evolve.improve.evolver` doubles its step); else ``None``."""
         if changes_strategy(self.verdict):
             return "accepted"
-        return "inert" if self.decision and self.decision.rule == "probe-inert" else None
+        return "inert" if self.decision and self.decision.rule == Rule.PROBE_INERT else None
 
     @property
     def screened(self) -> bool:

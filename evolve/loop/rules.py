@@ -19,12 +19,16 @@ def rules_of(acceptance: AcceptanceRules, cost: CostLimits) -> dict[str, dict]:
     return {"acceptance": acceptance.model_dump(mode="json"), "cost": cost.model_dump(mode="json")}
 
 
+#: Rules whose default changed the earlier behaviour: the value a record made before the rule existed stands for.
+RECORDED_BEFORE: dict[str, dict[str, Any]] = {"acceptance": {"category_floor": False, "hypothesis_check": "off"}}
+
+
 def _flat(rules: Mapping[str, Any]) -> dict[str, Any]:
-    """``section.rule`` -> value, a rule missing from the record taking its default (it was recorded before the rule
-    existed, whose default keeps the earlier behaviour)."""
+    """``section.rule`` -> value, a rule missing from the record taking the value that keeps the behaviour it was
+    decided under: its default, or for a rule whose default changed that behaviour, :data:`RECORDED_BEFORE`'s."""
     out: dict[str, Any] = {}
     for section, model in SECTIONS.items():
-        values = {**model().model_dump(mode="json"), **(rules.get(section) or {})}
+        values = {**model().model_dump(mode="json"), **RECORDED_BEFORE.get(section, {}), **(rules.get(section) or {})}
         out.update({f"{section}.{name}": value for name, value in values.items()})
     return out
 

@@ -16,10 +16,19 @@ causes of recorded traces, and so the symptoms the planner acts on; it keeps the
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import TYPE_CHECKING, Callable, Collection, Mapping
+from typing import Callable, Collection, Mapping, Protocol, Sequence
 
-if TYPE_CHECKING:
-    from evolve.observe.trace import Trace
+
+class Trace(Protocol):
+    """What the ladder reads of a question's trace (:class:`evolve.observe.trace.Trace` has it)."""
+
+    gold_evidence: Sequence[str]
+    stored_ids: Sequence[str]
+    retrieved: Sequence[Mapping]
+    filtered: Sequence[Mapping]
+    packed: Sequence[Mapping]
+    correct: bool | None
+    all_evidence_packed: bool | None
 
 
 class Stage(StrEnum):

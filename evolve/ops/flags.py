@@ -20,6 +20,7 @@ from evolve.ops.review import change_summary, fmt_ci, fmt_num, text_table
 from evolve.state.files import StoreError
 from evolve.strategy.paths import get_path
 from evolve.verify.statistics import PairedReport
+from evolve.verify.decision import Verdict
 
 #: Journal entry type of a re-verification.
 REVERIFY = "REVERIFY"
@@ -57,7 +58,7 @@ def flagged_record(view: History, candidate_id: str) -> CandidateRecord:
     record = view.record(candidate_id)
     if record is None:
         raise StoreError(where, f"no candidate {candidate_id!r} (memevolve flags lists the flagged ones)")
-    if record.verdict != "FEATURE_FLAG":
+    if record.verdict != Verdict.FEATURE_FLAG:
         raise StoreError(where, f"{candidate_id} was not FEATURE_FLAG but {record.verdict or 'undecided'} "
                                 f"({record.reason}); only flagged candidates can be listed or re-verified")
     if not record.changes:
@@ -89,7 +90,7 @@ def flag_of(view: History, record: CandidateRecord, current: dict) -> Flag:
 
 def flag_registry(view: History, round: int | None = None) -> list[Flag]:
     """Every FEATURE_FLAG candidate (of one round with ``round``), in commit order."""
-    flagged = [r for r in view.records if r.verdict == "FEATURE_FLAG" and (round is None or r.round == round)]
+    flagged = [r for r in view.records if r.verdict == Verdict.FEATURE_FLAG and (round is None or r.round == round)]
     if not flagged:
         return []
     current = view.get_strategy(view.state["current_strategy"])

@@ -21,7 +21,7 @@ from evolve.ops.monitors import monitor_regressions, monitors_table, regression_
 from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
 from evolve.state.files import atomic_write_text
 from evolve.verify.confabulation import safe_rate
-from evolve.verify.decision import changes_strategy
+from evolve.verify.decision import Verdict, changes_strategy
 
 @dataclass
 class Overview:
@@ -142,7 +142,7 @@ def _candidate_section(r: CandidateRecord, view: History) -> str:
     if r.strategy_hash:
         restore += f"<br>candidate <code>{_e(view.strategy_path(r.strategy_hash))}</code>"
     if changes_strategy(r.verdict):
-        flag = " --accept-monitor" if r.verdict == "ACCEPT_WITH_MONITOR" else ""
+        flag = " --accept-monitor" if r.verdict == Verdict.ACCEPT_WITH_MONITOR else ""
         restore += (f"<br>promote: <code>memevolve promote {_e(r.candidate_id)} --to "
                     f"strategies/serving.yaml{flag}</code>")
     parts.append(f"<p class='muted'>{restore}</p></section>")
@@ -286,7 +286,7 @@ def render_markdown(view: History, html_name: str | None = None) -> str:
         lines += ["", "**Accepted**", ""]
         for r in accepted:
             p = r.paired
-            flag = " --accept-monitor" if r.verdict == "ACCEPT_WITH_MONITOR" else ""
+            flag = " --accept-monitor" if r.verdict == Verdict.ACCEPT_WITH_MONITOR else ""
             lines.append(f"- `{r.candidate_id}` {_md(change_summary(r))}: Δ {p.delta:+.4f} "
                          f"(p={p.mcnemar_p:.3g}, CI {fmt_ci(p)}; {category_deltas(p)})"
                          f"{' — applied' if r.applied else ''}. "

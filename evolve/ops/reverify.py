@@ -10,7 +10,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evolve.errors import EvolveError
-from evolve.loop.candidate import secondary_brief
 from evolve.loop.config import RunConfig
 from evolve.loop.holdout import Holdout
 from evolve.loop.record import CandidateRecord
@@ -20,9 +19,9 @@ from evolve.ops.history import History
 from evolve.state.files import StoreError
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import StrategyError, derive, policy_hash, strategy_hash, validate_strategy
-from evolve.verify.confabulation import confabulation_brief
+from evolve.verify.comparison import Comparison
 from evolve.verify.decision import Decision, decide
-from evolve.verify.statistics import paired_comparison
+from evolve.verify.dossier import compare
 
 
 class NothingToVerify(EvolveError):
@@ -37,22 +36,20 @@ class Reverification:
     current_hash: str
     candidate_hash: str
     harness: dict
-    paired: dict
-    dcr: float
-    cost: dict
-    holdout: dict | None
+    comparison: Comparison
     decision: Decision
-    confabulation: dict | None = None  # the confabulation guard's comparison (accuracy objective)
-    secondary: dict | None = None  # the secondary outcome's comparison (under a secondary rule)
 
     def payload(self) -> dict:
         """The ``REVERIFY`` journal entry's payload."""
+        c = self.comparison
+        optional = {name: getattr(c, name).to_dict() for name in ("secondary", "hypothesis")
+                    if getattr(c, name) is not None}
         return {"candidate_id": self.record.candidate_id, "flagged_round": self.record.round,
-                "flagged_decision": self.record.decision.to_dict() if self.record.decision else {}, "changes": self.record.changes,
-                "current_strategy": self.current_hash, "candidate_strategy": self.candidate_hash,
-                "harness": self.harness, "paired": self.paired, "dcr": self.dcr, "cost": self.cost,
-                "holdout": self.holdout, "confabulation": self.confabulation,
-                **({"secondary": self.secondary} if self.secondary is not None else {}),
+                "flagged_decision": self.record.decision.to_dict() if self.record.decision else {},
+                "changes": self.record.changes, "current_strategy": self.current_hash,
+                "candidate_strategy": self.candidate_hash, "harness": self.harness, "paired": c.paired.to_dict(),
+                "dcr": c.dcr, "cost": c.cost.to_dict(), "holdout": c.holdout.to_dict() if c.holdout else None,
+                "confabulation": c.confabulation.to_dict() if c.confabulation else None, **optional,
                 "would_decide": self.decision.to_dict(), "applied": False}
 
 
@@ -91,27 +88,15 @@ def _evaluate(setup: RunSetup, record: CandidateRecord, current: dict, candidate
     try:
         base = harness.evaluate(current, setup.question_ids, desc="current")
         run = harness.evaluate(candidate, setup.question_ids, desc=f"{record.candidate_id} re-verify")
-        paired = paired_comparison(base.outcomes(config.objective), run.outcomes(config.objective),
-                                   alpha=rules.alpha, n_resamples=rules.bootstrap_resamples, seed=config.seed).to_dict()
-        cost = {"words_parent": base.summary.context_words["mean"],
-                "words_candidate": run.summary.context_words["mean"]}
-        report = {"paired": paired, "dcr": run.summary.dcr_at(rules.dcr_tau), "cost": cost}
-        confab = (confabulation_brief(base.traces, run.traces, alpha=rules.alpha,
-                                      n_resamples=rules.bootstrap_resamples, seed=config.seed)
-                  if config.objective == "accuracy" else None)
-        if confab is not None:
-            report["confabulation"] = confab.to_dict()
-        if (secondary := secondary_brief(base, run, rules, config.seed)) is not None:
-            report["secondary"] = secondary.to_dict()
-        decision, held = decide(report, rules, config.cost), None
+        comparison = compare(base, run, rules, objective=config.objective, seed=config.seed, symptom=record.symptom)
+        decision = decide(comparison, rules, config.cost)
         if decision.changes_strategy and holdout_harness is not None:  # as a round checks an accept
-            held = Holdout(holdout_harness, setup.holdout_ids, config.objective, rules,
-                           seed=config.seed).compare(current, candidate).to_dict()
-            decision = decide({**report, "holdout": held}, rules, config.cost)
+            comparison.holdout = Holdout(holdout_harness, setup.holdout_ids, config.objective, rules,
+                                         seed=config.seed).compare(current, candidate)
+            decision = decide(comparison, rules, config.cost)
     finally:
         harness.close()
         if holdout_harness is not None and holdout_harness is not harness:
             holdout_harness.close()
-    return Reverification(record, strategy_hash(current), strategy_hash(candidate), harness_id, paired,
-                          report["dcr"], cost, held, decision, report.get("confabulation"), report.get("secondary"))
+    return Reverification(record, strategy_hash(current), strategy_hash(candidate), harness_id, comparison, decision)
 

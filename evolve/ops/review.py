@@ -11,6 +11,7 @@ from evolve.strategy.artifact import LINEAGE
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.gates import GateTrail
 from evolve.verify.statistics import PairedReport
+from evolve.verify.decision import Verdict
 
 #: Verdict names accepted by ``--decision``.
 DECISIONS = {"accept": "ACCEPT", "accept_with_monitor": "ACCEPT_WITH_MONITOR", "reject": "REJECT",
@@ -227,9 +228,9 @@ def render_record(record: CandidateRecord, view: History) -> str:
               f"  parent file (what was current before): {view.strategy_path(r.parent_hash)}"]
     if r.strategy_hash:
         lines.append(f"  candidate file: {view.strategy_path(r.strategy_hash)}")
-    if r.verdict == "ACCEPT":
+    if r.verdict == Verdict.ACCEPT:
         lines.append(f"  promote: memevolve promote {r.candidate_id} --to strategies/serving.yaml")
-    elif r.verdict == "ACCEPT_WITH_MONITOR":
+    elif r.verdict == Verdict.ACCEPT_WITH_MONITOR:
         lines.append(f"  promote: memevolve promote {r.candidate_id} --to strategies/serving.yaml --accept-monitor")
     else:
         lines.append(f"  not promotable ({r.verdict}): only ACCEPT decisions (ACCEPT_WITH_MONITOR with "
@@ -248,12 +249,12 @@ def _governance_lines(record: CandidateRecord, view: History) -> list[str]:
     lines = [f"  promoted: entry {e['index']} ({e['ts'][:19]}) to {e['payload']['target']}, "
              f"{approval_text(e['payload'])}" for e in view.entries
              if e["type"] == "PROMOTE" and e["payload"].get("candidate_id") == record.candidate_id]
-    if record.verdict == "ACCEPT_WITH_MONITOR":
+    if record.verdict == Verdict.ACCEPT_WITH_MONITOR:
         fell = monitor_regressions(view, record.candidate_id)
         lines += ["", "monitored slices regressed again:" if fell else
                   "monitored slices: no regression in later rounds or on the holdout"]
         lines += [f"  {regression_text(e)}" for e in fell]
-    if record.verdict == "FEATURE_FLAG":
+    if record.verdict == Verdict.FEATURE_FLAG:
         again = reverifications(view, record.candidate_id)
         lines += ["", "re-verifications (memevolve flags --verify):" if again else
                   f"re-verifications: none (memevolve flags --verify {record.candidate_id})"]

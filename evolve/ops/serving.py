@@ -37,7 +37,7 @@ from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import StrategyError, parse_strategy, policy_hash, strategy_hash
 from evolve.strategy.diff import StrategyDiff, diff_strategies
 from evolve.strategy.schema import schema_hash
-from evolve.verify.decision import changes_strategy
+from evolve.verify.decision import Verdict, changes_strategy
 
 __all__ = ["Refused", "promote", "rollback", "recover", "ChangeResult"]
 
@@ -172,7 +172,7 @@ def _check_decision(view: History, record: CandidateRecord, accept_monitor: bool
     if problem is not None:
         raise Refused(f"refused: the candidate record disagrees with the journal: {problem}; "
                       "candidate_outcomes.jsonl was edited, so nothing in it is promoted")
-    if record.verdict == "ACCEPT_WITH_MONITOR" and not accept_monitor:
+    if record.verdict == Verdict.ACCEPT_WITH_MONITOR and not accept_monitor:
         raise Refused(f"refused: {cid} is ACCEPT_WITH_MONITOR ({record.reason}); pass --accept-monitor to promote it")
     if not changes_strategy(record.verdict):
         raise Refused(f"refused: {cid} was not accepted: {record.verdict} by {record.decided_by} ({record.reason}); "

@@ -15,13 +15,14 @@ from evolve.state.files import StoreError
 from evolve.verify.critic import CriticReview
 from evolve.verify.decision import Decision
 from evolve.verify.gates import GateResult, GateTrail
+from evolve.verify.hypothesis import HypothesisCheck
 from evolve.verify.multiplicity import Adjustment
 from evolve.verify.outcomes import ContextCost, HoldoutComparison, ProbeOutcome
 from evolve.verify.statistics import PairedBrief, PairedReport
 
 #: Fields left out of the stored record while ``None``.
 OPTIONAL = ("merged_from", "holdout", "confabulation", "multiple_testing", "llm", "staleness", "secondary",
-            "secondary_testing")
+            "secondary_testing", "hypothesis")
 
 
 def _gates(data: Mapping[str, Any]) -> GateTrail:
@@ -42,6 +43,7 @@ _READERS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
     "multiple_testing": Adjustment.from_dict,
     "secondary": PairedBrief.from_dict,
     "secondary_testing": Adjustment.from_dict,
+    "hypothesis": HypothesisCheck.from_dict,
 }
 
 
@@ -81,14 +83,16 @@ def stage_outcomes(record: CandidateRecord) -> dict[str, dict]:
 
 
 #: Optional record fields the decision contract reads when present.
-_DECIDING = ("confabulation", "multiple_testing", "holdout", "secondary", "secondary_testing")
+_DECIDING = ("confabulation", "multiple_testing", "holdout", "secondary", "secondary_testing", "hypothesis")
 
 
 def decision_report(record: CandidateRecord) -> dict[str, Any]:
-    """What the decision contract decides on (:func:`evolve.verify.decision.decide` replays it)."""
-    out = {name: _stored(name, getattr(record, name)) for name in ("paired", "dcr", "cost")}
-    return {**out, **{name: _stored(name, getattr(record, name)) for name in _DECIDING
-                      if getattr(record, name) is not None}}
+    """The record's comparison as a stored report (:func:`evolve.verify.decision.decide` replays it), or the fields it
+    has when it was never fully compared."""
+    comparison = record.comparison
+    if comparison is not None:
+        return comparison.to_report()
+    return {name: _stored(name, getattr(record, name)) for name in ("paired", "dcr", "cost")}
 
 
 def report_hash(record: CandidateRecord) -> str:

@@ -1,7 +1,9 @@
-"""Independent soft review of a gated candidate before its expensive evaluation.
+"""Independent soft review of a gated, probed candidate before its full evaluation.
 
-The critic runs only after every hard gate passed (:mod:`evolve.verify.gates`), so it can never admit a
-candidate a gate refused; it can only hold back one the gates let through. Labels, by precedence:
+The critic runs only after every hard gate passed (:mod:`evolve.verify.gates`) and the probe screen let the
+candidate through, so it can never admit a candidate a gate or the probe refused; it can only hold back one they let
+through. It sees the probe's deltas and up to a few probe questions the candidate improved and regressed. Labels, by
+precedence:
 
 - ``out_of_scope`` the diff touches only stages downstream of where the evidence was lost, which
   cannot recover it (the stages of :mod:`evolve.observe.ladder` map to the groups ingestion ->
@@ -11,7 +13,7 @@ candidate a gate refused; it can only hold back one the gates let through. Label
   (``unresolved``, or no target) skips this check.
 - ``duplicate``    the change keys equal those of a recently evaluated candidate.
 - ``risky``        a change key has reputation <= ``reputation_floor``, a numeric change moves more
-  than ``jump_fraction`` of its dimension's ``max_step``.
+  than ``jump_fraction`` of its dimension's ``max_step``, or the probe's objective fell.
 - ``actionable``   none of the above.
 
 Only ``duplicate`` and ``out_of_scope`` block (:attr:`CriticReview.blocks`); ``risky`` is advice
@@ -51,8 +53,9 @@ _BLOCKING = ("duplicate", "out_of_scope")
 class CriticPacket:
     """Everything the critic sees about one candidate.
 
-    ``examples`` (short question dicts of the target symptom) are carried for the review record
-    and for model-based critics; the deterministic rules do not read them.
+    ``examples`` (short question dicts of the target symptom) and ``probe_examples`` (probe questions improved and
+    regressed) are carried for the review record and for model-based critics; the deterministic rules read only the
+    probe's figures (``probe``: n, scores, delta, what changed, McNemar p).
     """
 
     diff: dict[str, list[Any]]  # {path: [old, new]} from evolve.strategy.diff.effective_diff
@@ -62,6 +65,8 @@ class CriticPacket:
     reputations: dict[str, float] = field(default_factory=dict)
     examples: list[dict] = field(default_factory=list)
     recent_keys: list[list[str]] = field(default_factory=list)  # change keys of recent candidates
+    probe: dict[str, Any] | None = None
+    probe_examples: dict[str, list[dict]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -136,4 +141,6 @@ class DeterministicCritic:
                 risks.append(
                     f"{path}: jump {abs(new - old):g} exceeds {self.jump_fraction:g} x max_step {dim.max_step:g}"
                 )
+        if packet.probe and is_real(packet.probe.get("delta")) and packet.probe["delta"] < 0:
+            risks.append(f"probe: the objective fell {packet.probe['delta']:+.4f} on {packet.probe.get('n')} questions")
         return risks

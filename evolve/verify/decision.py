@@ -1,18 +1,23 @@
-"""The decision contract: a deterministic verdict from a saved comparison report alone.
+"""The decision contract: a deterministic verdict from a comparison dossier alone.
 
-``decide`` reads ``{"paired": PairedReport.to_dict(), "dcr": float, "cost": {"words_parent", "words_candidate"}}``
-(``cost`` only needed under cost limits; optional ``confabulation``, ``multiple_testing`` and ``holdout``, below) and
-applies these rules, first match wins:
+``decide`` reads a :class:`~evolve.verify.comparison.Comparison` (the objective's paired report and DCR; the context
+cost, needed only under cost limits; optional confabulation, secondary, multiple-testing, holdout and hypothesis
+entries, below), or a stored report of one (``Comparison.to_report``), and applies these rules, first match wins:
 
 1. ``incomplete``      report fields missing, ``n == 0``, or ids missing on either side -> FEATURE_FLAG
 2. ``significant_harm`` delta < 0, p <= alpha and ci_high < 0                            -> REJECT
+   ``category_floor``   any category (protected or not) drops more than epsilon_c and its own exact McNemar p,
+                        Holm-adjusted over the candidate's categories, is <= alpha: a significant regression
+                        (reports whose category rows carry ``mcnemar_p``; categories in ``floor_exempt`` are
+                        named in the reason instead)                                       -> REJECT
 3. ``confabulation``    with a ``confabulation`` brief (candidate vs. parent on "the answer is a confident wrong
                         one", paired by question; accuracy objective only), a significant rise there
                         (delta > 0, p <= alpha, ci_low > 0)                                  -> REJECT
 4. ``dcr_floor``        candidate's DCR@tau (``dcr_tau``) below ``rho_min``              -> FEATURE_FLAG
 5. ``inconclusive``     not a significant gain (p > alpha or ci_low <= 0), p being the round's
                         multiple-testing adjusted p when the report carries ``multiple_testing``
-                        (:mod:`evolve.verify.multiplicity`; its ``p_adjusted``)            -> FEATURE_FLAG
+                        (:mod:`evolve.verify.multiplicity`; its ``p_adjusted``, held to ``fdr_q`` instead of
+                        alpha when the method is ``bh``)                                   -> FEATURE_FLAG
                         With ``require_significance=False`` a result with delta > 0 goes on
                         to rules 6-9 instead (useful on small benchmarks where no gain can be
                         significant); delta <= 0 stays FEATURE_FLAG.
@@ -31,12 +36,17 @@ applies these rules, first match wins:
 8. ``holdout``         with a holdout comparison in the report (field ``holdout``: n, delta, mcnemar_p, ci_low,
                         ci_high of candidate vs. parent on held-out questions), a significant regression
                         there (delta < 0, p <= alpha, ci_high < 0)                            -> FEATURE_FLAG
+   ``hypothesis_mismatch`` with a ``hypothesis`` check (:mod:`evolve.verify.hypothesis`), the candidate's target
+                        category did not move as predicted (``hypothesis_check: flag``; ``record`` names it in
+                        the accept's reason, ``off`` skips it)                            -> FEATURE_FLAG
 9. ``protected_slice_regression`` a protected slice has delta_c < -epsilon_c            -> ACCEPT_WITH_MONITOR
 10. ``accept``                                                                           -> ACCEPT
 
-Slices follow D²ACCI by default: ``protected_slices`` are pre-specified important categories whose regression
-makes an otherwise good change ACCEPT_WITH_MONITOR (later rounds and the holdout check them again,
-:mod:`evolve.loop.monitor`); a regression in any other category does not veto (the accept's reason names it).
+Every category has a floor (E²MEND's per-category non-regression, made a test): a significant drop beyond epsilon_c
+rejects, whichever the category. Slices follow D²ACCI above that floor: ``protected_slices`` are pre-specified
+important categories whose drop beyond epsilon_c, not significant, makes an otherwise good change
+ACCEPT_WITH_MONITOR (later rounds and the holdout check them again, :mod:`evolve.loop.monitor`); such a drop in any
+other category does not veto (the accept's reason names it).
 E²MEND's per-category non-regression (for all c: delta_c >= -epsilon_c, else REJECT) is ``veto: all_categories``;
 ``veto_slices`` vetoes only the listed categories. A vetoing category's regression is REJECT even when the category
 is also protected. Only ACCEPT and ACCEPT_WITH_MONITOR change the strategy. ``restore_threshold`` is the drop below
@@ -45,8 +55,8 @@ one model.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
-from enum import Enum
+from dataclasses import asdict, dataclass
+from enum import StrEnum
 from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -54,17 +64,62 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from evolve.benchmarks.types import CATEGORIES
 from evolve.numbers import is_real
 from evolve.observe.objective import Objective
-from evolve.verify.statistics import PairedBrief, PairedReport
+from evolve.verify.comparison import Comparison, ReportError
+from evolve.verify.multiplicity import Adjustment, adjust
+from evolve.verify.statistics import PairedReport
 
 #: Slack for float comparisons of accuracy differences (k/n arithmetic is not exact).
 TOLERANCE = 1e-12
 
 
-class Verdict(str, Enum):
+class Verdict(StrEnum):
     ACCEPT = "ACCEPT"
     ACCEPT_WITH_MONITOR = "ACCEPT_WITH_MONITOR"
     FEATURE_FLAG = "FEATURE_FLAG"
     REJECT = "REJECT"
+
+
+class Rule(StrEnum):
+    """The rule behind a decision, as recorded (a gate's rule is ``gate:NAME``, :meth:`gate`)."""
+
+    INCOMPLETE = "incomplete"
+    SIGNIFICANT_HARM = "significant_harm"
+    CATEGORY_FLOOR = "category_floor"
+    CONFABULATION = "confabulation"
+    DCR_FLOOR = "dcr_floor"
+    INCONCLUSIVE = "inconclusive"
+    CATEGORY_REGRESSION = "category_regression"
+    COST = "cost"
+    HOLDOUT = "holdout"
+    HYPOTHESIS_MISMATCH = "hypothesis_mismatch"
+    PROTECTED_SLICE_REGRESSION = "protected_slice_regression"
+    ACCEPT = "accept"
+    ACCEPT_SECONDARY = "accept_secondary"
+    EVIDENCE_SCREEN = "evidence_screen"
+    PROBE_SCREEN = "probe_screen"
+    PROBE_INERT = "probe-inert"
+    CRITIC = "critic"
+    EVOLVER = "evolver"
+
+    @staticmethod
+    def gate(name: str) -> str:
+        return f"{Stage.GATE_PREFIX}{name}"
+
+
+class Stage(StrEnum):
+    """The stage of the candidate pipeline that decided a candidate (a record's ``decided_by``; a gate's is
+    ``gate:NAME``)."""
+
+    PLANNER = "planner"
+    EVIDENCE_SCREEN = "evidence-screen"
+    PROBE = "probe"
+    CRITIC = "critic"
+    DECISION = "decision"
+    GATE_PREFIX = "gate:"
+
+    @staticmethod
+    def gate(name: str) -> str:
+        return f"{Stage.GATE_PREFIX}{name}"
 
 
 def _require_categories(names: Any) -> None:
@@ -88,18 +143,30 @@ class AcceptanceRules(BaseModel):
     veto: Literal["none", "all_categories"] = Field("none", description="all_categories: a regression in any "
                                                                         "category is REJECT (E²MEND's for-all-c rule)")
     veto_slices: list[str] = Field(default_factory=list, description="categories whose regression is REJECT")
-    multiple_testing: Literal["holm", "bonferroni", "none"] = Field(
-        "holm", description="adjustment of the gain test's p over each round's fully compared candidates")
+    category_floor: bool = Field(True, description="a significant regression beyond epsilon in any category is REJECT "
+                                                   "(rule category_floor; false: only veto rules reject on a category)")
+    floor_exempt: list[str] = Field(default_factory=list, description="categories whose significant regression "
+                                                                      "beyond epsilon does not reject (named in the "
+                                                                      "reason instead)")
+    multiple_testing: Literal["holm", "bonferroni", "bh", "none"] = Field(
+        "holm", description="adjustment of the gain test's p over each round's candidates (fully compared ones and "
+                            "those the probe stopped): holm and bonferroni hold the family-wise error at alpha, bh "
+                            "(Benjamini-Hochberg) the false discovery rate at fdr_q")
+    fdr_q: float = Field(0.05, gt=0, lt=1, description="false discovery rate bh holds; the adjusted p is compared "
+                                                        "with it instead of alpha")
     probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
     restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
     require_significance: bool = True
+    hypothesis_check: Literal["flag", "record", "off"] = Field(
+        "flag", description="a would-be accept whose target category did not move as predicted: FEATURE_FLAG (flag), "
+                            "named in the reason (record), or not checked (off)")
     secondary: Objective | None = Field(None, description="second outcome that decides where the objective's gain is "
                                                           "inconclusive but non-inferior (rule 5)")
     non_inferiority_margin: float = Field(0.02, ge=0, description="largest objective loss the CI may allow for an "
                                                                   "accept on the secondary outcome")
     bootstrap_resamples: int = Field(10_000, ge=1, description="resamples of the paired BCa confidence interval")
 
-    @field_validator("protected_slices", "veto_slices")
+    @field_validator("protected_slices", "veto_slices", "floor_exempt")
     @classmethod
     def _known_slices(cls, value: list[str]) -> list[str]:
         _require_categories(value)
@@ -119,6 +186,10 @@ class AcceptanceRules(BaseModel):
 
     def epsilon(self, category: str) -> float:
         return self.epsilon_by_category.get(category, self.epsilon_default)
+
+    def gain_level(self, method: str | None) -> float:
+        """The level an adjusted gain p is held to: ``fdr_q`` under Benjamini-Hochberg, else alpha."""
+        return self.fdr_q if method == "bh" else self.alpha
 
     def vetoes(self, category: str) -> bool:
         """Whether a regression beyond epsilon in ``category`` rejects the candidate."""
@@ -149,16 +220,6 @@ class CostLimits(BaseModel):
                     f"({words_candidate / words_parent - 1:+.1%}), more than max_relative_increase "
                     f"{self.max_relative_increase:+.0%}")
         return None
-
-
-def _cost_words(report: Mapping[str, Any]) -> tuple[float, float] | str:
-    cost = report.get("cost")
-    if not isinstance(cost, Mapping):
-        return "report lacks cost (context words of parent and candidate) although cost limits are set"
-    values = cost.get("words_parent"), cost.get("words_candidate")
-    if not all(map(is_real, values)):
-        return f"cost.words_parent / cost.words_candidate must be numbers, got {values!r}"
-    return float(values[0]), float(values[1])
 
 
 #: The verdicts that change the strategy; only these can be promoted to serving.
@@ -199,72 +260,40 @@ class Decision:
         return cls(Verdict(data["verdict"]), data["reason"], data["rule"])
 
 
-def _parse(report: Any) -> tuple[PairedReport, float] | str:
-    """The paired report and DCR, or why the report cannot be decided on."""
-    if not isinstance(report, Mapping):
-        return f"report must be a mapping, got {type(report).__name__}"
-    missing = [key for key in ("paired", "dcr") if report.get(key) is None]
-    if missing:
-        return f"report lacks {', '.join(missing)}"
-    dcr = report["dcr"]
-    if not is_real(dcr):
-        return f"dcr must be a number, got {dcr!r}"
-    try:
-        paired = PairedReport.from_dict(report["paired"])
-    except (TypeError, ValueError) as exc:
-        return str(exc)
-    if paired.n == 0:
-        return "no question was evaluated by both strategies (n = 0)"
-    if paired.missing_in_candidate or paired.missing_in_baseline:
-        return (
-            f"ids not aligned: {len(paired.missing_in_candidate)} missing in candidate, "
-            f"{len(paired.missing_in_baseline)} missing in baseline"
-        )
-    if not isinstance(paired.per_category, Mapping) or not all(
-        isinstance(row, Mapping) for row in paired.per_category.values()
-    ):
-        return "paired.per_category must map each category to a mapping"
-    numbers = {"delta": paired.delta, "mcnemar_p": paired.mcnemar_p, "ci_low": paired.ci_low, "ci_high": paired.ci_high}
-    numbers.update({f"per_category.{c}.delta": row.get("delta") for c, row in paired.per_category.items()})
-    for name, value in numbers.items():
-        if not is_real(value):
-            return f"paired.{name} must be a number, got {value!r}"
-    return paired, float(dcr)
+def _category_floor(paired: PairedReport, rules: AcceptanceRules) -> tuple[list[str], list[str]]:
+    """The categories that regress significantly beyond their epsilon (their exact McNemar p Holm-adjusted over the
+    candidate's categories, <= alpha), split into ``(floored, exempt)``; empty for reports whose category rows carry no
+    p (written before the floor existed)."""
+    if not rules.category_floor:
+        return [], []
+    rows = {c: row for c, row in paired.per_category.items() if is_real(row.get("mcnemar_p"))}
+    adjusted = adjust({c: float(row["mcnemar_p"]) for c, row in rows.items()}, "holm")
+    floored, exempt = [], []
+    for category, row in sorted(rows.items()):
+        eps = rules.epsilon(category)
+        if row["delta"] < -eps - TOLERANCE and adjusted[category] <= rules.alpha:
+            entry = (f"{category} {row['delta']:+.4f} (epsilon {eps:.3f}, n={row['n']}, p={row['mcnemar_p']:.4g}, "
+                     f"Holm-adjusted over {len(rows)} categories {adjusted[category]:.4g})")
+            (exempt if category in rules.floor_exempt else floored).append(entry)
+    return floored, exempt
 
 
-def _brief(report: Mapping[str, Any], name: str) -> PairedBrief | None | str:
-    """The report's optional paired brief ``name``, or why it is malformed."""
-    data = report.get(name)
-    if data is None:
-        return None
-    if not isinstance(data, Mapping) or not all(is_real(data.get(f.name)) for f in fields(PairedBrief)):
-        return f"{name} must carry numbers n, delta, mcnemar_p, ci_low, ci_high, got {data!r}"
-    return PairedBrief.from_dict(data)
+def _adjusted(adjustment: Adjustment | None) -> tuple[float, str, int] | None:
+    """An adjustment's p, method and family size."""
+    return (adjustment.p_adjusted, adjustment.method, len(adjustment.family)) if adjustment is not None else None
 
 
-def _adjusted_p(report: Mapping[str, Any], name: str = "multiple_testing") -> tuple[float, str, int] | None | str:
-    """The multiple-testing adjusted p (entry ``name``), its method and family size, or why the report's entry is
-    malformed."""
-    data = report.get(name)
-    if data is None:
-        return None
-    if not isinstance(data, Mapping) or not is_real(data.get("p_adjusted")) or not isinstance(data.get("family"),
-                                                                                              list):
-        return f"{name} must carry p_adjusted and family, got {data!r}"
-    return float(data["p_adjusted"]), str(data.get("method")), len(data["family"])
-
-
-def _secondary_gain(report: Mapping[str, Any], rules: AcceptanceRules,
-                    paired: PairedReport) -> tuple[bool, str] | None:
+def _secondary_gain(comparison: Comparison, rules: AcceptanceRules) -> tuple[bool, str] | None:
     """Rule 5's fixed-sequence step: ``(True, figures)`` when the candidate is non-inferior on the objective and
     gains significantly on the secondary outcome, ``(False, why)`` when the report's secondary entries are
     malformed, else ``None``."""
+    paired = comparison.paired
     if rules.secondary is None or paired.delta < 0 or paired.ci_low <= -rules.non_inferiority_margin:
         return None
-    brief, adjusted = _brief(report, "secondary"), _adjusted_p(report, "secondary_testing")
-    for problem in (brief, adjusted):
-        if isinstance(problem, str):
-            return False, problem
+    for name in ("secondary", "secondary_testing"):
+        if name in comparison.problems:
+            return False, comparison.problems[name]
+    brief, adjusted = comparison.secondary, _adjusted(comparison.secondary_testing)
     if brief is None:
         return None
     p = adjusted[0] if adjusted is not None else brief.mcnemar_p
@@ -275,41 +304,55 @@ def _secondary_gain(report: Mapping[str, Any], rules: AcceptanceRules,
             f"delta={brief.delta:+.4f}, p={brief.mcnemar_p:.4g}{shown}, CI=[{brief.ci_low:+.4f}, {brief.ci_high:+.4f}]")
 
 
-def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits | None = None) -> Decision:
-    """Verdict for ``report`` (see the module docstring for the rule order)."""
-    parsed = _parse(report)
-    words = _cost_words(report) if cost is not None and cost.active and not isinstance(parsed, str) else None
-    if isinstance(parsed, str) or isinstance(words, str):
-        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {parsed if isinstance(parsed, str) else words}",
-                        "incomplete")
-    paired, dcr = parsed
+def _incomplete(why: str) -> Decision:
+    return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {why}", Rule.INCOMPLETE)
+
+
+def decide(report: Comparison | Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits | None = None) -> Decision:
+    """Verdict for a comparison, or for a stored report of one (see the module docstring for the rule order)."""
+    if not isinstance(report, Comparison):
+        try:
+            report = Comparison.from_report(report)
+        except ReportError as exc:
+            return _incomplete(str(exc))
+    comparison, paired = report, report.paired
+    limited = cost is not None and cost.active
+    if limited and (comparison.cost is None or "cost" in comparison.problems):
+        return _incomplete(comparison.problems.get("cost") or "report lacks cost (context words of parent and "
+                                                                "candidate) although cost limits are set")
     delta, p, low, high = paired.delta, paired.mcnemar_p, paired.ci_low, paired.ci_high
     stats = f"delta={delta:+.4f}, p={p:.4g}, CI=[{low:+.4f}, {high:+.4f}]"
     if paired.brief().harms(rules.alpha):
-        return Decision(Verdict.REJECT, f"significant harm: {stats}", "significant_harm")
-    confab = _brief(report, "confabulation")
-    if isinstance(confab, str):
-        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {confab}", "incomplete")
+        return Decision(Verdict.REJECT, f"significant harm: {stats}", Rule.SIGNIFICANT_HARM)
+    floored, exempt = _category_floor(paired, rules)
+    if floored:
+        return Decision(Verdict.REJECT, f"category floor: significant regression {'; '.join(floored)} ({stats})",
+                        Rule.CATEGORY_FLOOR)
+    if "confabulation" in comparison.problems:
+        return _incomplete(comparison.problems["confabulation"])
+    confab = comparison.confabulation
     if confab is not None and confab.rises(rules.alpha):
         return Decision(Verdict.REJECT, f"confabulation: confident wrong answers rise on {confab.n} questions "
                                         f"(delta={confab.delta:+.4f}, p={confab.mcnemar_p:.4g}, "
                                         f"CI=[{confab.ci_low:+.4f}, {confab.ci_high:+.4f}]) ({stats})",
-                        "confabulation")
-    if dcr < rules.rho_min:
-        return Decision(Verdict.FEATURE_FLAG, f"DCR@{rules.dcr_tau} {dcr:.3f} below floor {rules.rho_min:.3f}", "dcr_floor")
-    adjusted = _adjusted_p(report)
-    if isinstance(adjusted, str):
-        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {adjusted}", "incomplete")
+                        Rule.CONFABULATION)
+    if comparison.dcr < rules.rho_min:
+        return Decision(Verdict.FEATURE_FLAG, f"DCR@{rules.dcr_tau} {comparison.dcr:.3f} below floor "
+                                              f"{rules.rho_min:.3f}", Rule.DCR_FLOOR)
+    if "multiple_testing" in comparison.problems:
+        return _incomplete(comparison.problems["multiple_testing"])
+    adjusted, level = _adjusted(comparison.multiple_testing), rules.alpha
     if adjusted is not None:
-        p = adjusted[0]
+        p, level = adjusted[0], rules.gain_level(adjusted[1])
         stats += f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates"
     secondary = None
-    if not (p <= rules.alpha and low > 0) and (rules.require_significance or delta <= 0):
-        gain = _secondary_gain(report, rules, paired)
+    if not (p <= level and low > 0) and (rules.require_significance or delta <= 0):
+        gain = _secondary_gain(comparison, rules)
         if gain is None:
-            return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} (alpha={rules.alpha})", "inconclusive")
+            shown = f"q={level}" if level != rules.alpha else f"alpha={rules.alpha}"
+            return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} ({shown})", Rule.INCONCLUSIVE)
         if not gain[0]:
-            return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {gain[1]}", "incomplete")
+            return _incomplete(gain[1])
         secondary = gain[1]
         stats += f"; {secondary}"
 
@@ -321,27 +364,37 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
             (vetoed if rules.vetoes(category) else monitored if category in rules.protected_slices
              else noted).append(entry)
     if vetoed:
-        return Decision(Verdict.REJECT, f"category regression: {'; '.join(vetoed)}", "category_regression")
-    over = cost.violation(*words) if words is not None else None
+        return Decision(Verdict.REJECT, f"category regression: {'; '.join(vetoed)}", Rule.CATEGORY_REGRESSION)
+    over = cost.violation(comparison.cost.words_parent, comparison.cost.words_candidate) if limited else None
     if over is not None:
-        return Decision(Verdict.FEATURE_FLAG, f"{over} ({stats})", "cost")
-    h = _brief(report, "holdout")
-    if isinstance(h, str):
-        return Decision(Verdict.FEATURE_FLAG, f"incomplete report: {h}", "incomplete")
+        return Decision(Verdict.FEATURE_FLAG, f"{over} ({stats})", Rule.COST)
+    if "holdout" in comparison.problems:
+        return _incomplete(comparison.problems["holdout"])
+    h = comparison.holdout
     if h is not None and h.harms(rules.alpha):
         return Decision(Verdict.FEATURE_FLAG, f"holdout: regresses on {h.n} held-out questions (delta="
                                               f"{h.delta:+.4f}, p={h.mcnemar_p:.4g}, CI=[{h.ci_low:+.4f}, "
-                                              f"{h.ci_high:+.4f}]) although the dev data gain ({stats})", "holdout")
+                                              f"{h.ci_high:+.4f}]) although the dev data gain ({stats})", Rule.HOLDOUT)
+    hypothesis = comparison.hypothesis if rules.hypothesis_check != "off" else None
+    if rules.hypothesis_check != "off" and "hypothesis" in comparison.problems:
+        return _incomplete(comparison.problems["hypothesis"])
+    if hypothesis is not None and not hypothesis.matches and rules.hypothesis_check == "flag":
+        return Decision(Verdict.FEATURE_FLAG, f"hypothesis mismatch: {hypothesis.describe()} ({stats})",
+                        Rule.HYPOTHESIS_MISMATCH)
     unvetoed = f"; unprotected category regressed (no veto): {'; '.join(noted)}" if noted else ""
+    if hypothesis is not None and not hypothesis.matches:
+        unvetoed += f"; hypothesis {hypothesis.describe()}"
+    if exempt:
+        unvetoed += f"; significant regression in a floor-exempt category: {'; '.join(exempt)}"
     if monitored:
         return Decision(
             Verdict.ACCEPT_WITH_MONITOR,
             f"accepted ({stats}); protected slice regressed: {'; '.join(monitored)}{unvetoed}",
-            "protected_slice_regression",
+            Rule.PROTECTED_SLICE_REGRESSION,
         )
     if secondary is not None:
-        return Decision(Verdict.ACCEPT, f"accepted on the secondary outcome: {stats}{unvetoed}", "accept_secondary")
-    return Decision(Verdict.ACCEPT, f"accepted: {stats}{unvetoed}", "accept")
+        return Decision(Verdict.ACCEPT, f"accepted on the secondary outcome: {stats}{unvetoed}", Rule.ACCEPT_SECONDARY)
+    return Decision(Verdict.ACCEPT, f"accepted: {stats}{unvetoed}", Rule.ACCEPT)
 
 
 def evidence_screen(paired: PairedReport, rules: AcceptanceRules) -> Decision | None:
@@ -351,7 +404,7 @@ def evidence_screen(paired: PairedReport, rules: AcceptanceRules) -> Decision | 
         return Decision(Verdict.REJECT, f"evidence screen: the packed context loses gold evidence (delta="
                                         f"{paired.delta:+.4f}, p={paired.mcnemar_p:.4g}, CI=[{paired.ci_low:+.4f}, "
                                         f"{paired.ci_high:+.4f}]); rejected before any LLM answer or judgment",
-                        "evidence_screen")
+                        Rule.EVIDENCE_SCREEN)
     return None
 
 
@@ -362,6 +415,6 @@ def probe_screen(base_acc: float, cand_acc: float, rules: AcceptanceRules) -> De
         return Decision(
             Verdict.REJECT,
             f"probe accuracy fell {drop:.4f} ({base_acc:.4f} -> {cand_acc:.4f}), more than {rules.probe_delta:.4f}",
-            "probe_screen",
+            Rule.PROBE_SCREEN,
         )
     return None

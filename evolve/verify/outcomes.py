@@ -19,9 +19,12 @@ class ProbeOutcome:
     delta: float
     answers_changed: int | None = None
     packed_contexts_changed: int | None = None
+    #: Exact McNemar p of candidate vs. parent on the probe questions: a probe-stopped candidate's place in the round's
+    #: multiple-testing family (``None`` in records written before it was kept).
+    mcnemar_p: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or not k.endswith("_changed")}
+        return {k: v for k, v in asdict(self).items() if v is not None or not (k.endswith("_changed") or k == "mcnemar_p")}
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 Inputs are Outcome maps ``{question_id: {"correct": bool, "category": str}}``. The report holds
 exact McNemar p (two-sided binomial test on the discordant pairs), a paired bootstrap confidence
 interval of the accuracy difference, and per-category accuracies. It is plain data, so a decision
-can be replayed from the saved JSON alone.
+can be replayed from the saved JSON alone. Each category's row carries its own discordant counts and exact McNemar p
+(``improved``, ``regressed``, ``mcnemar_p``), which the category floor of the decision contract reads.
 """
 from __future__ import annotations
 
@@ -95,6 +96,13 @@ def _check_outcomes(label: str, outcomes: Mapping[str, Any]) -> None:
             raise ValueError(f"{label}[{qid!r}].category: must be a string, got {outcome.get('category')!r}")
 
 
+def mcnemar_exact(improved: int, regressed: int) -> float:
+    """Exact two-sided McNemar p: a binomial test of ``improved`` among the discordant pairs at 1/2 (1.0 without
+    any)."""
+    discordant = improved + regressed
+    return float(stats.binomtest(improved, discordant, 0.5).pvalue) if discordant else 1.0
+
+
 def _mean_difference(cand: np.ndarray, base: np.ndarray, axis: int = -1) -> np.ndarray:
     return np.mean(cand - base, axis=axis)
 
@@ -156,8 +164,7 @@ def paired_comparison(
     for qid in ids:
         groups[(baseline[qid]["correct"], candidate[qid]["correct"])].append(qid)
     improved, regressed = groups[(False, True)], groups[(True, False)]
-    discordant = len(improved) + len(regressed)
-    p_value = float(stats.binomtest(len(improved), discordant, 0.5).pvalue) if discordant else 1.0
+    p_value = mcnemar_exact(len(improved), len(regressed))
 
     n = len(ids)
     if n:
@@ -175,7 +182,10 @@ def paired_comparison(
     for category in sorted({baseline[q]["category"] for q in ids}):
         members = [i for i, q in enumerate(ids) if baseline[q]["category"] == category]
         cb, cc = float(base[members].mean()), float(cand[members].mean())
-        per_category[category] = {"n": len(members), "acc_baseline": cb, "acc_candidate": cc, "delta": cc - cb}
+        up = int(np.sum(cand[members] > base[members]))
+        down = int(np.sum(cand[members] < base[members]))
+        per_category[category] = {"n": len(members), "acc_baseline": cb, "acc_candidate": cc, "delta": cc - cb,
+                                  "improved": up, "regressed": down, "mcnemar_p": mcnemar_exact(up, down)}
 
     return PairedReport(
         n=n,

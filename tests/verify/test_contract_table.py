@@ -274,3 +274,187 @@ def test_holm_adjusts_the_secondary_outcome_over_the_round_and_the_record_replay
     assert decide(decision_report(again), SECONDARY) == strong.decision
     # records written before the rule existed keep their stored form: no secondary keys
     assert "secondary" not in dump_record(_round(D2ACCI, [CLEAN])[0].record)
+
+
+# ---------------------------------------------------------------- every category has a floor
+
+#: The configs the project ships with D²ACCI's protected slices.
+SHIPPED = ["nightly.yaml", "locomo.yaml", "locomo_answer.yaml", "locomo_answer_generalise.yaml",
+           "locomo_evidence.yaml", "locomo_holdout.yaml"]
+
+#: +6.4 pp overall while single-hop, LoCoMo's largest category, falls 10 pp (5 improved, 35 regressed of 300):
+#: significant on its own.
+SINGLE_HOP_FALLS = [("single_hop", False, True, 5), ("single_hop", True, False, 35), ("single_hop", True, True, 150),
+                    ("single_hop", False, False, 110),
+                    ("multi_hop", False, True, 40), ("multi_hop", True, True, 60), ("multi_hop", False, False, 100),
+                    ("temporal", False, True, 35), ("temporal", True, True, 65), ("temporal", False, False, 100)]
+
+
+def _shipped_rules(name: str) -> AcceptanceRules:
+    from pathlib import Path
+
+    from evolve.loop.config import load_config
+    return load_config(Path(__file__).parents[2] / "experiments" / name, check_files=False).acceptance
+
+
+@pytest.mark.parametrize("config", SHIPPED)
+@pytest.mark.parametrize("rows, verdict, rule", [
+    (SUPPLEMENT, Verdict.ACCEPT_WITH_MONITOR, "protected_slice_regression"),
+    (CLEAN, Verdict.ACCEPT, "accept"),
+    (HARM, Verdict.REJECT, "significant_harm"),
+    (NOISE, Verdict.FEATURE_FLAG, "inconclusive"),
+    (SINGLE_HOP_FALLS, Verdict.REJECT, "category_floor"),
+])
+def test_the_d2acci_table_replays_under_every_shipped_config(config, rows, verdict, rule):
+    d = decide(report(rows), _shipped_rules(config))
+    assert (d.verdict, d.rule) == (verdict, rule), d
+
+
+def test_a_ten_point_single_hop_fall_is_rejected_unless_the_category_is_exempt():
+    r = report(SINGLE_HOP_FALLS)
+    assert r["paired"]["delta"] > 0 and r["paired"]["mcnemar_p"] < 0.05
+    assert r["paired"]["per_category"]["single_hop"]["delta"] == pytest.approx(-0.10)
+    d = decide(r, D2ACCI)
+    assert d.verdict == Verdict.REJECT and "single_hop -0.1000" in d.reason and "Holm-adjusted over 3" in d.reason
+    exempt = decide(r, AcceptanceRules(protected_slices=["multi_hop"], floor_exempt=["single_hop"]))
+    assert exempt.rule == "accept" and "floor-exempt category: single_hop" in exempt.reason
+
+
+def test_a_protected_slice_falling_significantly_is_rejected_not_monitored():
+    rows = [("multi_hop", False, True, 1), ("multi_hop", True, False, 16), ("multi_hop", True, True, 80),
+            ("multi_hop", False, False, 103), ("single_hop", False, True, 60), ("single_hop", True, True, 140),
+            ("single_hop", False, False, 200)]
+    assert decide(report(rows), D2ACCI).rule == "category_floor"
+
+
+def test_the_floor_is_not_applied_to_records_without_category_p():
+    r = report(SINGLE_HOP_FALLS)
+    for row in r["paired"]["per_category"].values():
+        for key in ("improved", "regressed", "mcnemar_p"):
+            del row[key]
+    d = decide(r, D2ACCI)
+    assert d.rule == "accept" and "no veto): single_hop" in d.reason
+
+
+def test_floor_exempt_names_known_categories():
+    with pytest.raises(ValueError, match="unknown category 'single'"):
+        AcceptanceRules(floor_exempt=["single"])
+
+
+# ---------------------------------------------------------------- Benjamini-Hochberg and the probe in the family
+
+#: Five candidates' p-values: Holm at 0.01 accepts two of them, Benjamini-Hochberg at q = 0.01 all four below 0.01.
+FIVE = {"c1": 0.0009, "c2": 0.0021, "c3": 0.0052, "c4": 0.0078, "c5": 0.21}
+
+
+def test_bh_and_holm_on_five_p_values():
+    holm, bh = adjust(FIVE, "holm"), adjust(FIVE, "bh")
+    assert [c for c, p in holm.items() if p <= 0.01] == ["c1", "c2"]
+    assert [c for c, p in bh.items() if p <= 0.01] == ["c1", "c2", "c3", "c4"]
+    # BH's step-up: the i-th smallest p times m / i, made monotone from the top
+    assert bh == pytest.approx({"c1": 0.0045, "c2": 0.00525, "c3": 0.00867, "c4": 0.00975, "c5": 0.21}, abs=1e-5)
+
+
+def test_bh_holds_the_adjusted_p_to_fdr_q():
+    rules = AcceptanceRules(multiple_testing="bh", fdr_q=0.01)
+    results = _round(rules, [LONE] + NULLS)
+    decide_family(results, rules)
+    lone = results[0].record
+    assert lone.multiple_testing.method == "bh" and lone.decision.rule == "inconclusive"
+    assert "q=0.01" in lone.decision.reason
+    loose = AcceptanceRules(multiple_testing="bh", fdr_q=0.2)
+    results = _round(loose, [LONE] + NULLS)
+    decide_family(results, loose)
+    assert results[0].record.decision.verdict == Verdict.ACCEPT
+
+
+def _probe_stopped(cid: str, p: float | None, rule: str = "probe_screen") -> CandidateResult:
+    from evolve.verify.decision import Decision
+    from evolve.verify.outcomes import ProbeOutcome
+    record = CandidateRecord(cid, 1, {"key": cid}, "retrieval_gap/*", "0" * 64, {},
+                             probe=ProbeOutcome(80, 0.5, 0.45, -0.05, answers_changed=6, mcnemar_p=p))
+    record.close(Decision(Verdict.FEATURE_FLAG if rule == "probe-inert" else Verdict.REJECT, "probe", rule),
+                 "critic" if rule == "critic" else "probe")
+    return CandidateResult(record, {}, None)
+
+
+def test_probe_stopped_candidates_join_the_family_with_their_probe_p():
+    rules = AcceptanceRules()
+    results = _round(rules, [LONE]) + [_probe_stopped("r001-c01", 1.0), _probe_stopped("r001-c02", 0.6, "critic"),
+                                       _probe_stopped("r001-c03", 0.3), _probe_stopped("r001-c04", 1.0, "probe-inert")]
+    lone = results[0].record
+    assert decide_family(results, rules) == [results[0]]
+    assert lone.multiple_testing.family == ["r001-c00", "r001-c01", "r001-c02", "r001-c03"]
+    assert lone.multiple_testing.p_adjusted == pytest.approx(4 * lone.paired.mcnemar_p)
+    assert lone.decision.rule == "inconclusive"
+    # the inert candidate was no test; a probe record from before the probe kept its p takes no part either
+    old = _round(rules, [LONE]) + [_probe_stopped("r001-c01", None)]
+    assert decide_family(old, rules) == [] and old[0].record.multiple_testing is None
+    assert "mcnemar_p" not in _probe_stopped("x", None).record.probe.to_dict()
+
+
+# ---------------------------------------------------------------- the hypothesis check
+
+def _with_hypothesis(rows, symptom: str) -> dict:
+    from evolve.verify.hypothesis import check, predicted
+    r = report(rows)
+    found = check(predicted(symptom), r["paired"]["per_category"])
+    return {**r, "hypothesis": found.to_dict()} if found else r
+
+
+@pytest.mark.parametrize("symptom, setting, rule", [
+    ("retrieval_gap/single_hop", "flag", "accept"),                  # single-hop rose: the prediction holds
+    ("retrieval_gap/temporal", "flag", "hypothesis_mismatch"),       # temporal did not move
+    ("retrieval_gap/temporal", "record", "accept"),
+    ("retrieval_gap/temporal", "off", "accept"),
+    ("retrieval_gap/*", "flag", "accept"),                           # no category predicted
+])
+def test_a_gain_whose_target_category_did_not_move_is_flagged(symptom, setting, rule):
+    rows = [("single_hop", False, True, 30), ("single_hop", True, True, 270), ("temporal", True, True, 50),
+            ("temporal", False, False, 50)]
+    d = decide(_with_hypothesis(rows, symptom), AcceptanceRules(hypothesis_check=setting))
+    assert d.rule == rule, d
+    if symptom == "retrieval_gap/temporal" and setting != "off":
+        assert "predicted temporal up, observed +0.0000 on 100 questions (mismatch)" in d.reason
+
+
+def test_the_hypothesis_check_round_trips_and_replays_from_the_record():
+    from evolve.verify.hypothesis import HypothesisCheck
+    r = _with_hypothesis([("temporal", False, True, 2), ("single_hop", False, True, 30),
+                          ("single_hop", True, True, 270)], "ingestion_gap/temporal")
+    record = CandidateRecord("r001-c00", 1, {"key": "k"}, "ingestion_gap/temporal", "0" * 64, {},
+                             paired=PairedReport.from_dict(r["paired"]), dcr=r["dcr"],
+                             hypothesis=HypothesisCheck.from_dict(r["hypothesis"]))
+    record.close(decide(decision_report(record), AcceptanceRules()), "decision")
+    assert record.hypothesis.matches and record.decision.rule == "accept"
+    again = load_record(json.loads(json.dumps(dump_record(record))))
+    assert again.hypothesis == record.hypothesis and decide(decision_report(again), AcceptanceRules()) == record.decision
+    assert decide({**r, "hypothesis": {"category": "temporal"}}, AcceptanceRules()).rule == "incomplete"
+
+
+def test_rules_recorded_before_the_floor_and_the_check_read_as_off():
+    from evolve.loop.rules import rule_changes, rules_of
+    from evolve.verify.decision import CostLimits
+    new = rules_of(AcceptanceRules(), CostLimits())
+    old = {"acceptance": {k: v for k, v in new["acceptance"].items() if k not in ("category_floor", "hypothesis_check")},
+           "cost": new["cost"]}
+    assert [name for name, *_ in rule_changes(old, new)] == ["acceptance.category_floor", "acceptance.hypothesis_check"]
+
+
+# ---------------------------------------------------------------- one typed comparison
+
+def test_a_comparison_and_its_stored_report_decide_alike():
+    from evolve.verify.comparison import Comparison
+    r = _with_hypothesis(SUPPLEMENT, "retrieval_gap/multi_hop")
+    r = {**r, "cost": {"words_parent": 100.0, "words_candidate": 120.0},
+         "secondary": report(CLEAN)["paired"] | {}, "multiple_testing": {"method": "holm", "family": ["a", "b"],
+                                                                          "p_raw": 0.0009, "p_adjusted": 0.0018}}
+    r["secondary"] = {k: r["secondary"][k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
+    comparison = Comparison.from_report(r)
+    assert comparison.problems == {} and comparison.hypothesis.category == "multi_hop"
+    assert comparison.to_report() == r
+    for rules in (D2ACCI, E2MEND, AcceptanceRules(hypothesis_check="record")):
+        assert decide(comparison, rules) == decide(r, rules)
+    # a malformed optional entry is kept as a problem and decided as incomplete at its rule, not before
+    broken = Comparison.from_report({**report(HARM), "holdout": {"n": 3}})
+    assert set(broken.problems) == {"holdout"} and decide(broken, D2ACCI).rule == "significant_harm"

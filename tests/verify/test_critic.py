@@ -111,3 +111,13 @@ def test_scope_follows_the_evidence_loss_ladder():
     assert critic.review(upstream).label == "actionable"
     assert critic.review(downstream).label == "out_of_scope"
     assert fixing_groups("retrieval_gap") == ("ingestion", "retrieval")
+
+
+def test_a_probe_loss_makes_the_critic_call_the_change_risky():
+    child = derive(BASE, {"retrieval.top_k": BASE["retrieval"]["top_k"] + 1})
+    fell = CriticPacket(strategy_diff(BASE, child), change_keys(BASE, child), "retrieval_gap", "temporal",
+                        probe={"n": 80, "delta": -0.025})
+    review = DeterministicCritic().review(fell)
+    assert review.label == "risky" and "probe: the objective fell -0.0250 on 80 questions" in review.reasons
+    rose = CriticPacket(fell.diff, fell.change_keys, "retrieval_gap", "temporal", probe={"n": 80, "delta": 0.025})
+    assert DeterministicCritic().review(rose).label == "actionable"

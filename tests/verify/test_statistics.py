@@ -32,9 +32,9 @@ def test_counts_accuracies_and_id_lists():
     assert len(r.both_correct) == 4 and len(r.both_wrong) == 2
     assert r.per_category == {
         "single_hop": {"n": 6, "acc_baseline": pytest.approx(4 / 6), "acc_candidate": pytest.approx(4 / 6),
-                       "delta": pytest.approx(0.0)},
+                       "delta": pytest.approx(0.0), "improved": 0, "regressed": 0, "mcnemar_p": 1.0},
         "temporal": {"n": 4, "acc_baseline": pytest.approx(0.25), "acc_candidate": pytest.approx(0.75),
-                     "delta": pytest.approx(0.5)},
+                     "delta": pytest.approx(0.5), "improved": 3, "regressed": 1, "mcnemar_p": pytest.approx(0.625)},
     }
 
 
