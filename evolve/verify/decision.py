@@ -78,11 +78,12 @@ class AcceptanceRules(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    alpha: float = Field(0.05, gt=0, lt=1)
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of every paired test")
     rho_min: float = Field(0.9, ge=0, le=1, description="floor of DCR at dcr_tau")
     dcr_tau: Literal[1, 3, 5, 6] = Field(3, description="stages a trace must record to count towards DCR")
     epsilon_default: float = Field(0.02, ge=0, description="tolerated per-category accuracy drop")
-    epsilon_by_category: dict[str, float] = Field(default_factory=dict)
+    epsilon_by_category: dict[str, float] = Field(default_factory=dict, description="per-category overrides of "
+                                                                                   "epsilon_default")
     protected_slices: list[str] = Field(default_factory=list, description="important categories: a regression "
                                                                           "there is ACCEPT_WITH_MONITOR (D²ACCI)")
     veto: Literal["none", "all_categories"] = Field("none", description="all_categories: a regression in any "
@@ -92,7 +93,8 @@ class AcceptanceRules(BaseModel):
         "holm", description="adjustment of the gain test's p over each round's fully compared candidates")
     probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
     restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
-    require_significance: bool = True
+    require_significance: bool = Field(True, description="false: a positive delta goes on to rules 6-9 without "
+                                                         "significance (rule 5)")
     secondary: Objective | None = Field(None, description="second outcome that decides where the objective's gain is "
                                                           "inconclusive but non-inferior (rule 5)")
     non_inferiority_margin: float = Field(0.02, ge=0, description="largest objective loss the CI may allow for an "
