@@ -120,7 +120,7 @@ class RunConfig(_Strict):
     experiment: str = Field("memevolve", description="MLflow experiment name")
     optuna_storage: str | None = Field(None, description="SQLAlchemy URL of the Optuna studies (default: the SQLite "
                                                          "file optuna.db in the stores)")
-    roles: dict = Field(default_factory=dict, description="per-role backend settings (see README, LLM roles)")
+    roles: dict = Field(default_factory=dict, description="per-role backend settings (docs: how-to/llm-endpoints.md)")
 
     @field_validator("optuna_storage")
     @classmethod
