@@ -108,6 +108,17 @@ def test_the_run_prints_a_table_and_keeps_the_json(finished):
     assert json.loads(kept.read_text()) == summary
 
 
+def test_a_final_context_over_the_cost_limit_is_one_warning_line(finished):
+    from evolve.cli.summary import warnings
+    from evolve.verify.decision import CostLimits
+
+    summary = json.loads(run_summary(finished[0]).read_text())
+    words = summary["current"]["context_words"]["mean"]
+    over = [line for line in warnings(summary, CostLimits(max_context_words=words / 2)) if "context" in line]
+    assert over == [f"warning: final context {words:.1f} words per question exceeds max_context_words {words / 2:g}"]
+    assert not any("context" in line for line in warnings(summary, CostLimits(max_context_words=words + 1)))
+
+
 # ---------------------------------------------------------------- power check
 
 
