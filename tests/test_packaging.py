@@ -134,7 +134,7 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     config = work / "run.yaml"
     config.write_text(yaml.safe_dump(dict(benchmark="synthetic:0:2", stores="stores", limit=30, probe_size=10,
                                           rounds=1, candidates_per_round=1, seed=0)))
-    out = _check(_run([memevolve, "run", "--config", config, "--no-tracking"], work, env))
+    out = _check(_run([memevolve, "run", "--config", config, "--no-tracking", "--json"], work, env))
     result = json.loads(out)
     stores = work / "stores"
     assert (stores / "state.json").is_file(), \

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 #: Benchmark specs every command taking --bench accepts.
 BENCH_HELP = ("locomo:PATH | longmemeval:PATH | synthetic[:SEED[:PERSONAS]] | lifecycle:SEED[:PERSONAS] "
-              "(README, Benchmarks)")
+              "(docs: concepts/benchmarks.md)")
 CACHE_HELP = "ingestion and embedding cache shared across evaluations and processes (default: %(default)s; '' for none)"
 #: Where ``eval`` writes when --out is not given: a new directory per evaluation.
 EVAL_RUNS = Path("runs")
@@ -102,16 +102,40 @@ def eval_out(given: str | None, force: bool) -> Path:
     return out
 
 
+def _summary_out(given: str | None) -> Path | None:
+    """The checked ``--summary-out`` file (refused before any work when it would replace state)."""
+    from evolve.ops.outputs import check_output_file
+
+    return None if given is None else check_output_file("--summary-out", given)
+
+
+def _stamped(directory: Path, prefix: str) -> Path:
+    """A new ``<prefix>-YYYYMMDDTHHMMSSZ.json`` (UTC) in ``directory``, numbered when the second is taken."""
+    stamp = datetime.now(timezone.utc).strftime(f"{prefix}-%Y%m%dT%H%M%SZ")
+    path, n = directory / f"{stamp}.json", 2
+    while path.exists():
+        path, n = directory / f"{stamp}-{n}.json", n + 1
+    return path
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
+    from evolve.state.files import atomic_write_json
     from evolve.strategy.artifact import load_strategy
 
     out = eval_out(args.out, args.force)
+    summary_out = _summary_out(args.summary_out)
     strategy = load_strategy(args.strategy)
     harness, ids = _harness(args)
     run = harness.evaluate(strategy, ids)
     run.write(out)
-    print_summary(run.summary)
-    print(f"wrote {out / 'summary.json'} and {out / 'traces.jsonl'}")
+    if summary_out is not None:
+        atomic_write_json(summary_out, run.summary.to_dict())
+    if args.json:
+        print(json.dumps(run.summary.to_dict(), indent=2))
+    else:
+        print_summary(run.summary)
+    print(f"wrote {out / 'summary.json'} and {out / 'traces.jsonl'}"
+          + (f" and {summary_out}" if summary_out is not None else ""), file=sys.stderr if args.json else sys.stdout)
     return 0
 
 
@@ -175,6 +199,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         except (RuntimeError, OSError) as exc:  # a symlink loop
             raise ConfigError(f"--stores {args.stores}: cannot be resolved ({exc})") from None
         config = config.model_copy(update={"stores": stores})
+    summary_out = _summary_out(args.summary_out)
     try:
         if args.estimate:
             from evolve.loop.estimate import estimate
@@ -188,7 +213,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError(f"{path}: {str(exc).removeprefix('run config: ')}") from None
     print(engine.power.describe(), file=sys.stderr, flush=True)
     result = engine.run(args.rounds)
-    print(json.dumps(result, indent=2))
+    from evolve.cli.summary import run_table
+    from evolve.state.files import atomic_write_json, ensure_dir
+    from evolve.state.layout import StoreLayout
+
+    kept = _stamped(ensure_dir(StoreLayout(config.stores).summaries), "run")
+    for target in (kept, summary_out):
+        if target is not None:
+            atomic_write_json(target, result)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(run_table(result, config=path, stores=config.stores, cost=config.cost, summary_path=summary_out or kept))
     if engine.rounds_run == 0 and result["budget_stop"] is None:
         print(f"0 rounds run; the config's {config.rounds} rounds are done; --rounds N runs more", file=sys.stderr)
     return 0
@@ -282,6 +318,8 @@ def build_parser() -> argparse.ArgumentParser:
                         f"(default: a new {EVAL_RUNS}/eval-YYYYMMDD-HHMMSS, UTC)")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out directory, replacing "
                                                         "its summary.json and traces.jsonl")
+    p.add_argument("--json", action="store_true", help="print the full summary as JSON instead of the table")
+    p.add_argument("--summary-out", metavar="FILE", help="also write the full summary JSON to FILE")
     _eval_args(p)
     p.set_defaults(func=cmd_eval)
 
@@ -306,6 +344,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--new-rules", metavar="REASON", type=_reason,
                    help="continue stores made under other decision rules (acceptance:, cost:) under the config's, "
                         "journaling the change with REASON")
+    p.add_argument("--json", action="store_true", help="print the full JSON summary instead of the table")
+    p.add_argument("--summary-out", metavar="FILE",
+                   help="also write the full JSON summary to FILE (it is always kept in the stores' summaries/)")
     p.add_argument("--estimate", action="store_true",
                    help="print the LLM calls, tokens and cost one evaluation, one candidate and the rest of the night "
                         "are expected to spend (no endpoint is called, the stores are not touched) and exit")

@@ -41,9 +41,11 @@ PathField = Annotated[Path, Field(strict=False), BeforeValidator(_not_empty)]
 
 
 class PlannerConfig(_Strict):
-    use_tree: bool = True
+    """How the planner ranks directions."""
+
+    use_tree: bool = Field(True, description="rank directions with the UCB1 hypothesis tree as well as reputation")
     exploration: float = Field(1.0, ge=0, description="UCB1 exploration constant c0")
-    max_directions: int = Field(6, ge=1)
+    max_directions: int = Field(6, ge=1, description="directions planned per round at most")
 
 
 class ExecutorConfig(_Strict):
@@ -66,13 +68,13 @@ class SplitConfig(_Strict):
     """A deterministic split of the benchmark's conversations into dev and holdout."""
 
     holdout_fraction: float = Field(gt=0, lt=1, description="share of conversations held out")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the split")
 
 
 class HoldoutConfig(_Strict):
     """Questions the search never sees: a second benchmark, or a split of the run's benchmark by conversation."""
 
-    benchmark: str | None = None
+    benchmark: str | None = Field(None, description="a second benchmark spec (no conversation shared with the run's)")
     split: SplitConfig | None = None
 
     @model_validator(mode="after")
@@ -89,33 +91,36 @@ class HoldoutConfig(_Strict):
 class RunConfig(_Strict):
     """Everything a nightly run needs."""
 
-    benchmark: str = "synthetic:0"
-    strategy: PathField = BASELINE_PATH
-    stores: PathField = Path("stores")
-    rounds: int = Field(4, ge=1)
-    candidates_per_round: int = Field(4, ge=1)
-    seed: int = 0
+    benchmark: str = Field("synthetic:0", description="benchmark spec: locomo:PATH[#CONV,...], longmemeval:PATH, "
+                                                      "synthetic[:SEED[:PERSONAS]] or lifecycle:SEED[:PERSONAS]")
+    strategy: PathField = Field(BASELINE_PATH, description="the strategy the first round starts from")
+    stores: PathField = Field(Path("stores"), description="directory of the run's state (journal, strategies, "
+                                                          "records, checkpoint, caches)")
+    rounds: int = Field(4, ge=1, description="rounds a run goes to (a later run continues up to it)")
+    candidates_per_round: int = Field(4, ge=1, description="candidates verified per round at most")
+    seed: int = Field(0, description="seed of the probe sample, the bootstrap and the Optuna samplers")
     limit: int | None = Field(None, ge=1, description="evaluate only the first N questions")
-    probe_size: int = Field(80, ge=10)
-    judge_threshold: float = Field(0.5, gt=0, le=1)
-    include_adversarial: bool = False
+    probe_size: int = Field(80, ge=10, description="questions of the probe, the cheap screen before a full evaluation")
+    judge_threshold: float = Field(0.5, gt=0, le=1, description="token-F1 at or above which an answer is correct")
+    include_adversarial: bool = Field(False, description="also score LoCoMo's adversarial questions")
     on_role_error: Literal["stop", "mark"] = Field(
         "stop", description="a failing role (e.g. LLM endpoint) stops the run, or marks the question unscored")
     workers: int = Field(1, ge=1, description="evaluate conversations in this many processes (pays on idle cores)")
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
     max_reverts: int = Field(2, ge=1, description="replay-stability gate: reverts per symptom before refusal")
-    escalation_threshold: int = Field(3, ge=1)
+    escalation_threshold: int = Field(3, ge=1, description="blocked rounds after which a candidate class is escalated")
     objective: Objective = Field("accuracy", description="what the loop optimises: accuracy | evidence | answer")
     acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
     cost: CostLimits = Field(default_factory=CostLimits)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     holdout: HoldoutConfig | None = None
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
-    tracking_uri: str | None = None
-    experiment: str = "memevolve"
+    tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
+                                                       "sqlite:///experiments/mlflow.db)")
+    experiment: str = Field("memevolve", description="MLflow experiment name")
     optuna_storage: str | None = Field(None, description="SQLAlchemy URL of the Optuna studies (default: the SQLite "
                                                          "file optuna.db in the stores)")
-    roles: dict = Field(default_factory=dict, description="per-role backend settings (see README, LLM roles)")
+    roles: dict = Field(default_factory=dict, description="per-role backend settings (docs: how-to/llm-endpoints.md)")
 
     @field_validator("optuna_storage")
     @classmethod

@@ -63,6 +63,8 @@ class Engine:
         self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, self.rules, seed=config.seed)
                         if holdout_harness is not None else None)
         self.tracker = Tracker(config.tracking_uri, config.experiment) if track else None
+        #: MLflow run id of each round this engine tracked, by round.
+        self.tracked_runs: dict[int, str] = {}
         if config.optuna_storage:
             try:
                 check_storage(config.optuna_storage)
@@ -159,13 +161,17 @@ class Engine:
             self._count_failing(base_run)
             out["baseline"].update(_headline(base_run, objective))
             out["current"].update(_headline(cur_run, objective))
-            out["current_vs_baseline"] = {**paired.brief().to_dict(),
+            out["current_vs_baseline"] = {**paired.brief().to_dict(), "improved": len(paired.improved),
+                                          "regressed": len(paired.regressed),
                                           "per_category": _per_category(paired.per_category, objective)}
             if self.holdout is not None:
                 out["holdout"] = {"questions": len(self.holdout.question_ids),
                                   **self.holdout.compare(self.baseline, current).to_dict()}
         out["llm"] = self.llm_stats.by_role() if self.llm_stats else {}
         out["power"] = self.power.to_dict()
+        out["tracking"] = ({"uri": self.tracker.uri, "experiment": self.config.experiment,
+                            "runs": {str(n): run_id for n, run_id in sorted(self.tracked_runs.items())}}
+                           if self.tracker else None)
         return out
 
     def current_strategy(self) -> dict:
@@ -229,7 +235,8 @@ class Engine:
         """Track the committed round; if the tracking store fails now, the round stays committed and a FLAG entry
         records that it is untracked (and why), so the summary is not lost."""
         try:
-            track_round(self.tracker, self.stores, self.config, summary, outcome, self.llm_stats)
+            self.tracked_runs[outcome.round] = track_round(self.tracker, self.stores, self.config, summary, outcome,
+                                                           self.llm_stats)
         except Exception as exc:  # MLflow, SQLAlchemy and OS errors alike
             reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             entry = self.stores.append_journal("FLAG", {"what": "untracked_round", "round": outcome.round,

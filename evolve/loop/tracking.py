@@ -143,10 +143,11 @@ class Tracker:
 
 
 def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: dict, outcome: RoundOutcome,
-                usage: UsageStats | None) -> None:
+                usage: UsageStats | None) -> str:
     """Log a committed round: a run per round with the new strategy's metrics and the decision rules as parameters
     (``rules.acceptance.alpha``, ...), and a nested run per candidate
-    with its paired statistics, decision, record, diff, screening outcomes and (if fully evaluated) traces."""
+    with its paired statistics, decision, record, diff, screening outcomes and (if fully evaluated) traces. Returns
+    the round's MLflow run id."""
     n = outcome.round
     head = stores.journal.last()
     run_id = tracker.start(f"round-{n:03d}", {"memevolve.round": str(n), STORES_TAG: str(stores.root.resolve()),
@@ -183,3 +184,4 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
             tracker.artifact(child, "traces.jsonl", r.run.traces_jsonl())
         tracker.end(child)
     tracker.end(run_id)
+    return run_id

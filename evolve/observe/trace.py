@@ -47,32 +47,55 @@ class Trace:
     judgment and the root cause of a failure. Retrieved / filtered / packed / dropped items stay plain JSON
     objects (the runtime's ``RuntimeResult.to_trace`` shapes them)."""
 
+    #: Unique question id (LoCoMo ``{sample_id}/q{index}``).
     question_id: str
+    #: The question's category (multi_hop, temporal, ...; a lifecycle attack vector on ``lifecycle:``).
     category: str
+    #: The conversation the question is asked about.
     conversation_id: str = ""
+    #: The question text.
     question: str = ""
+    #: The benchmark's answer.
     gold_answer: str = ""
+    #: Ids of the gold evidence turns (``D1:3``, ``S2:0``).
     gold_evidence: list[str] = field(default_factory=list)
+    #: Whether the benchmark names gold evidence for the question.
     evidence_known: bool = False
+    #: Ids of the stored memories derived from the gold turns (what ingestion kept of them).
     stored_ids: list[str] = field(default_factory=list)
+    #: The question intent the runtime detected (selects per-intent retrieval settings).
     intent: str | None = None
+    #: Sub-queries the expander derived from the question.
     subqueries: list[str] = field(default_factory=list)
+    #: Retrieved items in rank order, with per-channel scores and lifecycle metadata (``fact``).
     retrieved: list[dict] = field(default_factory=list)
+    #: Retrieved items the lifecycle masks hid, with the reason.
     filtered: list[dict] = field(default_factory=list)
+    #: Items packed into the context, with their text, sources and token counts.
     packed: list[dict] = field(default_factory=list)
+    #: Items the token budget dropped.
     dropped: list[dict] = field(default_factory=list)
+    #: Tokens of the packed context.
     context_tokens: int = 0
+    #: The strategy's token budget for the context.
     token_budget: int = 0
+    #: The answerer's answer.
     answer: str = ""
+    #: Ids of the packed items the answer was taken from.
     answer_support: list[str] = field(default_factory=list)
+    #: The judge's verdict and its details (votes for an LLM judge).
     judge: dict | None = None
+    #: Whether the judge counts the answer correct.
     correct: bool = False
     #: An abstention question (:attr:`evolve.benchmarks.types.Question.abstention`): declining was correct.
     abstention: bool = False
+    #: Token F1 of the answer against the gold answer.
     f1: float = 0.0
     #: ``correct``, ``abstain`` or ``confabulated`` (:func:`evolve.observe.judge.answer_kind`); ``None`` unanswered.
     answer_kind: str | None = None
+    #: Whether the question counts towards the scores (adversarial questions and role failures do not).
     scored: bool = True
+    #: Evidence recall@k (k = 1, 5, 10) of the retrieved items, keys ``"1"``, ``"5"``, ``"10"``.
     evidence_recall: dict[str, float] = field(default_factory=_empty_recall)
     #: LongMemEval's retrieval measures over the turns and the sessions retrieval reached, in order:
     #: ``{"turn" | "session": {"recall_any@k" | "recall_all@k": 0.0 or 1.0}}`` (``None`` without known gold
@@ -81,23 +104,30 @@ class Trace:
     #: Known gold turns the packed context carries (:mod:`evolve.observe.evidence`), their share of the known
     #: gold turns, and whether all of them are packed (``None`` when the gold evidence is unknown).
     packed_evidence: list[str] = field(default_factory=list)
+    #: See ``packed_evidence``.
     evidence_share: float | None = None
+    #: See ``packed_evidence``.
     all_evidence_packed: bool | None = None
     #: Whether every content word of the gold answer is in the packed items deriving from the known gold turns, and
     #: anywhere in the packed context (:mod:`evolve.observe.answer`); ``None`` when the question is left out (no
     #: known gold turn, or no content word in the answer).
     answer_in_evidence: bool | None = None
+    #: See ``answer_in_evidence``.
     answer_anywhere: bool | None = None
     #: Where the answer was lost when it is not in evidence (:data:`evolve.observe.ladder.ANSWER_LOSS`).
     answer_loss: str | None = None
     #: Turns stating what is no longer true (:attr:`Question.outdated`); whether one is among the sources of the top
     #: 5 / 10 retrieved items; and those the packed context carries (content-checked). ``None`` without any.
     gold_outdated: list[str] = field(default_factory=list)
+    #: See ``gold_outdated``: ``{"5": bool, "10": bool}``.
     stale_retrieved: dict[str, bool] | None = None
+    #: See ``gold_outdated``.
     stale_packed: list[str] | None = None
+    #: Retrieval time of this question's query in milliseconds.
     retrieval_ms: float = 0.0
     #: LLM calls made for this question, per role: requests, tokens, cache hits/misses, latency (empty: no LLM).
     llm: dict[str, dict[str, int]] = field(default_factory=dict)
+    #: Where a failure happened on the evidence-loss ladder (``ingestion_gap``, ``retrieval_gap``, ``kf_filtered``, ``generation_error``, ``unresolved``); ``None`` when correct.
     root_cause: str | None = None
     #: The stages the trace records (:data:`STAGE_FIELDS`): a trace built in code holds every field, so all of them;
     #: one read by :meth:`from_dict`, those whose fields the record holds.
@@ -144,34 +174,58 @@ class Trace:
 class Summary:
     """Accuracy, F1 and evidence recall overall and per category, root causes and DCR@tau of one evaluation."""
 
+    #: SHA-256 of the evaluated strategy's canonical JSON.
     strategy_hash: str
+    #: The same without lineage fields (``version``, ``parent``, ``name``).
     policy_hash: str
+    #: The benchmark spec evaluated (``synthetic:0:12``, ``locomo:PATH``, ...).
     benchmark: str
+    #: Content hash of the benchmark's questions and conversations.
     benchmark_hash: str
+    #: The judge's name (``token-f1@0.5`` for the token-F1 judge at threshold 0.5).
     judge: str
+    #: Questions evaluated.
     n_questions: int
+    #: Questions scored (adversarial questions and role failures left out).
     n_scored: int
+    #: Share of scored questions judged correct (``None`` when none is scored).
     accuracy: float | None
+    #: Mean token F1 over scored questions.
     f1: float | None
+    #: Accuracy per category.
     accuracy_by_category: dict[str, float]
+    #: Mean token F1 per category.
     f1_by_category: dict[str, float]
+    #: Scored questions per category.
     n_by_category: dict[str, int]
+    #: Mean evidence recall@k over questions with known evidence, keys ``"1"``, ``"5"``, ``"10"``.
     evidence_recall: dict[str, float | None]
+    #: The same per category.
     evidence_recall_by_category: dict[str, dict[str, float | None]]
+    #: Failures per root cause.
     root_causes: dict[str, int]
+    #: Failures per category and root cause.
     root_causes_by_category: dict[str, dict[str, int]]
     #: Scored questions with known gold evidence (the evidence objective's population).
     n_evidence_known: int
+    #: Mean share of the known gold turns the packed context carries.
     evidence_share: float | None
+    #: Share of questions whose packed context carries every known gold turn (the evidence objective).
     all_evidence_packed: float | None
+    #: The same per category.
     all_evidence_packed_by_category: dict[str, float]
     #: Scored questions the answer check counts, the scored questions it leaves out by reason
     #: (``{"no_evidence", "no_content_word"}``), and its two rates overall and per category.
     n_answer_known: int
+    #: See ``n_answer_known``.
     answer_left_out: dict[str, int]
+    #: Share of counted questions whose gold answer's content words are all in the packed items from gold turns (the answer objective).
     answer_in_evidence: float | None
+    #: The same per category.
     answer_in_evidence_by_category: dict[str, float]
+    #: Share of counted questions whose gold answer's content words are all anywhere in the packed context.
     answer_anywhere: float | None
+    #: The same per category.
     answer_anywhere_by_category: dict[str, float]
     #: Packed context words per scored question, ``{"mean", "p95"}``.
     context_words: dict[str, float]
@@ -184,12 +238,16 @@ class Summary:
     retrieval_ms: dict[str, float]
     #: DCR@tau for each tau of :data:`DCR_TAUS` (keys ``"1"``, ``"3"``, ...).
     dcr: dict[str, float]
+    #: Adversarial questions: ``{"n", "scored", "evidence_recall@10"}``.
     adversarial: dict
+    #: Questions a failing role left unscored (``on_role_error: mark``).
     role_failures: int
     #: LLM usage of the evaluation (its questions and the ingestion it needed), per role (empty when no role calls a
     #: model server).
     llm: dict[str, dict[str, int]]
+    #: Ingestion cache hits and misses of the evaluation.
     ingestion_cache: dict[str, int]
+    #: Wall time of the evaluation in seconds.
     wall_time_s: float
     #: Over scored abstention questions (the answer is not in the conversation): ``{"n", "correct", "accuracy"}``,
     #: an abstaining answer counting as correct (empty when there are none).

@@ -57,6 +57,11 @@ class StoreLayout:
         return self.root / "serving"
 
     @property
+    def summaries(self) -> Path:
+        """The full JSON summary of each ``memevolve run`` (``run-<UTC time>.json``): output, never read back."""
+        return self.root / "summaries"
+
+    @property
     def cache(self) -> Path:
         return self.root / "cache"
 

@@ -133,11 +133,12 @@ class AcceptanceRules(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    alpha: float = Field(0.05, gt=0, lt=1)
+    alpha: float = Field(0.05, gt=0, lt=1, description="significance level of every paired test")
     rho_min: float = Field(0.9, ge=0, le=1, description="floor of DCR at dcr_tau")
     dcr_tau: Literal[1, 3, 5, 6] = Field(3, description="stages a trace must record to count towards DCR")
     epsilon_default: float = Field(0.02, ge=0, description="tolerated per-category accuracy drop")
-    epsilon_by_category: dict[str, float] = Field(default_factory=dict)
+    epsilon_by_category: dict[str, float] = Field(default_factory=dict, description="per-category overrides of "
+                                                                                   "epsilon_default")
     protected_slices: list[str] = Field(default_factory=list, description="important categories: a regression "
                                                                           "there is ACCEPT_WITH_MONITOR (D²ACCI)")
     veto: Literal["none", "all_categories"] = Field("none", description="all_categories: a regression in any "
@@ -156,7 +157,8 @@ class AcceptanceRules(BaseModel):
                                                         "with it instead of alpha")
     probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
     restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
-    require_significance: bool = True
+    require_significance: bool = Field(True, description="false: a positive delta goes on to rules 6-9 without "
+                                                         "significance (rule 5)")
     hypothesis_check: Literal["flag", "record", "off"] = Field(
         "flag", description="a would-be accept whose target category did not move as predicted: FEATURE_FLAG (flag), "
                             "named in the reason (record), or not checked (off)")

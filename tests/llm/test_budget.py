@@ -13,11 +13,13 @@ from test_llm_run import scripted as responder
 from workflow_fixtures import cli, journal, write_config
 
 from evolve import Harness
+from evolve.cli.summary import warnings
 from evolve.loop.backends import build_backends
 from evolve.loop.budget import BudgetConfig, Spend
 from evolve.loop.config import RunConfig, load_config
 from evolve.loop.engine import Engine
 from evolve.loop.setup import RunSetup
+from evolve.verify.decision import CostLimits
 
 MODELS = ("answerer-model", "judge-model")
 
@@ -64,6 +66,9 @@ def test_a_budget_stops_the_night_between_rounds_and_the_next_run_resumes_to_the
         assert spent <= limit and stopped["rounds"] == 1  # round 2 neither committed nor half written
         assert stop["round"] == 2 and stop["exceeded"] == ["max_llm_calls"] and stop["spent"]["calls"] == spent
         assert stop["spent"]["calls"] + stop["expected"]["calls"] > limit
+        assert [line for line in warnings(stopped, CostLimits()) if "budget" in line] == [
+            f"warning: budget stop before round 2 (max_llm_calls would be exceeded; journal entry "
+            f"{stop['journal_index']}); the next run starts that round again"]
         stores = tmp_path / "budget"
         assert [r[0][:4] for r in decisions(stores)] == ["r001"] * len([r for r in decisions(stores)])
         assert not list(stores.glob("rounds/*.wal*")) and journal(stores)[-1]["type"] == "BUDGET_STOP"

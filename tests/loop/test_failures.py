@@ -242,7 +242,7 @@ def test_corrupted_checkpoint_falls_back_to_the_last_good_generation(corrupt, ca
     assert (stores / "best" / "CURRENT").read_text() == "gen-0002\n"
     reason = corrupt(stores / "best" / "gen-0002")
     code, out = cli(capsys, "run", "--config", write_config(tmp_path / "run.yaml", stores=stores), "--rounds", 1,
-                    "--no-tracking")
+                    "--no-tracking", "--json")
     assert code == 0, out
     restores = [e for e in journal(stores) if e["type"] == "RESTORE" and e["round"] == 4]
     assert len(restores) == 1

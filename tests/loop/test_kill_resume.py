@@ -40,7 +40,8 @@ def write_config(directory: Path) -> Path:
 def start(config: Path, tag: str) -> subprocess.Popen:
     out, err = (open(config.parent / f"{tag}.{kind}", "wb") for kind in ("out", "err"))
     with out, err:
-        return subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", "--config", str(config), "--no-tracking"],
+        return subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", "--config", str(config), "--no-tracking",
+                                 "--json"],
                                 cwd=config.parent, stdout=out, stderr=err)
 
 

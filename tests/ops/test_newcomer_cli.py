@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from evolve.cli.main import build_parser
+from evolve.cli.main import build_parser, main
 from evolve.data import BASELINE_PATH
 from evolve.ops.history import History
 from workflow_fixtures import cli, cli_subprocess
@@ -60,14 +60,63 @@ def project(base: Path, objective: str = "accuracy", **settings) -> Path:
 
 @pytest.fixture(scope="module", params=["accuracy", "evidence"])
 def finished(request, tmp_path_factory) -> tuple[Path, str, subprocess.CompletedProcess]:
-    """A one-round run of :func:`project`'s config under each objective, started from another directory."""
+    """A one-round run of :func:`project`'s config under each objective, started from another directory; its full
+    JSON summary in :func:`run_summary`."""
     base = tmp_path_factory.mktemp(request.param)
     config = project(base, request.param)
     elsewhere = base / "elsewhere"
     elsewhere.mkdir()
-    proc = cli_subprocess(elsewhere, "run", "--config", config, "--no-tracking")
+    proc = cli_subprocess(elsewhere, "run", "--config", config, "--no-tracking", "--summary-out",
+                          run_summary(config))
     assert proc.returncode == 0, proc.stderr[-2000:]
     return config, request.param, proc
+
+
+def run_summary(config: Path) -> Path:
+    """Where :func:`finished` writes the run's full JSON summary (``--summary-out``)."""
+    return config.with_name("run-summary.json")
+
+
+# ---------------------------------------------------------------- the run's summary
+
+
+def test_the_run_prints_a_table_and_keeps_the_json(finished):
+    config, objective, proc = finished
+    summary = json.loads(run_summary(config).read_text())
+    label = {"accuracy": "accuracy", "evidence": "all evidence packed"}[objective]
+    lines = proc.stdout.splitlines()
+    assert "{" not in proc.stdout and len(lines) < 25, proc.stdout  # a table, not the JSON
+    header = next(line for line in lines if line.split() and line.split()[0] == label.split()[0])
+    base = next(line for line in lines if line.startswith("baseline "))
+    final = next(line for line in lines if line.startswith("final "))
+    assert header.split()[:len(label.split())] == label.split()
+    assert base.split()[1] == f"{summary['baseline']['score']:.3f}" and final.split()[1] == f"{summary['current']['score']:.3f}"
+    paired = summary["current_vs_baseline"]
+    assert (f"final vs. baseline ({paired['n']} questions): delta {paired['delta']:+.3f}  McNemar p={paired['mcnemar_p']:.3g}"
+            in proc.stdout)
+    counts = summary["decisions"]
+    accepted = counts.get("ACCEPT", 0) + counts.get("ACCEPT_WITH_MONITOR", 0)
+    assert (f"decisions: {accepted} accepted" in proc.stdout and f"{counts.get('FEATURE_FLAG', 0)} flagged, "
+            f"{counts.get('REJECT', 0)} rejected" in proc.stdout)
+    assert f"best-ever: {summary['best']['hash'][:12]}" in proc.stdout
+    # one line per power problem, and where the rest is
+    for warning in summary["power"]["warnings"]:
+        assert f"warning: {warning}" in lines
+    assert "MLflow: not tracked (--no-tracking)" in proc.stdout and f"full summary: {run_summary(config)}" in proc.stdout
+    # the stores keep the same JSON
+    [kept] = (config.parent / "stores" / "summaries").glob("run-*.json")
+    assert json.loads(kept.read_text()) == summary
+
+
+def test_a_final_context_over_the_cost_limit_is_one_warning_line(finished):
+    from evolve.cli.summary import warnings
+    from evolve.verify.decision import CostLimits
+
+    summary = json.loads(run_summary(finished[0]).read_text())
+    words = summary["current"]["context_words"]["mean"]
+    over = [line for line in warnings(summary, CostLimits(max_context_words=words / 2)) if "context" in line]
+    assert over == [f"warning: final context {words:.1f} words per question exceeds max_context_words {words / 2:g}"]
+    assert not any("context" in line for line in warnings(summary, CostLimits(max_context_words=words + 1)))
 
 
 # ---------------------------------------------------------------- power check
@@ -79,7 +128,7 @@ def test_small_benchmark_warns_before_running_and_in_the_summary(finished):
             "probe 4 questions") in proc.stderr, proc.stderr
     assert "warning: benchmark too small to ever accept: 4 scored question(s)" in proc.stderr
     assert "warning: probe_size 10 is larger than the 4 scored questions; the probe uses 4" in proc.stderr
-    power = json.loads(proc.stdout)["power"]
+    power = json.loads(run_summary(config).read_text())["power"]
     assert power["n"] == 4 and power["min_improved"] == 6 and power["probe_n"] == 4
     assert power["min_delta_pp"] is None and power["failing"] is not None
     assert any(w.startswith("benchmark too small to ever accept") for w in power["warnings"])
@@ -92,7 +141,7 @@ def test_a_large_enough_benchmark_states_the_smallest_significant_gain(capsys, t
                                       "candidates_per_round": 1, "stores": "stores"}))
     code, out = cli(capsys, "run", "--config", config, "--no-tracking", "--estimate")
     assert code == 0  # --estimate spends nothing: it prints the expected spend only
-    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking", "--json")
     summary = json.JSONDecoder().raw_decode(out, out.index("{"))[0]
     n = summary["power"]["n"]
     assert code == 0 and f"power: {n} scored questions; a significant gain needs >= 6 improved questions" in out
@@ -172,7 +221,7 @@ def test_read_commands_follow_the_run_config(finished, capsys, monkeypatch, tmp_
 
 def test_a_finished_config_says_how_to_run_more(finished, capsys):
     config, _, _ = finished
-    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking", "--json")
     assert code == 0 and "0 rounds run; the config's 1 rounds are done; --rounds N runs more" in out
     assert json.JSONDecoder().raw_decode(out, out.index("{"))[0]["rounds"] == 1
 
@@ -232,7 +281,7 @@ def test_summary_and_report_labels_follow_the_objective(finished, capsys, tmp_pa
     config, objective, proc = finished
     field, label = {"accuracy": ("accuracy", "accuracy"),
                     "evidence": ("all_evidence_packed", "all evidence packed")}[objective]
-    rows = json.loads(proc.stdout)["current_vs_baseline"]["per_category"]
+    rows = json.loads(run_summary(config).read_text())["current_vs_baseline"]["per_category"]
     assert set(rows["single_hop"]) == {"n", f"{field}_baseline", f"{field}_candidate", "delta"}
     html, md = tmp_path / "r.html", tmp_path / "r.md"
     assert cli(capsys, "report", "--config", config, "--out", html, "--markdown", md)[0] == 0
@@ -325,3 +374,23 @@ def test_choices_listed_without_imports_match_their_sources():
     assert sorted(DECISION_CHOICES) == sorted(DECISIONS)
     model = next(a for a in dict(_subparsers(build_parser()))["local-llm"]._actions if "--model" in a.option_strings)
     assert list(model.choices) == sorted(MODELS) and "smollm2" in model.choices and "nope" not in model.choices
+
+
+# ---------------------------------------------------------------- eval: a table, or the JSON
+
+
+def test_eval_prints_a_table_or_with_json_the_full_summary(capsys, tmp_path):
+    args = ("eval", "--bench", "synthetic:0:2", "--limit", 12, "--cache", "")
+    code = main([str(a) for a in (*args, "--out", tmp_path / "json", "--json", "--summary-out", tmp_path / "s.json")])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    summary = json.loads(captured.out)  # stdout is the JSON alone; where it was written goes to stderr
+    assert f"wrote {tmp_path / 'json' / 'summary.json'}" in captured.err
+    assert summary == json.loads((tmp_path / "s.json").read_text()) == \
+        json.loads((tmp_path / "json" / "summary.json").read_text())
+    code, out = cli(capsys, *args, "--out", tmp_path / "table")
+    assert code == 0 and "{" not in out, out
+    header, *rows = out.splitlines()
+    assert header.split()[:3] == ["category", "n", "accuracy"]
+    table = next(r for r in rows if r.startswith("all "))
+    assert table.split()[1:3] == [str(summary["n_scored"]), f"{summary['accuracy']:.3f}"]

@@ -200,10 +200,10 @@ def test_bad_cli_numbers_exit_2_before_any_work(argv, expected, capsys, tmp_path
 
 def test_rounds_runs_n_more(capsys, tmp_path, stores):
     config = small_config(tmp_path / "run.yaml", stores=stores, rounds=1)  # already reached by the stores
-    code, out = cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking")
+    code, out = cli(capsys, "run", "--config", config, "--rounds", 1, "--no-tracking", "--json")
     assert code == 0, out
     assert json.JSONDecoder().raw_decode(out, out.index("{"))[0]["rounds"] == 2
-    code, out = cli(capsys, "run", "--config", config, "--no-tracking")  # the config's count is reached: no round
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking", "--json")  # the count is reached: no round
     assert code == 0 and json.JSONDecoder().raw_decode(out, out.index("{"))[0]["rounds"] == 2
 
 

@@ -283,7 +283,9 @@ def test_a_forged_promote_entry_leaves_a_hand_edited_serving_file_unverified(cap
 # ---------------------------------------------------------------- 17. docs name no machine's paths
 
 
-def test_readme_shows_repository_relative_paths_only():
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    absolute = re.findall(r"(?<![\w.])/(?:work|home|root|Users|tmp)/[\w./-]+", text)
-    assert not absolute, absolute
+def test_readme_and_docs_show_repository_relative_paths_only():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+    absolute = {str(page.relative_to(ROOT)): found for page in pages
+                if (found := re.findall(r"(?<![\w.])/(?:work|home|root|Users|tmp)/[\w./-]+",
+                                        page.read_text(encoding="utf-8")))}
+    assert len(pages) > 10 and not absolute, absolute
