@@ -125,9 +125,8 @@ class Evaluator:
         known = self.benchmark.known_evidence(q)
         # an abstention question is answered correctly by declining (the judge may also accept a stated refusal)
         correct = judgment.correct or (answer and q.abstention and abstains(result.answer.text))
-        verdict = ("correct" if correct else judgment.verdict or ("abstain" if abstains(result.answer.text) else "wrong")
-                   ) if answer else None
         fields = result.to_trace()
+        verdict = _verdict(judgment, correct, result.answer.text) if answer else None
         backed = support(result.answer.text, q.question, (p["text"] for p in fields["packed"])) if answer else None
         trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
                       evidence_known=bool(known), stored_ids=store.items_from_sources(known), **fields,
@@ -140,3 +139,11 @@ class Evaluator:
         trace.llm = usage.by_role()
         return measure(trace, q, known, store, self._turn_text[q.conversation_id],
                        self._session_of[q.conversation_id])
+
+
+def _verdict(judgment: Judgment, correct: bool, answer: str) -> str:
+    """The trace's verdict: ``correct`` when the question counts as answered correctly, else the judge's (a judge
+    that gives none: ``abstain`` for a declining answer, ``wrong`` otherwise)."""
+    if correct:
+        return "correct"
+    return judgment.verdict or ("abstain" if abstains(answer) else "wrong")

@@ -9,7 +9,7 @@ import pytest
 from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
 from evolve.observe.judge import SUPPORT_FLOOR, TokenF1Judge, confabulated, support
 from evolve.observe.trace import Trace, TraceError
-from evolve.verify.confabulation import confabulations, flagged
+from evolve.verify.confabulation import confabulation_brief, confabulations, flagged
 
 JUDGE = TokenF1Judge(0.5)
 CONTEXT = ["Melanie went camping with her kids at the lake in June 2023.",
@@ -74,3 +74,15 @@ def test_traces_written_before_verdicts_still_load():
         Trace.from_dict({**old, "answer_kind": "maybe"})
     assert flagged({"answers": {"correct": 33, "confabulated": 37}}) == 37  # a summary written before the flag
     assert flagged({"answers": {}}) is None
+
+
+def test_the_guard_pairs_the_flag_not_wrongness():
+    """A candidate whose extra wrong answers come from the context leaves the guard flat; invented ones raise it."""
+    def traces(wrong: int, flagged_: int) -> list[Trace]:
+        return [Trace(f"q{i}", "single_hop", correct=i >= wrong, verdict="correct" if i >= wrong else "wrong",
+                      confabulated=i < flagged_) for i in range(40)]
+
+    picked = confabulation_brief(traces(2, 0), traces(20, 0), alpha=0.05, n_resamples=200, seed=0)
+    invented = confabulation_brief(traces(2, 0), traces(20, 20), alpha=0.05, n_resamples=200, seed=0)
+    assert picked.delta == 0 and not picked.rises(0.05)
+    assert invented.delta == 0.5 and invented.rises(0.05)
