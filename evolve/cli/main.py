@@ -45,6 +45,10 @@ def print_summary(summary: "Summary") -> None:
     rows.append(("all", str(summary.n_scored), _fmt(summary.accuracy), _fmt(summary.f1),
                  _fmt(summary.evidence_recall["10"])))
     print(_table(rows))
+    from evolve.ops.review import answers_text
+
+    if (answers := answers_text(summary.to_dict())) is not None:
+        print(answers)
     if summary.abstention:
         print(f"abstention: {summary.abstention['correct']}/{summary.abstention['n']} declined correctly")
     if summary.retrieval_recall:

@@ -18,7 +18,7 @@ _BRACKET = re.compile(r"\[([^\[\]]*)\]")
 
 
 def load_prompt(name: str) -> str:
-    """A framework prompt by versioned name, e.g. ``judge.v1``."""
+    """A framework prompt by versioned name, e.g. ``judge.v2``."""
     path = PROMPTS_DIR / f"{name}.txt"
     try:
         return path.read_text(encoding="utf-8")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextvars
 import re
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Sequence
 
@@ -21,12 +22,31 @@ from evolve.llm.prompting import (after_marker, fill, json_payload, load_prompt,
 from evolve.runtime.roles import FACT_KINDS, AnswerResult, ContextItem, ExtractedFact, Judgment
 from evolve.strategy.policy import Answering, Expansion, Extraction
 
-JUDGE_PROMPT = "judge.v1"
+#: The judge's frame prompt; the criteria it is filled with are prompts of their own.
+JUDGE_PROMPT = "judge.v2"
+#: Criteria for questions of no benchmark-specific type (LoCoMo's generous judgment), against the gold answer.
+DEFAULT_CRITERIA = ("judge-default.v2", "GOLD ANSWER")
+#: Criteria for an unanswerable question (LongMemEval's ``_abs`` questions): the answer should decline.
+ABSTENTION_CRITERIA = ("judge-lme-abstention.v2", "EXPLANATION")
+#: LongMemEval's per-type criteria (the evaluation prompts of Wu et al., "LongMemEval: Benchmarking Chat Assistants
+#: on Long-Term Interactive Memory", ICLR 2025, restated with a four-way label): temporal reasoning forgives
+#: off-by-one counts of days, knowledge update accepts the updated answer beside earlier information, preference
+#: questions are judged on a rubric.
+LONGMEMEVAL_CRITERIA = {
+    "single_session_user": ("judge-lme-answer.v2", "CORRECT ANSWER"),
+    "single_session_assistant": ("judge-lme-answer.v2", "CORRECT ANSWER"),
+    "multi_session": ("judge-lme-answer.v2", "CORRECT ANSWER"),
+    "temporal_reasoning": ("judge-lme-temporal.v2", "CORRECT ANSWER"),
+    "knowledge_update": ("judge-lme-update.v2", "CORRECT ANSWER"),
+    "single_session_preference": ("judge-lme-preference.v2", "RUBRIC"),
+}
+JUDGE_LABELS = ("CORRECT", "PARTIAL", "WRONG", "ABSTAIN")
+_TIE_ORDER = ("WRONG", "PARTIAL", "ABSTAIN")
 _KIND_TAG = re.compile(r"^\[(" + "|".join(FACT_KINDS) + r")\]\s*", re.IGNORECASE)
-_VERDICT = re.compile(r"\b(CORRECT|WRONG)\b")
+_VERDICT = re.compile(r"\b(" + "|".join(JUDGE_LABELS) + r")\b")
 JUDGE_SCHEMA = {"type": "object", "required": ["reasoning", "label"],
                 "properties": {"reasoning": {"type": "string", "maxLength": 200},
-                               "label": {"type": "string", "enum": ["CORRECT", "WRONG"]}}}
+                               "label": {"type": "string", "enum": list(JUDGE_LABELS)}}}
 #: Where the answerer's reply ends at the latest: a model that goes on writes the prompt's next section.
 ANSWER_STOP = ["\nQUESTION:", "\nMEMORY:"]
 
@@ -144,38 +164,57 @@ class LLMAnswerer(_LLMRole):
 
 
 class LLMJudge(_LLMRole):
-    """LoCoMo-style CORRECT/WRONG judgment: ``votes`` calls with distinct seeds, majority wins."""
+    """A four-way verdict (:data:`JUDGE_LABELS`) from ``votes`` calls with distinct seeds: correct when a majority
+    says CORRECT, otherwise the most frequent other label (ties: WRONG, PARTIAL, ABSTAIN in that order). The
+    criteria follow the question (:func:`judge_criteria`)."""
 
     def __init__(self, client: LLMClient, votes: int = 3):
         if votes < 1 or votes % 2 == 0:
             raise ValueError(f"votes must be odd and positive, got {votes}")
         self.client, self.votes = client, votes
-        self.name = f"llm-judge/{client.model}"
+        self.name = f"llm-{JUDGE_PROMPT}/{client.model}"
         self._template = load_prompt(JUDGE_PROMPT)
+        self._criteria = {name: load_prompt(name) for name, _ in {DEFAULT_CRITERIA, ABSTENTION_CRITERIA,
+                                                                   *LONGMEMEVAL_CRITERIA.values()}}
 
-    def judge(self, question: str, gold: str, answer: str) -> Judgment:
-        prompt = fill(self._template, question=question, gold=str(gold), answer=answer)
+    def judge(self, question: str, gold: str, answer: str, *, category: str = "",
+              abstention: bool = False) -> Judgment:
+        criteria, reference = judge_criteria(category, abstention)
+        prompt = fill(self._template, criteria=self._criteria[criteria].strip(), question=question,
+                      reference=reference, gold=str(gold), answer=answer)
         params = structured(self.client, JUDGE_SCHEMA)
         contexts = [contextvars.copy_context() for _ in range(self.votes)]  # each vote tallied to this question
         with ThreadPoolExecutor(min(self.votes, self.concurrency)) as pool:  # votes in parallel, kept in seed order
             replies = list(pool.map(lambda seed: contexts[seed].run(self.client.complete, user_message(prompt),
                                                                      seed=seed, **params), range(self.votes)))
-        votes = tuple(self._vote(reply) for reply in replies)
+        labels = [self._label(reply) for reply in replies]
+        votes = tuple(label == "CORRECT" for label in labels)
         share = sum(votes) / len(votes)
-        return Judgment(correct=share > 0.5, score=share, judge=self.name, votes=votes)
+        others = Counter(label for label in labels if label != "CORRECT")
+        verdict = "correct" if share > 0.5 else max(_TIE_ORDER, key=lambda label: others[label]).lower()
+        return Judgment(correct=share > 0.5, score=share, judge=self.name, votes=votes, verdict=verdict)
 
     @staticmethod
-    def _vote(reply: str) -> bool:
-        """True for CORRECT; an unreadable reply counts as WRONG."""
+    def _label(reply: str) -> str:
+        """The reply's label; an unreadable reply counts as WRONG."""
         try:
             payload = json_payload(reply)
             label = payload.get("label") if isinstance(payload, dict) else None
         except ValueError:
             label = None
-        if not isinstance(label, str):
+        if not isinstance(label, str) or label.strip().upper() not in JUDGE_LABELS:
             found = _VERDICT.findall(reply.upper())
             label = found[-1] if found else "WRONG"
-        return label.strip().upper() == "CORRECT"
+        return label.strip().upper()
+
+
+def judge_criteria(category: str, abstention: bool) -> tuple[str, str]:
+    """``(criteria prompt, name of the reference)`` for a question: an unanswerable question is judged on whether
+    the answer declines; a LongMemEval question by its type's criteria (:data:`LONGMEMEVAL_CRITERIA`); any other by
+    :data:`DEFAULT_CRITERIA` against the gold answer."""
+    if abstention:
+        return ABSTENTION_CRITERIA
+    return LONGMEMEVAL_CRITERIA.get(category, DEFAULT_CRITERIA)
 
 
 # ---------------------------------------------------------------- wiring

@@ -340,4 +340,4 @@ def _headline(run: EvalRun, objective: str) -> dict:
     return {"score": run.score(objective), "accuracy": m.accuracy, "evidence_share": m.evidence_share,
             "all_evidence_packed": m.all_evidence_packed, "answer_in_evidence": m.answer_in_evidence,
             "answer_anywhere": m.answer_anywhere, "context_words": m.context_words,
-            "answers": m.answers, "safe_rate": safe_rate(m.answers)}
+            "answers": m.answers, "safe_rate": safe_rate(m.answers), "confabulation": m.confabulation}

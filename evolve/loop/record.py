@@ -57,8 +57,8 @@ class CandidateRecord:
     merged_from: list[str] | None = None
     #: Candidate vs. parent on the held-out questions, for a candidate the dev data would accept.
     holdout: HoldoutComparison | None = None
-    #: Candidate vs. parent on "the answer is confabulated" (a confident wrong answer), paired by question: what the
-    #: ``confabulation`` rule reads (accuracy objective, full runs; ``None`` otherwise).
+    #: Candidate vs. parent on "the answer is flagged as confabulated" (:mod:`evolve.verify.confabulation`), paired by
+    #: question: what the ``confabulation`` rule reads (accuracy objective, full runs; ``None`` otherwise).
     confabulation: PairedBrief | None = None
     #: The gain test's p adjusted over the round's fully compared candidates (``None``: the raw p decides, as in
     #: records written before the adjustment existed).

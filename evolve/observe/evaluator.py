@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal
 
 from evolve.benchmarks.types import Benchmark, Question
-from evolve.observe.judge import TokenF1Judge, answer_kind
+from evolve.observe.abstention import abstains
+from evolve.observe.judge import TokenF1Judge, confabulated, support
 from evolve.observe.measures import measure
 from evolve.observe.trace import Trace
 from evolve.runtime import IngestionCache, MemoryRuntime
@@ -112,7 +113,8 @@ class Evaluator:
         with question_usage() as usage:
             try:
                 result = runtime.ask(store, q.question, q.asked_at, answer=answer)
-                judgment = (self.roles.judge.judge(q.question, q.answer, result.answer.text) if answer
+                judgment = (self.roles.judge.judge(q.question, q.answer, result.answer.text, category=q.category,
+                                                   abstention=q.abstention) if answer
                             else Judgment(False, 0.0, "none (context only)"))
             except RoleError as exc:
                 if self.roles.on_error == "stop":
@@ -122,14 +124,26 @@ class Evaluator:
                 return failed
         known = self.benchmark.known_evidence(q)
         # an abstention question is answered correctly by declining (the judge may also accept a stated refusal)
-        correct = judgment.correct or (answer and q.abstention and answer_kind(result.answer.text, False) == "abstain")
+        correct = judgment.correct or (answer and q.abstention and abstains(result.answer.text))
+        fields = result.to_trace()
+        verdict = _verdict(judgment, correct, result.answer.text) if answer else None
+        backed = support(result.answer.text, q.question, (p["text"] for p in fields["packed"])) if answer else None
         trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
-                      evidence_known=bool(known), stored_ids=store.items_from_sources(known), **result.to_trace(),
+                      evidence_known=bool(known), stored_ids=store.items_from_sources(known), **fields,
                       judge={"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
-                             "votes": list(judgment.votes)},
+                             "votes": list(judgment.votes), "verdict": judgment.verdict},
                       correct=correct, abstention=q.abstention, f1=judgment.score,
-                      answer_kind=answer_kind(result.answer.text, correct) if answer else None,
+                      verdict=verdict, support=backed,
+                      confabulated=confabulated(verdict, backed) if answer else None,
                       scored=self.include_adversarial or q.category != "adversarial")
         trace.llm = usage.by_role()
         return measure(trace, q, known, store, self._turn_text[q.conversation_id],
                        self._session_of[q.conversation_id])
+
+
+def _verdict(judgment: Judgment, correct: bool, answer: str) -> str:
+    """The trace's verdict: ``correct`` when the question counts as answered correctly, else the judge's (a judge
+    that gives none: ``abstain`` for a declining answer, ``wrong`` otherwise)."""
+    if correct:
+        return "correct"
+    return judgment.verdict or ("abstain" if abstains(answer) else "wrong")

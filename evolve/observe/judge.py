@@ -1,4 +1,17 @@
-"""Deterministic judging: token F1 / exact match for answers, evidence recall@k for retrieval."""
+"""Deterministic judging: token F1 / exact match and the four-way verdict for answers, the confabulation flag
+(support of an answer by the packed context), evidence recall@k for retrieval.
+
+**Verdict** (:class:`TokenF1Judge`): ``correct`` when token F1 against the gold answer reaches the judge's
+threshold (or the answer matches exactly); otherwise ``abstain`` when the answer declines
+(:func:`evolve.observe.abstention.abstains`); otherwise ``partial`` when token F1 reaches :data:`PARTIAL_F1`;
+otherwise ``wrong``.
+
+**Confabulation flag** (:func:`confabulated`): a ``wrong`` or ``partial`` answer whose *asserted* content words
+(:func:`evolve.observe.answer.content_words` of the answer less those of the question, compared with light suffix
+stemming) are mostly absent from the packed context: :func:`support`, the share of them the packed text holds, is
+below :data:`SUPPORT_FLOOR`. A partial answer counts because padding a right item with invented ones is the same
+failure; a correct answer or an abstention is never flagged, nor an answer asserting no content word of its own.
+"""
 from __future__ import annotations
 
 import re
@@ -6,23 +19,48 @@ import string
 from collections import Counter
 from typing import Callable, Iterable, Sequence
 
+from evolve.observe.abstention import abstains
+from evolve.observe.answer import content_words
 from evolve.runtime.roles import Judgment
 
 _ARTICLES = re.compile(r"\b(a|an|the|and)\b")
 _PUNCT = str.maketrans("", "", string.punctuation)
+_SUFFIXES = ("ing", "ed", "s")
+
+#: Token F1 from which a wrong answer is ``partial``.
+PARTIAL_F1 = 0.2
+#: Share of an answer's asserted content words the packed context must hold for a wrong answer not to be flagged.
+SUPPORT_FLOOR = 0.5
 
 
-#: Answers that decline instead of asserting something (compared after :func:`normalize`).
-ABSTENTIONS = ("not mentioned in conversation", "not mentioned", "unknown", "i dont know", "i do not know",
-               "no information", "cannot be determined", "not enough information", "none")
+def _stem(word: str) -> str:
+    """``word`` without its first matching suffix of :data:`_SUFFIXES` when longer than four letters."""
+    if len(word) > 4:
+        for suffix in _SUFFIXES:
+            if word.endswith(suffix):
+                return word[: -len(suffix)]
+    return word
 
 
-def answer_kind(answer: str, correct: bool) -> str:
-    """``correct``, ``abstain`` (an empty or declining answer) or ``confabulated`` (a wrong assertion)."""
-    if correct:
-        return "correct"
-    text = " ".join(normalize(answer))
-    return "abstain" if not text or text in ABSTENTIONS else "confabulated"
+def _stems(words: Iterable[str]) -> set[str]:
+    return {_stem(w) for w in words}
+
+
+def support(answer: str, question: str, packed: Iterable[str]) -> float | None:
+    """Share of the answer's content words not in the question that the ``packed`` texts hold (``None`` when the
+    answer asserts no such word)."""
+    asserted = _stems(content_words(answer)) - _stems(content_words(question))
+    if not asserted:
+        return None
+    held: set[str] = set()
+    for text in packed:
+        held |= _stems(content_words(text))
+    return round(len(asserted & held) / len(asserted), 4)
+
+
+def confabulated(verdict: str | None, supported: float | None) -> bool:
+    """Whether an answer with ``verdict`` and :func:`support` ``supported`` is flagged as confabulated."""
+    return verdict in ("wrong", "partial") and supported is not None and supported < SUPPORT_FLOOR
 
 
 def normalize(text: str) -> list[str]:
@@ -68,7 +106,9 @@ def recall_any_all(gold: Iterable[str], ranked: Sequence[str], k: int) -> tuple[
 
 
 class TokenF1Judge:
-    """Correct when token F1 against the gold answer reaches ``threshold`` (exact match always counts)."""
+    """Correct when token F1 against the gold answer reaches ``threshold`` (exact match always counts); the verdict
+    as the module docstring says. Category and abstention play no part (the evaluator counts a declining answer to
+    an abstention question as correct, whatever the judge)."""
 
     def __init__(self, threshold: float = 0.5):
         if not 0 < threshold <= 1:
@@ -76,6 +116,10 @@ class TokenF1Judge:
         self.threshold = threshold
         self.name = f"token-f1@{threshold:g}"
 
-    def judge(self, question: str, gold: str, answer: str) -> Judgment:
+    def judge(self, question: str, gold: str, answer: str, *, category: str = "",
+              abstention: bool = False) -> Judgment:
         f1 = token_f1(answer, gold)
-        return Judgment(correct=f1 >= self.threshold or exact_match(answer, gold), score=f1, judge=self.name)
+        correct = f1 >= self.threshold or exact_match(answer, gold)
+        verdict = ("correct" if correct else "abstain" if abstains(answer) else
+                   "partial" if f1 >= PARTIAL_F1 else "wrong")
+        return Judgment(correct=correct, score=f1, judge=self.name, verdict=verdict)

@@ -10,6 +10,7 @@ import numpy as np
 from evolve.observe.answer import content_words
 from evolve.observe.diagnosis import dcr_by_tau, root_cause_counts
 from evolve.observe.trace import RECALL_KS, Summary, Trace
+from evolve.runtime.roles import ANSWER_VERDICTS
 from evolve.strategy.artifact import policy_hash, strategy_hash
 
 
@@ -65,7 +66,7 @@ def summarize(strategy: dict, benchmark: str, benchmark_hash: str, judge: str, t
                                      if (r := rate(ts, "answer_anywhere")) is not None},
         context_words=_spread([t.context_tokens for t in scored], "mean", "p95"),
         staleness=_staleness([t for t in scored if t.gold_outdated]),
-        answers=dict(Counter(t.answer_kind for t in scored if t.answer_kind)),
+        answers=_answers([t for t in scored if t.verdict]),
         retrieval_ms=_spread([t.retrieval_ms for t in scored], "p50", "p95"),
         dcr=dcr_by_tau(traces),
         adversarial={"n": len(adversarial), "scored": bool(adversarial and adversarial[0].scored),
@@ -76,6 +77,7 @@ def summarize(strategy: dict, benchmark: str, benchmark_hash: str, judge: str, t
         wall_time_s=round(wall, 3),
         abstention=_abstention([t for t in scored if t.abstention]),
         retrieval_recall=_retrieval_recall([t for t in scored if t.retrieval_recall]),
+        confabulation=_confabulation([t for t in scored if t.verdict]),
     )
 
 
@@ -94,6 +96,23 @@ def _staleness(traces: list[Trace]) -> dict[str, float | int]:
     return {"n": len(traces),
             **{f"retrieved@{k}": round(mean(t.stale_retrieved[str(k)] for t in traces), 4) for k in (5, 10)},
             "packed": round(mean(bool(t.stale_packed) for t in traces), 4)}
+
+
+def _answers(answered: list[Trace]) -> dict[str, int]:
+    """Answered traces by verdict, every verdict present (empty when nothing was answered)."""
+    counts = Counter(t.verdict for t in answered)
+    return {v: counts[v] for v in ANSWER_VERDICTS} if answered else {}
+
+
+def _confabulation(answered: list[Trace]) -> dict:
+    """Flagged answers over all answers and over the answers that do not abstain (see :attr:`Summary.confabulation`)."""
+    if not answered:
+        return {}
+    flagged = sum(bool(t.confabulated) for t in answered)
+    asserting = sum(t.verdict != "abstain" for t in answered)
+    return {"flagged": flagged, "answers": len(answered), "non_abstentions": asserting,
+            "over_answers": round(flagged / len(answered), 4),
+            "over_non_abstentions": round(flagged / asserting, 4) if asserting else None}
 
 
 def _abstention(traces: list[Trace]) -> dict[str, float | int]:

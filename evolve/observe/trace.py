@@ -32,6 +32,11 @@ def recorded_stages(record: Mapping[str, Any]) -> list[str]:
     return [stage for stage, groups in STAGE_FIELDS.items() if all(any(map(holds, g)) for g in groups)]
 
 
+#: A trace written before verdicts has ``answer_kind`` (correct, abstain, or "confabulated" for any wrong answer):
+#: read as the verdict it implies, with the confabulation flag unknown (``None``).
+LEGACY_KINDS = {"correct": "correct", "abstain": "abstain", "confabulated": "wrong", None: None}
+
+
 class TraceError(EvolveError, ValueError):
     """A trace record lacks a field or holds a value of the wrong type."""
 
@@ -91,8 +96,13 @@ class Trace:
     abstention: bool = False
     #: Token F1 of the answer against the gold answer.
     f1: float = 0.0
-    #: ``correct``, ``abstain`` or ``confabulated`` (:func:`evolve.observe.judge.answer_kind`); ``None`` unanswered.
-    answer_kind: str | None = None
+    #: The answer's verdict, one of :data:`~evolve.runtime.roles.ANSWER_VERDICTS` (``None``: not answered).
+    verdict: str | None = None
+    #: Share of the answer's asserted content words the packed context holds (:func:`evolve.observe.judge.support`;
+    #: ``None``: not answered, or no asserted word), and whether the answer is flagged as confabulated
+    #: (:func:`evolve.observe.judge.confabulated`; ``None``: not answered, or a trace written before the check).
+    support: float | None = None
+    confabulated: bool | None = None
     #: Whether the question counts towards the scores (adversarial questions and role failures do not).
     scored: bool = True
     #: Evidence recall@k (k = 1, 5, 10) of the retrieved items, keys ``"1"``, ``"5"``, ``"10"``.
@@ -161,6 +171,13 @@ class Trace:
         if not isinstance(record, dict):
             raise TraceError(f"{where}: expected an object, got {type(record).__name__}")
         names = {f.name for f in fields(cls)}
+        if "answer_kind" in record:  # written before verdicts
+            kind = record["answer_kind"]
+            if kind not in LEGACY_KINDS:
+                raise TraceError(f"{where}: field 'answer_kind' is {kind!r}; expected one of "
+                                 f"{sorted(k for k in LEGACY_KINDS if k)} or null")
+            record = {k: v for k, v in record.items() if k != "answer_kind"}
+            record.setdefault("verdict", LEGACY_KINDS[kind])
         unknown = sorted(set(record) - names)
         if unknown:
             raise TraceError(f"{where}: unknown field {unknown[0]!r}")
@@ -232,7 +249,8 @@ class Summary:
     #: Over scored questions with outdated evidence: ``{"n", "retrieved@5", "retrieved@10", "packed"}``, the share whose
     #: top 5 / top 10 retrieved items or packed context carry an outdated turn (empty when no question has one).
     staleness: dict[str, float | int]
-    #: Scored answers by kind: ``{"correct", "abstain", "confabulated"}`` counts (empty when nothing was answered).
+    #: Scored answers by verdict: ``{"correct", "partial", "wrong", "abstain"}`` counts (empty when nothing was
+    #: answered). Summaries written before verdicts hold ``{"correct", "abstain", "confabulated"}``.
     answers: dict[str, int]
     #: Retrieval time per query in milliseconds, ``{"p50", "p95"}``.
     retrieval_ms: dict[str, float]
@@ -255,13 +273,18 @@ class Summary:
     #: Means of :attr:`Trace.retrieval_recall` over the scored questions that have one, with their count ``n``:
     #: ``{"n", "turn": {"recall_any@k", "recall_all@k"}, "session": {...}}`` (empty when none has one).
     retrieval_recall: dict = field(default_factory=dict)
+    #: Scored answers flagged as confabulated (:attr:`Trace.confabulated`) and their share of two populations:
+    #: ``{"flagged", "answers", "non_abstentions", "over_answers", "over_non_abstentions"}`` (a rate is ``None``
+    #: when its population is empty; the whole is empty when nothing was answered).
+    confabulation: dict = field(default_factory=dict)
 
     #: Fields kept in candidate and diagnosis records (the full summary goes to MLflow and ``summary.json``).
     BRIEF: ClassVar[tuple[str, ...]] = ("accuracy", "f1", "accuracy_by_category", "evidence_recall", "root_causes",
                                         "dcr", "n_scored", "judge", "strategy_hash", "n_evidence_known",
                                         "evidence_share", "all_evidence_packed", "all_evidence_packed_by_category",
                                         "n_answer_known", "answer_left_out", "answer_in_evidence",
-                                        "answer_in_evidence_by_category", "answer_anywhere", "context_words", "staleness", "answers", "llm", "wall_time_s")
+                                        "answer_in_evidence_by_category", "answer_anywhere", "context_words",
+                                        "staleness", "answers", "confabulation", "llm", "wall_time_s")
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -291,4 +314,6 @@ class Summary:
                     for k, v in self.retrieval_recall.get(level, {}).items()})
         if self.abstention:
             out["abstention_accuracy"] = self.abstention["accuracy"]
+        out.update({f"confabulation.{k}": v for k, v in self.confabulation.items()
+                    if k.startswith("over_") and v is not None})
         return out

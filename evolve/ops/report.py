@@ -11,7 +11,7 @@ from evolve.data import REPORT_CSS_PATH
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.review import (
-    candidate_row, category_deltas, change_summary, fmt_ci, fmt_num, objective_of, secondary_text,
+    answers_text, candidate_row, category_deltas, change_summary, fmt_ci, fmt_num, objective_of, secondary_text,
 )
 from evolve.observe.objective import LABEL, SCORE_FIELD
 from evolve.ops.drift import SERVING_TYPES, approval_text, drift_report
@@ -169,10 +169,8 @@ def _facts(r: CandidateRecord) -> str:
         facts.append(f"{_e(m.method)} over {len(m.family)} compared candidates: p {m.p_raw:.3g} → {m.p_adjusted:.3g}")
     if (secondary := secondary_text(r)) is not None:
         facts.append(_e(secondary))
-    answers = (r.summary or {}).get("answers")
-    if answers:
-        facts.append(f"safe rate (correct + abstain) {fmt_num(safe_rate(answers), '.3f')}, confabulated "
-                     f"{answers.get('confabulated', 0)}")
+    if (answers := answers_text(r.summary)) is not None:
+        facts.append(_e(answers))
     if r.confabulation:
         c = r.confabulation
         facts.append(f"confabulation Δ {c.delta:+.4f} (p={c.mcnemar_p:.3g}, {c.n} q)")

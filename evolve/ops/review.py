@@ -7,6 +7,7 @@ from typing import Any, Iterable
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.observe.objective import LABEL
+from evolve.runtime.roles import ANSWER_VERDICTS
 from evolve.strategy.artifact import LINEAGE
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.gates import GateTrail
@@ -54,6 +55,10 @@ def usage_line(by_role: dict[str, dict[str, int]]) -> str:
     return "; ".join(f"{role} {c.get('requests', 0)} calls ({c.get('cache_hits', 0)} cached), "
                      f"{c.get('prompt_tokens', 0)}+{c.get('completion_tokens', 0)} tokens, "
                      f"{c.get('latency_ms', 0) / 1000:.1f}s" for role, c in by_role.items())
+
+
+#: The keys of a summary's ``answers``: the verdicts, then the kind summaries written before verdicts also had.
+ANSWER_KINDS = (*ANSWER_VERDICTS, "confabulated")
 
 
 def fmt_num(x: float | None, spec: str = "+.3f") -> str:
@@ -160,13 +165,26 @@ def _example_lines(record: CandidateRecord, side: str) -> list[str]:
     return lines
 
 
+def answers_text(summary: dict | None) -> str | None:
+    """A summary's answers by verdict (or, written before verdicts, by kind), its safe rate and its confabulated
+    answers over both populations (``None`` when nothing was answered)."""
+    answers = (summary or {}).get("answers") or {}
+    if not answers:
+        return None
+    counts = ", ".join(f"{kind} {answers[kind]}" for kind in ANSWER_KINDS if kind in answers)
+    text = f"answers: {counts}; safe rate (correct + abstain) {fmt_num(safe_rate(answers), '.3f')}"
+    if c := (summary or {}).get("confabulation"):
+        text += (f"; confabulated {c['flagged']} ({fmt_num(c['over_answers'], '.3f')} of answers, "
+                 f"{fmt_num(c['over_non_abstentions'], '.3f')} of non-abstentions)")
+    return text
+
+
 def _answer_lines(record: CandidateRecord) -> list[str]:
-    """The candidate's answers by kind with its safe rate, and the confabulation guard's comparison."""
-    answers = (record.summary or {}).get("answers") or {}
+    """The candidate's answers by verdict with its safe rate and confabulated answers, and the confabulation guard's
+    comparison."""
     lines = []
-    if answers:
-        counts = ", ".join(f"{kind} {answers.get(kind, 0)}" for kind in ("correct", "abstain", "confabulated"))
-        lines.append(f"answers: {counts}; safe rate (correct + abstain) {fmt_num(safe_rate(answers), '.3f')}")
+    if (text := answers_text(record.summary)) is not None:
+        lines.append(text)
     if record.confabulation:
         c = record.confabulation
         lines.append(f"confabulation guard: {c.n} questions answered by both, confabulation rate Δ {c.delta:+.4f} "

@@ -48,12 +48,18 @@ class AnswerResult:
     support_ids: tuple[str, ...] = ()  # context item ids the answer came from
 
 
+#: The four answer verdicts a judge gives: the answer is right, right in part, wrong, or declines.
+ANSWER_VERDICTS = ("correct", "partial", "wrong", "abstain")
+
+
 @dataclass(frozen=True)
 class Judgment:
     correct: bool
     score: float  # judge-specific, e.g. token F1
     judge: str  # name of the judge that produced this
     votes: tuple[bool, ...] = field(default=())
+    #: One of :data:`ANSWER_VERDICTS` ("correct" exactly when ``correct``); ``None`` when nothing was judged.
+    verdict: str | None = None
 
 
 class Extractor(Protocol):
@@ -77,4 +83,8 @@ class Answerer(Protocol):
 class Judge(Protocol):
     name: str
 
-    def judge(self, question: str, gold: str, answer: str) -> Judgment: ...
+    def judge(self, question: str, gold: str, answer: str, *, category: str = "",
+              abstention: bool = False) -> Judgment:
+        """``category`` is the question's category, ``abstention`` whether the question is unanswerable (the
+        gold answer then explains why); a judge may judge by them (e.g. LongMemEval's per-type criteria)."""
+        ...

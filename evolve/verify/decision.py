@@ -10,8 +10,9 @@ entries, below), or a stored report of one (``Comparison.to_report``), and appli
                         Holm-adjusted over the candidate's categories, is <= alpha: a significant regression
                         (reports whose category rows carry ``mcnemar_p``; categories in ``floor_exempt`` are
                         named in the reason instead)                                       -> REJECT
-3. ``confabulation``    with a ``confabulation`` brief (candidate vs. parent on "the answer is a confident wrong
-                        one", paired by question; accuracy objective only), a significant rise there
+3. ``confabulation``    with a ``confabulation`` brief (candidate vs. parent on "the answer is flagged as
+                        confabulated": a wrong or partial answer asserting content the packed context lacks,
+                        paired by question; accuracy objective only), a significant rise there
                         (delta > 0, p <= alpha, ci_low > 0)                                  -> REJECT
 4. ``dcr_floor``        candidate's DCR@tau (``dcr_tau``) below ``rho_min``              -> FEATURE_FLAG
 5. ``inconclusive``     not a significant gain (p > alpha or ci_low <= 0), p being the round's
@@ -334,7 +335,7 @@ def decide(report: Comparison | Mapping[str, Any], rules: AcceptanceRules, cost:
         return _incomplete(comparison.problems["confabulation"])
     confab = comparison.confabulation
     if confab is not None and confab.rises(rules.alpha):
-        return Decision(Verdict.REJECT, f"confabulation: confident wrong answers rise on {confab.n} questions "
+        return Decision(Verdict.REJECT, f"confabulation: answers flagged as confabulated rise on {confab.n} questions "
                                         f"(delta={confab.delta:+.4f}, p={confab.mcnemar_p:.4g}, "
                                         f"CI=[{confab.ci_low:+.4f}, {confab.ci_high:+.4f}]) ({stats})",
                         Rule.CONFABULATION)

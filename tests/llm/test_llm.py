@@ -207,7 +207,7 @@ def test_judge_majority_with_recorded_votes(llm_server, tmp_path):
     judge = LLMJudge(make_client(llm_server, tmp_path, role="judge", temperature=0.7)[0])
     verdict = judge.judge("When did Melanie camp?", "1 May 2023", "May 1st, 2023")
     assert verdict.votes == (True, False, True) and verdict.correct and verdict.score == pytest.approx(2 / 3)
-    assert verdict.judge == "llm-judge/test-model"
+    assert verdict.judge == "llm-judge.v2/test-model" and verdict.verdict == "correct"
     assert sorted(b["seed"] for b in llm_server.requests) == [0, 1, 2]
     assert all(b["temperature"] == 0.7 for b in llm_server.requests)
     assert "GOLD ANSWER: 1 May 2023" in last_user(llm_server.requests[0])
@@ -313,4 +313,4 @@ def test_build_llm_roles_only_for_llm_backends(llm_server, tmp_path):
     cfg = RolesConfig(answerer=role_cfg(llm_server), judge=role_cfg(llm_server, model="judge-model"))
     roles = build_llm_roles(cfg, ResponseCache(tmp_path / "cache"), UsageStats())
     assert sorted(roles) == ["answerer", "judge"]
-    assert isinstance(roles["answerer"], LLMAnswerer) and roles["judge"].name == "llm-judge/judge-model"
+    assert isinstance(roles["answerer"], LLMAnswerer) and roles["judge"].name == "llm-judge.v2/judge-model"

@@ -22,7 +22,7 @@ from evolve.llm import (LLMAnswerer, LLMClient, LLMExpander, LLMExtractor, LLMJu
                         RoleConfig, UsageStats)
 from evolve.llm.local import PORTABLE_CMAKE_ARGS, LocalLLMError, LocalLLMServer, missing_requirements
 from evolve.llm.prompting import json_payload
-from evolve.llm.roles import ANSWER_STOP, JUDGE_SCHEMA, answer_tokens
+from evolve.llm.roles import ANSWER_STOP, JUDGE_LABELS, JUDGE_SCHEMA, answer_tokens
 from evolve.loop.config import RunConfig
 from evolve.loop.engine import Engine
 from evolve.runtime.roles import ContextItem
@@ -98,7 +98,11 @@ def test_runtime_roles_on_the_real_model_replay_from_cache(local_llm, tmp_path):
     for vote in votes:  # constrained decoding: every vote is schema-valid JSON
         assert vote["params"]["response_format"] == {"type": "json_object", "schema": JUDGE_SCHEMA}
         reply = json.loads(vote["content"])
-        assert reply["label"] in ("CORRECT", "WRONG") and len(reply["reasoning"]) <= 200
+        assert reply["label"] in JUDGE_LABELS and len(reply["reasoning"]) <= 200
+    labels = [json.loads(vote["content"])["label"] for vote in votes]
+    assert sorted(verdict.votes) == sorted(label == "CORRECT" for label in labels)  # cache files in any order
+    assert verdict.verdict == ("correct" if labels.count("CORRECT") >= 2 else
+                               max(("WRONG", "PARTIAL", "ABSTAIN"), key=labels.count).lower())
 
     replay_stats = UsageStats()
     assert run_roles(replay_stats) == (facts, subqueries, answers, verdict)

@@ -127,8 +127,10 @@ def test_an_abstaining_answer_is_correct_only_on_abstention_questions():
     strategy = load_strategy(BASELINE_PATH)
     declined = Harness(bench, Roles(answerer=Declining()), progress=False).evaluate(strategy)
     assert {t.question_id for t in declined.traces if t.correct} == {"lme_ku_2_abs", "lme_ssu_2_abs"}
-    assert all(t.answer_kind == "correct" for t in declined.traces if t.abstention)
+    assert all(t.verdict == "correct" and not t.confabulated for t in declined.traces if t.abstention)
     assert declined.summary.abstention == {"n": 2, "correct": 2, "accuracy": 1.0}
     asserted = Harness(bench, Roles(answerer=Asserting()), progress=False).evaluate(strategy)
     assert asserted.summary.abstention == {"n": 2, "correct": 0, "accuracy": 0.0}
-    assert all(t.answer_kind == "confabulated" for t in asserted.traces if t.abstention)
+    for t in (t for t in asserted.traces if t.abstention):  # flagged when the packed context never names it
+        invented = "biscuit" not in " ".join(p["text"] for p in t.packed).lower()
+        assert t.verdict == "wrong" and t.confabulated == invented

@@ -175,7 +175,7 @@ def test_confabulation_guard_branch_by_branch(rows, confab_rows, verdict, rule):
     d = decide(r, D2ACCI)
     assert (d.verdict, d.rule) == (verdict, rule), d
     if rule == "confabulation":
-        assert "confident wrong answers rise on 400 questions" in d.reason
+        assert "answers flagged as confabulated rise on 400 questions" in d.reason
 
 
 def test_a_malformed_confabulation_brief_is_incomplete_and_the_brief_replays_from_the_record():
