@@ -20,9 +20,14 @@ applies these rules, first match wins:
                         objective) and the report's ``secondary`` brief, an inconclusive result goes on
                         to rules 6-9 when it is non-inferior on the objective (delta >= 0 and ci_low >
                         -``non_inferiority_margin``) and gains significantly on the secondary outcome
-                        (its p, adjusted over the round as ``secondary_testing`` says, <= alpha and its
-                        ci_low > 0): a fixed-sequence test, the secondary tested only where the
-                        objective cannot tell. Its accept's rule is ``accept_secondary``.
+                        (its p, adjusted over the round as ``secondary_testing`` says, <= ``secondary_alpha``
+                        and its ci_low > 0). Its accept's rule is ``accept_secondary``. The objective's
+                        gain is then tested at alpha - ``secondary_alpha``: Wiens' (2003) fallback
+                        procedure, whose two levels add up to alpha, so a change that moves neither
+                        outcome is accepted with probability <= alpha per comparison (and per round under
+                        Holm). ``secondary_alpha: null`` is the procedure before the split (both at alpha,
+                        the secondary read only where the objective fails): up to ~2 alpha; records decided
+                        under it replay with it (experiments/bench/contract_simulation.md).
 6. ``category_regression`` a vetoing category has delta_c < -epsilon_c                  -> REJECT
                         (``veto: all_categories``: every category; else those in ``veto_slices``)
 7. ``cost``            with :class:`CostLimits`, the candidate's mean packed context words exceed
@@ -97,6 +102,9 @@ class AcceptanceRules(BaseModel):
                                                           "inconclusive but non-inferior (rule 5)")
     non_inferiority_margin: float = Field(0.02, ge=0, description="largest objective loss the CI may allow for an "
                                                                   "accept on the secondary outcome")
+    secondary_alpha: float | None = Field(None, gt=0, description="level of the secondary outcome's test; the "
+                                                                  "objective's gain is tested at alpha minus it. "
+                                                                  "Left out with secondary set: alpha / 5")
     bootstrap_resamples: int = Field(10_000, ge=1, description="resamples of the paired BCa confidence interval")
 
     @field_validator("protected_slices", "veto_slices")
@@ -110,6 +118,35 @@ class AcceptanceRules(BaseModel):
     def _known_epsilons(cls, value: dict[str, float]) -> dict[str, float]:
         _require_categories(value)
         return value
+
+    @model_validator(mode="before")
+    @classmethod
+    def _secondary_split(cls, data: Any) -> Any:
+        """With ``secondary`` set and ``secondary_alpha`` left out, the secondary test gets alpha / 5 (an explicit
+        ``null`` keeps the procedure before the split, under which older records were decided)."""
+        if isinstance(data, Mapping) and data.get("secondary") is not None and "secondary_alpha" not in data:
+            alpha = data.get("alpha", cls.model_fields["alpha"].default)
+            return {**data, "secondary_alpha": alpha / 5 if is_real(alpha) else None}
+        return data
+
+    @model_validator(mode="after")
+    def _secondary_level(self) -> "AcceptanceRules":
+        if self.secondary_alpha is not None:
+            if self.secondary is None:
+                raise ValueError("secondary_alpha: set only with secondary (the outcome it tests)")
+            if not self.secondary_alpha < self.alpha:
+                raise ValueError(f"secondary_alpha: must be below alpha ({self.alpha:g}), got {self.secondary_alpha:g}")
+        return self
+
+    @property
+    def objective_alpha(self) -> float:
+        """Level of the objective's gain test: alpha less the secondary's share under a split secondary rule."""
+        return self.alpha - (self.secondary_alpha or 0.0)
+
+    @property
+    def secondary_level(self) -> float:
+        """Level of the secondary outcome's test (alpha under the unsplit procedure of ``secondary_alpha: null``)."""
+        return self.alpha if self.secondary_alpha is None else self.secondary_alpha
 
     @model_validator(mode="after")
     def _one_veto(self) -> "AcceptanceRules":
@@ -268,11 +305,13 @@ def _secondary_gain(report: Mapping[str, Any], rules: AcceptanceRules,
     if brief is None:
         return None
     p = adjusted[0] if adjusted is not None else brief.mcnemar_p
-    if not (p <= rules.alpha and brief.ci_low > 0):
+    if not (p <= rules.secondary_level and brief.ci_low > 0):
         return None
     shown = f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates" if adjusted is not None else ""
+    level = f" <= secondary_alpha {rules.secondary_alpha:g}" if rules.secondary_alpha is not None else ""
     return True, (f"non-inferior (margin {rules.non_inferiority_margin:g}), secondary {rules.secondary}: "
-            f"delta={brief.delta:+.4f}, p={brief.mcnemar_p:.4g}{shown}, CI=[{brief.ci_low:+.4f}, {brief.ci_high:+.4f}]")
+                  f"delta={brief.delta:+.4f}, p={brief.mcnemar_p:.4g}{shown}{level}, "
+                  f"CI=[{brief.ci_low:+.4f}, {brief.ci_high:+.4f}]")
 
 
 def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits | None = None) -> Decision:
@@ -303,8 +342,11 @@ def decide(report: Mapping[str, Any], rules: AcceptanceRules, cost: CostLimits |
     if adjusted is not None:
         p = adjusted[0]
         stats += f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates"
+    level = rules.objective_alpha
+    if level != rules.alpha:
+        stats += f" (objective at alpha {level:g}, secondary_alpha {rules.secondary_alpha:g})"
     secondary = None
-    if not (p <= rules.alpha and low > 0) and (rules.require_significance or delta <= 0):
+    if not (p <= level and low > 0) and (rules.require_significance or delta <= 0):
         gain = _secondary_gain(report, rules, paired)
         if gain is None:
             return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} (alpha={rules.alpha})", "inconclusive")
