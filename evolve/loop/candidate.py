@@ -185,7 +185,7 @@ class CandidateVerifier:
 
 def secondary_brief(base: EvalRun, run: EvalRun, rules: AcceptanceRules, seed: int) -> PairedBrief | None:
     """Candidate ``run`` vs. parent ``base`` on the rules' secondary outcome, paired by question (``None`` without a
-    secondary rule): what rule 5's fixed-sequence step of :func:`~evolve.verify.decision.decide` reads."""
+    secondary rule): what rule 5's secondary (fallback) step of :func:`~evolve.verify.decision.decide` reads."""
     if rules.secondary is None:
         return None
     return paired_comparison(base.outcomes(rules.secondary), run.outcomes(rules.secondary), alpha=rules.alpha,

@@ -293,9 +293,9 @@ def _adjusted_p(report: Mapping[str, Any], name: str = "multiple_testing") -> tu
 
 def _secondary_gain(report: Mapping[str, Any], rules: AcceptanceRules,
                     paired: PairedReport) -> tuple[bool, str] | None:
-    """Rule 5's fixed-sequence step: ``(True, figures)`` when the candidate is non-inferior on the objective and
-    gains significantly on the secondary outcome, ``(False, why)`` when the report's secondary entries are
-    malformed, else ``None``."""
+    """Rule 5's fallback step: ``(True, figures)`` when the candidate is non-inferior on the objective and gains
+    significantly (at ``secondary_alpha``) on the secondary outcome, ``(False, why)`` when the report's secondary
+    entries are malformed, else ``None``."""
     if rules.secondary is None or paired.delta < 0 or paired.ci_low <= -rules.non_inferiority_margin:
         return None
     brief, adjusted = _brief(report, "secondary"), _adjusted_p(report, "secondary_testing")
