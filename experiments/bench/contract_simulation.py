@@ -468,7 +468,7 @@ def choice(fig: dict, names: list[str], raw: dict, night_sizes: list[int]) -> st
 **Before: the secondary branch was not fixed-sequence.** A fixed-sequence procedure tests the second hypothesis only
 after the first is *rejected*; rule 5 tested the secondary outcome exactly where the objective was *not* rejected,
 both at alpha = {alpha}. A change that moves neither outcome could pass either way, so only Bonferroni's bound holds:
-up to 2 alpha per comparison, reached as the two outcomes' discordant pairs decorrelate. Simulated on {big}
+up to 2 alpha per comparison, approached when the two tests seldom reject together. Simulated on {big}
 questions: {r(("cmp", big, plain))} without `secondary`, {r(("cmp", big, unsplit))} with it (on {small}:
 {r(("cmp", small, plain))} and {r(("cmp", small, unsplit))}). The exact McNemar test is conservative on the few
 discordant pairs such changes make, which keeps both under alpha there; with changes that redraw
