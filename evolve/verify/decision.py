@@ -26,9 +26,14 @@ entries, below), or a stored report of one (``Comparison.to_report``), and appli
                         objective) and the report's ``secondary`` brief, an inconclusive result goes on
                         to rules 6-9 when it is non-inferior on the objective (delta >= 0 and ci_low >
                         -``non_inferiority_margin``) and gains significantly on the secondary outcome
-                        (its p, adjusted over the round as ``secondary_testing`` says, <= alpha and its
-                        ci_low > 0): a fixed-sequence test, the secondary tested only where the
-                        objective cannot tell. Its accept's rule is ``accept_secondary``.
+                        (its p, adjusted over the round as ``secondary_testing`` says, <= ``secondary_alpha``
+                        and its ci_low > 0). Its accept's rule is ``accept_secondary``. The objective's
+                        gain is then tested at alpha - ``secondary_alpha``: Wiens' (2003) fallback
+                        procedure, whose two levels add up to alpha, so a change that moves neither
+                        outcome is accepted with probability <= alpha per comparison (and per round under
+                        Holm). ``secondary_alpha: null`` is the procedure before the split (both at alpha,
+                        the secondary read only where the objective fails): up to ~2 alpha; records decided
+                        under it replay with it (experiments/bench/contract_simulation.md).
 6. ``category_regression`` a vetoing category has delta_c < -epsilon_c                  -> REJECT
                         (``veto: all_categories``: every category; else those in ``veto_slices``)
 7. ``cost``            with :class:`CostLimits`, the candidate's mean packed context words exceed
@@ -167,6 +172,9 @@ class AcceptanceRules(BaseModel):
                                                           "inconclusive but non-inferior (rule 5)")
     non_inferiority_margin: float = Field(0.02, ge=0, description="largest objective loss the CI may allow for an "
                                                                   "accept on the secondary outcome")
+    secondary_alpha: float | None = Field(None, gt=0, description="level of the secondary outcome's test; the "
+                                                                  "objective's gain is tested at alpha minus it. "
+                                                                  "Left out with secondary set: alpha / 5")
     bootstrap_resamples: int = Field(10_000, ge=1, description="resamples of the paired BCa confidence interval")
 
     @field_validator("protected_slices", "veto_slices", "floor_exempt")
@@ -181,6 +189,35 @@ class AcceptanceRules(BaseModel):
         _require_categories(value)
         return value
 
+    @model_validator(mode="before")
+    @classmethod
+    def _secondary_split(cls, data: Any) -> Any:
+        """With ``secondary`` set and ``secondary_alpha`` left out, the secondary test gets alpha / 5 (an explicit
+        ``null`` keeps the procedure before the split, under which older records were decided)."""
+        if isinstance(data, Mapping) and data.get("secondary") is not None and "secondary_alpha" not in data:
+            alpha = data.get("alpha", cls.model_fields["alpha"].default)
+            return {**data, "secondary_alpha": alpha / 5 if is_real(alpha) else None}
+        return data
+
+    @model_validator(mode="after")
+    def _secondary_level(self) -> "AcceptanceRules":
+        if self.secondary_alpha is not None:
+            if self.secondary is None:
+                raise ValueError("secondary_alpha: set only with secondary (the outcome it tests)")
+            if not self.secondary_alpha < self.alpha:
+                raise ValueError(f"secondary_alpha: must be below alpha ({self.alpha:g}), got {self.secondary_alpha:g}")
+        return self
+
+    @property
+    def objective_alpha(self) -> float:
+        """Level of the objective's gain test: alpha less the secondary's share under a split secondary rule."""
+        return self.alpha - (self.secondary_alpha or 0.0)
+
+    @property
+    def secondary_level(self) -> float:
+        """Level of the secondary outcome's test (alpha under the unsplit procedure of ``secondary_alpha: null``)."""
+        return self.alpha if self.secondary_alpha is None else self.secondary_alpha
+
     @model_validator(mode="after")
     def _one_veto(self) -> "AcceptanceRules":
         if self.veto == "all_categories" and self.veto_slices:
@@ -191,8 +228,9 @@ class AcceptanceRules(BaseModel):
         return self.epsilon_by_category.get(category, self.epsilon_default)
 
     def gain_level(self, method: str | None) -> float:
-        """The level an adjusted gain p is held to: ``fdr_q`` under Benjamini-Hochberg, else alpha."""
-        return self.fdr_q if method == "bh" else self.alpha
+        """The level the objective's (adjusted) gain p is held to: ``fdr_q`` under Benjamini-Hochberg, else alpha;
+        under a split secondary rule, the objective's share of it (:attr:`objective_alpha` over alpha)."""
+        return (self.fdr_q if method == "bh" else self.alpha) * self.objective_alpha / self.alpha
 
     def vetoes(self, category: str) -> bool:
         """Whether a regression beyond epsilon in ``category`` rejects the candidate."""
@@ -287,9 +325,9 @@ def _adjusted(adjustment: Adjustment | None) -> tuple[float, str, int] | None:
 
 
 def _secondary_gain(comparison: Comparison, rules: AcceptanceRules) -> tuple[bool, str] | None:
-    """Rule 5's fixed-sequence step: ``(True, figures)`` when the candidate is non-inferior on the objective and
-    gains significantly on the secondary outcome, ``(False, why)`` when the report's secondary entries are
-    malformed, else ``None``."""
+    """Rule 5's fallback step: ``(True, figures)`` when the candidate is non-inferior on the objective and gains
+    significantly (at ``secondary_alpha``) on the secondary outcome, ``(False, why)`` when the report's secondary
+    entries are malformed, else ``None``."""
     paired = comparison.paired
     if rules.secondary is None or paired.delta < 0 or paired.ci_low <= -rules.non_inferiority_margin:
         return None
@@ -300,11 +338,13 @@ def _secondary_gain(comparison: Comparison, rules: AcceptanceRules) -> tuple[boo
     if brief is None:
         return None
     p = adjusted[0] if adjusted is not None else brief.mcnemar_p
-    if not (p <= rules.alpha and brief.ci_low > 0):
+    if not (p <= rules.secondary_level and brief.ci_low > 0):
         return None
     shown = f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates" if adjusted is not None else ""
+    level = f" <= secondary_alpha {rules.secondary_alpha:g}" if rules.secondary_alpha is not None else ""
     return True, (f"non-inferior (margin {rules.non_inferiority_margin:g}), secondary {rules.secondary}: "
-            f"delta={brief.delta:+.4f}, p={brief.mcnemar_p:.4g}{shown}, CI=[{brief.ci_low:+.4f}, {brief.ci_high:+.4f}]")
+                  f"delta={brief.delta:+.4f}, p={brief.mcnemar_p:.4g}{shown}{level}, "
+                  f"CI=[{brief.ci_low:+.4f}, {brief.ci_high:+.4f}]")
 
 
 def _incomplete(why: str) -> Decision:
@@ -344,15 +384,18 @@ def decide(report: Comparison | Mapping[str, Any], rules: AcceptanceRules, cost:
                                               f"{rules.rho_min:.3f}", Rule.DCR_FLOOR)
     if "multiple_testing" in comparison.problems:
         return _incomplete(comparison.problems["multiple_testing"])
-    adjusted, level = _adjusted(comparison.multiple_testing), rules.alpha
+    adjusted = _adjusted(comparison.multiple_testing)
+    level = rules.gain_level(adjusted[1] if adjusted is not None else None)
     if adjusted is not None:
-        p, level = adjusted[0], rules.gain_level(adjusted[1])
+        p = adjusted[0]
         stats += f", {adjusted[1]}-adjusted p={p:.4g} over {adjusted[2]} candidates"
+    if rules.secondary_alpha is not None:
+        stats += f" (objective at alpha {level:g}, secondary_alpha {rules.secondary_alpha:g})"
     secondary = None
     if not (p <= level and low > 0) and (rules.require_significance or delta <= 0):
         gain = _secondary_gain(comparison, rules)
         if gain is None:
-            shown = f"q={level}" if level != rules.alpha else f"alpha={rules.alpha}"
+            shown = f"q={rules.fdr_q}" if adjusted is not None and adjusted[1] == "bh" else f"alpha={rules.alpha}"
             return Decision(Verdict.FEATURE_FLAG, f"inconclusive: {stats} ({shown})", Rule.INCONCLUSIVE)
         if not gain[0]:
             return _incomplete(gain[1])

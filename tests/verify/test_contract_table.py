@@ -250,7 +250,9 @@ def test_a_malformed_secondary_entry_is_incomplete():
 
 
 def test_holm_adjusts_the_secondary_outcome_over_the_round_and_the_record_replays():
-    """A lone secondary gain (p about 0.03) among four candidates is accepted alone and inconclusive under Holm."""
+    """A lone secondary gain (p about 0.03) among four candidates is accepted alone and inconclusive under Holm (the
+    unsplit procedure, secondary at alpha, under which such records were decided)."""
+    unsplit = SECONDARY.model_copy(update={"secondary_alpha": None})
     lone = [("single_hop", False, True, 6), ("single_hop", True, True, 94), ("single_hop", False, False, 100)]
     rows_list = [FLAT, FLAT, FLAT, FLAT]
     secondaries = [lone, SAME_EVIDENCE, SAME_EVIDENCE, MORE_EVIDENCE]
@@ -260,18 +262,18 @@ def test_holm_adjusts_the_secondary_outcome_over_the_round_and_the_record_replay
         record = CandidateRecord(f"r001-c{i:02d}", 1, {"key": f"k{i}"}, "retrieval_gap/*", "0" * 64, {},
                                  paired=PairedReport.from_dict(r["paired"]), dcr=r["dcr"],
                                  secondary=PairedBrief.from_dict(brief(sec)))
-        record.close(decide(decision_report(record), SECONDARY), "decision")
+        record.close(decide(decision_report(record), unsplit), "decision")
         results.append(CandidateResult(record, {}, None))
     first = results[0].record
     assert first.decision.rule == "accept_secondary" and 0.0125 < first.secondary.mcnemar_p < 0.05
-    changed = decide_family(results, SECONDARY)
+    changed = decide_family(results, unsplit)
     assert [r.record.candidate_id for r in changed] == ["r001-c00"] and first.decision.rule == "inconclusive"
     assert first.secondary_testing.p_adjusted == pytest.approx(min(1.0, 3 * first.secondary.mcnemar_p))
     strong = results[3].record
     assert strong.decision.rule == "accept_secondary" and "holm-adjusted p=" in strong.decision.reason
     again = load_record(json.loads(json.dumps(dump_record(strong))))
     assert (again.secondary, again.secondary_testing) == (strong.secondary, strong.secondary_testing)
-    assert decide(decision_report(again), SECONDARY) == strong.decision
+    assert decide(decision_report(again), unsplit) == strong.decision
     # records written before the rule existed keep their stored form: no secondary keys
     assert "secondary" not in dump_record(_round(D2ACCI, [CLEAN])[0].record)
 
