@@ -13,7 +13,8 @@ adjustment :func:`~evolve.loop.family.decide_family` itself. A night mirrors :cl
 ``rounds`` rounds of up to ``candidates_per_round`` screened candidates (each probed on the stratified probe of
 :func:`~evolve.verify.probe.stratified_probe`, then compared in full), the merge of the round's accepts so far taking
 the next slot (:func:`evolve.loop.learning.merged`, :class:`evolve.improve.proposer.RoundPlan`), Holm over the
-round's fully compared candidates, the best accept applied, and the round's other accepts carried to the next round
+round's fully compared and probe-stopped candidates (those the probe screen stopped, with their probe McNemar p), the
+best accept applied, and the round's other accepts carried to the next round
 as runners-up (:func:`evolve.loop.learning.runners_up`). A merged or re-applied change keeps the outcomes its parts
 drew on the questions they touch (first part first). Rules come from a shipped run config (default
 experiments/locomo_answer.yaml). Run from the repository root:
@@ -45,7 +46,7 @@ from evolve.verify.decision import AcceptanceRules, Decision, Verdict, decide, p
 from evolve.verify.multiplicity import Adjustment, adjust
 from evolve.verify.outcomes import ProbeOutcome
 from evolve.verify.probe import stratified_probe
-from evolve.verify.statistics import PairedReport, paired_comparison
+from evolve.verify.statistics import PairedReport, mcnemar_exact, paired_comparison
 
 #: Joint parent outcome (objective, secondary): answer in evidence 0.37, all evidence packed 0.45.
 JOINT = {(True, True): 0.30, (True, False): 0.07, (False, True): 0.15, (False, False): 0.48}
@@ -261,7 +262,9 @@ def _verify(cid, round_no, slot: Slot, state, cand, cats, probe, rules: Acceptan
     """Probe, then full comparison and decision, as :meth:`CandidateVerifier.verify` does after gates and critic."""
     base_acc, cand_acc = float(state[0][probe].mean()), float(cand[0][probe].mean())
     changed = int((state[0][probe] != cand[0][probe]).sum())
-    probe_outcome = ProbeOutcome(len(probe), base_acc, cand_acc, cand_acc - base_acc, packed_contexts_changed=changed)
+    up = int((cand[0][probe] > state[0][probe]).sum())
+    probe_outcome = ProbeOutcome(len(probe), base_acc, cand_acc, cand_acc - base_acc, packed_contexts_changed=changed,
+                                 mcnemar_p=mcnemar_exact(up, changed - up))
     screened = probe_screen(base_acc, cand_acc, rules)
     if screened is None and changed == 0:
         screened = Decision(Verdict.FEATURE_FLAG, "inert: no probe packed context changed", "probe-inert")

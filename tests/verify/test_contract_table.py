@@ -13,6 +13,7 @@ from evolve.state.records import decision_report, dump_record, load_record
 from evolve.verify.decision import AcceptanceRules, CostLimits, Verdict, decide
 from evolve.verify.multiplicity import adjust
 from evolve.verify.statistics import PairedBrief, PairedReport, paired_comparison
+from evolve.ops.contract_cases import CASES, SHIPPED, report, shipped_rules
 from test_statistics import outcomes
 
 #: D²ACCI's pre-specified important slice in its LoCoMo table.
@@ -20,25 +21,9 @@ D2ACCI = AcceptanceRules(protected_slices=["multi_hop"])
 #: E²MEND's rule: every category vetoes.
 E2MEND = AcceptanceRules(protected_slices=["multi_hop"], veto="all_categories")
 
-#: "Supplement": +2.71 pp over 996 questions (45 improved, 18 regressed: McNemar p = 0.0009), multi-hop -2.6 pp.
-SUPPLEMENT = [("multi_hop", False, True, 2), ("multi_hop", True, False, 7), ("multi_hop", True, True, 100),
-              ("multi_hop", False, False, 83),
-              ("single_hop", False, True, 30), ("single_hop", True, False, 6), ("single_hop", True, True, 300),
-              ("single_hop", False, False, 164),
-              ("temporal", False, True, 13), ("temporal", True, False, 5), ("temporal", True, True, 200),
-              ("temporal", False, False, 86)]
-#: A clean gain: +3 pp with no slice losing.
-CLEAN = [("multi_hop", False, True, 10), ("multi_hop", True, True, 90), ("single_hop", False, True, 20),
-         ("single_hop", True, True, 280), ("temporal", False, True, 5), ("temporal", True, True, 95)]
-#: Significant harm: -4 pp.
-HARM = [("multi_hop", True, False, 8), ("multi_hop", True, True, 92), ("single_hop", True, False, 12),
-        ("single_hop", True, True, 288)]
-#: Inconclusive: +1 pp, 9 improved against 5 regressed.
-NOISE = [("single_hop", False, True, 9), ("single_hop", True, False, 5), ("single_hop", True, True, 386)]
-
-
-def report(rows, dcr: float = 0.95) -> dict:
-    return {"paired": paired_comparison(*outcomes(rows), n_resamples=500).to_dict(), "dcr": dcr}
+CASE = {case.name: list(case.rows) for case in CASES}
+SUPPLEMENT, CLEAN, HARM, NOISE = CASE["supplement"], CASE["clean"], CASE["harm"], CASE["noise"]
+SINGLE_HOP_FALLS = CASE["single_hop_falls"]
 
 
 def test_the_supplement_figures_are_the_reported_ones():
@@ -280,26 +265,7 @@ def test_holm_adjusts_the_secondary_outcome_over_the_round_and_the_record_replay
 
 # ---------------------------------------------------------------- every category has a floor
 
-#: The configs the project ships with D²ACCI's protected slices.
-SHIPPED = ["nightly.yaml", "locomo.yaml", "locomo_answer.yaml", "locomo_answer_generalise.yaml",
-           "locomo_evidence.yaml", "locomo_holdout.yaml"]
-
-#: +6.4 pp overall while single-hop, LoCoMo's largest category, falls 10 pp (5 improved, 35 regressed of 300):
-#: significant on its own.
-SINGLE_HOP_FALLS = [("single_hop", False, True, 5), ("single_hop", True, False, 35), ("single_hop", True, True, 150),
-                    ("single_hop", False, False, 110),
-                    ("multi_hop", False, True, 40), ("multi_hop", True, True, 60), ("multi_hop", False, False, 100),
-                    ("temporal", False, True, 35), ("temporal", True, True, 65), ("temporal", False, False, 100)]
-
-
-def _shipped_rules(name: str) -> AcceptanceRules:
-    from pathlib import Path
-
-    from evolve.loop.config import load_config
-    return load_config(Path(__file__).parents[2] / "experiments" / name, check_files=False).acceptance
-
-
-@pytest.mark.parametrize("config", SHIPPED)
+@pytest.mark.parametrize("config", [name for name in SHIPPED if name != "lifecycle.yaml"])
 @pytest.mark.parametrize("rows, verdict, rule", [
     (SUPPLEMENT, Verdict.ACCEPT_WITH_MONITOR, "protected_slice_regression"),
     (CLEAN, Verdict.ACCEPT, "accept"),
@@ -308,7 +274,7 @@ def _shipped_rules(name: str) -> AcceptanceRules:
     (SINGLE_HOP_FALLS, Verdict.REJECT, "category_floor"),
 ])
 def test_the_d2acci_table_replays_under_every_shipped_config(config, rows, verdict, rule):
-    d = decide(report(rows), _shipped_rules(config))
+    d = decide(report(rows), shipped_rules(config))
     assert (d.verdict, d.rule) == (verdict, rule), d
 
 
@@ -460,3 +426,12 @@ def test_a_comparison_and_its_stored_report_decide_alike():
     # a malformed optional entry is kept as a problem and decided as incomplete at its rule, not before
     broken = Comparison.from_report({**report(HARM), "holdout": {"n": 3}})
     assert set(broken.problems) == {"holdout"} and decide(broken, D2ACCI).rule == "significant_harm"
+
+
+def test_the_generated_contract_table_is_what_decide_says():
+    from evolve.ops.contract_cases import verdicts
+    from evolve.ops.docs_reference import contract_page
+    rows = {line.split(" | ")[0]: line.strip(" |").split(" | ")[2:] for line in contract_page().splitlines()
+            if line.startswith("| `")}
+    for case, by_config in verdicts().items():
+        assert rows[f"| `{case}`"] == [f"{d.verdict.value} (`{d.rule}`)" for d in by_config.values()]
