@@ -155,3 +155,10 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     assert _tree(venv) == venv_before
     for name in WORK_DIRS:
         assert not (purelib / name).exists() and not (purelib / "evolve" / name).exists()
+
+
+def test_ci_runs_the_readme_test_command_verbatim():
+    """.ci/run's last line is the README's test command, character for character."""
+    readme = (REPO / "README.md").read_text().splitlines()
+    command = next(line for line in readme if line.rstrip().endswith("python -m pytest -q"))
+    assert (REPO / ".ci" / "run").read_text().rstrip().splitlines()[-1] == command

@@ -98,10 +98,10 @@ def test_retry_after_is_honoured(llm_server, tmp_path):
 
 def test_timeout_is_retried_then_succeeds(llm_server, tmp_path):
     client, _ = make_client(llm_server, tmp_path, timeout_s=0.3)
-    llm_server.fail_next("hang", 1, hang_s=3)
+    llm_server.fail_next("hang", 1, hang_s=120)
     started = time.monotonic()
     assert client.complete(MESSAGES) == "echo: hello there"
-    assert time.monotonic() - started < 2 and llm_server.request_count == 2
+    assert time.monotonic() - started < 60 and llm_server.request_count == 2  # gave up long before the hang ended
 
 
 def test_exhausted_retries_raise_and_leave_no_cache(llm_server, tmp_path):

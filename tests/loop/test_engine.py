@@ -3,7 +3,6 @@ import json
 from pathlib import Path
 
 import pytest
-import yaml
 
 from evolve.loop.config import RunConfig
 from evolve.verify.decision import AcceptanceRules, decide
@@ -98,13 +97,3 @@ def test_second_run_on_locked_stores_is_refused(tmp_path):
     with StoreSet(stores):
         with pytest.raises(StoreError, match="lock"):
             Engine(tiny(stores), track=False, progress=False)
-
-
-def test_bad_strategy_is_refused_before_stores_are_touched(tmp_path):
-    bad = tmp_path / "bad.yaml"
-    data = yaml.safe_load(BASELINE_PATH.read_text())
-    data["retrieval"]["top_k"] = 0
-    bad.write_text(yaml.safe_dump(data))
-    with pytest.raises(ValueError, match="retrieval.top_k"):
-        Engine(tiny(tmp_path / "stores", strategy=bad), track=False)
-    assert not (tmp_path / "stores").exists()

@@ -175,7 +175,7 @@ def test_an_endpoint_that_trickles_is_unreachable_in_bounded_time(trickle, capsy
     config = _run_config(tmp_path, answerer={"backend": "llm", "base_url": url, "model": "m"})
     started = time.perf_counter()
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
-    assert code == 2 and time.perf_counter() - started < 5, out
+    assert code == 2 and time.perf_counter() - started < 15, out  # the trickle lasts 20 s
     assert f"error: LLM role 'answerer': cannot reach {url} ({url}/models): no HTTP answer within 3s" in out, out
     assert not (tmp_path / "stores").exists()
 
@@ -244,7 +244,7 @@ def test_a_broken_tracking_store_is_refused_before_the_stores_in_bounded_time(br
             started = time.perf_counter()
             code, out = cli(capsys, "run", "--config", config)
             assert code == 2 and f"error: {config}: tracking_uri: " in out and rule in out, out
-            assert "Traceback" not in out and time.perf_counter() - started < 5
+            assert "Traceback" not in out and time.perf_counter() - started < 30  # MLflow's retries take minutes
             assert not (tmp_path / "stores").exists()
     finally:
         subprocess.run(["chattr", "-i", str(read_only)], capture_output=True)
@@ -325,7 +325,7 @@ def test_an_optuna_storage_without_its_driver_is_refused_before_the_stores(url, 
     started = time.perf_counter()
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and f"error: {config}:4: optuna_storage: Value error, {rule}" in out, out
-    assert "Traceback" not in out and time.perf_counter() - started < 2
+    assert "Traceback" not in out and time.perf_counter() - started < 30  # a ceiling, not a speed test
     assert not (tmp_path / "stores").exists()
 
 
@@ -372,7 +372,7 @@ def test_a_hostile_benchmark_file_is_refused_before_evaluating(kind, data, rule,
     started = time.perf_counter()
     code, out = cli(capsys, "eval", "--bench", f"{kind}:{bench}", "--out", tmp_path / "eval", "--cache", "")
     assert code == 2 and rule in out and "Traceback" not in out, out[-1000:]
-    assert time.perf_counter() - started < 2 and not (tmp_path / "eval").exists()
+    assert time.perf_counter() - started < 30 and not (tmp_path / "eval").exists()  # a ceiling, not a speed test
 
 
 # ---------------------------------------------------------------- 10. executor addresses
@@ -399,10 +399,11 @@ def test_a_local_executor_with_an_address_is_refused(capsys, tmp_path):
 
 def test_an_endpoint_without_a_models_list_is_refused_at_once(capsys, tmp_path, broken_tracking):
     url = f"{broken_tracking}/v1"  # answers 500 to everything, as a gateway does for a host that is not there
-    config = _run_config(tmp_path, answerer={"backend": "llm", "base_url": url, "model": "m"})
+    config = _run_config(tmp_path, answerer={"backend": "llm", "base_url": url, "model": "m", "backoff_s": 120,
+                                             "max_backoff_s": 120})
     started = time.perf_counter()
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
-    assert code == 2 and time.perf_counter() - started < 5, out
+    assert code == 2 and time.perf_counter() - started < 60, out  # one retry would have waited 120 s
     assert f"error: LLM role 'answerer': {url} is not an OpenAI-compatible endpoint: GET {url}/models answers " \
            "HTTP 500" in out, out
     assert not (tmp_path / "stores").exists()

@@ -67,7 +67,7 @@ def test_report_refuses_outputs_that_would_replace_state(option, capsys, stores,
         started = time.perf_counter()
         code, out = cli(capsys, "report", "--stores", stores, *argv)
         assert code == 2 and f"error: {option} {path}: refused: " in out and "Traceback" not in out, out
-        assert time.perf_counter() - started < 2.0
+        assert time.perf_counter() - started < 60  # a ceiling: opening the FIFO for writing would block
     assert snapshot(stores) == before
     assert {p: p.read_bytes() for p in outside} == outside
     assert (tmp_path / "fifo.html").is_fifo() and not fine.exists()
@@ -82,13 +82,13 @@ def test_eval_refuses_an_output_directory_in_the_stores_or_behind_a_link(capsys,
     traces_link.mkdir()
     (traces_link / "traces.jsonl").symlink_to(stores / "journal.jsonl")
     before = snapshot(stores)
+    unread = tmp_path / "absent.yaml"  # read right after the output check: refusing --out first leaves it unread
     for out_dir, rule in ((stores, "lies inside the stores"), (stores / "rounds", "lies inside the stores"),
                           (loop, "is a symbolic link"), (loop / "sub", "cannot be resolved"),
                           (traces_link, "is a symbolic link")):
-        started = time.perf_counter()
-        code, out = cli(capsys, "eval", "--bench", BENCH, "--out", out_dir, "--cache", "")
+        code, out = cli(capsys, "eval", "--bench", BENCH, "--out", out_dir, "--cache", "", "--strategy", unread)
         assert code == 2 and "error: --out " in out and rule in out and "Traceback" not in out, out
-        assert time.perf_counter() - started < 1.0  # refused before the evaluation
+        assert str(unread) not in out  # refused before the strategy was read, so before the evaluation
     assert snapshot(stores) == before
 
 
@@ -191,7 +191,7 @@ def test_verify_against_a_dead_tracking_server_fails_in_bounded_time(capsys, sto
         started = time.perf_counter()
         code, out = cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", uri)
     assert code == 2 and f"error: {uri}: cannot read the tracking store: " in out, out
-    assert "Traceback" not in out and time.perf_counter() - started < 5
+    assert "Traceback" not in out and time.perf_counter() - started < 30  # MLflow's own retries take minutes
 
 
 # ---------------------------------------------------------------- 13. a witness that is a link or a directory
