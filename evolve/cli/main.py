@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evolve.cli import interrupt
 from evolve.cli.defaults import CONFIG_HELP, config_path, stores_dir
 from evolve.data import BASELINE_PATH
 from evolve.errors import UserError
@@ -168,26 +169,31 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = config_path(args.config)
     if path is None:
         raise ConfigError("no run config: give --config PATH or set $MEMEVOLVE_CONFIG")
-    config = load_config(path)
-    if args.stores:
-        try:
-            stores = Path(args.stores).resolve()
-        except (RuntimeError, OSError) as exc:  # a symlink loop
-            raise ConfigError(f"--stores {args.stores}: cannot be resolved ({exc})") from None
-        config = config.model_copy(update={"stores": stores})
+    engine: Engine | None = None
     try:
-        if args.estimate:
-            from evolve.loop.estimate import estimate
+        config = load_config(path)
+        if args.stores:
+            try:
+                stores = Path(args.stores).resolve()
+            except (RuntimeError, OSError) as exc:  # a symlink loop
+                raise ConfigError(f"--stores {args.stores}: cannot be resolved ({exc})") from None
+            config = config.model_copy(update={"stores": stores})
+        try:
+            if args.estimate:
+                from evolve.loop.estimate import estimate
 
-            print(json.dumps(estimate(config, args.rounds), indent=2))
-            return 0
-        engine = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
-    except EndpointUnreachable:
-        raise
-    except ConfigError as exc:  # a setting the benchmark or a role cannot serve: name the file
-        raise ConfigError(f"{path}: {str(exc).removeprefix('run config: ')}") from None
-    print(engine.power.describe(), file=sys.stderr, flush=True)
-    result = engine.run(args.rounds)
+                print(json.dumps(estimate(config, args.rounds), indent=2))
+                return 0
+            engine = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
+        except EndpointUnreachable:
+            raise
+        except ConfigError as exc:  # a setting the benchmark or a role cannot serve: name the file
+            raise ConfigError(f"{path}: {str(exc).removeprefix('run config: ')}") from None
+        print(engine.power.describe(), file=sys.stderr, flush=True)
+        result = engine.run(args.rounds)
+    except KeyboardInterrupt as exc:
+        phase = "at start-up" if engine is None else f"during round {engine.stores.last_committed_round + 1}"
+        raise interrupt.where(exc, f"interrupted {phase}; nothing lost; `memevolve run` resumes") from None
     print(json.dumps(result, indent=2))
     if engine.rounds_run == 0 and result["budget_stop"] is None:
         print(f"0 rounds run; the config's {config.rounds} rounds are done; --rounds N runs more", file=sys.stderr)
@@ -196,14 +202,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_local_llm(args: argparse.Namespace) -> int:
     """Serve a packaged model on 127.0.0.1 until Ctrl-C or SIGTERM; 1 when the server dies on its own."""
-    import signal
-
     from evolve.llm.local import LocalLLMServer
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
     server = LocalLLMServer(args.model, port=args.port)
     try:
         with server:
@@ -326,6 +326,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``memevolve`` command; returns the exit code (0 done, 1 refused, 2 bad input, 130/143 interrupted by
+    SIGINT/SIGTERM)."""
+    interrupt.install()
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "resolve_stores", False):
@@ -337,3 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, FileNotFoundError) as exc:  # bad input; any other error is the optimizer's and raises
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt as exc:
+        line, code = interrupt.report(exc, args.command)
+        print(line, file=sys.stderr, flush=True)
+        return code
