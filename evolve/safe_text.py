@@ -73,14 +73,14 @@ def quoted(text: str, limit: int = QUOTE_CHARS) -> str:
     return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
-def operator_text(text: str, what: str) -> str:
-    """``text`` as an approver or reason: not blank, at most :data:`MAX_OPERATOR_CHARS` characters and encodable
-    (no lone surrogate, as undecodable bytes in an argument become); ValueError otherwise."""
-    if not text.strip():
-        raise ValueError(f"{what} is empty")
+def operator_text(text: str, *, blank: bool = False) -> str:
+    """``text`` as an approver or reason: not blank (unless ``blank``), at most :data:`MAX_OPERATOR_CHARS` characters
+    and encodable (no lone surrogate, as undecodable bytes in an argument become); ValueError saying which not."""
+    if not blank and not text.strip():
+        raise ValueError("is empty; give a name")
     if len(text) > MAX_OPERATOR_CHARS:
-        raise ValueError(f"{what} has {len(text)} characters; at most {MAX_OPERATOR_CHARS}")
+        raise ValueError(f"has {len(text)} characters; at most {MAX_OPERATOR_CHARS}")
     bad = surrogate_at(text)
     if bad is not None:
-        raise ValueError(f"{what} is not valid text (undecodable byte or lone surrogate at position {bad})")
+        raise ValueError(f"is not valid text (an undecodable byte or lone surrogate at position {bad})")
     return text

@@ -1,4 +1,5 @@
-"""Command-line interface: memevolve eval|compare|run|... Usage errors and bad input exit with code 2.
+"""Command-line interface: memevolve eval|compare|run|... Exit codes: 0 done, 1 refused or different, 2 usage
+errors and bad input, 130 interrupted by Ctrl-C (SIGINT), 143 stopped by SIGTERM (one line says what resumes).
 
 Commands that use stores follow one rule: --config PATH (default $MEMEVOLVE_CONFIG, else
 experiments/nightly.yaml if it exists) names the run config, and the stores are --stores when given, else the
@@ -328,7 +329,17 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """The ``memevolve`` command; returns the exit code (0 done, 1 refused, 2 bad input, 130/143 interrupted by
     SIGINT/SIGTERM)."""
-    interrupt.install()
+    with interrupt.handled():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as exc:
+            command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
+            line, code = interrupt.report(exc, command)
+            print(line, file=sys.stderr, flush=True)
+            return code
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "resolve_stores", False):
@@ -340,7 +351,3 @@ def main(argv: list[str] | None = None) -> int:
     except (UserError, FileNotFoundError) as exc:  # bad input; any other error is the optimizer's and raises
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt as exc:
-        line, code = interrupt.report(exc, args.command)
-        print(line, file=sys.stderr, flush=True)
-        return code

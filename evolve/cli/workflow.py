@@ -112,11 +112,12 @@ def _recover(stores: str) -> None:
         print(recovered.describe(), file=sys.stderr)
 
 
-def operator_arg(what: str):
-    """An argparse type: operator text (``what``) as :func:`evolve.safe_text.operator_text` bounds it."""
+def operator_arg(blank: bool = False):
+    """An argparse type: operator text as :func:`evolve.safe_text.operator_text` bounds it (blank allowed if
+    ``blank``)."""
     def check(text: str) -> str:
         try:
-            return operator_text(text, what)
+            return operator_text(text, blank=blank)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return check
@@ -315,11 +316,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     stores_arg(p)
     p.add_argument("--accept-monitor", action="store_true", help="also allow ACCEPT_WITH_MONITOR decisions")
     p.add_argument("--dry-run", action="store_true", help="check and show the diff; write nothing")
-    p.add_argument("--approver", type=operator_arg("the approver"), metavar="NAME",
+    p.add_argument("--approver", type=operator_arg(), metavar="NAME",
                    help=f"who approves the promotion, journaled and witnessed (without it the promotion is recorded "
                         f"as unapproved); at most {MAX_OPERATOR_CHARS} characters, shown with control characters "
                         f"escaped")
-    p.add_argument("--reason", metavar="TEXT", type=operator_arg("the reason"),
+    p.add_argument("--reason", metavar="TEXT", type=operator_arg(blank=True),
                    help=f"why it is approved (needs --approver); at most {MAX_OPERATOR_CHARS} characters, shown with "
                         f"control characters escaped")
     _serving_args(p)

@@ -50,7 +50,7 @@ def crash_point(step: str) -> None:
 
 
 #: Largest run config or strategy file read (bytes): hand-written YAML, a few kB in practice.
-MAX_TEXT_BYTES = 2**20
+MAX_TEXT_BYTES = 16 * 2**20
 #: Largest stores document (state.json, escalations.json, ...) or checkpoint file read (bytes).
 MAX_DOC_BYTES = 256 * 2**20
 #: Largest benchmark file read (bytes): LongMemEval-S is about 270 MB.

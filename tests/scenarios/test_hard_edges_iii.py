@@ -211,9 +211,9 @@ def test_a_run_config_that_is_not_a_regular_file_is_refused_at_once(kind, tmp_pa
 
 def test_a_run_config_larger_than_its_bound_is_refused(capsys, tmp_path):
     path = tmp_path / "run.yaml"
-    path.write_text("benchmark: synthetic:0\n" + "#" * 2**20 + "\n")
+    path.write_text("benchmark: synthetic:0\n" + "#" * 2**24 + "\n")
     code, out = cli(capsys, "run", "--config", path, "--no-tracking")
-    assert code == 2 and f"{path}: cannot read run config: is 1,048,600 bytes, larger than the 1,048,576" in out
+    assert code == 2 and f"{path}: cannot read run config: is 16,777,240 bytes, larger than the 16,777,216" in out
 
 
 @pytest.mark.parametrize("argv, name", [
