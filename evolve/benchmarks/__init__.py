@@ -54,7 +54,7 @@ def load_benchmark(spec: str) -> Benchmark:
     if not file:
         raise BenchmarkError(f"benchmark spec {spec!r}: missing path; {SPEC_HELP}")
     path = Path(file).expanduser()
-    if not path.is_file():
+    if not path.exists():
         raise BenchmarkError(f"benchmark spec {spec!r}: {scheme} file not found: {path}")
     bench = _FILE_LOADERS[scheme](path)
     if "#" not in spec:

@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+from evolve.safe_text import quoted
+from evolve.state.files import MAX_BENCHMARK_BYTES, read_bounded
 
 #: LoCoMo's numeric QA categories mapped onto :data:`CATEGORIES`.
 CATEGORY_BY_CODE = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}
@@ -27,7 +29,7 @@ _CAPTION_PREFIX = re.compile(r"^\s*an? (?:photo|photography|picture|image) of\s+
 def read_json(path: Path) -> Any:
     """Parse a UTF-8 JSON file; every failure becomes a :class:`BenchmarkError` naming the file and position."""
     try:
-        raw = path.read_bytes()
+        raw = read_bounded(path, MAX_BENCHMARK_BYTES)
     except FileNotFoundError:
         raise BenchmarkError(f"{path}: file not found") from None
     except OSError as exc:
@@ -162,7 +164,7 @@ def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -
             try:
                 stamp = parse_locomo_date(text)
             except ValueError:
-                raise BenchmarkError(f"{where}.conversation.{stamp_key}: unparseable date {text!r}") from None
+                raise BenchmarkError(f"{where}.conversation.{stamp_key}: unparseable date {quoted(text)}") from None
         else:
             warnings.append(f"{where}: {key} has no date ({stamp_key} missing)")
         if stamp is not None and last is not None and stamp < last[1]:

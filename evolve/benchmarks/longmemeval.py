@@ -8,6 +8,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from evolve.safe_text import quoted
 from evolve.benchmarks.locomo import answer_field, read_json_list, require_field
 from evolve.benchmarks.types import (LONGMEMEVAL_CATEGORIES, Benchmark, BenchmarkError, Conversation, Question,
                                      Session, Turn)
@@ -20,7 +21,7 @@ def parse_longmemeval_date(text: str) -> datetime:
     """Parse LongMemEval's stamp, e.g. ``"2023/05/20 (Sat) 02:21"`` (weekday and time optional)."""
     match = _DATE.fullmatch(text.strip())
     if not match:
-        raise ValueError(f"unparseable date {text!r}")
+        raise ValueError(f"unparseable date {quoted(text)}")
     year, month, day, hour, minute = match.groups()
     return datetime(int(year), int(month), int(day), int(hour or 0), int(minute or 0))
 
@@ -32,7 +33,7 @@ def _date(text: Any, label: str, where: str) -> datetime:
     try:
         return parse_longmemeval_date(text)
     except ValueError:
-        raise BenchmarkError(f"{where}: field '{label}' is an unparseable date {text!r}") from None
+        raise BenchmarkError(f"{where}: field '{label}' is an unparseable date {quoted(text)}") from None
 
 
 def _haystack(item: dict, where: str) -> tuple[list[Session], list[list[str]]]:

@@ -14,7 +14,7 @@ CONFIG_ENV = "MEMEVOLVE_CONFIG"
 DEFAULT_CONFIG = Path("experiments") / "nightly.yaml"
 DEFAULT_STORES = Path("stores")
 CONFIG_HELP = (f"run config (default: ${CONFIG_ENV}, else {DEFAULT_CONFIG} if it exists); its relative paths "
-               "resolve from the config file's directory")
+               "resolve from the directory it is named in (for a symlink, the link's directory, not its target's)")
 
 
 def config_path(given: str | Path | None) -> Path | None:

@@ -16,7 +16,7 @@ def cmd_flags(args: argparse.Namespace) -> int:
     from evolve.ops.flags import flag_registry, flagged_record, flags_table, reverified_text
     from evolve.ops.history import History
 
-    if args.verify:
+    if args.verify is not None:
         return _verify(args)
     view = History(args.stores)
     if args.candidate_id:
@@ -94,14 +94,21 @@ def cmd_escalations(args: argparse.Namespace) -> int:
     return 0
 
 
+def candidate_id(text: str) -> str:
+    """An argparse type: a candidate id (not empty or blank)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty; give a candidate id, e.g. r001-c02 (memevolve flags lists them)")
+    return text
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the governance subcommands to ``sub``."""
     p = sub.add_parser("flags", help="the FEATURE_FLAG registry: flagged candidates with reasons and status; "
                                      "--verify ID re-evaluates one against the current strategy")
-    p.add_argument("candidate_id", nargs="?", help="only this flagged candidate")
+    p.add_argument("candidate_id", nargs="?", type=candidate_id, help="only this flagged candidate")
     stores_arg(p)
     p.add_argument("--round", type=int, help="only candidates of this round")
-    p.add_argument("--verify", metavar="CANDIDATE_ID",
+    p.add_argument("--verify", metavar="CANDIDATE_ID", type=candidate_id,
                    help="apply the flagged change to the current strategy, compare the two paired on the run "
                         "config's benchmark, print the figures and journal them (REVERIFY); never applies it")
     p.set_defaults(func=cmd_flags)

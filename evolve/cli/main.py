@@ -1,4 +1,5 @@
-"""Command-line interface: memevolve eval|compare|run|... Usage errors and bad input exit with code 2.
+"""Command-line interface: memevolve eval|compare|run|... Exit codes: 0 done, 1 refused or different, 2 usage
+errors and bad input, 130 interrupted by Ctrl-C (SIGINT), 143 stopped by SIGTERM (one line says what resumes).
 
 Commands that use stores follow one rule: --config PATH (default $MEMEVOLVE_CONFIG, else
 experiments/nightly.yaml if it exists) names the run config, and the stores are --stores when given, else the
@@ -13,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evolve.cli import interrupt
 from evolve.cli.defaults import CONFIG_HELP, config_path, stores_dir
 from evolve.data import BASELINE_PATH
 from evolve.errors import UserError
@@ -196,27 +198,32 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = config_path(args.config)
     if path is None:
         raise ConfigError("no run config: give --config PATH or set $MEMEVOLVE_CONFIG")
-    config = load_config(path)
-    if args.stores:
-        try:
-            stores = Path(args.stores).resolve()
-        except (RuntimeError, OSError) as exc:  # a symlink loop
-            raise ConfigError(f"--stores {args.stores}: cannot be resolved ({exc})") from None
-        config = config.model_copy(update={"stores": stores})
     summary_out = _summary_out(args.summary_out)
+    engine: Engine | None = None
     try:
-        if args.estimate:
-            from evolve.loop.estimate import estimate
+        config = load_config(path)
+        if args.stores:
+            try:
+                stores = Path(args.stores).resolve()
+            except (RuntimeError, OSError) as exc:  # a symlink loop
+                raise ConfigError(f"--stores {args.stores}: cannot be resolved ({exc})") from None
+            config = config.model_copy(update={"stores": stores})
+        try:
+            if args.estimate:
+                from evolve.loop.estimate import estimate
 
-            print(json.dumps(estimate(config, args.rounds), indent=2))
-            return 0
-        engine = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
-    except EndpointUnreachable:
-        raise
-    except ConfigError as exc:  # a setting the benchmark or a role cannot serve: name the file
-        raise ConfigError(f"{path}: {str(exc).removeprefix('run config: ')}") from None
-    print(engine.power.describe(), file=sys.stderr, flush=True)
-    result = engine.run(args.rounds)
+                print(json.dumps(estimate(config, args.rounds), indent=2))
+                return 0
+            engine = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
+        except EndpointUnreachable:
+            raise
+        except ConfigError as exc:  # a setting the benchmark or a role cannot serve: name the file
+            raise ConfigError(f"{path}: {str(exc).removeprefix('run config: ')}") from None
+        print(engine.power.describe(), file=sys.stderr, flush=True)
+        result = engine.run(args.rounds)
+    except KeyboardInterrupt as exc:
+        phase = "at start-up" if engine is None else f"during round {engine.stores.last_committed_round + 1}"
+        raise interrupt.where(exc, f"interrupted {phase}; nothing lost; `memevolve run` resumes") from None
     from evolve.cli.summary import run_table
     from evolve.state.files import atomic_write_json, ensure_dir
     from evolve.state.layout import StoreLayout
@@ -236,14 +243,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_local_llm(args: argparse.Namespace) -> int:
     """Serve a packaged model on 127.0.0.1 until Ctrl-C or SIGTERM; 1 when the server dies on its own."""
-    import signal
-
     from evolve.llm.local import LocalLLMServer
 
-    def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, interrupt)
     server = LocalLLMServer(args.model, port=args.port)
     try:
         with server:
@@ -371,6 +372,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The ``memevolve`` command; returns the exit code (0 done, 1 refused, 2 bad input, 130/143 interrupted by
+    SIGINT/SIGTERM)."""
+    with interrupt.handled():
+        try:
+            return _main(argv)
+        except KeyboardInterrupt as exc:
+            command = next((a for a in (sys.argv[1:] if argv is None else argv) if not a.startswith("-")), "")
+            line, code = interrupt.report(exc, command)
+            print(line, file=sys.stderr, flush=True)
+            return code
+
+
+def _main(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "resolve_stores", False):

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.cli.defaults import CONFIG_HELP
+from evolve.safe_text import MAX_OPERATOR_CHARS, operator_text
 
 if TYPE_CHECKING:
     from evolve.ops.history import History
@@ -111,11 +112,15 @@ def _recover(stores: str) -> None:
         print(recovered.describe(), file=sys.stderr)
 
 
-def nonempty(text: str) -> str:
-    """An argparse type: text that is not empty or blank."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("is empty; give a name")
-    return text
+def operator_arg(blank: bool = False):
+    """An argparse type: operator text as :func:`evolve.safe_text.operator_text` bounds it (blank allowed if
+    ``blank``)."""
+    def check(text: str) -> str:
+        try:
+            return operator_text(text, blank=blank)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return check
 
 
 def cmd_promote(args: argparse.Namespace) -> int:
@@ -311,10 +316,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     stores_arg(p)
     p.add_argument("--accept-monitor", action="store_true", help="also allow ACCEPT_WITH_MONITOR decisions")
     p.add_argument("--dry-run", action="store_true", help="check and show the diff; write nothing")
-    p.add_argument("--approver", type=nonempty, metavar="NAME",
-                   help="who approves the promotion, journaled and witnessed (without it the promotion is recorded "
-                        "as unapproved)")
-    p.add_argument("--reason", metavar="TEXT", help="why it is approved (needs --approver)")
+    p.add_argument("--approver", type=operator_arg(), metavar="NAME",
+                   help=f"who approves the promotion, journaled and witnessed (without it the promotion is recorded "
+                        f"as unapproved); at most {MAX_OPERATOR_CHARS} characters, shown with control characters "
+                        f"escaped")
+    p.add_argument("--reason", metavar="TEXT", type=operator_arg(blank=True),
+                   help=f"why it is approved (needs --approver); at most {MAX_OPERATOR_CHARS} characters, shown with "
+                        f"control characters escaped")
     _serving_args(p)
     p.set_defaults(func=cmd_promote)
 

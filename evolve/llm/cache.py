@@ -2,18 +2,24 @@
 
 The key is the SHA-256 of the canonical JSON of (role, model name, messages, request parameters);
 the endpoint is deliberately not part of it, so the same model served elsewhere replays the same answers.
-Entries live in ``<root>/<key[:2]>/<key>.json`` and are written atomically.
+Entries live in ``<root>/<key[:2]>/<key>.json`` and are written atomically. An entry that cannot be used (not
+UTF-8 JSON, not the response entry for its key, text that is not valid Unicode) is dropped from the cache with a
+warning naming its file, and the request is sent again.
 """
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
 from evolve.errors import EvolveError
-from evolve.state.files import atomic_write_text
+from evolve.safe_text import surrogate_at
+from evolve.state.files import atomic_write_text, read_bounded
 from evolve.canonical import canonical_json
+
+log = logging.getLogger(__name__)
 
 
 class CacheError(EvolveError, RuntimeError):
@@ -23,6 +29,24 @@ class CacheError(EvolveError, RuntimeError):
 def cache_key(role: str, model: str, messages: list[dict], params: dict[str, Any]) -> str:
     payload = {"role": role, "model": model, "messages": messages, "params": params}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()
+
+
+#: Largest cache entry read (bytes): a reply is cut to ``max_tokens`` before it is cached.
+MAX_ENTRY_BYTES = 64 * 2**20
+
+
+def _malformed(data: bytes, key: str) -> str | None:
+    """What makes ``data`` unusable as the response entry for ``key``, or None."""
+    try:
+        entry = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        return f"not UTF-8 at byte {exc.start}"
+    except json.JSONDecodeError as exc:
+        return f"{exc.msg} at line {exc.lineno}"
+    if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("content"), str):
+        return f"not a response entry for key {key}"
+    at = surrogate_at(entry["content"])
+    return None if at is None else f"reply text holds a lone surrogate at position {at}"
 
 
 class ResponseCache:
@@ -35,19 +59,23 @@ class ResponseCache:
         return self.root / key[:2] / f"{key}.json"
 
     def get(self, key: str) -> dict | None:
-        """The stored entry for ``key``, or None."""
+        """The stored entry for ``key``, or None (also when a malformed entry was just dropped, see the module)."""
         path = self.path(key)
         try:
-            text = path.read_text(encoding="utf-8")
+            data = read_bounded(path, MAX_ENTRY_BYTES)
         except FileNotFoundError:
             return None
+        except OSError as exc:
+            raise CacheError(f"{path}: cannot read cache entry ({exc})") from None
+        problem = _malformed(data, key)
+        if problem is None:
+            return json.loads(data)
+        log.warning("dropped a malformed LLM cache entry %s (%s); the request is sent again", path, problem)
         try:
-            entry = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise CacheError(f"{path}: corrupt cache entry ({exc.msg} at line {exc.lineno})") from None
-        if not isinstance(entry, dict) or entry.get("key") != key or not isinstance(entry.get("content"), str):
-            raise CacheError(f"{path}: not a response entry for key {key}")
-        return entry
+            path.unlink()
+        except OSError as exc:
+            raise CacheError(f"{path}: malformed cache entry ({problem}) cannot be removed ({exc})") from None
+        return None
 
     def mean_completion_tokens(self, role: str, model: str, sample: int = 200, scan: int = 2000) -> float | None:
         """Mean completion tokens of up to ``sample`` cached replies of ``role``/``model`` (looking at no more than

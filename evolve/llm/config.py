@@ -35,12 +35,13 @@ class RoleConfig(BaseModel):
     model: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     temperature: float = Field(0.0, ge=0.0, le=2.0)
-    max_tokens: int = Field(512, ge=1)
-    timeout_s: float = Field(60.0, gt=0.0)
-    max_retries: int = Field(4, ge=0)
-    backoff_s: float = Field(1.0, ge=0.0)  # first retry delay; doubles per retry
-    max_backoff_s: float = Field(30.0, ge=0.0)  # cap of one delay, also applied to Retry-After
-    concurrency: int = Field(4, ge=1)
+    # Upper bounds: a reply of 1M tokens, an hour's wait or 20 retries is beyond any endpoint that works.
+    max_tokens: int = Field(512, ge=1, le=1_000_000)
+    timeout_s: float = Field(60.0, gt=0.0, le=3600.0)
+    max_retries: int = Field(4, ge=0, le=20)
+    backoff_s: float = Field(1.0, ge=0.0, le=3600.0)  # first retry delay; doubles per retry
+    max_backoff_s: float = Field(30.0, ge=0.0, le=3600.0)  # cap of one delay, also applied to Retry-After
+    concurrency: int = Field(4, ge=1, le=256)
     seed: int | None = None  # sent with every request when set (the judge's votes send their own: 0, 1, 2)
     # JSON roles: "json_object" sends the reply's JSON schema as {"type": "json_object", "schema": ...}, which
     # llama.cpp servers turn into a decoding grammar; "off" sends no response_format.

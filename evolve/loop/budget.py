@@ -29,16 +29,19 @@ class _Strict(BaseModel):
 class ModelPrice(_Strict):
     """Price of one model in currency units per million tokens."""
 
-    input: float = Field(ge=0, description="per million prompt tokens")
-    output: float = Field(ge=0, description="per million completion tokens")
+    input: float = Field(ge=0, le=1e6, description="per million prompt tokens (at most 1e6, far above any price)")
+    output: float = Field(ge=0, le=1e6, description="per million completion tokens (at most 1e6)")
 
 
 class BudgetConfig(_Strict):
     """Spending limits of one run (``None``: unlimited). Cache hits cost nothing."""
 
-    max_llm_calls: int | None = Field(None, ge=0, description="HTTP requests to LLM endpoints, retries included")
-    max_tokens: int | None = Field(None, ge=0, description="prompt plus completion tokens")
-    max_cost: float | None = Field(None, ge=0, description="cost at `prices`; needs a price for every model used")
+    max_llm_calls: int | None = Field(None, ge=0, le=10**12, description="HTTP requests to LLM endpoints, retries "
+                                                                        "included (at most 1e12; omit for no limit)")
+    max_tokens: int | None = Field(None, ge=0, le=10**15, description="prompt plus completion tokens (at most 1e15; "
+                                                                      "omit for no limit)")
+    max_cost: float | None = Field(None, ge=0, le=1e12, description="cost at `prices`; needs a price for every model "
+                                                                    "used (at most 1e12; omit for no limit)")
     prices: dict[str, ModelPrice] = Field(default_factory=dict, description="per model name")
 
     @property

@@ -14,6 +14,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from evolve.benchmarks.types import file_spec
 from evolve.data import BASELINE_PATH
 from evolve.errors import ConfigError
+from evolve.state.files import MAX_TEXT_BYTES, read_bounded
 from evolve.strategy import strict_yaml
 from evolve.strategy.strict_yaml import YAMLInputError
 from evolve.loop.budget import BudgetConfig
@@ -44,8 +45,10 @@ class PlannerConfig(_Strict):
     """How the planner ranks directions."""
 
     use_tree: bool = Field(True, description="rank directions with the UCB1 hypothesis tree as well as reputation")
-    exploration: float = Field(1.0, ge=0, description="UCB1 exploration constant c0")
-    max_directions: int = Field(6, ge=1, description="directions planned per round at most")
+    exploration: float = Field(1.0, ge=0, le=100, description="UCB1 exploration constant c0 (at most 100: beyond, "
+                                                              "the observed effects no longer count)")
+    max_directions: int = Field(6, ge=1, le=100, description="directions offered per round (at most 100, more than "
+                                                             "the schema's evolvable paths)")
 
 
 class ExecutorConfig(_Strict):
@@ -54,8 +57,10 @@ class ExecutorConfig(_Strict):
     kind: Literal["local", "ray"] = "local"
     address: str | None = Field(None, description="ray: None starts a local Ray; 'auto', 'host:port' or "
                                                    "'ray://host:port' joins a cluster")
-    num_workers: int = Field(2, ge=1, description="ray: actors, each holding the embedding model and a warm cache")
-    max_retries: int = Field(1, ge=0, description="ray: retries of a conversation whose actor died")
+    num_workers: int = Field(2, ge=1, le=1024, description="ray: actors, each holding the embedding model and a warm "
+                                                            "cache (at most 1024, a large cluster)")
+    max_retries: int = Field(1, ge=0, le=10, description="ray: retries of a conversation whose actor died (at most "
+                                                          "10: an actor that dies that often is not flaky but broken)")
 
     @model_validator(mode="after")
     def _address_needs_ray(self) -> "ExecutorConfig":
@@ -96,19 +101,26 @@ class RunConfig(_Strict):
     strategy: PathField = Field(BASELINE_PATH, description="the strategy the first round starts from")
     stores: PathField = Field(Path("stores"), description="directory of the run's state (journal, strategies, "
                                                           "records, checkpoint, caches)")
-    rounds: int = Field(4, ge=1, description="rounds a run goes to (a later run continues up to it)")
-    candidates_per_round: int = Field(4, ge=1, description="candidates verified per round at most")
-    seed: int = Field(0, description="seed of the probe sample, the bootstrap and the Optuna samplers")
-    limit: int | None = Field(None, ge=1, description="evaluate only the first N questions")
-    probe_size: int = Field(80, ge=10, description="questions of the probe, the cheap screen before a full evaluation")
+    rounds: int = Field(4, ge=1, le=10_000, description="rounds in total (at most 10,000, years of nightly runs)")
+    candidates_per_round: int = Field(4, ge=1, le=100, description="candidates compared per round (at most 100: each "
+                                                                   "is a full evaluation, and the multiplicity "
+                                                                   "adjustment leaves more without power)")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of every random choice (the range numpy and Optuna "
+                                                           "accept)")
+    limit: int | None = Field(None, ge=1, le=10_000_000, description="evaluate only the first N questions (at most "
+                                                                     "10,000,000, beyond any benchmark)")
+    probe_size: int = Field(80, ge=10, le=100_000, description="questions of the probe screen (at most 100,000)")
     judge_threshold: float = Field(0.5, gt=0, le=1, description="token-F1 at or above which an answer is correct")
     include_adversarial: bool = Field(False, description="also score LoCoMo's adversarial questions")
     on_role_error: Literal["stop", "mark"] = Field(
         "stop", description="a failing role (e.g. LLM endpoint) stops the run, or marks the question unscored")
-    workers: int = Field(1, ge=1, description="evaluate conversations in this many processes (pays on idle cores)")
+    workers: int = Field(1, ge=1, le=256, description="evaluate conversations in this many processes (pays on idle "
+                                                      "cores; at most 256, each holds the embedding model)")
     executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
-    max_reverts: int = Field(2, ge=1, description="replay-stability gate: reverts per symptom before refusal")
-    escalation_threshold: int = Field(3, ge=1, description="blocked rounds after which a candidate class is escalated")
+    max_reverts: int = Field(2, ge=1, le=100, description="replay-stability gate: reverts per symptom before refusal "
+                                                          "(at most 100)")
+    escalation_threshold: int = Field(3, ge=1, le=10_000, description="blocked rounds before a class of candidates "
+                                                                      "is escalated (at most the most rounds, 10,000)")
     objective: Objective = Field("accuracy", description="what the loop optimises: accuracy | evidence | answer")
     acceptance: AcceptanceRules = Field(default_factory=AcceptanceRules)
     cost: CostLimits = Field(default_factory=CostLimits)
@@ -195,18 +207,18 @@ def _missing_paths(config: RunConfig) -> list[tuple[str, Path]]:
         specs.append(("holdout.benchmark", config.holdout.benchmark))
     for key, spec in specs:
         parts = file_spec(spec)
-        if parts is not None and parts[1] and not Path(parts[1]).is_file():
+        if parts is not None and parts[1] and not Path(parts[1]).exists():
             missing.append((key, Path(parts[1])))
     return missing
 
 
 def load_config(path: str | Path, *, check_files: bool = True) -> RunConfig:
     """Read a run config strictly. Relative paths (``strategy``, ``stores``, benchmark files, the holdout
-    benchmark) resolve against the config file's directory, so a config runs the same from any working directory;
-    with ``check_files`` a file it names that does not exist is refused naming the key."""
+    benchmark) resolve against the directory the config is named in (a symlink's own), so a config runs the same
+    from any working directory; with ``check_files`` a file it names that does not exist is refused naming the key."""
     path = Path(path)
     try:
-        data, lines = strict_yaml.load(path.read_text(encoding="utf-8"))
+        data, lines = strict_yaml.load(read_bounded(path, MAX_TEXT_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read run config: {exc}") from None
     except YAMLInputError as exc:
@@ -225,7 +237,7 @@ def load_config(path: str | Path, *, check_files: bool = True) -> RunConfig:
         where = ".".join(str(p) for p in first["loc"]) or "<root>"
         line = lines.get(where)
         raise ConfigError(f"{path}{f':{line}' if line else ''}: {where}: {_message(first)}") from None
-    base = path.resolve().parent
+    base = path.absolute().parent  # the directory the config is named in: a symlink's own, not its target's
     config = config.resolve(base)
     for key, missing in _missing_paths(config) if check_files else ():
         line = lines.get(key)

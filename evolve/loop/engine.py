@@ -274,7 +274,8 @@ class Engine:
     def _count_failing(self, baseline_run: EvalRun) -> None:
         """Complete the power check with the baseline's failing questions under the objective."""
         outcomes = baseline_run.outcomes(self.config.objective)
-        self.power = replace(self.power, failing=sum(not o["correct"] for o in outcomes.values()))
+        self.power = replace(self.power, failing=sum(not o["correct"] for o in outcomes.values()),
+                             observed=len(outcomes))
 
     def _say(self, line: str) -> None:
         """A progress line on stderr, when progress is shown (by default: stderr is a terminal)."""

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.ops.history import History
-from evolve.state.files import StoreError
+from evolve.state.files import MAX_TEXT_BYTES, StoreError, read_bounded
 from evolve.canonical import sha256_hex
+from evolve.safe_text import escaped
 from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import strategy_hash
 from evolve.verify.decision import changes_strategy
@@ -87,11 +88,12 @@ def approval(approver: str, reason: str | None) -> dict:
 
 
 def approval_text(payload: dict) -> str:
-    """Who approved a PROMOTE entry (``payload``), or that nobody did."""
+    """Who approved a PROMOTE entry (``payload``), or that nobody did; the operator's text escaped for a terminal."""
     given = payload.get("approval")
     if not given:
         return "UNAPPROVED (promoted without --approver)"
-    return f"approved by {given['approver']}" + (f": {given['reason']}" if given.get("reason") else "")
+    reason = f": {escaped(given['reason'])}" if given.get("reason") else ""
+    return f"approved by {escaped(given['approver'])}{reason}"
 
 
 def strategy_hash_of(data: bytes) -> str | None:
@@ -104,7 +106,7 @@ def strategy_hash_of(data: bytes) -> str | None:
 
 def read_optional(path: Path) -> bytes | None:
     try:
-        return path.read_bytes()
+        return read_bounded(path, MAX_TEXT_BYTES)
     except FileNotFoundError:
         return None
     except OSError as exc:

@@ -13,6 +13,7 @@ from evolve.loop.commit import BLOCKED_BY
 from evolve.loop.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.review import text_table
+from evolve.state.files import StoreError
 from evolve.verify.decision import changes_strategy
 
 
@@ -50,16 +51,20 @@ class Escalation:
 def escalations(view: History) -> list[Escalation]:
     """Every blocked class, escalated ones first (in escalation order), then the others by key."""
     doc = view.read_doc("escalations", None) or {"blocked": {}, "escalated": []}
+    classes, escalated = (doc.get("blocked", {}), doc.get("escalated", [])) if isinstance(doc, dict) else (None, None)
+    if not (isinstance(classes, dict) and all(isinstance(v, dict) for v in classes.values())
+            and isinstance(escalated, list)):
+        raise StoreError(view.layout.store("escalations"), "not an escalations document: expected a JSON object with "
+                                                           "'blocked' (an object of objects) and 'escalated' (a list)")
     entries = {e["payload"].get("key"): e for e in view.entries if e["type"] == "ESCALATE"}
     out = []
-    for key, seen in doc.get("blocked", {}).items():
+    for key, seen in classes.items():
         entry = entries.get(key)
         blocked = tuple(r for r in view.records if r.direction.get("key") == key and r.decided_by in BLOCKED_BY)
         since = entry["round"] if entry else None
         resolved = next((r.candidate_id for r in view.records if r.direction.get("key") == key and since is not None
                          and r.round > since and changes_strategy(r.verdict)), None)
         out.append(Escalation(key, tuple(seen.get("rounds", [])), entry, blocked, resolved))
-    escalated = list(doc.get("escalated", []))
     return sorted(out, key=lambda e: (e.entry is None, escalated.index(e.key) if e.key in escalated else 0, e.key))
 
 

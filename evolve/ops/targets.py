@@ -13,6 +13,7 @@ from pathlib import Path
 
 from evolve.errors import EvolveError
 from evolve.state.layout import StoreLayout
+from evolve.state.files import MAX_TEXT_BYTES, read_bounded
 from evolve.strategy import strict_yaml
 from evolve.strategy.schema import load_schema
 
@@ -36,7 +37,7 @@ def serving_dir(configured: str | Path | None = None) -> Path:
 def is_strategy_file(path: Path) -> bool:
     """Whether ``path`` holds a YAML mapping with every top-level section the schema requires."""
     try:
-        loaded, _ = strict_yaml.load(path.read_bytes().decode("utf-8"))
+        loaded, _ = strict_yaml.load(read_bounded(path, MAX_TEXT_BYTES).decode("utf-8"))
     except (OSError, UnicodeDecodeError, TypeError, ValueError):
         return False
     return isinstance(loaded, dict) and set(load_schema()["required"]) <= set(loaded)

@@ -146,6 +146,7 @@ def annotate(body: str, speaker: str | None, said: datetime | None = None) -> Fa
 
 
 def expired(meta: FactMeta, now: datetime | None, buffer_days: float) -> bool:
-    """An event fact whose day lies more than ``buffer_days`` before ``now``."""
+    """An event fact whose day lies more than ``buffer_days`` before ``now`` (a difference of two dates, which
+    cannot leave datetime's range the way a date plus the buffer can near 9999-12-31)."""
     return (meta.category in EVENT_CATEGORIES and meta.event_time is not None and now is not None
-            and meta.event_time + timedelta(days=buffer_days + 1) <= now)
+            and now - meta.event_time >= timedelta(days=buffer_days + 1))

@@ -20,7 +20,10 @@ from pathlib import Path
 
 from evolve.canonical import canonical_hash, sha256_hex
 from evolve.numbers import is_real
-from evolve.state.files import StoreError, atomic_write_json, atomic_write_text, now_iso, os_error, read_json
+from evolve.state.files import (
+    MAX_DOC_BYTES, MAX_TEXT_BYTES, StoreError, atomic_write_json, atomic_write_text, now_iso, os_error, read_bounded,
+    read_json,
+)
 from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
 from evolve.strategy.artifact import strategy_hash
 
@@ -142,7 +145,7 @@ class Checkpoint:
     def _read_current(self) -> tuple[int | None, str | None]:
         """``(generation number, problem)``; both ``None`` if CURRENT was never written."""
         try:
-            text = self.current_path.read_text(encoding="utf-8")
+            text = read_bounded(self.current_path, MAX_TEXT_BYTES).decode("utf-8")
         except FileNotFoundError:
             return None, ("CURRENT pointer is missing" if self.generations() else None)
         except (OSError, UnicodeDecodeError) as exc:
@@ -163,7 +166,7 @@ class Checkpoint:
             raise StoreError(gen_dir / "manifest.json", f"manifest belongs to {manifest['generation']}, not {gen}")
         path = gen_dir / "strategy.yaml"
         try:
-            data = path.read_bytes()
+            data = read_bounded(path, MAX_DOC_BYTES)
         except FileNotFoundError:
             raise StoreError(path, "strategy file is missing") from None
         except OSError as exc:

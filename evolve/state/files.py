@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Iterator
 
-from evolve.errors import UserError
+from evolve.errors import EvolveError, UserError
 
 
 log = logging.getLogger(__name__)
@@ -35,14 +35,63 @@ _CAUSES = {
 }
 
 
-#: Test-only: the name of a step (see :func:`crash_point`) at which the process kills itself with SIGKILL.
-CRASH_ENV = "MEMEVOLVE_CRASH_AT"
+#: Test-only: the name of a step (see :func:`crash_point`) at which the process sends itself a signal (SIGKILL
+#: unless :data:`CRASH_SIGNAL_ENV` names another, e.g. ``SIGINT``). Inert unless :data:`TEST_HOOKS_ENV` is ``1``,
+#: which only the test suite sets (tests/conftest.py): in normal use the variables do nothing.
+CRASH_ENV, CRASH_SIGNAL_ENV = "MEMEVOLVE_CRASH_AT", "MEMEVOLVE_CRASH_SIGNAL"
+TEST_HOOKS_ENV = "MEMEVOLVE_TEST_HOOKS"
 
 
 def crash_point(step: str) -> None:
-    """SIGKILL this process when :data:`CRASH_ENV` names ``step``: how tests crash a write between two steps."""
-    if os.environ.get(CRASH_ENV) == step:
-        os.kill(os.getpid(), signal.SIGKILL)
+    """Test-only: signal this process when the test hooks are enabled and :data:`CRASH_ENV` names ``step``; how
+    tests crash (or interrupt) a write between two steps."""
+    if os.environ.get(TEST_HOOKS_ENV) == "1" and os.environ.get(CRASH_ENV) == step:
+        os.kill(os.getpid(), signal.Signals[os.environ.get(CRASH_SIGNAL_ENV, "SIGKILL")])
+
+
+#: Largest run config or strategy file read (bytes): hand-written YAML, a few kB in practice.
+MAX_TEXT_BYTES = 16 * 2**20
+#: Largest stores document (state.json, escalations.json, ...) or checkpoint file read (bytes).
+MAX_DOC_BYTES = 256 * 2**20
+#: Largest benchmark file read (bytes): LongMemEval-S is about 270 MB.
+MAX_BENCHMARK_BYTES = 2**30
+_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+class FileRefused(EvolveError, OSError):
+    """A file the project would read is not a regular file, or is larger than its bound; ``str()`` says which."""
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+def open_regular(path: str | Path):
+    """``path`` opened for binary reading once it is known to be a regular file (a FIFO is opened without blocking
+    and refused, so nothing hangs); :class:`FileRefused` otherwise, ``FileNotFoundError`` if it does not exist."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+            raise FileRefused(errno.EINVAL, f"is {kind}, not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_bounded(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file ``path``, at most ``limit`` of them: :class:`FileRefused` if it is not a regular
+    file (FIFO, device, directory) or is larger, checked before anything is read."""
+    with open_regular(path) as fh:
+        size = os.fstat(fh.fileno()).st_size
+        data = fh.read(limit + 1) if size <= limit else b""
+        if size > limit or len(data) > limit:
+            raise FileRefused(errno.EFBIG, f"is {max(size, len(data)):,} bytes, larger than the {limit:,} bytes "
+                                           "read from such a file")
+        return data
 
 
 class StoreError(UserError, RuntimeError):
@@ -55,6 +104,8 @@ class StoreError(UserError, RuntimeError):
 
 def os_error(path: str | Path, exc: OSError, action: str) -> StoreError:
     """A :class:`StoreError` that says in words why ``action`` on ``path`` failed."""
+    if isinstance(exc, FileRefused):
+        return StoreError(path, f"cannot {action}: {exc}")
     cause = _CAUSES.get(exc.errno or 0, exc.strerror or str(exc))
     return StoreError(path, f"cannot {action}: {cause} (errno {exc.errno}: {exc.strerror})")
 
@@ -169,7 +220,7 @@ def read_json(path: str | Path, default: Any = _MISSING) -> Any:
     """Parse a JSON file; ``default`` if it does not exist (error if no default); error naming the file if corrupt."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_DOC_BYTES).decode("utf-8")
     except FileNotFoundError:
         if default is _MISSING:
             raise StoreError(path, "file does not exist") from None
@@ -270,7 +321,7 @@ def repair_torn_tail(path: Path) -> bytes:
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     """``(line_no, record)`` for each line; :class:`StoreError` naming file and line if one is not a JSON object."""
     try:
-        fh = open(path, "rb")
+        fh = open_regular(path)
     except FileNotFoundError:
         return
     except OSError as exc:

@@ -26,6 +26,7 @@ from typing import Any
 
 from evolve.canonical import canonical_hash, canonical_json
 from evolve.state.files import (
+    open_regular,
     StoreError, append_lines, ensure_dir, iter_jsonl, now_iso, os_error, repair_torn_tail,
 )
 
@@ -73,9 +74,9 @@ def entry_hash(entry: dict) -> str:
 
 
 def journal_key() -> bytes | None:
-    """The journal key from :data:`KEY_ENV`, or ``None``."""
-    key = os.environ.get(KEY_ENV)
-    return key.encode("utf-8") if key else None
+    """The journal key from :data:`KEY_ENV` as the bytes the environment holds (any bytes, UTF-8 or not), or
+    ``None``."""
+    return os.environb.get(KEY_ENV.encode()) or None
 
 
 def entry_mac(key: bytes, digest: str) -> str:
@@ -85,7 +86,7 @@ def entry_mac(key: bytes, digest: str) -> str:
 def _complete_lines(path: Path) -> int:
     """How many newline-terminated lines ``path`` holds."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             return sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
     except FileNotFoundError:
         return 0
@@ -153,7 +154,7 @@ class Journal:
         """Check every line and the chain; ``anchor`` ``{"index", "hash"}`` (a recorded head) must still be present."""
         prev, n = GENESIS_HASH, 0
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 lines = fh.read().split(b"\n")
         except FileNotFoundError:
             lines = [b""]
@@ -226,7 +227,7 @@ class Journal:
     def _last_entry(self) -> dict | None:
         """Parse the last line without reading the whole file."""
         try:
-            with open(self.path, "rb") as fh:
+            with open_regular(self.path) as fh:
                 size = fh.seek(0, os.SEEK_END)
                 if size == 0:
                     return None
@@ -249,7 +250,9 @@ class Journal:
         try:
             entry = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise StoreError(self.path, f"last entry is corrupt ({exc}); run verify() to locate tampering") from None
+            raise StoreError(self.path, f"last entry is corrupt ({exc}); run `memevolve journal verify` to locate "
+                                        "tampering") from None
         if not isinstance(entry, dict) or not {"index", "hash"} <= set(entry):
-            raise StoreError(self.path, "last entry lacks index/hash; run verify() to locate tampering")
+            raise StoreError(self.path, "last entry lacks index/hash; run `memevolve journal verify` to locate "
+                                        "tampering")
         return entry

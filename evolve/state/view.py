@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from evolve.state.files import StoreError, iter_jsonl, read_json
+from evolve.state.files import MAX_TEXT_BYTES, StoreError, iter_jsonl, read_bounded, read_json
 from evolve.state.journal import Journal, VerifyResult, journal_key
 from evolve.state.layout import DOC_STORES, JSONL_STORES, StoreLayout
 from evolve.state.strategy_files import strategy_from_yaml
@@ -51,7 +51,7 @@ class StoreReader:
         since strategy files are written once, atomically."""
         path = self.layout.strategy(digest)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = read_bounded(path, MAX_TEXT_BYTES).decode("utf-8")
         except FileNotFoundError:
             raise StoreError(path, "no stored strategy with this hash") from None
         except (OSError, UnicodeDecodeError) as exc:

@@ -16,6 +16,7 @@ import yaml
 
 from evolve.canonical import canonical_json
 from evolve.errors import UserError
+from evolve.state.files import MAX_TEXT_BYTES, read_bounded
 from evolve.strategy.schema import load_schema
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
@@ -139,7 +140,7 @@ def load_strategy(path: str | Path) -> dict:
     """Read and validate a strategy file."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, MAX_TEXT_BYTES).decode("utf-8")
     except UnicodeDecodeError as exc:
         raise StrategyError(str(path), "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

@@ -2,8 +2,9 @@
 
 A prompt evolves by one instruction line at a time (move ``<section>.prompt::edit:<instruction>``): the line goes in
 before the template's last non-empty line (where every shipped template asks for its output), and the version rises
-by one. An instruction is one line of plain text: no braces (it cannot add or remove a placeholder), no shouted
-``WORD:`` marker (it cannot open a section the reply parsers read), nothing of the move syntax. A move may also set a
+by one. An instruction is one line of printable text (:mod:`evolve.safe_text`): no braces (it cannot add or remove a
+placeholder), no shouted ``WORD:`` marker (it cannot open a section the reply parsers read), nothing of the move
+syntax. A move may also set a
 whole prompt object (``set:<JSON>``), which is how a recorded prompt change is replayed exactly.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import json
 import re
 from typing import Any
 
+from evolve.safe_text import check_line, check_template
 from evolve.strategy.schema import load_schema
 
 MIN_CHARS, MAX_CHARS = 8, 200
@@ -23,9 +25,7 @@ def check_instruction(text: Any) -> str:
     """``text`` as an instruction line (stripped); ValueError saying what is wrong."""
     if not isinstance(text, str):
         raise ValueError(f"an instruction must be a string, got {type(text).__name__}")
-    line = text.strip()
-    if "\n" in line or "\r" in line:
-        raise ValueError("an instruction is one line")
+    line = check_line(text.strip(), "an instruction")
     if not MIN_CHARS <= len(line) <= MAX_CHARS:
         raise ValueError(f"an instruction has {MIN_CHARS} to {MAX_CHARS} characters, got {len(line)}")
     bad = [s for s in _SYNTAX if s in line]
@@ -47,6 +47,8 @@ def check_prompt(value: Any) -> dict:
     keys = load_schema()["$defs"]["prompt"]["required"]  # the schema's prompt object: these keys, no others
     if not isinstance(value, dict) or sorted(value) != sorted(keys):
         raise ValueError(f"a prompt set value must be an object with exactly {', '.join(keys)}")
+    if isinstance(value["template"], str):
+        check_template(value["template"], "a prompt template")
     return value
 
 

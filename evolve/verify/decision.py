@@ -142,7 +142,8 @@ class AcceptanceRules(BaseModel):
     alpha: float = Field(0.05, gt=0, lt=1, description="significance level of every paired test")
     rho_min: float = Field(0.9, ge=0, le=1, description="floor of DCR at dcr_tau")
     dcr_tau: Literal[1, 3, 5, 6] = Field(3, description="stages a trace must record to count towards DCR")
-    epsilon_default: float = Field(0.02, ge=0, description="tolerated per-category accuracy drop")
+    epsilon_default: float = Field(0.02, ge=0, le=1, description="tolerated per-category accuracy drop (a share of "
+                                                                  "questions: at most 1, any drop)")
     epsilon_by_category: dict[str, float] = Field(default_factory=dict, description="per-category overrides of "
                                                                                    "epsilon_default")
     protected_slices: list[str] = Field(default_factory=list, description="important categories: a regression "
@@ -161,8 +162,10 @@ class AcceptanceRules(BaseModel):
                             "(Benjamini-Hochberg) the false discovery rate at fdr_q")
     fdr_q: float = Field(0.05, gt=0, lt=1, description="false discovery rate bh holds; the adjusted p is compared "
                                                         "with it instead of alpha")
-    probe_delta: float = Field(0.02, ge=0, description="delta_1: largest tolerated probe accuracy drop")
-    restore_threshold: float = Field(0.03, ge=0, description="drop below best-ever that triggers restore")
+    probe_delta: float = Field(0.02, ge=0, le=1, description="delta_1: largest tolerated probe accuracy drop (a "
+                                                              "share of questions: at most 1, any drop)")
+    restore_threshold: float = Field(0.03, ge=0, le=1, description="drop below best-ever that triggers restore (a "
+                                                                    "share of questions: at most 1, never)")
     require_significance: bool = Field(True, description="false: a positive delta goes on to rules 6-9 without "
                                                          "significance (rule 5)")
     hypothesis_check: Literal["flag", "record", "off"] = Field(
@@ -170,12 +173,16 @@ class AcceptanceRules(BaseModel):
                             "named in the reason (record), or not checked (off)")
     secondary: Objective | None = Field(None, description="second outcome that decides where the objective's gain is "
                                                           "inconclusive but non-inferior (rule 5)")
-    non_inferiority_margin: float = Field(0.02, ge=0, description="largest objective loss the CI may allow for an "
-                                                                  "accept on the secondary outcome")
+    non_inferiority_margin: float = Field(0.02, ge=0, le=0.2, description=(
+        "largest objective loss the CI may allow for an accept on the secondary outcome; at most 0.2 (a fifth of "
+        "the questions), beyond which 'non-inferior' would accept a change that loses one answer in five"))
     secondary_alpha: float | None = Field(None, gt=0, description="level of the secondary outcome's test; the "
                                                                   "objective's gain is tested at alpha minus it. "
                                                                   "Left out with secondary set: alpha / 5")
-    bootstrap_resamples: int = Field(10_000, ge=1, description="resamples of the paired BCa confidence interval")
+    bootstrap_resamples: int = Field(10_000, ge=200, le=100_000, description=(
+        "resamples of the paired BCa confidence interval: at least 200 (fewer leave the 2.5% tails of the BCa "
+        "interval to a handful of resamples, so the CI is noise), at most 100,000 (the CI's Monte Carlo error is then "
+        "far below one question in a thousand, and memory and time grow linearly with the count)"))
 
     @field_validator("protected_slices", "veto_slices", "floor_exempt")
     @classmethod
@@ -187,6 +194,9 @@ class AcceptanceRules(BaseModel):
     @classmethod
     def _known_epsilons(cls, value: dict[str, float]) -> dict[str, float]:
         _require_categories(value)
+        outside = next((k for k, v in value.items() if not 0 <= v <= 1), None)
+        if outside is not None:
+            raise ValueError(f"{outside}: {value[outside]} is not a share of questions in [0, 1]")
         return value
 
     @model_validator(mode="before")
@@ -242,9 +252,11 @@ class CostLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, strict=True)
 
-    max_context_words: float | None = Field(None, gt=0, description="hard cap on mean context words per question")
-    max_relative_increase: float | None = Field(None, ge=0, description="largest growth of mean context words over "
-                                                                        "the parent per accepted step (0.25 = +25%)")
+    max_context_words: float | None = Field(None, gt=0, le=1_000_000, description=(
+        "hard cap on mean context words per question; at most 1,000,000, beyond any model's context window"))
+    max_relative_increase: float | None = Field(None, ge=0, le=100, description=(
+        "largest growth of mean context words over the parent per accepted step (0.25 = +25%); at most 100 "
+        "(+10,000%), beyond which the limit limits nothing"))
 
     @property
     def active(self) -> bool:

@@ -37,6 +37,7 @@ class PowerCheck:
     probe_delta: float
     require_significance: bool = True
     failing: int | None = None  # of the baseline under the objective, once observed
+    observed: int | None = None  # questions the baseline's observation scored (``failing`` is out of these)
 
     @classmethod
     def of(cls, n: int, alpha: float, probe_n: int, probe_size: int, probe_delta: float,
@@ -81,8 +82,12 @@ class PowerCheck:
             out.append(f"benchmark too small to ever accept: {self.n} scored question(s), but a significant gain at "
                        f"alpha {self.alpha:g} needs at least {self.min_improved} improved with none regressed; use a "
                        "larger benchmark (or acceptance.require_significance: false)")
+        elif self.observed == 0:
+            out.append(f"no question was scored when the baseline was observed (0 of {self.n}): every answer failed "
+                       "or was left unscored, so no candidate can be compared; check the roles' errors")
         elif self.failing is not None and self.failing < self.min_improved:
-            out.append(f"benchmark too small to ever accept: only {self.failing} of {self.n} question(s) fail, and "
+            scored = self.n if self.observed is None else self.observed
+            out.append(f"benchmark too small to ever accept: only {self.failing} of {scored} question(s) fail, and "
                        f"fixing all of them gives p = {self.best_p:.3g} > alpha {self.alpha:g} (needs "
                        f"{self.min_improved}); use a larger benchmark (or acceptance.require_significance: false)")
         return out

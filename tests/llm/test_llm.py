@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from datetime import datetime
@@ -9,7 +10,7 @@ from datetime import datetime
 import pytest
 
 from evolve.benchmarks.types import Turn
-from evolve.llm import (CacheError, ConfigError, LLMAnswerer, LLMAuthError, LLMClient, LLMCritic, LLMExpander,
+from evolve.llm import (ConfigError, LLMAnswerer, LLMAuthError, LLMClient, LLMCritic, LLMExpander,
                         LLMExtractor, LLMJudge, LLMModelNotFoundError, LLMPlanner, LLMUnavailableError, ProposalReply,
                         ResponseCache, RoleConfig, RolesConfig, UsageStats, build_llm_roles)
 from evolve.strategy.policy import Policy
@@ -71,13 +72,15 @@ def test_cache_replays_exactly_without_http(llm_server, tmp_path):
         replay.complete(MESSAGES, seed=5)
 
 
-def test_corrupt_cache_entry_names_file(llm_server, tmp_path):
+def test_a_corrupt_cache_entry_is_dropped_with_a_warning_naming_it(llm_server, tmp_path, caplog):
     client, _ = make_client(llm_server, tmp_path)
-    client.complete(MESSAGES)
+    first = client.complete(MESSAGES)
     [entry] = [p for p in cache_files(tmp_path) if p.is_file()]
     entry.write_text("{not json")
-    with pytest.raises(CacheError, match=entry.name):
-        client.complete(MESSAGES)
+    with caplog.at_level(logging.WARNING):
+        assert client.complete(MESSAGES) == first  # asked again
+    assert llm_server.request_count == 2 and json.loads(entry.read_text())["content"] == first
+    assert any(str(entry) in r.getMessage() and "malformed" in r.getMessage() for r in caplog.records)
 
 
 @pytest.mark.parametrize("fault", ["429", "500", "malformed"])
