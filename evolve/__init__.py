@@ -23,7 +23,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # the loop
     "Engine": "evolve.loop.engine", "RunConfig": "evolve.loop.config", "load_config": "evolve.loop.config",
-    "ConfigError": "evolve.errors", "CandidateRecord": "evolve.loop.record", "History": "evolve.ops.history",
+    "ConfigError": "evolve.errors", "CandidateRecord": "evolve.state.record", "History": "evolve.ops.history",
     # errors
     "EvolveError": "evolve.errors", "UserError": "evolve.errors",
     # the strategy artifact

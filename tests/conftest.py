@@ -10,10 +10,10 @@ import pytest
 
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import load_strategy
-from evolve.state.files import TEST_HOOKS_ENV
+from evolve.files import TEST_HOOKS_ENV
 from llm_server import LoopbackLLMServer
 
-os.environ[TEST_HOOKS_ENV] = "1"  # the crash-injection hook (evolve.state.files.crash_point) works in tests only
+os.environ[TEST_HOOKS_ENV] = "1"  # the crash-injection hook (evolve.files.crash_point) works in tests only
 
 
 @pytest.fixture(scope="session")

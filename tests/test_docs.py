@@ -11,7 +11,7 @@ from evolve.ops import docs_reference
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "docs" / "reference"
-REGENERATE = "python -m evolve.ops.docs_reference"
+REGENERATE = "python -m evolve.cli.docs_reference"
 
 
 def test_generated_reference_is_current(tmp_path):

@@ -11,7 +11,7 @@ from typing import Any
 
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
 from evolve.safe_text import quoted
-from evolve.state.files import MAX_BENCHMARK_BYTES, read_bounded
+from evolve.files import MAX_BENCHMARK_BYTES, read_bounded
 
 #: LoCoMo's numeric QA categories mapped onto :data:`CATEGORIES`.
 CATEGORY_BY_CODE = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop", 5: "adversarial"}

@@ -21,7 +21,7 @@ from typing import Callable
 from evolve.benchmarks.locomo import CODE_BY_CATEGORY, NOT_MENTIONED, format_locomo_date
 from evolve.benchmarks.types import (LIFECYCLE_CATEGORIES, Benchmark, BenchmarkError, Conversation, Question, Session,
                                      Turn)
-from evolve.state.files import atomic_write_text
+from evolve.files import atomic_write_text
 
 #: Lifecycle attack vectors (:mod:`evolve.benchmarks.lifecycle`), the category of each question that tests one.
 AV = LIFECYCLE_CATEGORIES

@@ -125,7 +125,7 @@ def _stamped(directory: Path, prefix: str) -> Path:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from evolve.state.files import atomic_write_json
+    from evolve.files import atomic_write_json
     from evolve.strategy.artifact import load_strategy
 
     out = eval_out(args.out, args.force)
@@ -225,7 +225,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         phase = "at start-up" if engine is None else f"during round {engine.stores.last_committed_round + 1}"
         raise interrupt.where(exc, f"interrupted {phase}; nothing lost; `memevolve run` resumes") from None
     from evolve.cli.summary import run_table
-    from evolve.state.files import atomic_write_json, ensure_dir
+    from evolve.files import atomic_write_json, ensure_dir
     from evolve.state.layout import StoreLayout
 
     kept = _stamped(ensure_dir(StoreLayout(config.stores).summaries), "run")

@@ -173,7 +173,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     """The first line is the verdict: ``ok: ...`` exactly when the command exits 0, ``verification failed...``
     otherwise."""
     from evolve.ops.change import pending_change
-    from evolve.state.files import StoreError
+    from evolve.files import StoreError
     from evolve.ops.drift import serving_status, serving_targets
     from evolve.ops.history import History
     from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
@@ -222,7 +222,7 @@ def cmd_serving(args: argparse.Namespace) -> int:
     from evolve.ops.drift import serving_status
     from evolve.ops.history import History
     from evolve.runtime import MemoryRuntime
-    from evolve.state.files import StoreError
+    from evolve.files import StoreError
     from evolve.strategy.artifact import load_strategy, strategy_hash
 
     strategy = load_strategy(args.path)
@@ -261,7 +261,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from evolve.ops.drift import serving_targets
     from evolve.ops.history import History
     from evolve.ops.outputs import check_output_file
-    from evolve.state.files import StoreError
+    from evolve.files import StoreError
 
     view = History(args.stores)
     served = tuple(Path(t).resolve() for t in serving_targets(view.entries))

@@ -45,7 +45,7 @@ from optuna.trial import TrialState
 
 from evolve.errors import EvolveError
 from evolve.improve.planner import Direction, max_steps, move_values
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 from evolve.strategy.artifact import StrategyError, derive, validate_strategy
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import repair

@@ -16,7 +16,7 @@ from typing import Any
 
 from evolve.errors import EvolveError
 from evolve.safe_text import surrogate_at
-from evolve.state.files import atomic_write_text, read_bounded
+from evolve.files import atomic_write_text, read_bounded
 from evolve.canonical import canonical_json
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """One candidate through the Verify half: evolver values → gates → (with LLM answers: an LLM-free evidence screen) →
 probe screen → critic (seeing the probe's deltas and examples) → paired comparison and hypothesis check → decision
 (→ with a holdout, a would-be accept checked on it). Each stage's outcome lands in the candidate's
-:class:`~evolve.loop.record.CandidateRecord`; the first stage that decides closes it, so cheap screens spare the
+:class:`~evolve.state.record.CandidateRecord`; the first stage that decides closes it, so cheap screens spare the
 expensive evaluation."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from evolve.improve.evolver import Evolver, EvolverError, Proposal
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
 from evolve.loop.holdout import Holdout
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.observe.harness import EvalRun, Harness
 from evolve.observe.summarize import usage_totals
 from evolve.observe.objective import Objective, changed as objective_changed, success

@@ -12,7 +12,7 @@ from evolve.loop.candidate import CandidateResult
 from evolve.loop.monitor import SliceCheck
 from evolve.observe.harness import EvalRun
 from evolve.state.checkpoint import CheckpointRecord
-from evolve.state.files import StoreError, read_json
+from evolve.files import StoreError, read_json
 from evolve.state.layout import StoreLayout
 from evolve.state.records import dump_record, record_hash, report_hash, stage_outcomes
 from evolve.state.stores import RoundBundle, StoreSet

@@ -14,7 +14,7 @@ from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 from evolve.benchmarks.types import file_spec
 from evolve.data import BASELINE_PATH
 from evolve.errors import ConfigError
-from evolve.state.files import MAX_TEXT_BYTES, read_bounded
+from evolve.files import MAX_TEXT_BYTES, read_bounded
 from evolve.strategy import strict_yaml
 from evolve.strategy.strict_yaml import YAMLInputError
 from evolve.loop.budget import BudgetConfig

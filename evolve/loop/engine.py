@@ -29,7 +29,7 @@ from evolve.loop.family import decide_family
 from evolve.loop.holdout import Holdout
 from evolve.loop.learning import learn, merged, relieved, runners_up
 from evolve.loop.monitor import SliceCheck, check_at_acceptance, check_later, monitored_slices
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun

@@ -10,7 +10,7 @@ from evolve.improve.hypotheses import HypothesisTree, reward_of
 from evolve.improve.planner import Direction, can_move
 from evolve.improve.proposer import RULED
 from evolve.loop.candidate import CandidateResult
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.strategy.moves import Move
 from evolve.strategy.paths import get_path
 from evolve.strategy.schema import evolvable_dimensions

@@ -10,7 +10,7 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
 
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.verify.decision import TOLERANCE, AcceptanceRules, Verdict
 
 

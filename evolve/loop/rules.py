@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from evolve.state.files import StoreError, read_json
+from evolve.files import StoreError, read_json
 from evolve.state.layout import StoreLayout
 from evolve.verify.decision import AcceptanceRules, CostLimits
 

@@ -18,7 +18,7 @@ from evolve.observe.objective import Objective, outcomes as objective_outcomes, 
 from evolve.observe.summarize import summarize, usage_totals
 from evolve.observe.trace import Summary, Trace
 from evolve.runtime import IngestionCache
-from evolve.state.files import atomic_write_json, atomic_write_text
+from evolve.files import atomic_write_json, atomic_write_text
 
 
 @dataclass

@@ -20,13 +20,13 @@ from pathlib import Path
 from evolve.canonical import sha256_hex
 from evolve.ops.drift import read_optional
 from evolve.ops.witness import witness_anchors, write_witness
-from evolve.state.files import (
+from evolve.files import (
     StoreError, atomic_write_bytes, atomic_write_json, crash_point, fsync_dir, now_iso, os_error, read_json,
 )
 from evolve.state.layout import StoreLayout
 from evolve.state.stores import StoreSet
 
-#: The steps of a change, in order (the names :data:`~evolve.state.files.CRASH_ENV` accepts).
+#: The steps of a change, in order (the names :data:`~evolve.files.CRASH_ENV` accepts).
 STEPS = ("intent", "swap", "journal", "witness")
 
 

@@ -1,6 +1,6 @@
 """Reference cases of the decision contract: constructed paired reports with the figures of D²ACCI's LoCoMo table and
 the failures the contract exists to catch, and their verdicts under the configs the project ships. The docs' contract
-table is generated from them (:mod:`evolve.ops.docs_reference`), and the contract tests replay them, so the table
+table is generated from them (:mod:`evolve.cli.docs_reference`), and the contract tests replay them, so the table
 cannot drift from the code.
 """
 from __future__ import annotations

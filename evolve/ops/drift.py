@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.ops.history import History
-from evolve.state.files import MAX_TEXT_BYTES, StoreError, read_bounded
+from evolve.files import MAX_TEXT_BYTES, StoreError, read_bounded
 from evolve.canonical import sha256_hex
 from evolve.safe_text import escaped
 from evolve.strategy import strict_yaml

@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from evolve.loop.commit import BLOCKED_BY
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
-from evolve.ops.review import text_table
-from evolve.state.files import StoreError
+from evolve.ops.formatting import text_table
+from evolve.files import StoreError
 from evolve.verify.decision import changes_strategy
 
 

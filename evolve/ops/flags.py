@@ -14,10 +14,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
-from evolve.ops.review import change_summary, fmt_ci, fmt_num, text_table
-from evolve.state.files import StoreError
+from evolve.ops.formatting import change_summary, fmt_ci, fmt_num, text_table
+from evolve.files import StoreError
 from evolve.strategy.paths import get_path
 from evolve.verify.statistics import PairedReport
 from evolve.verify.decision import Verdict

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.state.checkpoint import Checkpoint
 from evolve.state.records import load_record, record_hash, report_hash
 from evolve.state.view import StoreView

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from evolve.ops.history import History
-from evolve.ops.review import text_table
+from evolve.ops.formatting import text_table
 
 
 def monitor_regressions(view: History, candidate_id: str | None = None) -> list[dict]:

@@ -4,15 +4,15 @@
 An output path must not be a symbolic link (nor resolve through a loop), must not lie inside a stores directory
 (the one given, or any directory holding ``state.json`` or ``journal.jsonl``), must not be a serving file, a
 strategy file or a witness (``*.witness``), and, if it exists, must be a regular file. Refusals are
-:class:`~evolve.state.files.StoreError` naming the option, the path and the rule (CLI exit code 2). The writes
-themselves go through :func:`~evolve.state.files.atomic_write_bytes`.
+:class:`~evolve.files.StoreError` naming the option, the path and the rule (CLI exit code 2). The writes
+themselves go through :func:`~evolve.files.atomic_write_bytes`.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
 from evolve.ops.targets import WITNESS_SUFFIX, is_strategy_file
-from evolve.state.files import StoreError, require_output_dir
+from evolve.files import StoreError, require_output_dir
 
 #: Files whose presence marks a directory as stores.
 STORES_MARKERS = ("state.json", "journal.jsonl")

@@ -8,7 +8,7 @@ import re
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.observe.ladder import RootCause
 from evolve.observe.objective import LABEL
 

@@ -8,18 +8,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.data import REPORT_CSS_PATH
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
-from evolve.ops.review import (
-    answers_text, candidate_row, category_deltas, change_summary, fmt_ci, fmt_num, objective_of, secondary_text,
-)
+from evolve.ops.formatting import change_summary, fmt_ci, fmt_num
+from evolve.ops.review import answers_text, candidate_row, category_deltas, objective_of, secondary_text
 from evolve.observe.objective import LABEL, SCORE_FIELD
 from evolve.ops.drift import SERVING_TYPES, approval_text, drift_report
 from evolve.ops.escalations import Escalation, escalations
 from evolve.ops.flags import Flag, figures, flag_registry
 from evolve.ops.monitors import monitor_regressions, monitors_table, regression_text
 from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
-from evolve.state.files import atomic_write_text
+from evolve.files import atomic_write_text
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.decision import Verdict, changes_strategy
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from evolve.errors import EvolveError
 from evolve.loop.config import RunConfig
 from evolve.loop.holdout import Holdout
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.loop.setup import RunSetup
 from evolve.ops.flags import REVERIFY, flagged_record
 from evolve.ops.history import History
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 from evolve.state.stores import StoreSet
 from evolve.strategy.artifact import StrategyError, derive, policy_hash, strategy_hash, validate_strategy
 from evolve.verify.comparison import Comparison

@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.ops.drift import (
     SERVING_TYPES, Served, history_problem, read_optional, serving_entries, strategy_hash_of,
 )
@@ -30,7 +30,7 @@ from evolve.ops.change import Recovered, apply_change, pending_change, recover_c
 from evolve.ops.history import History
 from evolve.ops.review import CANDIDATE_ID_RE
 from evolve.ops.targets import Refused, check_target
-from evolve.state.files import atomic_write_bytes, ensure_dir, require_writable_dir
+from evolve.files import atomic_write_bytes, ensure_dir, require_writable_dir
 from evolve.canonical import sha256_hex
 from evolve.state.stores import StoreSet
 from evolve.strategy import strict_yaml

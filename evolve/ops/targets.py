@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evolve.errors import EvolveError
 from evolve.state.layout import StoreLayout
-from evolve.state.files import MAX_TEXT_BYTES, read_bounded
+from evolve.files import MAX_TEXT_BYTES, read_bounded
 from evolve.strategy import strict_yaml
 from evolve.strategy.schema import load_schema
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.ops.targets import WITNESS_SUFFIX
-from evolve.state.files import StoreError, append_lines, iter_jsonl
+from evolve.files import StoreError, append_lines, iter_jsonl
 from evolve.canonical import canonical_json
 from evolve.state.journal import HEAD_TAG, STORES_TAG
 from evolve.reachability import http_get

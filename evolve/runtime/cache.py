@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from evolve.benchmarks.types import Conversation
-from evolve.state.files import atomic_write_bytes
+from evolve.files import atomic_write_bytes
 from evolve.strategy.artifact import ingestion_key
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from evolve.canonical import canonical_hash, sha256_hex
 from evolve.numbers import is_real
-from evolve.state.files import (
+from evolve.files import (
     MAX_DOC_BYTES, MAX_TEXT_BYTES, StoreError, atomic_write_json, atomic_write_text, now_iso, os_error, read_bounded,
     read_json,
 )

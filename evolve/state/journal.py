@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from evolve.canonical import canonical_hash, canonical_json
-from evolve.state.files import (
+from evolve.files import (
     open_regular,
     StoreError, append_lines, ensure_dir, iter_jsonl, now_iso, os_error, repair_torn_tail,
 )

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 
 #: Append-only record stores (``<name>.jsonl``); every record needs a unique string ``key``.
 JSONL_STORES = ("candidate_outcomes", "stage_audits", "diagnosis_log")

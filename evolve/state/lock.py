@@ -7,7 +7,7 @@ from pathlib import Path
 
 import filelock
 
-from evolve.state.files import StoreError, atomic_write_json, ensure_dir, now_iso, os_error, read_json
+from evolve.files import StoreError, atomic_write_json, ensure_dir, now_iso, os_error, read_json
 
 
 class RunLock:

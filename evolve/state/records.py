@@ -10,8 +10,8 @@ from dataclasses import fields
 from typing import Any, Callable, Mapping
 
 from evolve.canonical import canonical_hash
-from evolve.loop.record import STAGES, CandidateRecord
-from evolve.state.files import StoreError
+from evolve.state.record import STAGES, CandidateRecord
+from evolve.files import StoreError
 from evolve.verify.critic import CriticReview
 from evolve.verify.decision import Decision
 from evolve.verify.gates import GateResult, GateTrail

@@ -23,7 +23,7 @@ from evolve.state.bundle import RoundBundle
 from evolve.state.checkpoint import Checkpoint
 from evolve.state.journal import KEY_ENV, Journal, VerifyResult
 from evolve.canonical import canonical_hash, canonical_json
-from evolve.state.files import (
+from evolve.files import (
     StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir, is_torn, iter_jsonl,
     now_iso, os_error, read_json,
     remove_stale_temps, repair_torn_tail, require_appendable,

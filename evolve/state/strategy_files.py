@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 from evolve.strategy import strict_yaml
 from evolve.strategy.artifact import dump_yaml, strategy_hash
 from evolve.strategy.strict_yaml import YAMLInputError

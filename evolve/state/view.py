@@ -9,7 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from evolve.state.files import MAX_TEXT_BYTES, StoreError, iter_jsonl, read_bounded, read_json
+from evolve.files import MAX_TEXT_BYTES, StoreError, iter_jsonl, read_bounded, read_json
 from evolve.state.journal import Journal, VerifyResult, journal_key
 from evolve.state.layout import DOC_STORES, JSONL_STORES, StoreLayout
 from evolve.state.strategy_files import strategy_from_yaml

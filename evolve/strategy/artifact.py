@@ -16,7 +16,7 @@ import yaml
 
 from evolve.canonical import canonical_json
 from evolve.errors import UserError
-from evolve.state.files import MAX_TEXT_BYTES, read_bounded
+from evolve.files import MAX_TEXT_BYTES, read_bounded
 from evolve.strategy.schema import load_schema
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path

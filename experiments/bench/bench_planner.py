@@ -46,7 +46,7 @@ from evolve.observe.objective import OBJECTIVES, SCORE_FIELD  # noqa: E402
 from evolve.loop.backends import build_backends, roles_config  # noqa: E402
 from evolve.runtime import IngestionCache  # noqa: E402
 from evolve.verify.statistics import paired_comparison  # noqa: E402
-from evolve.state.files import atomic_write_text  # noqa: E402
+from evolve.files import atomic_write_text  # noqa: E402
 from evolve.strategy.artifact import StrategyError, derive, ingestion_key, load_strategy, strategy_hash  # noqa: E402
 from evolve.strategy.paths import get_path  # noqa: E402
 

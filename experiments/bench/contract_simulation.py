@@ -39,8 +39,8 @@ from scipy import stats
 
 from evolve.loop.candidate import CandidateResult
 from evolve.loop.family import decide_family
-from evolve.loop.record import CandidateRecord
-from evolve.state.files import atomic_write_text
+from evolve.state.record import CandidateRecord
+from evolve.files import atomic_write_text
 from evolve.state.records import decision_report
 from evolve.verify.decision import AcceptanceRules, Decision, Verdict, decide, probe_screen
 from evolve.verify.multiplicity import Adjustment, adjust

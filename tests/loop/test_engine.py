@@ -7,7 +7,7 @@ import pytest
 from evolve.loop.config import RunConfig
 from evolve.verify.decision import AcceptanceRules, decide
 from evolve.loop.engine import Engine
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 from evolve.state.records import decision_report, load_record
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH

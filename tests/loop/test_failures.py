@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from evolve.cli import main
-from evolve.state.files import read_json
+from evolve.files import read_json
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import derive, strategy_hash

@@ -8,7 +8,7 @@ from evolve.improve.evolver import Evolver
 from evolve.loop.candidate import CandidateResult
 from evolve.improve.effects import DimensionEffects
 from evolve.loop.learning import merged, relieved, runners_up
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.state.records import dump_record
 from evolve.verify.decision import Decision, Verdict
 from evolve.verify.statistics import PairedReport, paired_comparison

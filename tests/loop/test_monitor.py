@@ -9,7 +9,7 @@ from evolve.data import BASELINE_PATH
 from evolve.loop.config import RunConfig
 from evolve.loop.engine import Engine
 from evolve.loop.monitor import check_at_acceptance, check_later, monitored_slices
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.cli.main import main
 from evolve.ops.monitors import monitor_regressions

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.report import _facts
 from evolve.ops.review import render_record

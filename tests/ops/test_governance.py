@@ -11,7 +11,7 @@ import pytest
 from evolve.cli import main
 from evolve.data import BASELINE_PATH
 from evolve.ops.history import History
-from evolve.state.files import read_json
+from evolve.files import read_json
 from workflow_fixtures import cli, commit_accept_round, journal, snapshot, write_config
 
 

@@ -9,9 +9,9 @@ import pytest
 import yaml
 
 from evolve.cli import main
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
-from evolve.state.files import read_json
+from evolve.files import read_json
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import dump_yaml, load_strategy, strategy_hash

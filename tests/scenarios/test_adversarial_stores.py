@@ -14,7 +14,7 @@ import pytest
 
 from evolve.data import BASELINE_PATH
 from evolve.ops.change import STEPS
-from evolve.state.files import CRASH_ENV
+from evolve.files import CRASH_ENV
 from evolve.state.journal import KEY_ENV
 from workflow_fixtures import cli, cli_subprocess, journal, snapshot, write_config
 

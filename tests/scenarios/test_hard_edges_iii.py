@@ -17,7 +17,7 @@ import yaml
 from evolve.data import BASELINE_PATH
 from evolve.llm import LLMClient, ResponseCache, RoleConfig, UsageStats
 from evolve.loop.config import load_config
-from evolve.state.files import CRASH_ENV, CRASH_SIGNAL_ENV, TEST_HOOKS_ENV
+from evolve.files import CRASH_ENV, CRASH_SIGNAL_ENV, TEST_HOOKS_ENV
 from evolve.state.journal import KEY_ENV
 from evolve.strategy.prompts import add_instruction, check_prompt
 from evolve.verify.decision import AcceptanceRules

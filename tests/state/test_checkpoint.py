@@ -7,7 +7,7 @@ import json
 import pytest
 
 from evolve.state.checkpoint import Checkpoint
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 from evolve.canonical import canonical_hash
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import derive, load_strategy, strategy_hash

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from evolve.state.journal import ENTRY_TYPES, GENESIS_HASH, Journal
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 from evolve.canonical import canonical_json
 
 

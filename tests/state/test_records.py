@@ -10,7 +10,7 @@ import pytest
 
 from evolve.canonical import canonical_json
 from evolve.ops.history import History
-from evolve.state.files import StoreError
+from evolve.files import StoreError
 from evolve.state.records import dump_record, load_record, stage_outcomes
 from evolve.verify.critic import CriticReview
 from evolve.verify.decision import Decision, Verdict

@@ -17,7 +17,7 @@ import pytest
 from evolve.state import checkpoint as checkpoint_mod
 from evolve.state import journal as journal_mod
 from evolve.state import stores as stores_mod
-from evolve.state.files import (
+from evolve.files import (
     StoreError, atomic_write_json, atomic_write_text, iter_jsonl, os_error, read_json, repair_torn_tail,
 )
 from evolve.state.lock import RunLock
@@ -95,7 +95,7 @@ def test_failed_write_mid_file_keeps_old_content(tmp_path):
     atomic_write_text(target, '{"old": true}\n')
     code = textwrap.dedent("""
         import resource, signal, sys
-        from evolve.state.files import StoreError, atomic_write_json
+        from evolve.files import StoreError, atomic_write_json
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
         try:
@@ -397,7 +397,7 @@ def test_atomic_write_keeps_permissions_and_new_files_follow_umask(tmp_path):
     import os
     import stat
 
-    from evolve.state.files import atomic_write_text
+    from evolve.files import atomic_write_text
 
     old = os.umask(0o022)
     try:

@@ -8,7 +8,7 @@ import pytest
 
 from evolve.loop.candidate import CandidateResult
 from evolve.loop.family import decide_family
-from evolve.loop.record import CandidateRecord
+from evolve.state.record import CandidateRecord
 from evolve.state.records import decision_report, dump_record, load_record
 from evolve.verify.decision import AcceptanceRules, CostLimits, Verdict, decide
 from evolve.verify.multiplicity import adjust
@@ -430,7 +430,7 @@ def test_a_comparison_and_its_stored_report_decide_alike():
 
 def test_the_generated_contract_table_is_what_decide_says():
     from evolve.ops.contract_cases import verdicts
-    from evolve.ops.docs_reference import contract_page
+    from evolve.cli.docs_reference import contract_page
     rows = {line.split(" | ")[0]: line.strip(" |").split(" | ")[2:] for line in contract_page().splitlines()
             if line.startswith("| `")}
     for case, by_config in verdicts().items():

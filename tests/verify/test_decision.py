@@ -236,7 +236,7 @@ def test_cost_never_turns_a_rejection_into_a_flag_and_needs_its_figures():
 
 
 def test_cost_decision_replays_from_the_saved_record():
-    from evolve.loop.record import CandidateRecord
+    from evolve.state.record import CandidateRecord
     from evolve.state.records import decision_report, dump_record, load_record
     from evolve.verify.outcomes import ContextCost
     from evolve.verify.statistics import PairedReport
