@@ -50,3 +50,13 @@ def llm_server() -> Iterator[LoopbackLLMServer]:
     """A started loopback OpenAI-compatible server with the echo responder; tests replace ``responder`` as needed."""
     with LoopbackLLMServer() as server:
         yield server
+
+
+@pytest.fixture
+def serving(tmp_path: Path, monkeypatch) -> Path:
+    """``<tmp>/strategies/serving.yaml`` holding the baseline; its directory is the configured serving directory."""
+    path = tmp_path / "strategies" / "serving.yaml"
+    path.parent.mkdir()
+    path.write_bytes(BASELINE_PATH.read_bytes())
+    monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
+    return path

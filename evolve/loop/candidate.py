@@ -101,7 +101,7 @@ class CandidateVerifier:
                                                           direction.symptom_key, self.max_reverts))
         record.gates = trail
         if not trail.passed:
-            return result.close(Decision(Verdict.REJECT, trail.results[-1].reason, Rule.gate(trail.decided_by)),
+            return result.close(Decision(Verdict.REJECT, trail.results[-1].reason, Stage.gate(trail.decided_by)),
                                 Stage.gate(trail.decided_by))
 
         if self.harness.roles.answers_call_models():

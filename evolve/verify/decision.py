@@ -86,7 +86,7 @@ class Verdict(StrEnum):
 
 
 class Rule(StrEnum):
-    """The rule behind a decision, as recorded (a gate's rule is ``gate:NAME``, :meth:`gate`)."""
+    """The rule behind a decision, as recorded (a gate's rule is its stage, ``gate:NAME``: :meth:`Stage.gate`)."""
 
     INCOMPLETE = "incomplete"
     SIGNIFICANT_HARM = "significant_harm"
@@ -106,10 +106,6 @@ class Rule(StrEnum):
     PROBE_INERT = "probe-inert"
     CRITIC = "critic"
     EVOLVER = "evolver"
-
-    @staticmethod
-    def gate(name: str) -> str:
-        return f"{Stage.GATE_PREFIX}{name}"
 
 
 class Stage(StrEnum):

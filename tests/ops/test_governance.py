@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from evolve.cli import main
-from evolve.data import BASELINE_PATH
 from evolve.ops.history import History
 from evolve.files import read_json
 from workflow_fixtures import cli, commit_accept_round, journal, snapshot, write_config
@@ -30,15 +29,6 @@ def run_dir(tmp_path_factory) -> Path:
 def governed(run_dir: Path, tmp_path: Path) -> Path:
     """A private, writable copy of ``run_dir``: its config and stores."""
     return Path(shutil.copytree(run_dir, tmp_path / "run"))
-
-
-@pytest.fixture
-def serving(tmp_path: Path, monkeypatch) -> Path:
-    path = tmp_path / "strategies" / "serving.yaml"
-    monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
-    path.parent.mkdir()
-    path.write_bytes(BASELINE_PATH.read_bytes())
-    return path
 
 
 def flag_rows(out: str) -> dict[str, str]:

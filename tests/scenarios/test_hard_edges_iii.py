@@ -12,7 +12,6 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from evolve.data import BASELINE_PATH
 from evolve.llm import LLMClient, ResponseCache, RoleConfig, UsageStats
@@ -27,16 +26,6 @@ from workflow_fixtures import cli, cli_subprocess, journal, snapshot, write_conf
 HOSTILE = {"NEL": "\x85", "surrogate": "\ud800", "LS": "\u2028", "PS": "\u2029", "VT": "\x0b", "FF": "\x0c",
            "ESC": "\x1b"}
 EDIT = "Answer in the words of the memory{}and never guess."
-
-
-@pytest.fixture
-def serving(tmp_path: Path, monkeypatch) -> Path:
-    """``<tmp>/strategies/serving.yaml`` holding the baseline; its directory is the serving directory."""
-    path = tmp_path / "strategies" / "serving.yaml"
-    path.parent.mkdir()
-    path.write_bytes(BASELINE_PATH.read_bytes())
-    monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
-    return path
 
 
 # ---------------------------------------------------------------- 1, 2, 9. prompt edits

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from evolve.data import BASELINE_PATH
 from evolve.canonical import canonical_hash, canonical_json, sha256_hex
 from evolve.state.journal import GENESIS_HASH, KEY_ENV, entry_hash
 from workflow_fixtures import cli, journal, snapshot, write_config
@@ -49,16 +48,6 @@ def forge(stores: Path, entries: list[dict]) -> None:
 def promoted(capsys, stores: Path, serving: Path) -> None:
     code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
     assert code == 0, out
-
-
-@pytest.fixture
-def serving(tmp_path: Path, monkeypatch) -> Path:
-    """``<tmp>/strategies/serving.yaml`` holding the baseline; ``<tmp>/strategies`` is the serving directory."""
-    path = tmp_path / "strategies" / "serving.yaml"
-    path.parent.mkdir()
-    path.write_bytes(BASELINE_PATH.read_bytes())
-    monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
-    return path
 
 
 @pytest.fixture(scope="module")

@@ -7,18 +7,8 @@ from math import comb
 import numpy as np
 import pytest
 
+from evolve.ops.contract_cases import outcomes
 from evolve.verify.statistics import PairedReport, paired_comparison
-
-
-def outcomes(rows: list[tuple[str, bool, bool, int]]) -> tuple[dict, dict]:
-    """Baseline and candidate maps from ``(category, base_correct, cand_correct, count)`` rows."""
-    base, cand = {}, {}
-    for category, b, c, count in rows:
-        for _ in range(count):
-            qid = f"q{len(base):04d}"
-            base[qid] = {"correct": b, "category": category}
-            cand[qid] = {"correct": c, "category": category}
-    return base, cand
 
 
 def test_counts_accuracies_and_id_lists():
