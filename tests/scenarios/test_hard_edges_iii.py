@@ -121,7 +121,8 @@ RUN = dict(benchmark="synthetic:0", limit=60, probe_size=20, rounds=2, candidate
 
 
 def _start(config: Path, env: dict | None = None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", "--config", str(config), "--no-tracking"],
+    return subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", "--config", str(config), "--no-tracking",
+                             "--json"],
                             cwd=config.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, **(env or {})})
 
