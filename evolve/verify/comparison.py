@@ -3,8 +3,8 @@ typed value.
 
 :func:`evolve.verify.dossier.compare` builds it from the two evaluations (the objective's paired report, DCR, context
 cost, and under the rules the confabulation, secondary-outcome and hypothesis comparisons); the loop adds the holdout
-comparison and the round's multiple-testing adjustments. :func:`evolve.verify.decision.decide` reads it, and a stored record's report
-(``Comparison.from_report``) reads back as the same value, so a decision replays from the record alone. An optional
+comparison and the round's multiple-testing adjustments. :func:`evolve.verify.decision.decide` reads it, and a
+stored record's report (``Comparison.from_report``) reads back as the same value, so a decision replays from the record alone. An optional
 entry that is malformed in a stored report is kept as a problem (:attr:`Comparison.problems`), which the contract
 reports as ``incomplete`` at that entry's rule, as it always has.
 """
@@ -41,7 +41,8 @@ def _hypothesis(data: Any, name: str) -> HypothesisCheck:
     try:
         return HypothesisCheck.from_dict(data)
     except (KeyError, TypeError, ValueError) as exc:
-        raise ReportError(f"{name} must carry category, predicted, observed_delta and n, got {data!r} ({exc})") from None
+        raise ReportError(f"{name} must carry category, predicted, observed_delta and n, got {data!r} "
+                          f"({exc})") from None
 
 
 def _cost(data: Any, name: str) -> ContextCost:

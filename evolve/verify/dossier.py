@@ -1,5 +1,5 @@
 """The comparison dossier built from two evaluations of the same questions under the decision rules: what a round's
-full comparison, a re-verification and a gate run all decide on."""
+full comparison and a re-verification (``memevolve flags --verify``) decide on."""
 from __future__ import annotations
 
 from typing import Mapping

@@ -24,7 +24,8 @@ class ProbeOutcome:
     mcnemar_p: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None or not (k.endswith("_changed") or k == "mcnemar_p")}
+        optional = ("answers_changed", "packed_contexts_changed", "mcnemar_p")
+        return {k: v for k, v in asdict(self).items() if v is not None or k not in optional}
 
 
 @dataclass(frozen=True)
