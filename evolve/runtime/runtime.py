@@ -19,6 +19,7 @@ from evolve.runtime.ingest import build_store
 from evolve.runtime.retrieval import Hit, Query, filter_hits, retrieve
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import content_tokens, count_tokens
+from evolve.runtime.threads import single_blas_thread
 from evolve.strategy.artifact import validate_strategy
 
 
@@ -60,7 +61,8 @@ class MemoryRuntime:
     """Ingests conversations into layered memory and answers questions over it, as ``strategy`` dictates.
 
     Roles default to the deterministic rule extractor/expander, the extractive answerer and the bundled
-    MiniLM embedder; a fresh in-memory :class:`IngestionCache` is used when none is shared.
+    MiniLM embedder; a fresh in-memory :class:`IngestionCache` is used when none is shared. Constructing one
+    limits BLAS to one thread in this process (:func:`single_blas_thread`).
     """
 
     def __init__(self, strategy: dict, *, extractor: Extractor | None = None, expander: Expander | None = None,
@@ -73,6 +75,7 @@ class MemoryRuntime:
         self.answerer: Answerer = answerer or ExtractiveAnswerer()
         self.embedder: Embedder = embedder or default_embedder()
         self.cache = cache if cache is not None else IngestionCache()
+        single_blas_thread()
 
     def ingest(self, conversation: Conversation) -> MemoryStore:
         """The conversation's memory store, from the cache when this ingestion policy has built it before."""
