@@ -19,7 +19,8 @@ def entities(question: str) -> list[str]:
     """Capitalised names in the question (possessives stripped), in order, without repeats."""
     found: list[str] = []
     for raw in normalise(question).split():
-        word = re.sub(r"'s$", "", raw.strip(".,!?;:\"()"))
+        word = raw.strip(".,!?;:\"()")
+        word = word[:-2] if word.endswith("'s") else word
         if not word[:1].isupper() or word.lower() in _NOT_NAMES:
             continue
         if word not in found:

@@ -54,9 +54,10 @@ class Cues:
 
     @classmethod
     def of(cls, question: str) -> "Cues":
-        retracted = asks_retracted(question)
-        back = retracted or looks_back(question)
-        return cls(back, not back and not asks_past(question), retracted)
+        lowered = normalise(question).lower()  # what looks_back, asks_past and asks_retracted read
+        retracted = bool(RETRACTION_QUESTION_CUES.search(lowered))
+        back = retracted or bool(CHANGE_CUES.search(lowered))
+        return cls(back, not back and not PAST_CUES.search(lowered), retracted)
 
 
 @dataclass(frozen=True)

@@ -39,39 +39,46 @@ class Query:
     asked_at: datetime | None = None
 
 
-def _ranking(scores: np.ndarray, eligible: np.ndarray, depth: int, positive: bool) -> np.ndarray:
-    """Indices of the ``depth`` best eligible items (ties by store order)."""
-    mask = eligible & np.isfinite(scores)
-    if positive:
-        mask &= scores > 0
-    idx = np.flatnonzero(mask)
+def _ranking(scores: np.ndarray, eligible: np.ndarray | None, depth: int, positive: bool) -> np.ndarray:
+    """Indices of the ``depth`` best eligible items (ties by store order); ``eligible`` None: every item. A
+    ``positive`` ranking keeps scores above 0 (BM25 sums and rank fusions, finite by construction), any other
+    the finite ones."""
+    mask = scores > 0 if positive else np.isfinite(scores)
+    if eligible is not None:
+        mask &= eligible
+    idx = mask.nonzero()[0]
+    values = scores[idx]
     if idx.size > depth:  # only items scoring at least the depth-th best (ties included) can make the cut
-        values = scores[idx]
-        idx = idx[values >= np.partition(values, idx.size - depth)[idx.size - depth]]
-    order = np.lexsort((idx, -scores[idx]))
-    return idx[order[:depth]]
+        keep = values >= np.partition(values, idx.size - depth)[idx.size - depth]
+        idx, values = idx[keep], values[keep]
+    return idx[np.argsort(-values, kind="stable")[:depth]]  # stable: ties keep store order
 
 
-def _channel_scores(store: MemoryStore, query: Query, policy: Policy, eligible: np.ndarray) -> dict[str, tuple]:
-    """``{channel: (ranked indices, scores)}`` for every channel with a positive weight."""
+def _channel_scores(store: MemoryStore, query: Query, terms: list[str], policy: Policy,
+                    eligible: np.ndarray | None) -> dict[str, tuple]:
+    """``{channel: (ranked indices, scores)}`` for every channel with a positive weight; ``terms``: the query's
+    content tokens."""
     rt = policy.retrieval
     weights = rt.weights_for(query.intent)
     depth, kappa = rt.candidate_pool, rt.rrf_kappa
     out: dict[str, tuple] = {}
-    if weights.bm25 > 0:
-        scores = store.bm25_scores(content_tokens(query.text))
-        out["bm25"] = (_ranking(scores, eligible, depth, True), scores)
-    if weights.vector > 0 and query.vector is not None and len(store):
+    subqueries = query.subqueries if weights.subquery > 0 else ()
+    if weights.bm25 > 0 or subqueries:
+        rows = store.bm25_scores_many([terms, *(content_tokens(sub) for sub in subqueries)])
+        if weights.bm25 > 0:
+            out["bm25"] = (_ranking(rows[0], eligible, depth, True), rows[0])
+    if weights.vector > 0 and query.vector is not None:
         scores = np.round(store.embeddings @ query.vector.astype(np.float32), 5)
         out["vector"] = (_ranking(scores, eligible, depth, False), scores)
-    if weights.subquery > 0 and query.subqueries:
+    if subqueries:
         fused = np.zeros(len(store), dtype=np.float64)
-        for sub in query.subqueries:
-            ranked = _ranking(store.bm25_scores(content_tokens(sub)), eligible, depth, True)
+        for row in rows[1:]:
+            ranked = _ranking(row, eligible, depth, True)
             fused[ranked] += 1.0 / (kappa + np.arange(1, len(ranked) + 1))
         out["subquery"] = (_ranking(fused, eligible, depth, True), fused)
     if policy.lifecycle.category_channel.enabled:
-        out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth, eligible)
+        out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth,
+                                           np.ones(len(store), dtype=bool) if eligible is None else eligible)
     return out
 
 
@@ -109,19 +116,14 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     rt, features = policy.retrieval, policy.features
     if not len(store):
         return []
-    eligible = np.ones(len(store), dtype=bool)
-    if not features.session_memory:
-        eligible &= store.layers != "SM"
+    eligible = None if features.session_memory else store.layers != "SM"
     weights = rt.weights_for(query.intent)
-    channels = _channel_scores(store, query, policy, eligible)
+    terms = content_tokens(query.text)
+    channels = _channel_scores(store, query, terms, policy, eligible)
     fused = np.zeros(len(store), dtype=np.float64)
-    ranks: dict[str, np.ndarray] = {}  # channel -> 1-based rank of every item (0: not found by the channel)
     for name, (ranked, _) in channels.items():
-        positions = np.arange(1, len(ranked) + 1)
         weight = policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name)
-        fused[ranked] += weight / (rt.rrf_kappa + positions)
-        ranks[name] = np.zeros(len(store), dtype=np.int64)
-        ranks[name][ranked] = positions
+        fused[ranked] += weight / (rt.rrf_kappa + np.arange(1, len(ranked) + 1))
     now = query.asked_at or store.newest  # when the question is asked: its own time, else the newest memory's
     ref = day_number(now)
     cues = Cues.of(query.text)
@@ -130,23 +132,28 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     candidates = np.flatnonzero(fused > 0)
     if policy.lifecycle.rescores and candidates.size and cues.current:
         fused = _lifecycle_scores(channels, candidates, store, policy, ref)
-    candidates = candidates[np.lexsort((candidates, -fused[candidates]))]
+    candidates = candidates[np.argsort(-fused[candidates], kind="stable")]  # ties keep store order
     final = fused
     if rt.rerank.enabled and candidates.size:
         w = rt.rerank.overlap_weight
         final = (1.0 - w) * fused / fused[candidates[0]]
-        wanted = set(content_tokens(query.text))
+        wanted = set(terms)
         if wanted:
             for i in candidates[: rt.rerank.top_n].tolist():
                 final[i] += w * len(wanted & store.token_sets[i]) / len(wanted)
         candidates = candidates[np.lexsort((candidates, -final[candidates]))]
     top = candidates[: rt.top_k_for(query.intent)]
-    columns = {name: (ranks[name][top].tolist(), scores[top].tolist()) for name, (_, scores) in channels.items()}
+    chosen = top.tolist()
+    found: list[dict[str, dict]] = [{} for _ in chosen]  # per hit, the channels that found it
+    for name, (ranked, scores) in channels.items():
+        rank = {i: r for r, i in enumerate(ranked.tolist(), 1)}
+        for j, (i, score) in enumerate(zip(chosen, scores[top].tolist())):
+            if i in rank:
+                found[j][name] = {"rank": rank[i], "score": round(score, 6)}
     hits = []
-    for j, (i, score) in enumerate(zip(top.tolist(), final[top].tolist())):
+    for j, (i, score) in enumerate(zip(chosen, final[top].tolist())):
         item = store.items[i]
-        found = {name: {"rank": r[j], "score": round(s[j], 6)} for name, (r, s) in columns.items() if r[j]}
-        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found, item.meta,
+        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found[j], item.meta,
                         standing(store, item, policy.lifecycle, cues, now)))
     return hits
 

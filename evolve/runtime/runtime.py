@@ -62,7 +62,7 @@ class MemoryRuntime:
 
     Roles default to the deterministic rule extractor/expander, the extractive answerer and the bundled
     MiniLM embedder; a fresh in-memory :class:`IngestionCache` is used when none is shared. Constructing one
-    limits BLAS to one thread in this process (:func:`single_blas_thread`).
+    limits the BLAS libraries loaded in this process to one thread (:func:`single_blas_thread`).
     """
 
     def __init__(self, strategy: dict, *, extractor: Extractor | None = None, expander: Expander | None = None,

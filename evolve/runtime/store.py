@@ -96,21 +96,28 @@ class MemoryStore:
         return [item for item in self.items if item.layer in wanted]
 
     def bm25_scores(self, query_tokens: Sequence[str]) -> np.ndarray:
-        """BM25 score of every item for already-tokenised query terms.
+        """BM25 score of every item for already-tokenised query terms (:meth:`bm25_scores_many`)."""
+        return self.bm25_scores_many([query_tokens])[0]
 
-        Sums bm25s's precomputed Lucene term scores as ``BM25.get_scores`` does, term by term in float32, with
-        fancy indexing instead of its much slower ``np.add.at`` (same sums: a term's postings name an item once).
+    def bm25_scores_many(self, queries: Sequence[Sequence[str]]) -> np.ndarray:
+        """BM25 scores of every item for each of several already-tokenised queries, one float32 row per query.
+
+        Sums bm25s's precomputed Lucene term scores as ``BM25.get_scores`` does, with ``np.add.at`` term by term
+        in query order (the same float32 sums), the postings of every query's terms in one call.
         """
-        scores = np.zeros(len(self.items), dtype=np.float32)
+        n = len(self.items)
+        scores = np.zeros((len(queries), n), dtype=np.float32)
         if self._bm25 is None:
             return scores
         vocab, index = self._bm25.vocab_dict, self._bm25.scores
         data, indices, indptr = index["data"], index["indices"], index["indptr"]
-        for token in query_tokens:
-            tid = vocab.get(token)
-            if tid is not None:
-                start, end = indptr[tid], indptr[tid + 1]
-                scores[indices[start:end]] += data[start:end]
+        spans = [(row * n, indptr[tid], indptr[tid + 1]) for row, terms in enumerate(queries)
+                 for tid in map(vocab.get, terms) if tid is not None]
+        if spans:
+            at = np.concatenate([indices[start:end] for _, start, end in spans])
+            if len(queries) > 1:
+                at = at + np.repeat([offset for offset, _, _ in spans], [end - start for _, start, end in spans])
+            np.add.at(scores.reshape(-1), at, np.concatenate([data[start:end] for _, start, end in spans]))
         return scores
 
     def newest_day(self) -> float | None:

@@ -1,0 +1,143 @@
+"""Whether two code versions retrieve and pack the same contexts, question by question.
+
+A refactoring of the runtime (a faster retrieval, say) must not change what a strategy retrieves, packs or answers.
+This script exports git revision ``--against`` (default ``HEAD``) into a temporary directory, evaluates each strategy
+on the benchmark under that tree and under this working tree (one process each, the deterministic roles, fresh
+ingestion caches; item and question vectors are shared, as embedders are batch-invariant), and compares every
+question's trace field by field: the retrieved hits with their channel ranks and scores, the filtered and dropped
+items, the packed text, the answer and its verdict; measured times are left out
+(:meth:`evolve.observe.trace.Trace.deterministic_dict`), and so are fields only one version's traces have.
+
+    python experiments/bench/same_contexts.py [--against REV] [--bench SPEC] [--strategy PATH ...]
+
+Prints, per strategy, the number of questions whose traces differ and the first fields that differ; exits 1 when
+any does. ``--pin PATH`` instead writes this tree's per-question digests of the retrieval and packing fields on the pinned
+benchmark (``synthetic:0:2``) for the default strategies: the file ``tests/runtime/test_pinned_contexts.py``
+checks; rewrite it only for a deliberate change of what the runtime retrieves or packs.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_BENCH = f"locomo:{(ROOT / '../shared/data/locomo/locomo_dev4.json').resolve()}"
+STRATEGIES = (ROOT / "strategies" / "baseline.yaml", ROOT / "experiments" / "strategies" / "locomo_answer_turns.yaml")
+#: The benchmark ``--pin`` digests: small and generated, so the pinned test needs no data file.
+PINNED_BENCH = "synthetic:0:2"
+#: The trace fields ``--pin`` digests: what the runtime retrieved, removed, packed and answered (fields other
+#: stages add to a trace do not unpin it).
+PINNED_FIELDS = ("intent", "subqueries", "retrieved", "filtered", "packed", "dropped", "context_tokens", "answer",
+                 "answer_support")
+
+
+def traces(bench_spec: str, strategy: Path, cache_dir: Path) -> dict[str, dict]:
+    """``{question id: deterministic trace}`` of ``strategy`` on the benchmark, under the ``evolve`` imported."""
+    from evolve.benchmarks import load_benchmark
+    from evolve.observe.harness import Harness
+    from evolve.runtime import IngestionCache
+    from evolve.strategy.artifact import load_strategy
+
+    harness = Harness(load_benchmark(bench_spec), cache=IngestionCache(cache_dir), progress=False)
+    try:
+        run = harness.evaluate(load_strategy(strategy))
+    finally:
+        harness.close()
+    return {t.question_id: json.loads(json.dumps(t.deterministic_dict(), default=str)) for t in run.traces}
+
+
+def digest(trace: dict) -> str:
+    """SHA-256 of the trace's :data:`PINNED_FIELDS`."""
+    return hashlib.sha256(json.dumps({k: trace[k] for k in PINNED_FIELDS}, sort_keys=True).encode()).hexdigest()
+
+
+def dump(bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path) -> None:
+    """Write ``{strategy file name: {question id: trace}}`` to ``out``."""
+    out.write_text(json.dumps({s.name: traces(bench_spec, s, cache_dir) for s in strategies}))
+
+
+def run_under(tree: Path, bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path) -> dict:
+    """The traces of :func:`dump` with ``tree``'s ``evolve`` package (a child process)."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    command = [sys.executable, __file__, "--dump", str(out), "--cache", str(cache_dir), "--bench", bench_spec,
+               *(arg for s in strategies for arg in ("--strategy", str(s)))]
+    subprocess.run(command, cwd=tree, env=env, check=True)
+    return json.loads(out.read_text())
+
+
+def export(revision: str, into: Path) -> Path:
+    """The files of ``revision`` (``git archive``) under ``into``."""
+    archive = into / "rev.tar"
+    with archive.open("wb") as handle:
+        subprocess.run(["git", "-C", str(ROOT), "archive", "--format=tar", revision], stdout=handle, check=True)
+    tree = into / "tree"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tree, filter="data")
+    return tree
+
+
+def differences(old: dict, new: dict) -> list[tuple[str, list[str]]]:
+    """``(question id, fields that differ)`` for every question whose common trace fields differ."""
+    out = []
+    for qid in sorted(set(old) | set(new)):
+        if qid not in old or qid not in new:
+            out.append((qid, ["<question missing on one side>"]))
+            continue
+        common = sorted(set(old[qid]) & set(new[qid]))
+        changed = [k for k in common if old[qid][k] != new[qid][k]]
+        if changed:
+            out.append((qid, changed))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--against", default="HEAD", help="git revision compared with this tree (default HEAD)")
+    parser.add_argument("--bench", default=DEFAULT_BENCH, help="benchmark spec (default LoCoMo dev4)")
+    parser.add_argument("--strategy", type=Path, action="append",
+                        help="strategy file, repeatable (default: the baseline and locomo_answer_turns.yaml)")
+    parser.add_argument("--pin", type=Path, help=f"write this tree's digests on {PINNED_BENCH} to PATH and stop")
+    parser.add_argument("--dump", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--cache", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    strategies = [s.resolve() for s in (args.strategy or STRATEGIES)]
+    if args.dump:
+        dump(args.bench, strategies, args.cache, args.dump)
+        return 0
+    if args.pin:
+        with tempfile.TemporaryDirectory(prefix="pin-") as tmp:
+            pinned = {s.name: {qid: digest(t) for qid, t in traces(PINNED_BENCH, s, Path(tmp)).items()}
+                      for s in STRATEGIES}
+        args.pin.write_text(json.dumps({"benchmark": PINNED_BENCH, "digests": pinned}, indent=1) + "\n")
+        print(f"wrote {args.pin}")
+        return 0
+    with tempfile.TemporaryDirectory(prefix="same-contexts-") as tmp:
+        tmp_path = Path(tmp)
+        old_tree = export(args.against, tmp_path)
+        (tmp_path / "embeddings").mkdir()
+        results = {}
+        for label, tree in ((args.against, old_tree), ("this tree", ROOT)):
+            cache = tmp_path / f"cache-{len(results)}"
+            cache.mkdir()
+            (cache / "embeddings").symlink_to(tmp_path / "embeddings")  # vectors shared, stores not
+            results[label] = run_under(tree, args.bench, strategies, cache, tmp_path / f"traces-{len(results)}.json")
+    old, new = results.values()
+    status = 0
+    for name in old:
+        diff = differences(old[name], new[name])
+        print(f"{name}: {len(old[name])} questions, {len(diff)} with different traces than {args.against}")
+        for qid, changed in diff[:5]:
+            print(f"  {qid}: {', '.join(changed)}")
+        status |= bool(diff)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,77 @@
+"""The runtime retrieves and packs what it did when the pin was written, and its BM25 sums are bm25s's own.
+
+Speed work on retrieval must not change a context: ``tests/fixtures/pinned_contexts.json`` holds, per question of
+``synthetic:0:2``, a digest of the retrieval and packing fields of the trace for the baseline and the turn
+strategy. Rewrite it (``python experiments/bench/same_contexts.py --pin tests/fixtures/pinned_contexts.json``)
+only for a deliberate change of what the runtime retrieves or packs.
+"""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import bm25s
+import numpy as np
+import pytest
+from threadpoolctl import threadpool_info, threadpool_limits
+
+from evolve.runtime import MemoryRuntime
+from evolve.runtime.store import MemoryStore
+
+ROOT = Path(__file__).resolve().parents[2]
+PIN = ROOT / "tests" / "fixtures" / "pinned_contexts.json"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("same_contexts", ROOT / "experiments" / "bench" / "same_contexts.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("strategy", ["baseline.yaml", "locomo_answer_turns.yaml"])
+def test_contexts_match_the_pin(strategy, tmp_path):
+    tool = _tool()
+    pinned = json.loads(PIN.read_text())
+    assert pinned["benchmark"] == tool.PINNED_BENCH
+    path = next(s for s in tool.STRATEGIES if s.name == strategy)
+    got = {qid: tool.digest(trace) for qid, trace in tool.traces(tool.PINNED_BENCH, path, tmp_path).items()}
+    want = pinned["digests"][strategy]
+    changed = sorted(q for q in want.keys() | got.keys() if want.get(q) != got.get(q))
+    assert not changed, (f"{strategy}: {len(changed)} of {len(want)} questions retrieve or pack differently from "
+                         f"the pin, first {changed[:5]}")
+
+
+def _store(texts: list[str]) -> MemoryStore:
+    from evolve.runtime.store import MemoryItem
+
+    items = [MemoryItem(f"m{i}", "L0", text, (f"t{i}",), None, None, "fact", 0.5) for i, text in enumerate(texts)]
+    return MemoryStore("c", items, [], np.zeros((len(items), 4), dtype=np.float32), "none")
+
+
+def test_bm25_scores_are_bm25s_scores_bit_for_bit():
+    from evolve.runtime.text import content_tokens
+
+    texts = ["Caroline went to the adoption agency in May", "Melanie paints sunsets by the lake",
+             "The agency called Caroline back about adoption", "Lake trips with the kids every summer", ""]
+    store = _store(texts)
+    reference = bm25s.BM25()
+    reference.index([content_tokens(t) for t in texts], show_progress=False)
+    queries = [content_tokens("When did Caroline call the adoption agency?"), ["lake", "lake", "kid"],
+               ["unknown"], [], content_tokens("paints sunsets")]
+    rows = store.bm25_scores_many(queries)
+    assert rows.shape == (len(queries), len(texts)) and rows.dtype == np.float32
+    for row, query in zip(rows, queries):
+        known = [t for t in query if t in reference.vocab_dict]
+        expected = reference.get_scores(known) if known else np.zeros(len(texts), dtype=np.float32)
+        assert np.array_equal(row, expected), query
+        assert np.array_equal(store.bm25_scores(query), row)
+    assert rows[1].max() > 0 and not rows[2].any()
+
+
+def test_a_runtime_runs_blas_on_one_thread(baseline_strategy, embedder):
+    threadpool_limits(limits=2, user_api="blas")
+    assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {2}
+    MemoryRuntime(baseline_strategy, embedder=embedder)
+    assert {lib["num_threads"] for lib in threadpool_info() if lib["user_api"] == "blas"} == {1}
