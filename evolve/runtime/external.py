@@ -4,7 +4,9 @@ An adapter is named ``"package.module:Factory"``. ``Factory(knobs, conversation)
 (lineage fields removed, already valid against the knob schema) and a :class:`~evolve.benchmarks.types.Conversation`,
 ingests it into the external system and returns a session with
 
-- ``recall(question: str, asked_at: datetime | None) -> list``: the items it would hand an answerer, best first,
+- ``recall(question: str, knobs: dict, asked_at: datetime | None) -> list``: the items it would hand an answerer
+  under ``knobs`` (the strategy being evaluated: a session is reused by every strategy whose ``x-ingestion`` knobs
+  equal the ones it was ingested with, so it must read query-time knobs from here), best first,
   each a mapping (or object) with ``text`` and ``source_ids`` (the conversation's turn ids it came from), optionally
   ``id`` and ``score``;
 - optionally ``stored() -> list`` of the same shape: everything the system kept (lets diagnosis tell a fact never
@@ -127,12 +129,15 @@ def _bounded(call: Callable[[], Any], timeout_s: float, what: str) -> Any:
 def _items(raw: Any, what: str) -> list[Recalled]:
     if not isinstance(raw, (list, tuple)):
         raise AdapterError(f"{what}: expected a list of items with text and source_ids, got {type(raw).__name__}")
-    try:
-        return [Recalled.model_validate(item) for item in raw]
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        raise AdapterError(f"{what}: item {first['loc'][0] if first['loc'] else '?'}: "
-                           f"{'.'.join(map(str, first['loc'][1:])) or 'item'}: {first['msg']}") from None
+    out = []
+    for i, item in enumerate(raw):
+        try:
+            out.append(Recalled.model_validate(item))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise AdapterError(f"{what}: item {i}: {'.'.join(map(str, first['loc'])) or 'item'}: {first['msg']}") \
+                from None
+    return out
 
 
 @dataclass
@@ -246,7 +251,7 @@ class ExternalRuntime:
         """The items the system recalls for ``question``, as retrieved and packed context. The system gives no
         answer: the answer objective scores the packed context alone (``answer`` is accepted for the interface)."""
         what = f"adapter {self.system.adapter}: conversation {store.conversation_id}: question {question[:80]!r}"
-        items = _items(_bounded(lambda: store.session.recall(question, asked_at), self.system.timeout_s,
+        items = _items(_bounded(lambda: store.session.recall(question, self.knobs, asked_at), self.system.timeout_s,
                                 f"{what}: recall"), f"{what}: recall")
         ids = [r.id or f"recalled-{rank}" for rank, r in enumerate(items, 1)]
         hits = [Hit(i, rank, float(r.score or 0.0), tuple(r.source_ids))

@@ -74,7 +74,7 @@ class Mem0Session:
     """One conversation added to Mem0 under the ingestion knobs; recalls with the search knobs."""
 
     def __init__(self, knobs: dict, conversation: Conversation):
-        ingest, self.search = knobs["ingest"], knobs["search"]
+        ingest = knobs["ingest"]
         scope = json.dumps([conversation.content_hash(), ingest], sort_keys=True)
         self.user_id = f"{conversation.id}-{hashlib.sha256(scope.encode()).hexdigest()[:16]}"
         self.memory = memory()
@@ -91,9 +91,10 @@ class Mem0Session:
         return {"id": found["id"], "text": found["memory"], "source_ids": found["metadata"]["turn_ids"],
                 "score": found.get("score")}
 
-    def recall(self, question: str, asked_at: datetime | None = None) -> list[dict]:
-        found = self.memory.search(question, filters={"user_id": self.user_id}, top_k=self.search["top_k"],
-                                   threshold=self.search["threshold"])["results"]
+    def recall(self, question: str, knobs: dict, asked_at: datetime | None = None) -> list[dict]:
+        search = knobs["search"]
+        found = self.memory.search(question, filters={"user_id": self.user_id}, top_k=search["top_k"],
+                                   threshold=search["threshold"])["results"]
         return [self._item(f) for f in found]
 
     def stored(self) -> list[dict]:
