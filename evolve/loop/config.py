@@ -99,8 +99,9 @@ class ExternalRuntimeConfig(_Strict):
     model_config = ConfigDict(populate_by_name=True)
 
     adapter: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
-                         description="'package.module:Factory': Factory(knobs, conversation) returns a session whose "
-                                     "recall(question, asked_at) lists items with text and source_ids")
+                         description="'package.module:Factory': Factory(knobs, conversation) ingests the conversation "
+                                     "and returns a session whose recall(question, knobs, asked_at) lists items "
+                                     "with text and source_ids")
     knob_schema: PathField = Field(alias="schema", description="JSON Schema of the system's knobs; x-evolvable "
                                                                 "marks what the loop may change")
     strategy: PathField = Field(description="the knob values the first round starts from (YAML)")
