@@ -17,6 +17,7 @@ from evolve.loop.rules import RulesChange, check_rules, rules_of
 from evolve.observe.answer import content_words
 from evolve.observe.harness import Harness
 from evolve.observe.objective import NEEDS, OBJECTIVES
+from evolve.files import atomic_write_json, read_json
 from evolve.runtime import IngestionCache
 from evolve.runtime.external import ExternalSystem, load_knob_schema
 from evolve.runtime.usage import UsageStats
@@ -60,6 +61,13 @@ def external_system(config: RunConfig) -> ExternalSystem | None:
     system = ExternalSystem(spec.adapter, schema, spec.call_timeout_s)
     strategy_schema.activate(schema, spec.bundles)
     return system
+
+
+def use_stores_schema(stores: Path) -> None:
+    """Read the strategies of ``stores`` under the schema they were made with: the knob schema a run on an external
+    system recorded there (:attr:`StoreLayout.knob_schema`), else the framework's."""
+    path = StoreLayout(stores).knob_schema
+    strategy_schema.activate(read_json(path)["schema"] if path.is_file() else None)
 
 
 @dataclass
@@ -179,6 +187,9 @@ class RunSetup:
                       "holdout": self.config.holdout.describe() if self.config.holdout else None,
                       "rules": rules_of(self.config.acceptance, self.config.cost)}
         check_harness(self.layout, harness_id)
+        if self.system is not None:  # show, report, promote and rollback read the stores' strategies under it
+            self.layout.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.layout.knob_schema, {"adapter": self.system.adapter, "schema": self.system.schema})
         self.rules_change = check_rules(self.layout, harness_id["rules"], new_rules)
         cache = IngestionCache(self.layout.cache / "ingestion")
         budget = (Budget(self.config.budget, self.roles, backends.usage)

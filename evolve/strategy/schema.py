@@ -29,7 +29,7 @@ class EvolvableDimension:
 
 
 #: An external memory system's knob schema standing in for the framework's (:func:`activate`), with its bundle table.
-_ACTIVE: tuple[dict, Path] | None = None
+_ACTIVE: tuple[dict, Path | None] | None = None
 
 
 @lru_cache(maxsize=1)
@@ -44,13 +44,12 @@ def load_schema() -> dict:
 
 
 def activate(schema: dict | None, bundles: Path | None = None) -> None:
-    """Make ``schema`` (an external system's knob schema, with the bundle table its planner reads) the strategy schema
-    of this process, so that validation, hashing, diffs, moves and the planner work on its knobs; ``None`` restores
-    the framework's schema. A run config sets it before anything reads a strategy (:mod:`evolve.loop.setup`)."""
+    """Make ``schema`` (an external system's knob schema, with the bundle table its planner reads; none when only
+    stored strategies are read) the strategy schema of this process, so that validation, hashing, diffs, moves and the
+    planner work on its knobs; ``None`` restores the framework's schema. A run config sets it before anything reads a
+    strategy, and so do commands reading stores a run on an external system made (:mod:`evolve.loop.setup`)."""
     global _ACTIVE
-    if schema is not None and bundles is None:
-        raise ValueError("a knob schema needs the bundle table its planner reads")
-    _ACTIVE = None if schema is None else (schema, Path(bundles))
+    _ACTIVE = None if schema is None else (schema, None if bundles is None else Path(bundles))
 
 
 def is_framework() -> bool:
@@ -60,7 +59,11 @@ def is_framework() -> bool:
 
 def bundles_path() -> Path:
     """The bundle table of the active schema."""
-    return _ACTIVE[1] if _ACTIVE is not None else BUNDLES_PATH
+    if _ACTIVE is None:
+        return BUNDLES_PATH
+    if _ACTIVE[1] is None:
+        raise ValueError("the active knob schema was read from stores, without the bundle table a run config names")
+    return _ACTIVE[1]
 
 
 def schema_hash() -> str:
