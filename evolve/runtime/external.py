@@ -148,7 +148,6 @@ class ExternalStore:
     session: Any
     items: tuple[MemoryItem, ...]
     turns: dict
-    embedder_name: str = LAYER
     position: dict[str, int] = field(init=False)
 
     def __post_init__(self) -> None:
