@@ -95,3 +95,21 @@ def test_the_top_level_strategy_is_refused_beside_runtime(tmp_path, capsys):
     code = main(["run", "--config", str(write_system(tmp_path, strategy="knobs.yaml")), "--no-tracking"])
     assert code == 2
     assert "leave strategy out" in capsys.readouterr().err
+
+
+def test_the_system_reaches_worker_processes_without_its_sessions(tmp_path):
+    # harness workers receive the roles pickled: the adapter and schema travel, ingested sessions stay behind
+    import pickle
+
+    from evolve.benchmarks import load_benchmark
+    from evolve.runtime.external import ExternalSystem
+
+    system = ExternalSystem("external_fixtures:OverlapSession", SCHEMA, timeout_s=5)
+    conversation = next(iter(load_benchmark("synthetic:0").conversations.values()))
+    knobs = {"version": "1", "name": "x", "store": {"window": 1}, "recall": {"top_k": 2}}
+    system.runtime(knobs).ingest(conversation)
+    copy = pickle.loads(pickle.dumps(system))
+    assert (copy.adapter, copy.schema, copy.ingestion) == (system.adapter, SCHEMA, ("store",))
+    assert not copy._sessions and len(system._sessions) == 1
+    store = copy.runtime(knobs).ingest(conversation)
+    assert len(copy.runtime(knobs).ask(store, "What is Tomas's favorite sport?").packed) == 2
