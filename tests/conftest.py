@@ -60,3 +60,12 @@ def serving(tmp_path: Path, monkeypatch) -> Path:
     path.write_bytes(BASELINE_PATH.read_bytes())
     monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
     return path
+
+
+@pytest.fixture(autouse=True)
+def framework_schema() -> Iterator[None]:
+    """A run config's knob schema (``runtime:``, made the process's strategy schema) never outlives its test."""
+    yield
+    from evolve.strategy.schema import activate
+
+    activate(None)

@@ -122,10 +122,11 @@ def _evolvable(node: dict) -> str:
 
 def _movers() -> dict[str, list[str]]:
     """Path -> the bundle-table keys (symptoms, and ``cost_relief``) whose moves change it, in table order."""
+    from evolve.data import BUNDLES_PATH
     from evolve.improve.planner import RELIEF_KEY, load_bundles
     from evolve.strategy.moves import Move
 
-    table = load_bundles()
+    table = load_bundles(BUNDLES_PATH)
     out: dict[str, list[str]] = {}
     for key, moves in [*table.entries.items(), (RELIEF_KEY, table.relief)]:
         for move in moves:
@@ -137,10 +138,10 @@ def _movers() -> dict[str, list[str]]:
 
 def strategy_page() -> str:
     """Every strategy key: type, range, default (the packaged baseline), evolvability and the symptoms moving it."""
-    from evolve.strategy.schema import load_schema
+    from evolve.strategy.schema import framework_schema
     from evolve.strategy.strict_yaml import load as load_yaml
 
-    schema = load_schema()
+    schema = framework_schema()
     baseline, _ = load_yaml((DATA / "baseline.yaml").read_text(encoding="utf-8"))
     movers = _movers()
     out = [NOTE.format(source="evolve/data/strategy.schema.json, evolve/data/baseline.yaml and "
@@ -261,7 +262,7 @@ def _constraints(info: Any) -> str:
 
 def _config_rows(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, ...]]:
     for name, info in model.model_fields.items():
-        path = f"{prefix}{name}"
+        path = f"{prefix}{info.alias or name}"  # the key as written in a config file
         nested = _model(info.annotation)
         if info.default_factory is not None:
             default = "–" if nested is not None else _code(info.default_factory())

@@ -389,6 +389,9 @@ def _main(argv: list[str] | None) -> int:
     try:
         if getattr(args, "resolve_stores", False):
             args.stores = str(stores_dir(args.stores, args.config))
+            from evolve.loop.setup import use_stores_schema
+
+            use_stores_schema(Path(args.stores))
         return args.func(args)
     except BrokenPipeError:  # output piped into e.g. `head`
         sys.stderr.close()

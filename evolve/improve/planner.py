@@ -32,7 +32,6 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from evolve.benchmarks.types import CATEGORIES
-from evolve.data import BUNDLES_PATH
 from evolve.errors import EvolveError
 from evolve.observe.ladder import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
@@ -40,7 +39,7 @@ from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.strategy.moves import EDIT, Move, Step, set_value
 from evolve.strategy.prompts import add_instruction
-from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
+from evolve.strategy.schema import EvolvableDimension, bundles_path, evolvable_dimensions
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
 from evolve.strategy import strict_yaml
@@ -228,8 +227,9 @@ def parse_bundles(text: str, source: str = "<bundles>",
     return BundleTable(entries, relief)
 
 
-def load_bundles(path: str | Path = BUNDLES_PATH) -> BundleTable:
-    path = Path(path)
+def load_bundles(path: str | Path | None = None) -> BundleTable:
+    """The bundle table at ``path`` (default: the active schema's, :func:`evolve.strategy.schema.bundles_path`)."""
+    path = Path(path) if path is not None else bundles_path()
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:

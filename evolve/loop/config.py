@@ -93,6 +93,24 @@ class HoldoutConfig(_Strict):
         return self.benchmark or f"split:{self.split.holdout_fraction:g}:{self.split.seed}"
 
 
+class ExternalRuntimeConfig(_Strict):
+    """A memory system this project did not write, evolved through an adapter (docs: how-to/external-system.md)."""
+
+    model_config = ConfigDict(populate_by_name=True)
+
+    adapter: str = Field(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$",
+                         description="'package.module:Factory': Factory(knobs, conversation) ingests the conversation "
+                                     "and returns a session whose recall(question, knobs, asked_at) lists items "
+                                     "with text and source_ids")
+    knob_schema: PathField = Field(alias="schema", description="JSON Schema of the system's knobs; x-evolvable "
+                                                                "marks what the loop may change")
+    strategy: PathField = Field(description="the knob values the first round starts from (YAML)")
+    bundles: PathField = Field(description="the planner's symptom -> knob-direction table for these knobs (the "
+                                           "format of evolve/data/bundles.yaml)")
+    call_timeout_s: float = Field(120.0, gt=0, le=3600, description="longest an adapter call (ingest, recall) may "
+                                                                     "take before the run stops naming it")
+
+
 class RunConfig(_Strict):
     """Everything a nightly run needs."""
 
@@ -133,6 +151,14 @@ class RunConfig(_Strict):
     optuna_storage: str | None = Field(None, description="SQLAlchemy URL of the Optuna studies (default: the SQLite "
                                                          "file optuna.db in the stores)")
     roles: dict = Field(default_factory=dict, description="per-role backend settings (docs: how-to/llm-endpoints.md)")
+    runtime: ExternalRuntimeConfig | None = Field(None, description="evolve an external memory system's knobs "
+                                                                     "instead of the embedded runtime's strategy")
+
+    @model_validator(mode="after")
+    def _one_strategy(self) -> "RunConfig":
+        if self.runtime is not None and "strategy" in self.model_fields_set:
+            raise ValueError("strategy: with runtime, the starting knobs are runtime.strategy; leave strategy out")
+        return self
 
     @field_validator("optuna_storage")
     @classmethod
@@ -169,8 +195,13 @@ class RunConfig(_Strict):
         holdout = self.holdout
         if holdout is not None and holdout.benchmark is not None:
             holdout = holdout.model_copy(update={"benchmark": spec(holdout.benchmark)})
-        return self.model_copy(update={"strategy": fix(self.strategy), "stores": fix(self.stores),
-                                       "benchmark": spec(self.benchmark), "holdout": holdout})
+        runtime = self.runtime
+        if runtime is not None:
+            runtime = runtime.model_copy(update={"knob_schema": fix(runtime.knob_schema),
+                                                 "strategy": fix(runtime.strategy), "bundles": fix(runtime.bundles)})
+        return self.model_copy(update={"strategy": runtime.strategy if runtime else fix(self.strategy),
+                                       "stores": fix(self.stores), "benchmark": spec(self.benchmark),
+                                       "holdout": holdout, "runtime": runtime})
 
 
 def _model_at(model: type[BaseModel], loc: tuple) -> type[BaseModel] | None:
@@ -202,6 +233,11 @@ def _message(error: dict) -> str:
 def _missing_paths(config: RunConfig) -> list[tuple[str, Path]]:
     """``(key, path)`` of every file the config names that does not exist (after resolution)."""
     missing = [] if config.strategy.is_file() else [("strategy", config.strategy)]
+    if config.runtime is not None:
+        missing = [(f"runtime.{key}", path) for key, path in (("schema", config.runtime.knob_schema),
+                                                              ("strategy", config.runtime.strategy),
+                                                              ("bundles", config.runtime.bundles))
+                   if not path.is_file()]
     specs = [("benchmark", config.benchmark)]
     if config.holdout is not None and config.holdout.benchmark is not None:
         specs.append(("holdout.benchmark", config.holdout.benchmark))

@@ -17,10 +17,13 @@ from evolve.loop.rules import RulesChange, check_rules, rules_of
 from evolve.observe.answer import content_words
 from evolve.observe.harness import Harness
 from evolve.observe.objective import NEEDS, OBJECTIVES
+from evolve.files import atomic_write_json, read_json
 from evolve.runtime import IngestionCache
+from evolve.runtime.external import ExternalSystem, load_knob_schema
 from evolve.runtime.usage import UsageStats
 from evolve.state.layout import StoreLayout
 from evolve.strategy.artifact import load_strategy
+from evolve.strategy import schema as strategy_schema
 from evolve.strategy.schema import schema_hash
 from evolve.verify.power import PowerCheck
 from evolve.verify.probe import stratified_probe
@@ -47,6 +50,26 @@ def counts(benchmark: Benchmark, question: Question, objective: str) -> bool:
     return bool(benchmark.known_evidence(question))
 
 
+def external_system(config: RunConfig) -> ExternalSystem | None:
+    """The external system ``config.runtime`` names, its knob schema activated (or the framework's schema restored
+    without one); refuses a knob schema with no evolvable path and an adapter that cannot be imported."""
+    spec = config.runtime
+    if spec is None:
+        strategy_schema.activate(None)
+        return None
+    schema = load_knob_schema(spec.knob_schema)
+    system = ExternalSystem(spec.adapter, schema, spec.call_timeout_s)
+    strategy_schema.activate(schema, spec.bundles)
+    return system
+
+
+def use_stores_schema(stores: Path) -> None:
+    """Read the strategies of ``stores`` under the schema they were made with: the knob schema a run on an external
+    system recorded there (:attr:`StoreLayout.knob_schema`), else the framework's."""
+    path = StoreLayout(stores).knob_schema
+    strategy_schema.activate(read_json(path)["schema"] if path.is_file() else None)
+
+
 @dataclass
 class RunSetup:
     """A run config's validated inputs: baseline, benchmark, the questions evaluated and scored, the probe, roles."""
@@ -64,11 +87,14 @@ class RunSetup:
     holdout_benchmark: Benchmark | None
     #: The change of decision rules :meth:`harness` was told to make (``None``: the stores' rules hold).
     rules_change: RulesChange | None = None
+    #: The external memory system evolved instead of the embedded runtime (run config ``runtime:``).
+    system: ExternalSystem | None = None
 
     @classmethod
     def prepare(cls, config: RunConfig) -> "RunSetup":
         """Validate every input of ``config`` (raising :class:`ConfigError` naming the field) without touching
-        the stores or any endpoint."""
+        the stores or any endpoint. A ``runtime:`` block makes its knob schema the process's strategy schema."""
+        system = external_system(config)
         baseline = load_strategy(config.strategy)
         benchmark = load_benchmark(config.benchmark)
         for warning in benchmark.warnings:
@@ -110,7 +136,7 @@ class RunSetup:
             raise ConfigError(str(exc)) from None
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         return cls(config, baseline, benchmark, [q.id for q in questions], scored, probe_ids, roles,
-                   StoreLayout(config.stores), holdout_ids, holdout_bench)
+                   StoreLayout(config.stores), holdout_ids, holdout_bench, system=system)
 
     @property
     def power(self) -> PowerCheck:
@@ -126,6 +152,7 @@ class RunSetup:
         deterministic and ``persist`` is set, else its own in memory (dry extraction yields no facts)."""
         roles = build_backends(self.roles, self.config.judge_threshold, cache_dir or self.layout.cache / "llm",
                                self.config.on_role_error, dry=True, dry_observing=observing).roles
+        roles.runtime = self.system
         shared = persist and roles.extractor is None
         cache = IngestionCache(self.layout.cache / "ingestion") if shared else IngestionCache()
         return Harness(benchmark or self.benchmark, roles, cache=cache,
@@ -153,12 +180,16 @@ class RunSetup:
         check_reachable(self.roles)
         backends = build_backends(self.roles, self.config.judge_threshold, self.layout.cache / "llm",
                                   self.config.on_role_error)
+        backends.roles.runtime = self.system
         harness_id = {"benchmark": self.config.benchmark, "benchmark_hash": self.benchmark.content_hash(),
                       "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
                       "schema_hash": schema_hash(), "objective": self.config.objective,
                       "holdout": self.config.holdout.describe() if self.config.holdout else None,
                       "rules": rules_of(self.config.acceptance, self.config.cost)}
         check_harness(self.layout, harness_id)
+        if self.system is not None:  # show, report, promote and rollback read the stores' strategies under it
+            self.layout.root.mkdir(parents=True, exist_ok=True)
+            atomic_write_json(self.layout.knob_schema, {"adapter": self.system.adapter, "schema": self.system.schema})
         self.rules_change = check_rules(self.layout, harness_id["rules"], new_rules)
         cache = IngestionCache(self.layout.cache / "ingestion")
         budget = (Budget(self.config.budget, self.roles, backends.usage)

@@ -13,6 +13,8 @@ from evolve.observe.judge import TokenF1Judge, confabulated, support
 from evolve.observe.measures import measure
 from evolve.observe.trace import Trace
 from evolve.runtime import IngestionCache, MemoryRuntime
+from evolve.runtime.external import AdapterError, ExternalSystem
+from evolve.runtime.runtime import Runtime
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.usage import question_usage
@@ -29,6 +31,8 @@ class Roles:
     #: When a role fails (:class:`RoleError`): "stop" the evaluation, or "mark" the question as failed (its
     #: trace carries the error and it is left out of scoring, so a paired comparison sees it as missing).
     on_error: Literal["stop", "mark"] = "stop"
+    #: An external memory system that replaces the embedded runtime (run config ``runtime:``); ``None``: ours.
+    runtime: ExternalSystem | None = None
 
     def model_roles(self) -> set[str]:
         """The runtime roles a model plays (their strategy prompts are read, so they can evolve)."""
@@ -55,11 +59,13 @@ class Evaluator:
         self._turn_text = {cid: {t.id: t.text for t in c.turns()} for cid, c in benchmark.conversations.items()}
         self._session_of = {cid: {t.id: t.session_id for t in c.turns()} for cid, c in benchmark.conversations.items()}
 
-    def runtime(self, strategy: dict) -> MemoryRuntime:
+    def runtime(self, strategy: dict) -> Runtime:
+        if self.roles.runtime is not None:
+            return self.roles.runtime.runtime(strategy)
         return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
                              answerer=self.roles.answerer, cache=self.cache)
 
-    def conversations(self, runtime: MemoryRuntime, by_conv: dict[str, list[Question]], answer: bool,
+    def conversations(self, runtime: Runtime, by_conv: dict[str, list[Question]], answer: bool,
                       progress: Callable[[int], object]) -> list[tuple[list[Trace], dict]]:
         """Each conversation's traces and ingestion usage, in conversation order. When roles wait on a model server,
         conversations run in threads too (every role's client still bounds its own calls in flight)."""
@@ -79,7 +85,7 @@ class Evaluator:
                     f.cancel()
                 raise
 
-    def conversation(self, runtime: MemoryRuntime, cid: str, questions: list[Question],
+    def conversation(self, runtime: Runtime, cid: str, questions: list[Question],
                      answer: bool = True) -> tuple[list[Trace], dict[str, dict[str, int]]]:
         """The questions' traces, and the LLM usage of ingesting the conversation (per role; empty if cached)."""
         with question_usage() as ingestion:
@@ -109,13 +115,15 @@ class Evaluator:
         return Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence), scored=False,
                      error={"stage": stage, "type": type(exc).__name__, "message": str(exc)})
 
-    def _trace(self, q: Question, store: MemoryStore, runtime: MemoryRuntime, answer: bool = True) -> Trace:
+    def _trace(self, q: Question, store: MemoryStore, runtime: Runtime, answer: bool = True) -> Trace:
         with question_usage() as usage:
             try:
                 result = runtime.ask(store, q.question, q.asked_at, answer=answer)
                 judgment = (self.roles.judge.judge(q.question, q.answer, result.answer.text, category=q.category,
                                                    abstention=q.abstention) if answer
                             else Judgment(False, 0.0, "none (context only)"))
+            except AdapterError as exc:
+                raise AdapterError(f"question {q.id}: {exc}") from exc.__cause__
             except RoleError as exc:
                 if self.roles.on_error == "stop":
                     raise

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Sequence
+from typing import Any, Protocol, Sequence
 
 from evolve.benchmarks.types import Conversation
 from evolve.strategy.policy import Policy
@@ -55,6 +55,18 @@ class RuntimeResult:
             "answer_support": list(self.answer.support_ids),
             "retrieval_ms": round(self.retrieval_ms, 3),
         }
+
+
+class Runtime(Protocol):
+    """What the evaluator calls: :class:`MemoryRuntime`, or an external system's
+    :class:`~evolve.runtime.external.ExternalRuntime`."""
+
+    def ingest(self, conversation: Conversation) -> Any: ...
+
+    def prefetch(self, questions: Sequence[str]) -> None: ...
+
+    def ask(self, store: Any, question: str, asked_at: datetime | None = None, *,
+            answer: bool = True) -> RuntimeResult: ...
 
 
 class MemoryRuntime:

@@ -66,6 +66,11 @@ class StoreLayout:
         return self.root / "cache"
 
     @property
+    def knob_schema(self) -> Path:
+        """The knob schema of the external system a run evolved (``runtime:``); absent for the embedded runtime."""
+        return self.root / "knob_schema.json"
+
+    @property
     def optuna(self) -> Path:
         """SQLite file of the planner's Optuna studies."""
         return self.root / "optuna.db"

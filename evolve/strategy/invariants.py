@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from evolve.strategy.paths import get_path
-from evolve.strategy.schema import framework_markers
+from evolve.strategy.schema import framework_markers, is_framework
 
 #: ``(path, rule, offending value)`` of one broken invariant.
 Violation = tuple[str, str, Any]
@@ -92,14 +92,17 @@ INVARIANTS: tuple[Invariant, ...] = (
 
 
 def invariant_violations(strategy: dict) -> list[Violation]:
-    """Every broken invariant of a schema-valid strategy, in table order."""
-    return [v for inv in INVARIANTS for v in inv.check(strategy)]
+    """Every broken invariant of a schema-valid strategy, in table order (none under an external knob schema: the
+    invariants are the framework's)."""
+    return [v for inv in INVARIANTS for v in inv.check(strategy)] if is_framework() else []
 
 
 def repair(strategy: dict, changes: dict[str, Any], steps: dict[str, float]) -> dict[str, Any]:
     """``changes`` adjusted so that every repairable invariant holds once applied to ``strategy``
     (``steps``: the schema step of each evolvable path)."""
     out = dict(changes)
+    if not is_framework():
+        return out
 
     def value(path: str) -> Any:
         return out[path] if path in out else get_path(strategy, path)

@@ -1,13 +1,15 @@
-"""The framework's strategy schema (packaged, never changed at run time): its hash, the evolvable dimensions it
-marks with ``x-evolvable`` (group, range, step limits), and the markers each prompt role needs (``x-required-markers``)."""
+"""The strategy schema (the framework's, packaged; or an external system's knob schema, :func:`activate`): its hash,
+the evolvable dimensions it marks with ``x-evolvable`` (group, range, step limits), and the markers each prompt role
+needs (``x-required-markers``)."""
 from __future__ import annotations
 
 import hashlib
 import json
 from dataclasses import dataclass
 from functools import lru_cache
+from pathlib import Path
 
-from evolve.data import SCHEMA_PATH
+from evolve.data import BUNDLES_PATH, SCHEMA_PATH
 from evolve.canonical import canonical_json
 
 
@@ -26,14 +28,46 @@ class EvolvableDimension:
     role: str | None = None  # a prompt's runtime role: it evolves only while an LLM serves that role
 
 
+#: An external memory system's knob schema standing in for the framework's (:func:`activate`), with its bundle table.
+_ACTIVE: tuple[dict, Path | None] | None = None
+
+
 @lru_cache(maxsize=1)
-def load_schema() -> dict:
+def framework_schema() -> dict:
     """The framework's strategy schema (read once, never changed at run time)."""
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
+def load_schema() -> dict:
+    """The strategy schema of this process: an activated knob schema, else the framework's."""
+    return _ACTIVE[0] if _ACTIVE is not None else framework_schema()
+
+
+def activate(schema: dict | None, bundles: Path | None = None) -> None:
+    """Make ``schema`` (an external system's knob schema, with the bundle table its planner reads; none when only
+    stored strategies are read) the strategy schema of this process, so that validation, hashing, diffs, moves and the
+    planner work on its knobs; ``None`` restores the framework's schema. A run config sets it before anything reads a
+    strategy, and so do commands reading stores a run on an external system made (:mod:`evolve.loop.setup`)."""
+    global _ACTIVE
+    _ACTIVE = None if schema is None else (schema, None if bundles is None else Path(bundles))
+
+
+def is_framework() -> bool:
+    """Whether strategies follow the framework's schema (its cross-field invariants and prompts then apply)."""
+    return _ACTIVE is None
+
+
+def bundles_path() -> Path:
+    """The bundle table of the active schema."""
+    if _ACTIVE is None:
+        return BUNDLES_PATH
+    if _ACTIVE[1] is None:
+        raise ValueError("the active knob schema was read from stores, without the bundle table a run config names")
+    return _ACTIVE[1]
+
+
 def schema_hash() -> str:
-    """SHA-256 of the schema file's canonical JSON."""
+    """SHA-256 of the active schema's canonical JSON."""
     return hashlib.sha256(canonical_json(load_schema()).encode()).hexdigest()
 
 
@@ -76,7 +110,7 @@ def live_dimensions(llm_roles: set[str], dims: dict[str, EvolvableDimension] | N
 def framework_markers() -> dict[str, tuple[str, ...]]:
     """The markers each prompt role needs, by dotted prompt path (``x-required-markers`` in the schema)."""
     found: dict[str, tuple[str, ...]] = {}
-    for section, spec in load_schema()["properties"].items():
+    for section, spec in framework_schema()["properties"].items():
         for key, child in spec.get("properties", {}).items():
             if "x-required-markers" in child:
                 found[f"{section}.{key}"] = tuple(child["x-required-markers"])

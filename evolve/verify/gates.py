@@ -12,6 +12,7 @@ from typing import Any, Callable
 from evolve.numbers import is_real
 from evolve.strategy.artifact import StrategyError, policy_hash, validate_strategy
 from evolve.strategy.schema import evolvable_dimensions
+from evolve.strategy.schema import is_framework
 from evolve.strategy.diff import PROMPT_SECTIONS, change_keys, dimension_for, effective_changes, prompt_of
 
 _STEP_SLACK = 1e-9
@@ -96,7 +97,10 @@ def _ranges(candidate: dict, parent: dict, ctx: GateContext) -> tuple[bool, str]
 
 def _prompt_integrity(candidate: dict, parent: dict, ctx: GateContext) -> tuple[bool, str]:
     """Same id, every parent marker kept (the schema gate already proved the template holds each
-    listed marker), and the version bumped exactly when template or markers change."""
+    listed marker), and the version bumped exactly when template or markers change. An external system's knob
+    schema has no prompts."""
+    if not is_framework():
+        return True, "no prompts in an external system's knobs"
     changed = []
     for section in PROMPT_SECTIONS:
         path = f"{section}.prompt"
