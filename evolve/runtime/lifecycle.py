@@ -10,8 +10,9 @@ from datetime import datetime
 import numpy as np
 
 from evolve.runtime.facts import categories, expired
+from evolve.runtime.lexical import DEFAULT, Analyzer
 from evolve.runtime.store import MemoryItem, MemoryStore
-from evolve.runtime.text import content_tokens, normalise
+from evolve.runtime.text import normalise
 from evolve.strategy.policy import FACT_CATEGORIES, Lifecycle, PerCategory
 
 #: Questions about how things were or changed: superseded facts stay visible to them (``bypass_cues``).
@@ -180,14 +181,14 @@ def rescore(relevance: np.ndarray, store: MemoryStore, lc: Lifecycle, ref_day: f
     return out
 
 
-def category_channel(store: MemoryStore, question: str, depth: int,
-                     eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def category_channel(store: MemoryStore, question: str, depth: int, eligible: np.ndarray,
+                     analyzer: Analyzer = DEFAULT) -> tuple[np.ndarray, np.ndarray]:
     """Category routing: ``(ranked indices, scores)`` of the ``depth`` facts best matching ``question`` by BM25 among
     those belonging to a category the question's wording names (none when it names none)."""
     wanted = [FACT_CATEGORIES.index(c) for c in categories(question)]
     scores = np.zeros(len(store))
     if wanted:
         member = store.membership[:, wanted].sum(axis=1) > 0
-        scores = np.where(member & eligible, store.bm25_scores(content_tokens(question)), 0.0)
+        scores = np.where(member & eligible, store.bm25_scores(analyzer.terms(question), analyzer), 0.0)
     idx = np.flatnonzero(scores > 0)
     return idx[np.lexsort((idx, -scores[idx]))][:depth], scores

@@ -8,6 +8,7 @@ import numpy as np
 
 from evolve.strategy.policy import Policy
 from evolve.runtime.facts import FactMeta
+from evolve.runtime.lexical import Analyzer
 from evolve.runtime.lifecycle import ACTIVE, Cues, Standing, category_channel, rescore, standing
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
@@ -57,9 +58,10 @@ def _channel_scores(store: MemoryStore, query: Query, policy: Policy, eligible: 
     rt = policy.retrieval
     weights = rt.weights_for(query.intent)
     depth, kappa = rt.candidate_pool, rt.rrf_kappa
+    analyzer = Analyzer(rt.lexical.stopwords, rt.lexical.stemmer)
     out: dict[str, tuple] = {}
     if weights.bm25 > 0:
-        scores = store.bm25_scores(content_tokens(query.text))
+        scores = store.bm25_scores(analyzer.terms(query.text), analyzer)
         out["bm25"] = (_ranking(scores, eligible, depth, True), scores)
     if weights.vector > 0 and query.vector is not None and len(store):
         scores = np.round(store.embeddings @ query.vector.astype(np.float32), 5)
@@ -67,11 +69,12 @@ def _channel_scores(store: MemoryStore, query: Query, policy: Policy, eligible: 
     if weights.subquery > 0 and query.subqueries:
         fused = np.zeros(len(store), dtype=np.float64)
         for sub in query.subqueries:
-            ranked = _ranking(store.bm25_scores(content_tokens(sub)), eligible, depth, True)
+            ranked = _ranking(store.bm25_scores(analyzer.terms(sub), analyzer), eligible, depth, True)
             fused[ranked] += 1.0 / (kappa + np.arange(1, len(ranked) + 1))
         out["subquery"] = (_ranking(fused, eligible, depth, True), fused)
     if policy.lifecycle.category_channel.enabled:
-        out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth, eligible)
+        out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth, eligible,
+                                           analyzer)
     return out
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from evolve.benchmarks.types import Turn
 from evolve.runtime.facts import EVENT_CATEGORIES, FactMeta
+from evolve.runtime.lexical import DEFAULT, Analyzer
 from evolve.runtime.text import content_tokens, split_attribution
 from evolve.strategy.policy import FACT_CATEGORIES
 
@@ -79,6 +80,8 @@ class MemoryStore:
         if self.items:
             self._bm25 = bm25s.BM25()
             self._bm25.index([content_tokens(item.index_text) for item in self.items], show_progress=False)
+        #: BM25 indexes of other lexical analysers, built when a strategy first asks for one (:meth:`bm25_index`).
+        self._analysed: dict[Analyzer, bm25s.BM25] = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -95,16 +98,30 @@ class MemoryStore:
         wanted = set(layers)
         return [item for item in self.items if item.layer in wanted]
 
-    def bm25_scores(self, query_tokens: Sequence[str]) -> np.ndarray:
-        """BM25 score of every item for already-tokenised query terms.
+    def bm25_index(self, analyzer: Analyzer = DEFAULT) -> bm25s.BM25 | None:
+        """The BM25 index of the items' texts as ``analyzer`` reads them (``None`` for an empty store)."""
+        if self._bm25 is None or analyzer.is_default:
+            return self._bm25
+        built = getattr(self, "_analysed", None)
+        if built is None:  # a store pickled before analysers existed
+            built = self._analysed = {}
+        if analyzer not in built:
+            index = bm25s.BM25()
+            index.index([analyzer.terms(item.index_text) for item in self.items], show_progress=False)
+            built[analyzer] = index
+        return built[analyzer]
+
+    def bm25_scores(self, query_tokens: Sequence[str], analyzer: Analyzer = DEFAULT) -> np.ndarray:
+        """BM25 score of every item for query terms already tokenised by ``analyzer``.
 
         Sums bm25s's precomputed Lucene term scores as ``BM25.get_scores`` does, term by term in float32, with
         fancy indexing instead of its much slower ``np.add.at`` (same sums: a term's postings name an item once).
         """
         scores = np.zeros(len(self.items), dtype=np.float32)
-        if self._bm25 is None:
+        bm25 = self.bm25_index(analyzer)
+        if bm25 is None:
             return scores
-        vocab, index = self._bm25.vocab_dict, self._bm25.scores
+        vocab, index = bm25.vocab_dict, bm25.scores
         data, indices, indptr = index["data"], index["indices"], index["indptr"]
         for token in query_tokens:
             tid = vocab.get(token)

@@ -54,6 +54,11 @@ class TimeDecay(_Frozen):
     half_life_days: float
 
 
+class Lexical(_Frozen):
+    stopwords: Literal["runtime", "english", "none"]
+    stemmer: Literal["suffix", "snowball"]
+
+
 class IntentMultipliers(_Frozen):
     temporal: float
     multi_hop: float
@@ -73,6 +78,7 @@ class Retrieval(_Frozen):
     candidate_pool: int
     weights: Weights
     rrf_kappa: int
+    lexical: Lexical
     rerank: Rerank
     time_decay: TimeDecay
     intent_top_k_multiplier: IntentMultipliers
