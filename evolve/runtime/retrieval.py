@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable
 
 import numpy as np
 
@@ -107,8 +108,22 @@ def _lifecycle_scores(channels: dict[str, tuple], candidates: np.ndarray, store:
     return out
 
 
+def _refilled(candidates: np.ndarray, k: int, store: MemoryStore, policy: Policy,
+              standing_of: Callable[[int], Standing]) -> np.ndarray:
+    """The candidates, best first, up to the ``k``-th that :func:`filter_hits` keeps (those it removes on the way
+    included, so the trace shows them filtered): the lifecycle filters act before the top-k cut."""
+    kept = 0
+    for n, i in enumerate(candidates.tolist(), start=1):
+        if store.items[i].salience >= policy.lifecycle.prune_threshold and standing_of(i).state == "active":
+            kept += 1
+            if kept == k:
+                return candidates[:n]
+    return candidates
+
+
 def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
-    """The ``top_k_for(intent)`` best memories for ``query``, best first."""
+    """The ``top_k_for(intent)`` best memories for ``query``, best first; with ``lifecycle.refill``, the best up to
+    the ``top_k_for(intent)``-th the lifecycle filters keep."""
     rt, features = policy.retrieval, policy.features
     if not len(store):
         return []
@@ -143,14 +158,22 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
             for i in candidates[: rt.rerank.top_n].tolist():
                 final[i] += w * len(wanted & store.token_sets[i]) / len(wanted)
         candidates = candidates[np.lexsort((candidates, -final[candidates]))]
-    top = candidates[: rt.top_k_for(query.intent)]
+    standings: dict[int, Standing] = {}
+
+    def standing_of(i: int) -> Standing:
+        if i not in standings:
+            standings[i] = standing(store, store.items[i], policy.lifecycle, cues, now)
+        return standings[i]
+
+    k = rt.top_k_for(query.intent)
+    top = _refilled(candidates, k, store, policy, standing_of) if policy.lifecycle.refill else candidates[:k]
     columns = {name: (ranks[name][top].tolist(), scores[top].tolist()) for name, (_, scores) in channels.items()}
     hits = []
     for j, (i, score) in enumerate(zip(top.tolist(), final[top].tolist())):
         item = store.items[i]
         found = {name: {"rank": r[j], "score": round(s[j], 6)} for name, (r, s) in columns.items() if r[j]}
         hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found, item.meta,
-                        standing(store, item, policy.lifecycle, cues, now)))
+                        standing_of(i)))
     return hits
 
 

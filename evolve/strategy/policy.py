@@ -176,6 +176,7 @@ class Lifecycle(_Frozen):
     supersession: bool
     forget_guard: bool
     prune_threshold: float
+    refill: bool
     slots: Slots
     bypass_cues: bool
     expiry: Expiry
