@@ -62,6 +62,7 @@ REQUIRES: dict[str, dict[str, Any]] = {
     "lifecycle.expiry.lead_days": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.expiry.upcoming_floor": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.expiry.after_half_life_days": {"lifecycle.expiry.mode": "kernel"},
+    "lifecycle.expiry.hide_passed": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.numeric_rescue.min_relevance": {"lifecycle.decay.enabled": True},
 }
 _BUNDLE_KEY = re.compile(r"^(?P<cause>[a-z_]+)(?:\[(?P<qualifier>[a-z_]+)\])?/(?P<category>[a-z0-9_]+|\*)$")

@@ -72,6 +72,8 @@ class MemoryStore:
         #: Day number of each item's dated event when it is an event fact (:data:`EVENT_CATEGORIES`), else nan.
         self.event_days = np.array([day_number(item.meta.event_time) if item.meta.category in EVENT_CATEGORIES
                                     else float("nan") for item in self.items], dtype=np.float64)
+        #: Day number of every item's dated event whatever its category, else nan (``expiry.scope: dated``).
+        self.dated_days = np.array([day_number(item.meta.event_time) for item in self.items], dtype=np.float64)
         self._by_source: dict[str, list[str]] = {}
         for item in self.items:
             for tid in item.source_ids:
@@ -102,9 +104,7 @@ class MemoryStore:
         """The BM25 index of the items' texts as ``analyzer`` reads them (``None`` for an empty store)."""
         if self._bm25 is None or analyzer.is_default:
             return self._bm25
-        built = getattr(self, "_analysed", None)
-        if built is None:  # a store pickled before analysers existed
-            built = self._analysed = {}
+        built = self._analysed
         if analyzer not in built:
             index = bm25s.BM25()
             index.index([analyzer.terms(item.index_text) for item in self.items], show_progress=False)

@@ -147,6 +147,8 @@ class Expiry(_Frozen):
     enabled: bool
     buffer_days: float
     mode: Literal["hard", "kernel"]
+    scope: Literal["events", "dated"]
+    hide_passed: bool
     lead_days: float
     upcoming_floor: float
     after_half_life_days: float
@@ -160,7 +162,7 @@ class NumericRescue(_Frozen):
 
 class Decay(_Frozen):
     enabled: bool
-    kind: Literal["multiplicative", "blend"]
+    kind: Literal["multiplicative", "blend", "blend_floor"]
     half_life_days: PerCategory
     alpha: PerCategory
     floor: PerCategory
@@ -188,6 +190,13 @@ class Lifecycle(_Frozen):
     def rescores(self) -> bool:
         """Whether current-state questions rescore relevance (per-category decay or the event kernel)."""
         return self.decay.enabled or (self.expiry.enabled and self.expiry.mode == "kernel")
+
+    @property
+    def hides_passed(self) -> bool:
+        """Whether current-state questions lose events past ``buffer_days`` (mode hard, or the kernel with
+        ``hide_passed``)."""
+        ex = self.expiry
+        return ex.enabled and (ex.mode == "hard" or ex.hide_passed)
 
 
 class Reserved(_Frozen):
