@@ -11,6 +11,7 @@ from evolve.strategy.policy import Policy
 from evolve.runtime.facts import FactMeta
 from evolve.runtime.lexical import Analyzer
 from evolve.runtime.lifecycle import ACTIVE, Cues, Standing, category_channel, rescore, standing
+from evolve.runtime.second_hop import bridge_terms, first_hits
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
 
@@ -134,12 +135,22 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     channels = _channel_scores(store, query, policy, eligible)
     fused = np.zeros(len(store), dtype=np.float64)
     ranks: dict[str, np.ndarray] = {}  # channel -> 1-based rank of every item (0: not found by the channel)
-    for name, (ranked, _) in channels.items():
+
+    def fuse(name: str, ranked: np.ndarray, weight: float) -> None:
         positions = np.arange(1, len(ranked) + 1)
-        weight = policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name)
         fused[ranked] += weight / (rt.rrf_kappa + positions)
         ranks[name] = np.zeros(len(store), dtype=np.int64)
         ranks[name][ranked] = positions
+
+    for name, (ranked, _) in channels.items():
+        fuse(name, ranked, policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name))
+    if rt.second_hop.enabled:
+        bridges = bridge_terms(store, query.text, first_hits(store, fused, eligible, rt.second_hop.fan_out))
+        if bridges:
+            analyzer = Analyzer(rt.lexical.stopwords, rt.lexical.stemmer)
+            scores = store.bm25_scores(analyzer.terms(" ".join(bridges)), analyzer)
+            channels["second_hop"] = (_ranking(scores, eligible, rt.candidate_pool, True), scores)
+            fuse("second_hop", channels["second_hop"][0], rt.second_hop.weight)
     now = query.asked_at or store.newest  # when the question is asked: its own time, else the newest memory's
     ref = day_number(now)
     cues = Cues.of(query.text)

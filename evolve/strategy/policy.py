@@ -59,6 +59,12 @@ class Lexical(_Frozen):
     stemmer: Literal["suffix", "snowball"]
 
 
+class SecondHop(_Frozen):
+    enabled: bool
+    fan_out: int
+    weight: float
+
+
 class IntentMultipliers(_Frozen):
     temporal: float
     multi_hop: float
@@ -80,6 +86,7 @@ class Retrieval(_Frozen):
     rrf_kappa: int
     lexical: Lexical
     rerank: Rerank
+    second_hop: SecondHop
     time_decay: TimeDecay
     intent_top_k_multiplier: IntentMultipliers
     intent_overrides: dict[Intent, IntentOverride]
