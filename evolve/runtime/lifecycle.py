@@ -164,8 +164,8 @@ def event_kernel(store: MemoryStore, lc: Lifecycle, ref_day: float | None) -> np
 
 def rescore(relevance: np.ndarray, store: MemoryStore, lc: Lifecycle, ref_day: float | None) -> np.ndarray:
     """Relevance ``s`` of every item after per-category decay (multiplicative ``s * share``, the blend
-    ``alpha * a + (1 - alpha) * s``, or that blend kept at least ``floor * s``) and the event kernel; a numeric fact with ``s >= min_relevance`` keeps at least
-    ``floor * s`` (numeric rescue)."""
+    ``alpha * a + (1 - alpha) * s``, or that blend kept at least ``floor * s``) and the event kernel; a numeric fact
+    with ``s >= min_relevance`` keeps at least ``floor * s`` (numeric rescue)."""
     out = np.asarray(relevance, dtype=np.float64)
     if lc.decay.enabled and ref_day is not None and np.isfinite(ref_day):
         if lc.decay.kind in ("blend", "blend_floor"):

@@ -32,7 +32,8 @@ def store(texts: tuple[str, ...] = TEXTS) -> MemoryStore:
 
 
 def policy(strategy: dict, stopwords: str, stemmer: str) -> Policy:
-    changed = set_path(set_path(strategy, "retrieval.lexical.stopwords", stopwords), "retrieval.lexical.stemmer", stemmer)
+    changed = set_path(strategy, "retrieval.lexical.stopwords", stopwords)
+    changed = set_path(changed, "retrieval.lexical.stemmer", stemmer)
     return Policy.from_strategy(validate_strategy(changed))
 
 
