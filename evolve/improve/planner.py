@@ -54,6 +54,7 @@ REQUIRES: dict[str, dict[str, Any]] = {
     "extraction.date_style": {"extraction.resolve_relative_dates": True},
     "retrieval.rerank.top_n": {"retrieval.rerank.enabled": True},
     "retrieval.rerank.overlap_weight": {"retrieval.rerank.enabled": True},
+    "retrieval.second_hop": {"retrieval.second_hop.enabled": True},
     "assembly.reserved.profile": {"features.profile_layer": True},
     "assembly.reserved.corrections": {"features.profile_layer": True},
     "lifecycle.decay": {"lifecycle.decay.enabled": True},
@@ -61,6 +62,7 @@ REQUIRES: dict[str, dict[str, Any]] = {
     "lifecycle.expiry.lead_days": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.expiry.upcoming_floor": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.expiry.after_half_life_days": {"lifecycle.expiry.mode": "kernel"},
+    "lifecycle.expiry.hide_passed": {"lifecycle.expiry.mode": "kernel"},
     "lifecycle.numeric_rescue.min_relevance": {"lifecycle.decay.enabled": True},
 }
 _BUNDLE_KEY = re.compile(r"^(?P<cause>[a-z_]+)(?:\[(?P<qualifier>[a-z_]+)\])?/(?P<category>[a-z0-9_]+|\*)$")

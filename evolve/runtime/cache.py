@@ -21,8 +21,8 @@ if TYPE_CHECKING:
     from evolve.runtime.store import MemoryStore
 
 #: Bump when the ingestion pipeline's output changes for the same inputs; invalidates on-disk stores (3: fact metadata,
-#: 4: dates resolved against the day a fact was said, everyday retraction phrasings).
-STORE_FORMAT = 4
+#: 4: dates resolved against the day a fact was said, everyday retraction phrasings, 5: three more of them).
+STORE_FORMAT = 5
 #: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
 EMBEDDING_FORMAT = 2
 

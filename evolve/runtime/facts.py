@@ -145,8 +145,9 @@ def annotate(body: str, speaker: str | None, said: datetime | None = None) -> Fa
                     confidence(body), numeric(body), found if len(found) > 1 else ())
 
 
-def expired(meta: FactMeta, now: datetime | None, buffer_days: float) -> bool:
-    """An event fact whose day lies more than ``buffer_days`` before ``now`` (a difference of two dates, which
-    cannot leave datetime's range the way a date plus the buffer can near 9999-12-31)."""
-    return (meta.category in EVENT_CATEGORIES and meta.event_time is not None and now is not None
+def expired(meta: FactMeta, now: datetime | None, buffer_days: float, scope: str = "events") -> bool:
+    """An event fact (any dated fact when ``scope`` is ``"dated"``) whose day lies more than ``buffer_days`` before
+    ``now`` (a difference of two dates, which cannot leave datetime's range the way a date plus the buffer can near
+    9999-12-31)."""
+    return ((scope == "dated" or meta.category in EVENT_CATEGORIES) and meta.event_time is not None and now is not None
             and now - meta.event_time >= timedelta(days=buffer_days + 1))

@@ -10,8 +10,9 @@ from datetime import datetime
 import numpy as np
 
 from evolve.runtime.facts import categories, expired
+from evolve.runtime.lexical import DEFAULT, Analyzer
 from evolve.runtime.store import MemoryItem, MemoryStore
-from evolve.runtime.text import content_tokens, normalise
+from evolve.runtime.text import normalise
 from evolve.strategy.policy import FACT_CATEGORIES, Lifecycle, PerCategory
 
 #: Questions about how things were or changed: superseded facts stay visible to them (``bypass_cues``).
@@ -110,9 +111,8 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, no
     later = _successor(store, item, lc) if lc.slots.enabled and item.versions else None
     if later is not None and not back:
         return Standing("superseded", later, slot=True)
-    if (lc.expiry.enabled and lc.expiry.mode == "hard" and not (lc.numeric_rescue.enabled and item.meta.numeric)
-            and cues.current
-            and expired(item.meta, now, lc.expiry.buffer_days)):
+    if (lc.hides_passed and not (lc.numeric_rescue.enabled and item.meta.numeric) and cues.current
+            and expired(item.meta, now, lc.expiry.buffer_days, lc.expiry.scope)):
         return Standing("expired")
     replaced_by = (item.superseded_by if lc.supersession else None) or later
     if replaced_by is not None:  # only a bypassing question gets here
@@ -153,24 +153,27 @@ def event_kernel(store: MemoryStore, lc: Lifecycle, ref_day: float | None) -> np
     out = np.ones(len(store))
     if not ex.enabled or ex.mode != "kernel" or ref_day is None or not np.isfinite(ref_day):
         return out
-    dated = np.isfinite(store.event_days)
+    days = store.dated_days if ex.scope == "dated" else store.event_days
+    dated = np.isfinite(days)
     if lc.numeric_rescue.enabled:
         dated &= ~store.numeric
-    ahead = np.where(dated, store.event_days - np.floor(ref_day), 0.0)
+    ahead = np.where(dated, days - np.floor(ref_day), 0.0)
     rising = 1.0 - (1.0 - ex.upcoming_floor) * (1.0 - 0.5 ** (np.clip(ahead, 0.0, None) / ex.lead_days))
     falling = 0.5 ** (np.clip(-ahead, 0.0, None) / ex.after_half_life_days)
     return np.where(dated, np.where(ahead >= 0, rising, falling), out)
 
 
 def rescore(relevance: np.ndarray, store: MemoryStore, lc: Lifecycle, ref_day: float | None) -> np.ndarray:
-    """Relevance ``s`` of every item after per-category decay (multiplicative ``s * share`` or the blend
-    ``alpha * a + (1 - alpha) * s``) and the event kernel; a numeric fact with ``s >= min_relevance`` keeps at least
-    ``floor * s`` (numeric rescue)."""
+    """Relevance ``s`` of every item after per-category decay (multiplicative ``s * share``, the blend
+    ``alpha * a + (1 - alpha) * s``, or that blend kept at least ``floor * s``) and the event kernel; a numeric fact
+    with ``s >= min_relevance`` keeps at least ``floor * s`` (numeric rescue)."""
     out = np.asarray(relevance, dtype=np.float64)
     if lc.decay.enabled and ref_day is not None and np.isfinite(ref_day):
-        if lc.decay.kind == "blend":
+        if lc.decay.kind in ("blend", "blend_floor"):
             alpha = _per_category(lc.decay.alpha, store.membership)
-            out = alpha * _activation(store, lc, ref_day) + (1.0 - alpha) * out
+            blended = alpha * _activation(store, lc, ref_day) + (1.0 - alpha) * out
+            out = (np.maximum(blended, _per_category(lc.decay.floor, store.membership) * out)
+                   if lc.decay.kind == "blend_floor" else blended)
         else:
             out = out * decay_multipliers(store, lc, ref_day)
     out = out * event_kernel(store, lc, ref_day)
@@ -181,14 +184,14 @@ def rescore(relevance: np.ndarray, store: MemoryStore, lc: Lifecycle, ref_day: f
     return out
 
 
-def category_channel(store: MemoryStore, question: str, depth: int,
-                     eligible: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def category_channel(store: MemoryStore, question: str, depth: int, eligible: np.ndarray,
+                     analyzer: Analyzer = DEFAULT) -> tuple[np.ndarray, np.ndarray]:
     """Category routing: ``(ranked indices, scores)`` of the ``depth`` facts best matching ``question`` by BM25 among
     those belonging to a category the question's wording names (none when it names none)."""
     wanted = [FACT_CATEGORIES.index(c) for c in categories(question)]
     scores = np.zeros(len(store))
     if wanted:
         member = store.membership[:, wanted].sum(axis=1) > 0
-        scores = np.where(member & eligible, store.bm25_scores(content_tokens(question)), 0.0)
+        scores = np.where(member & eligible, store.bm25_scores(analyzer.terms(question), analyzer), 0.0)
     idx = np.flatnonzero(scores > 0)
     return idx[np.lexsort((idx, -scores[idx]))][:depth], scores

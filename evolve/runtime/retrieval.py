@@ -3,12 +3,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable
 
 import numpy as np
 
 from evolve.strategy.policy import Policy
 from evolve.runtime.facts import FactMeta
+from evolve.runtime.lexical import Analyzer
 from evolve.runtime.lifecycle import ACTIVE, Cues, Standing, category_channel, rescore, standing
+from evolve.runtime.second_hop import bridge_terms, first_hits
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
 
@@ -54,7 +57,7 @@ def _ranking(scores: np.ndarray, eligible: np.ndarray | None, depth: int, positi
     return idx[np.argsort(-values, kind="stable")[:depth]]  # stable: ties keep store order
 
 
-def _channel_scores(store: MemoryStore, query: Query, terms: list[str], policy: Policy,
+def _channel_scores(store: MemoryStore, query: Query, analyzer: Analyzer, terms: list[str], policy: Policy,
                     eligible: np.ndarray | None) -> dict[str, tuple]:
     """``{channel: (ranked indices, scores)}`` for every channel with a positive weight; ``terms``: the query's
     content tokens."""
@@ -64,7 +67,7 @@ def _channel_scores(store: MemoryStore, query: Query, terms: list[str], policy: 
     out: dict[str, tuple] = {}
     subqueries = query.subqueries if weights.subquery > 0 else ()
     if weights.bm25 > 0 or subqueries:
-        rows = store.bm25_scores_many([terms, *(content_tokens(sub) for sub in subqueries)])
+        rows = store.bm25_scores_many([terms, *(analyzer.terms(sub) for sub in subqueries)], analyzer)
         if weights.bm25 > 0:
             out["bm25"] = (_ranking(rows[0], eligible, depth, True), rows[0])
     if weights.vector > 0 and query.vector is not None:
@@ -78,7 +81,8 @@ def _channel_scores(store: MemoryStore, query: Query, terms: list[str], policy: 
         out["subquery"] = (_ranking(fused, eligible, depth, True), fused)
     if policy.lifecycle.category_channel.enabled:
         out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth,
-                                           np.ones(len(store), dtype=bool) if eligible is None else eligible)
+                                           np.ones(len(store), dtype=bool) if eligible is None else eligible,
+                                           analyzer)
     return out
 
 
@@ -111,19 +115,48 @@ def _lifecycle_scores(channels: dict[str, tuple], candidates: np.ndarray, store:
     return out
 
 
+def _refilled(candidates: np.ndarray, k: int, store: MemoryStore, policy: Policy,
+              standing_of: Callable[[int], Standing]) -> np.ndarray:
+    """The candidates, best first, up to the ``k``-th that :func:`filter_hits` keeps (those it removes on the way
+    included, so the trace shows them filtered): the lifecycle filters act before the top-k cut."""
+    kept = 0
+    for n, i in enumerate(candidates.tolist(), start=1):
+        if store.items[i].salience >= policy.lifecycle.prune_threshold and standing_of(i).state == "active":
+            kept += 1
+            if kept == k:
+                return candidates[:n]
+    return candidates
+
+
 def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
-    """The ``top_k_for(intent)`` best memories for ``query``, best first."""
+    """The ``top_k_for(intent)`` best memories for ``query``, best first; with ``lifecycle.refill``, the best up to
+    the ``top_k_for(intent)``-th the lifecycle filters keep."""
     rt, features = policy.retrieval, policy.features
     if not len(store):
         return []
     eligible = None if features.session_memory else store.layers != "SM"
     weights = rt.weights_for(query.intent)
-    terms = content_tokens(query.text)
-    channels = _channel_scores(store, query, terms, policy, eligible)
+    analyzer = Analyzer(rt.lexical.stopwords, rt.lexical.stemmer)
+    terms = analyzer.terms(query.text)
+    channels = _channel_scores(store, query, analyzer, terms, policy, eligible)
     fused = np.zeros(len(store), dtype=np.float64)
+    ranks: dict[str, np.ndarray] = {}  # channel -> 1-based rank of every item (0: not found by the channel)
+
+    def fuse(name: str, ranked: np.ndarray, weight: float) -> None:
+        positions = np.arange(1, len(ranked) + 1)
+        fused[ranked] += weight / (rt.rrf_kappa + positions)
+        ranks[name] = np.zeros(len(store), dtype=np.int64)
+        ranks[name][ranked] = positions
+
     for name, (ranked, _) in channels.items():
-        weight = policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name)
-        fused[ranked] += weight / (rt.rrf_kappa + np.arange(1, len(ranked) + 1))
+        fuse(name, ranked, policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name))
+    if rt.second_hop.enabled:
+        everyone = np.ones(len(store), dtype=bool) if eligible is None else eligible
+        bridges = bridge_terms(store, query.text, first_hits(store, fused, everyone, rt.second_hop.fan_out))
+        if bridges:
+            scores = store.bm25_scores(analyzer.terms(" ".join(bridges)), analyzer)
+            channels["second_hop"] = (_ranking(scores, eligible, rt.candidate_pool, True), scores)
+            fuse("second_hop", channels["second_hop"][0], rt.second_hop.weight)
     now = query.asked_at or store.newest  # when the question is asked: its own time, else the newest memory's
     ref = day_number(now)
     cues = Cues.of(query.text)
@@ -142,19 +175,22 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
             for i in candidates[: rt.rerank.top_n].tolist():
                 final[i] += w * len(wanted & store.token_sets[i]) / len(wanted)
         candidates = candidates[np.lexsort((candidates, -final[candidates]))]
-    top = candidates[: rt.top_k_for(query.intent)]
-    chosen = top.tolist()
-    found: list[dict[str, dict]] = [{} for _ in chosen]  # per hit, the channels that found it
-    for name, (ranked, scores) in channels.items():
-        rank = {i: r for r, i in enumerate(ranked.tolist(), 1)}
-        for j, (i, score) in enumerate(zip(chosen, scores[top].tolist())):
-            if i in rank:
-                found[j][name] = {"rank": rank[i], "score": round(score, 6)}
+    standings: dict[int, Standing] = {}
+
+    def standing_of(i: int) -> Standing:
+        if i not in standings:
+            standings[i] = standing(store, store.items[i], policy.lifecycle, cues, now)
+        return standings[i]
+
+    k = rt.top_k_for(query.intent)
+    top = _refilled(candidates, k, store, policy, standing_of) if policy.lifecycle.refill else candidates[:k]
+    columns = {name: (ranks[name][top].tolist(), scores[top].tolist()) for name, (_, scores) in channels.items()}
     hits = []
-    for j, (i, score) in enumerate(zip(chosen, final[top].tolist())):
+    for j, (i, score) in enumerate(zip(top.tolist(), final[top].tolist())):
         item = store.items[i]
-        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found[j], item.meta,
-                        standing(store, item, policy.lifecycle, cues, now)))
+        found = {name: {"rank": r[j], "score": round(s[j], 6)} for name, (r, s) in columns.items() if r[j]}
+        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found, item.meta,
+                        standing_of(i)))
     return hits
 
 

@@ -10,6 +10,7 @@ import numpy as np
 
 from evolve.benchmarks.types import Turn
 from evolve.runtime.facts import EVENT_CATEGORIES, FactMeta
+from evolve.runtime.lexical import DEFAULT, Analyzer
 from evolve.runtime.text import content_tokens, split_attribution
 from evolve.strategy.policy import FACT_CATEGORIES
 
@@ -71,6 +72,8 @@ class MemoryStore:
         #: Day number of each item's dated event when it is an event fact (:data:`EVENT_CATEGORIES`), else nan.
         self.event_days = np.array([day_number(item.meta.event_time) if item.meta.category in EVENT_CATEGORIES
                                     else float("nan") for item in self.items], dtype=np.float64)
+        #: Day number of every item's dated event whatever its category, else nan (``expiry.scope: dated``).
+        self.dated_days = np.array([day_number(item.meta.event_time) for item in self.items], dtype=np.float64)
         self._by_source: dict[str, list[str]] = {}
         for item in self.items:
             for tid in item.source_ids:
@@ -79,6 +82,8 @@ class MemoryStore:
         if self.items:
             self._bm25 = bm25s.BM25()
             self._bm25.index([content_tokens(item.index_text) for item in self.items], show_progress=False)
+        #: BM25 indexes of other lexical analysers, built when a strategy first asks for one (:meth:`bm25_index`).
+        self._analysed: dict[Analyzer, bm25s.BM25] = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -95,21 +100,33 @@ class MemoryStore:
         wanted = set(layers)
         return [item for item in self.items if item.layer in wanted]
 
-    def bm25_scores(self, query_tokens: Sequence[str]) -> np.ndarray:
-        """BM25 score of every item for already-tokenised query terms (:meth:`bm25_scores_many`)."""
-        return self.bm25_scores_many([query_tokens])[0]
+    def bm25_index(self, analyzer: Analyzer = DEFAULT) -> bm25s.BM25 | None:
+        """The BM25 index of the items' texts as ``analyzer`` reads them (``None`` for an empty store)."""
+        if self._bm25 is None or analyzer.is_default:
+            return self._bm25
+        built = self._analysed
+        if analyzer not in built:
+            index = bm25s.BM25()
+            index.index([analyzer.terms(item.index_text) for item in self.items], show_progress=False)
+            built[analyzer] = index
+        return built[analyzer]
 
-    def bm25_scores_many(self, queries: Sequence[Sequence[str]]) -> np.ndarray:
-        """BM25 scores of every item for each of several already-tokenised queries, one float32 row per query.
+    def bm25_scores(self, query_tokens: Sequence[str], analyzer: Analyzer = DEFAULT) -> np.ndarray:
+        """BM25 score of every item for query terms already tokenised by ``analyzer`` (:meth:`bm25_scores_many`)."""
+        return self.bm25_scores_many([query_tokens], analyzer)[0]
+
+    def bm25_scores_many(self, queries: Sequence[Sequence[str]], analyzer: Analyzer = DEFAULT) -> np.ndarray:
+        """BM25 scores of every item for each of several queries tokenised by ``analyzer``, a float32 row each.
 
         Sums bm25s's precomputed Lucene term scores as ``BM25.get_scores`` does, with ``np.add.at`` term by term
         in query order (the same float32 sums), the postings of every query's terms in one call.
         """
         n = len(self.items)
         scores = np.zeros((len(queries), n), dtype=np.float32)
-        if self._bm25 is None:
+        bm25 = self.bm25_index(analyzer)
+        if bm25 is None:
             return scores
-        vocab, index = self._bm25.vocab_dict, self._bm25.scores
+        vocab, index = bm25.vocab_dict, bm25.scores
         data, indices, indptr = index["data"], index["indices"], index["indptr"]
         spans = [(row * n, indptr[tid], indptr[tid + 1]) for row, terms in enumerate(queries)
                  for tid in map(vocab.get, terms) if tid is not None]

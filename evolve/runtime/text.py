@@ -253,13 +253,14 @@ def split_attribution(text: str) -> tuple[str | None, str | None, str]:
 #: Phrases that withdraw an earlier statement (regular expressions over lower-cased text, matched as whole words):
 #: explicit retractions, and plans cancelled, scrapped, dropped, called off, declared dead or given up.
 RETRACTION_CUES = (
-    r"forget (?:what i said about|about what i said|i said|i mentioned|about)", "scratch that",
+    r"forget (?:what i said about|about what i said|i said anything about|i said|i mentioned|about)", "scratch that",
     r"never ?mind about", r"(?:that's|that is) (?:not true anymore|not true any more|no longer true)",
     r"(?:disregard|ignore) what i said", r"i take (?:that|it) back", "i take back what i said",
-    r"scrap(?:ped|ping|s)?", r"call(?:ed|ing|s)? off", r"call(?:ed|ing|s)? (?:it|that|the \w+) off",
+    r"scrap(?:ped|ping|s)?", r"call(?:ed|ing|s)? off", r"call(?:ed|ing|s)? (?:it|that|the \w+(?: \w+)?) off",
     r"(?:is|are|was|got|been|get) (?:cancell?ed|scrapped)", r"cancel(?:l?ed|l?ing|s)?",
     r"drop(?:ped|ping|s)?(?! (?:off|by|in|out|me|him|her|them|us|you)\b)",
-    r"(?:plan|idea|thing|deal|project|move|trip)s? (?:is|are|'s) (?:dead|off)", r"is dead in the water",
+    r"(?:plan|idea|thing|deal|project|move|trip)s? (?:is|are|'s) (?:dead|off)(?: in the water)?",
+    r"is dead in the water",
     r"chang(?:ed|ing|e) (?:my|our) minds? about", r"chang(?:ed|ing|e) (?:my|our) minds?",
     r"no longer", r"not (?:\w+ing|going to \w+) .{0,40}?(?:anymore|any more|after all)",
     r"(?:gave|give|giving) up on", r"decided against", r"(?:backed|backing|pulled|pulling) out of",
@@ -278,7 +279,7 @@ PROFILE_CUES = ("i am a ", "i am an ", "i'm a ", "i'm an ", "i am from", "i'm fr
 CUE_STEMS = frozenset(content_tokens(" ".join(CORRECTION_CUES) + " forget said mentioned scratch never nevermind "
                                      "disregard ignore take back scrap scrapped cancel cancelled canceled drop dropped "
                                      "call called dead mind minds plan idea anymore true decided gave give backed "
-                                     "pulled"))
+                                     "pulled water"))
 _RETRACTION = re.compile(r"(?<![a-z])(?:" + "|".join(RETRACTION_CUES) + r")(?![a-z])")
 
 

@@ -54,6 +54,17 @@ class TimeDecay(_Frozen):
     half_life_days: float
 
 
+class Lexical(_Frozen):
+    stopwords: Literal["runtime", "english", "none"]
+    stemmer: Literal["suffix", "snowball"]
+
+
+class SecondHop(_Frozen):
+    enabled: bool
+    fan_out: int
+    weight: float
+
+
 class IntentMultipliers(_Frozen):
     temporal: float
     multi_hop: float
@@ -73,7 +84,9 @@ class Retrieval(_Frozen):
     candidate_pool: int
     weights: Weights
     rrf_kappa: int
+    lexical: Lexical
     rerank: Rerank
+    second_hop: SecondHop
     time_decay: TimeDecay
     intent_top_k_multiplier: IntentMultipliers
     intent_overrides: dict[Intent, IntentOverride]
@@ -141,6 +154,8 @@ class Expiry(_Frozen):
     enabled: bool
     buffer_days: float
     mode: Literal["hard", "kernel"]
+    scope: Literal["events", "dated"]
+    hide_passed: bool
     lead_days: float
     upcoming_floor: float
     after_half_life_days: float
@@ -154,7 +169,7 @@ class NumericRescue(_Frozen):
 
 class Decay(_Frozen):
     enabled: bool
-    kind: Literal["multiplicative", "blend"]
+    kind: Literal["multiplicative", "blend", "blend_floor"]
     half_life_days: PerCategory
     alpha: PerCategory
     floor: PerCategory
@@ -170,6 +185,7 @@ class Lifecycle(_Frozen):
     supersession: bool
     forget_guard: bool
     prune_threshold: float
+    refill: bool
     slots: Slots
     bypass_cues: bool
     expiry: Expiry
@@ -181,6 +197,13 @@ class Lifecycle(_Frozen):
     def rescores(self) -> bool:
         """Whether current-state questions rescore relevance (per-category decay or the event kernel)."""
         return self.decay.enabled or (self.expiry.enabled and self.expiry.mode == "kernel")
+
+    @property
+    def hides_passed(self) -> bool:
+        """Whether current-state questions lose events past ``buffer_days`` (mode hard, or the kernel with
+        ``hide_passed``)."""
+        ex = self.expiry
+        return ex.enabled and (ex.mode == "hard" or ex.hide_passed)
 
 
 class Reserved(_Frozen):

@@ -82,6 +82,24 @@ def test_each_retraction_phrasing_retracts_the_plan_it_names(retraction):
     assert states(rt, conv, "What did Tomas buy?", "hiking boots") == {"active"}
 
 
+def test_three_phrasings_once_missed_retract_their_plans_end_to_end():
+    """Missed before: the cue stopped at a shorter one ("forget I said"), took one word where the topic has two
+    ("called the X move off"), or the idiom's own word became the topic ("dead in the water")."""
+    retractions = ("Forget I said anything about moving to Denver.", "We called the puppy plan off.",
+                   "The kitchen renovation is dead in the water.")
+    assert [retraction_topic(r) for r in retractions] == [{"denver"}, {"puppy"}, {"kitchen", "renovation"}]
+    conv = conversation((datetime(2025, 3, 1, 10), ["We're moving to Denver in the spring.",
+                                                    "We're getting a puppy this summer.",
+                                                    "I'm renovating the kitchen next month."]),
+                        (datetime(2025, 3, 20, 10), list(retractions)))
+    rt = runtime()
+    for question, plan in (("Is Tomas moving to Denver?", "Denver in the spring"),
+                           ("Is Tomas getting a puppy?", "puppy this summer"),
+                           ("Is Tomas renovating the kitchen?", "kitchen next month")):
+        assert states(rt, conv, question, plan) == {"retracted"}, question
+        assert rt.ask(rt.ingest(conv), question).answer.text == "No", question
+
+
 def test_the_dog_thing_is_dead_retracts_the_latest_mention_of_the_dog():
     assert classify_kind("The dog thing is dead.") == "retraction"
     conv = conversation((datetime(2025, 3, 1, 10), ["My sister has a dog named Rex."]),

@@ -441,12 +441,22 @@ SLOT_QUESTIONS = ["What is Ann's hometown?", "Who is Ann's sister?", "What cours
                   "Who is Ann's doctor?", "What company does Ann work for?", "What is Ann's hobby?",
                   "What is Ann's favorite fruit?", "How much is Ann's rent?", "Which bank is Ann's interview with?"]
 
+#: A dated fact of no event category and an appointment, both long past when asked about (expiry scope, the kernel
+#: with the date filter).
+DATED = conversation("c5", [(datetime(2023, 5, 2, 9, 0), [
+    ("Ann", "Greg's birthday party is this Saturday at the lake house."),
+    ("Ann", "I have a dentist appointment on 10 May 2023 at the clinic."),
+])])
+DATED_QUESTIONS = [("What is happening at the lake house?", datetime(2023, 6, 20)),
+                   ("When is Ann's dentist appointment?", datetime(2023, 6, 20))]
+
 
 def _fixtures() -> list[tuple[Conversation, list[tuple[str, datetime | None]]]]:
-    """What the signature asks about: CONV, RACE, SLOTS and the lifecycle benchmark's first two personas."""
+    """What the signature asks about: CONV, RACE, SLOTS, DATED and the lifecycle benchmark's first two personas."""
     life = generate_lifecycle(0, 2)
     return [(CONV, [(q, None) for q in QUESTIONS]), (RACE, [("When did Mel run a charity race?", None)]),
             (SLOTS, [(q, None) for q in SLOT_QUESTIONS]),
+            (DATED, DATED_QUESTIONS),
             *[(conv, [(q.question, q.asked_at) for q in life.questions if q.conversation_id == cid])
               for cid, conv in life.conversations.items()]]
 
