@@ -21,6 +21,7 @@ FLOORS = [
     {"evolve.llm"},
     {"evolve.loop"},
     {"evolve.ops"},
+    {"evolve.serve"},
     {"evolve.cli"},
 ]
 
