@@ -47,21 +47,32 @@ class LiveConversation:
     def __len__(self) -> int:
         return len(self._ids)
 
-    def check(self, turn: Turn) -> None:
-        """:class:`CaptureError` if ``turn`` cannot be added after the turns so far."""
-        if turn.id in self._ids:
-            raise CaptureError(f"turn id {turn.id!r} was already captured")
-        if turn.session_id in self.closed:
-            raise CaptureError(f"session {turn.session_id!r} is closed; a new turn needs a new session id")
-        known = [s.id for s, _ in self._sessions]
-        if turn.session_id in known and known[-1] != turn.session_id:
-            raise CaptureError(f"session {turn.session_id!r} is not the open session {known[-1]!r}")
+    def check(self, turns: list[Turn]) -> None:
+        """:class:`CaptureError` naming the first of ``turns`` that cannot follow the turns so far (and the ones
+        before it in ``turns``): a repeated id, a closed session, or a session that is not the open one."""
+        with self._lock:
+            ids, closed = set(self._ids), set(self.closed)
+            known = [s.id for s, _ in self._sessions]
+            for i, turn in enumerate(turns):
+                where = f"turns[{i}]" if len(turns) > 1 else "turn"
+                if turn.id in ids:
+                    raise CaptureError(f"{where}: turn id {turn.id!r} was already captured")
+                if turn.session_id in closed:
+                    raise CaptureError(f"{where}: session {turn.session_id!r} is closed; a new turn needs a new "
+                                       "session id")
+                if turn.session_id in known and known[-1] != turn.session_id:
+                    raise CaptureError(f"{where}: session {turn.session_id!r} is not the open session {known[-1]!r}")
+                if not known or known[-1] != turn.session_id:
+                    if known:
+                        closed.add(known[-1])
+                    known.append(turn.session_id)
+                ids.add(turn.id)
 
     def add(self, turn: Turn) -> str | None:
         """Append ``turn`` (its session opens on its first turn, stamped with that turn's time); return the id of the
         session this closed, if any."""
         with self._lock:
-            self.check(turn)
+            self.check([turn])
             closed = None
             if not self._sessions or self._sessions[-1][0].id != turn.session_id:
                 if self._sessions:
