@@ -13,9 +13,10 @@ from evolve.serve.strategy import canary_share
 from server_process import ServeProcess
 from workflow_fixtures import cli
 
-TURNS = [{"id": f"t{i}", "speaker": "Ann", "text": text, "session": "s1", "time": "2024-03-0%dT10:00:00" % (i + 1)}
-         for i, text in enumerate(["I moved to Porto for a new job at a bakery.", "My sister Lena visits in June.",
-                                   "Actually my favourite bread is rye now.", "I run every Tuesday with my neighbour."])]
+SAID = ["I moved to Porto for a new job at a bakery.", "My sister Lena visits in June.",
+        "Actually my favourite bread is rye now.", "I run every Tuesday with my neighbour."]
+TURNS = [{"id": f"t{i}", "speaker": "Ann", "text": text, "session": "s1", "time": f"2024-03-0{i + 1}T10:00:00"}
+         for i, text in enumerate(SAID)]
 
 
 def _wait(predicate, timeout: float = 20.0):
@@ -45,7 +46,8 @@ def test_a_refused_file_keeps_the_old_strategy_and_a_rollback_reloads_under_load
         users = {"serving": next(u for u in (f"u{i}" for i in range(100)) if canary_share(u) >= 0.5),
                  "canary": next(u for u in (f"u{i}" for i in range(100)) if canary_share(u) < 0.5)}
         for user in users.values():
-            assert httpx.post(f"{server.url}/v1/users/{user}/turns", json={"turns": TURNS}, timeout=60).status_code == 201
+            reply = httpx.post(f"{server.url}/v1/users/{user}/turns", json={"turns": TURNS}, timeout=60)
+            assert reply.status_code == 201
 
         def recall(user: str) -> httpx.Response:
             return httpx.post(f"{server.url}/v1/users/{user}/recall", json={"question": "Where does Ann work?"},
