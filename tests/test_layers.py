@@ -22,6 +22,7 @@ FLOORS = [
     {"evolve.llm"},
     {"evolve.loop"},
     {"evolve.ops"},
+    {"evolve.serve"},
     {"evolve.cli"},
 ]
 

@@ -365,9 +365,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_local_llm)
 
     from evolve.cli import governance, workflow
+    from evolve.cli import serve
 
     workflow.register(sub)
     governance.register(sub)
+    serve.register(sub)
     return parser
 
 

@@ -5,7 +5,7 @@ import contextvars
 import dataclasses
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, Sequence
+from typing import Callable, Collection, Sequence
 
 import numpy as np
 from scipy import sparse
@@ -14,7 +14,7 @@ from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.strategy.policy import FACT_CATEGORIES, Extraction, Lifecycle, Policy
 from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
-from evolve.runtime.facts import annotate, numeric
+from evolve.runtime.facts import FactMeta, annotate, numeric
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
                                  tokens, topic_overlap, words)
@@ -24,6 +24,37 @@ ROLLUP_KEYWORDS = 6
 ROLLUP_MAX_WORDS = 80
 
 Embed = Callable[[list[str]], np.ndarray]
+
+
+@dataclasses.dataclass
+class IngestMemo:
+    """Results of the pure per-window and per-fact stages of one conversation under one ingestion policy, reused by
+    its next build: a conversation growing turn by turn re-extracts only its open window and annotates only new
+    facts. Only what the latest build used is kept (:meth:`keep_only`)."""
+
+    windows: dict[tuple[Turn, ...], list[ExtractedFact]] = dataclasses.field(default_factory=dict)
+    meta: dict[tuple, FactMeta] = dataclasses.field(default_factory=dict)
+    turn_facts: dict[Turn, ExtractedFact] = dataclasses.field(default_factory=dict)
+
+    def annotate(self, body: str, speaker: str | None, said) -> FactMeta:
+        key = (body, speaker, said)
+        if key not in self.meta:
+            self.meta[key] = annotate(body, speaker, said)
+        return self.meta[key]
+
+    def turn_fact(self, turn: Turn, policy: Extraction) -> ExtractedFact:
+        if turn not in self.turn_facts:
+            self.turn_facts[turn] = turn_fact(turn, policy)
+        return self.turn_facts[turn]
+
+    def extract(self, extractor: Extractor, batch: list[list[Turn]], policy: Extraction) -> list[list[ExtractedFact]]:
+        """:func:`_extract` of the windows not extracted before; windows of earlier builds not in ``batch`` are
+        forgotten (a window still open then has grown since)."""
+        keys = [tuple(w) for w in batch]
+        todo = [w for w, k in zip(batch, keys) if k not in self.windows]
+        found = dict(zip((tuple(w) for w in todo), _extract(extractor, todo, policy)))
+        self.windows = {k: self.windows[k] if k in self.windows else found[k] for k in keys}
+        return [self.windows[k] for k in keys]
 
 
 def timed_turns(session: Session) -> list[Turn]:
@@ -96,9 +127,9 @@ def _dedup(facts: list[ExtractedFact], threshold: float) -> list[ExtractedFact]:
     return [f for f, k in zip(unique, kept) if k]
 
 
-def _items(layer: str, facts: Sequence[ExtractedFact]) -> list[MemoryItem]:
+def _items(layer: str, facts: Sequence[ExtractedFact], memo: IngestMemo) -> list[MemoryItem]:
     return [MemoryItem(f"{layer}:{i}", layer, f.text, f.source_ids, f.speaker, f.timestamp, f.kind, f.salience,
-                       meta=f.meta or annotate(split_attribution(f.text)[2], f.speaker, f.timestamp))
+                       meta=f.meta or memo.annotate(split_attribution(f.text)[2], f.speaker, f.timestamp))
             for i, f in enumerate(facts)]
 
 
@@ -160,15 +191,15 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
             for i, item in enumerate(items)]
 
 
-def _turn_layer(sessions: Sequence[Session], policy: Extraction, context: int) -> list[MemoryItem]:
+def _turn_layer(sessions: Sequence[Session], policy: Extraction, context: int, memo: IngestMemo) -> list[MemoryItem]:
     """Every turn as an ``RT`` memory, found also by the ``context`` turns before it in its session (the question
     a reply answers)."""
     facts, contexts = [], []
     for session in sessions:
         for i, turn in enumerate(session.turns):
-            facts.append(turn_fact(turn, policy))
+            facts.append(memo.turn_fact(turn, policy))
             contexts.append(" ".join(f"{t.speaker}: {t.text}" for t in session.turns[max(0, i - context):i]))
-    return [dataclasses.replace(item, context=before) for item, before in zip(_items("RT", facts), contexts)]
+    return [dataclasses.replace(item, context=before) for item, before in zip(_items("RT", facts, memo), contexts)]
 
 
 def _rollup(session: Session, facts: list[MemoryItem], index: int) -> MemoryItem | None:
@@ -218,9 +249,13 @@ def _extract(extractor: Extractor, batch: list[list[Turn]], policy: Extraction) 
 
 
 def build_store(conversation: Conversation, policy: Policy, extractor: Extractor, embed: Embed,
-                embedder_name: str) -> MemoryStore:
-    """Run the whole ingestion pipeline for one conversation."""
+                embedder_name: str, *, memo: IngestMemo | None = None,
+                rollup_sessions: Collection[str] | None = None) -> MemoryStore:
+    """Run the whole ingestion pipeline for one conversation; ``memo`` (of this conversation and ingestion policy)
+    skips the per-window and per-fact work of an earlier build; session rollups cover ``rollup_sessions`` only
+    (default: every session)."""
     ex: Extraction = policy.extraction
+    memo = memo if memo is not None else IngestMemo()
     sessions = [dataclasses.replace(s, turns=tuple(timed_turns(s))) for s in conversation.sessions]
     turns = [t for s in sessions for t in s.turns]
     position = {t.id: i for i, t in enumerate(turns)}
@@ -228,18 +263,18 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
         raise ValueError(f"conversation {conversation.id}: turn ids are not unique")
     facts: list[ExtractedFact] = []
     all_windows = [w for s in sessions for w in windows(s.turns, ex.window_size, ex.window_overlap)]
-    for window, extracted in zip(all_windows, _extract(extractor, all_windows, ex)):
+    for window, extracted in zip(all_windows, memo.extract(extractor, all_windows, ex)):
         facts.extend(_cap([_anchored(f, window) for f in extracted], ex.max_facts_per_window))
     facts = _dedup(facts, ex.dedup_threshold)
     if ex.supplement:
         covered = {s for f in facts for s in f.source_ids}
-        facts += [turn_fact(t, ex) for t in turns if t.id not in covered]
+        facts += [memo.turn_fact(t, ex) for t in turns if t.id not in covered]
     facts.sort(key=lambda f: min(position[s] for s in f.source_ids))
-    l0 = _items("L0", facts)
+    l0 = _items("L0", facts, memo)
     if policy.features.turn_layer:  # every turn, dated; the latest sessions' turns need no SM copy
-        sm = _turn_layer(sessions, ex, policy.features.turn_context)
+        sm = _turn_layer(sessions, ex, policy.features.turn_context, memo)
     else:
-        sm = _items("SM", [turn_fact(t, ex) for s in _latest_sessions(sessions) for t in s.turns])
+        sm = _items("SM", [memo.turn_fact(t, ex) for s in _latest_sessions(sessions) for t in s.turns], memo)
     first = _first_turns(l0 + sm, position)
     marked = _versions(_lifecycle(l0 + sm, len(l0), policy.lifecycle, first), first)
     l0, sm = marked[:len(l0)], marked[len(l0):]
@@ -252,7 +287,7 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
         session_of = {t.id: s.id for s in sessions for t in s.turns}
         live = [x for x in l0 if x.salience >= policy.lifecycle.prune_threshold and not x.retracted
                 and x.superseded_by is None and not x.versions]  # a summary states what is current
-        for session in sessions:
+        for session in (s for s in sessions if rollup_sessions is None or s.id in rollup_sessions):
             rollup = _rollup(session, [x for x in live if session_of[x.source_ids[0]] == session.id], len(l1))
             if rollup is not None:
                 l1.append(rollup)

@@ -1,0 +1,52 @@
+"""``memevolve serve``: run the verified serving strategy as a per-user memory service."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from evolve.serve.server import ServeConfig, parse_canary, run
+    except ImportError as exc:
+        print(f"error: memevolve serve needs the serve extra (pip install 'memevolve[serve]'): {exc}")
+        return 2
+    from evolve.serve.strategy import Refused
+
+    try:
+        canary = parse_canary(args.canary) if args.canary else None
+    except ValueError as exc:
+        print(f"error: {exc}")
+        return 2
+    config = ServeConfig(Path(args.data), Path(args.serving), Path(args.stores) if args.stores else None, args.host,
+                         args.port, args.shadow, canary, args.allow_untracked, args.idle, args.reload_interval)
+    try:
+        run(config)
+    except Refused as exc:
+        print(f"refused: {exc}")
+        return 1
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve the verified serving strategy as a per-user memory service (HTTP)")
+    p.add_argument("--serving", default="strategies/serving.yaml",
+                   help="serving file; loaded only if it checks out against the journal (default: %(default)s)")
+    p.add_argument("--stores", default="stores", help="stores whose journal tracks the serving file "
+                                                      "(default: %(default)s)")
+    p.add_argument("--data", required=True, help="directory holding every user's memory (created if missing)")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
+    p.add_argument("--port", type=int, default=8420, help="port (default: %(default)s)")
+    p.add_argument("--shadow", metavar="CANDIDATE_ID",
+                   help="also compute this candidate's context for every recall, off the response path, and log it")
+    p.add_argument("--canary", metavar="CANDIDATE_ID:FRACTION",
+                   help="serve this share of users (a stable hash of the user id) with the candidate")
+    p.add_argument("--allow-untracked", action="store_true",
+                   help="also serve a file no journal tracks (drifted or unverified files are refused regardless)")
+    p.add_argument("--idle", type=float, default=600.0, metavar="SECONDS",
+                   help="close (and organise) a user's open session after this long without a capture "
+                        "(default: %(default)s)")
+    p.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="how often the serving file is checked for a promote or rollback; SIGHUP checks at once "
+                        "(default: %(default)s)")
+    p.set_defaults(func=cmd_serve)

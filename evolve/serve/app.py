@@ -1,0 +1,280 @@
+"""The memory service: an ASGI app (FastAPI; OpenAPI schema at ``/docs``) over :class:`MemoryService` and the
+verified serving strategy. Every error is a JSON ``{"error": {"status", "message"}}`` with a 4xx/5xx status."""
+from __future__ import annotations
+
+import time
+import uuid
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import BackgroundTasks, FastAPI, Path as PathParam, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from evolve.files import now_iso
+from evolve.runtime.live import CaptureError
+from evolve.runtime.text import count_tokens
+from evolve.serve.backend import USER_ID, valid_user
+from evolve.serve.memory import MemoryService, UnknownUser, parse_time
+from evolve.serve.metrics import Metrics
+from evolve.serve.strategy import StrategySlot
+
+#: Largest request body accepted (bytes), longest turn text, most turns per capture, longest question.
+MAX_BODY_BYTES = 1 * 2**20
+MAX_TURN_CHARS = 20_000
+MAX_TURNS = 500
+MAX_QUESTION_CHARS = 2_000
+
+UserId = Annotated[str, PathParam(description="The user (tenant) whose memory is read or written: letters, digits, "
+                                              "'_', '-', '.', at most 128 characters.", max_length=200)]
+
+
+class TurnIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128, description="the caller's turn id, unique per user (e.g. D1:3)")
+    speaker: str = Field(min_length=1, max_length=128)
+    text: str = Field(min_length=1, max_length=MAX_TURN_CHARS)
+    time: str | None = Field(None, max_length=64, description="ISO 8601 or LoCoMo style '1:56 pm on 8 May, 2023'")
+    session: str = Field(min_length=1, max_length=128, description="session id; a new one closes the previous")
+    image_caption: str | None = Field(None, max_length=2_000)
+
+
+class CaptureIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS)
+
+
+class CaptureOut(BaseModel):
+    captured: int
+    turns: int = Field(description="turns held for the user after this capture")
+    open_session: str | None
+    closed_sessions: list[str] = Field(description="sessions this capture closed (organised in the background)")
+
+
+class RecallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    asked_at: str | None = Field(None, max_length=64, description="when the question is asked (default: the "
+                                                                   "newest memory's time)")
+
+
+class PackedItem(BaseModel):
+    id: str
+    text: str
+    layer: str
+    source_ids: list[str]
+    words: int
+
+
+class RecallOut(BaseModel):
+    packed: list[PackedItem]
+    words: int
+    trace_id: str
+    strategy: str = Field(description="hash of the strategy that built this context")
+    role: str = Field(description="serving, or canary when the user falls in the canary share")
+    latency_ms: float
+
+
+class AnswerOut(RecallOut):
+    answer: str
+    support_ids: list[str]
+
+
+class _Problem(Exception):
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"status": status, "message": message}}, status_code=status)
+
+
+def _user(user: str) -> str:
+    if not valid_user(user):
+        raise _Problem(400, f"invalid user id {user!r}: must match {USER_ID.pattern} and hold no '..'")
+    return user
+
+
+def _packed(result) -> list[dict]:
+    return [{"id": c.id, "text": c.text, "layer": c.layer, "source_ids": list(c.source_ids),
+             "words": count_tokens(c.text)} for c in result.packed]
+
+
+class _BodyLimit:
+    """Pure ASGI middleware: 413 for a body over ``limit`` bytes, declared or streamed."""
+
+    def __init__(self, app, limit: int):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.limit:
+            return await _error(413, f"request body of {int(declared)} bytes exceeds {self.limit}")(scope, receive,
+                                                                                                     send)
+        seen = 0
+
+        async def limited():
+            nonlocal seen
+            message = await receive()
+            seen += len(message.get("body", b""))
+            if seen > self.limit:
+                raise _Problem(413, f"request body exceeds {self.limit} bytes")
+            return message
+
+        return await self.app(scope, limited, send)
+
+
+def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
+    """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary)."""
+    app = FastAPI(title="memevolve memory service", version="1",
+                  description="The promoted strategy as a per-user memory service: capture turns, recall packed "
+                              "context, erase a user.")
+    metrics = Metrics()
+    app.state.slot, app.state.memory, app.state.metrics = slot, memory, metrics
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next):
+        started = time.perf_counter()
+        try:
+            response = await call_next(request)
+        except _Problem as exc:
+            response = _error(exc.status, exc.message)
+        route = request.scope.get("route")
+        metrics.observe(getattr(route, "path", "unmatched"), request.method, response.status_code,
+                        time.perf_counter() - started)
+        return response
+
+    app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
+
+    @app.exception_handler(_Problem)
+    async def problem(_: Request, exc: _Problem):
+        return _error(exc.status, exc.message)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 404:
+            return _error(404, f"no route {request.method} {request.url.path} (a user id holds no '/')")
+        return _error(exc.status_code, str(exc.detail))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(_: Request, exc: RequestValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
+        if first.get("type") == "json_invalid":
+            return _error(400, f"malformed JSON: {first.get('ctx', {}).get('error', first.get('msg'))}")
+        return _error(422, f"{where}: {first.get('msg')}")
+
+    @app.exception_handler(UnknownUser)
+    async def unknown(_: Request, exc: UnknownUser):
+        user = exc.args[0]
+        stone = memory.backend.tombstone(user)
+        note = f" (erased at {stone['erased_at']})" if stone else ""
+        return _error(404, f"unknown user {user!r}: no memory is held{note}")
+
+    @app.exception_handler(CaptureError)
+    async def refused_capture(_: Request, exc: CaptureError):
+        return _error(409 if "already" in str(exc) or "session" in str(exc) else 422, str(exc))
+
+    def _asked(body: RecallIn) -> datetime | None:
+        try:
+            return parse_time(body.asked_at, "asked_at") if body.asked_at else None
+        except CaptureError as exc:
+            raise _Problem(422, str(exc)) from None
+
+    def _shadow_and_log(user: str, body: RecallIn, record: dict) -> None:
+        shadow = slot.shadow
+        if shadow is not None:
+            started = time.perf_counter()
+            result = shadow.runtime.ask(memory.store(user, shadow), body.question, _asked(body), answer=False)
+            packed = _packed(result)
+            mine, theirs = {p["id"] for p in record["packed"]}, {p["id"] for p in packed}
+            record["shadow"] = {"strategy": shadow.strategy_hash, "source": shadow.source,
+                                "packed": [{k: p[k] for k in ("id", "layer", "source_ids", "words")} for p in packed],
+                                "words": sum(p["words"] for p in packed),
+                                "overlap": len(mine & theirs) / max(1, len(mine | theirs)),
+                                "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+            metrics.count("shadow_recalls")
+        try:
+            memory.backend.log_recall(user, record)
+        except (UnknownUser, OSError, ValueError):  # erased between the reply and the log line
+            pass
+
+    def _recall(user: str, body: RecallIn, tasks: BackgroundTasks, answer: bool) -> dict:
+        started = time.perf_counter()
+        loaded, role = slot.for_user(_user(user))  # held to the end: a reload meanwhile does not change it
+        store = memory.store(user, loaded)
+        result = loaded.runtime.ask(store, body.question, _asked(body), answer=answer)
+        packed = _packed(result)
+        out = {"packed": packed, "words": sum(p["words"] for p in packed), "trace_id": uuid.uuid4().hex,
+               "strategy": loaded.strategy_hash, "role": role,
+               "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+        if answer:
+            out.update(answer=result.answer.text, support_ids=list(result.answer.support_ids))
+        record = {"user": user, "question": body.question, "asked_at": body.asked_at, "time": now_iso(),
+                  "trace_id": out["trace_id"], "strategy": loaded.strategy_hash, "role": role,
+                  "packed": [{k: p[k] for k in ("id", "layer", "source_ids", "words")} for p in packed],
+                  "words": out["words"], "latency_ms": out["latency_ms"]}
+        if answer:
+            record["answer"] = out["answer"]
+        tasks.add_task(_shadow_and_log, user, body, record)
+        return out
+
+    @app.post("/v1/users/{user}/turns", status_code=201, response_model=CaptureOut, tags=["memory"],
+              summary="Capture one or more turns (durable before the reply)")
+    def capture(user: UserId, body: CaptureIn) -> dict:
+        return memory.capture(_user(user), [t.model_dump() for t in body.turns])
+
+    @app.post("/v1/users/{user}/recall", response_model=RecallOut, tags=["memory"],
+              summary="Packed context for a question")
+    def recall(user: UserId, body: RecallIn, tasks: BackgroundTasks) -> dict:
+        return _recall(user, body, tasks, answer=False)
+
+    @app.post("/v1/users/{user}/answer", response_model=AnswerOut, tags=["memory"],
+              summary="Packed context and the configured answerer's answer")
+    def answer(user: UserId, body: RecallIn, tasks: BackgroundTasks) -> dict:
+        return _recall(user, body, tasks, answer=True)
+
+    @app.post("/v1/users/{user}/close", tags=["memory"],
+              summary="Close the open session now (its organisation runs in the background)")
+    def close(user: UserId) -> dict:
+        return {"closed": memory.close(_user(user))}
+
+    @app.delete("/v1/users/{user}", tags=["memory"], summary="Erase the user: memory, records, history, logs")
+    def erase(user: UserId) -> dict:
+        return {"erased": True, "tombstone": memory.erase(_user(user))}
+
+    @app.get("/v1/strategy", tags=["service"], summary="The strategy serving, its lineage and journal entry")
+    def strategy() -> dict:
+        out = {"serving": slot.current.describe(), "refused": slot.refused, "reloads": slot.reloads,
+               "shadow": slot.shadow.describe() if slot.shadow else None, "canary": None}
+        if slot.canary is not None:
+            out["canary"] = {**slot.canary[0].describe(), "fraction": slot.canary[1]}
+        return out
+
+    @app.get("/healthz", tags=["service"])
+    def healthz() -> dict:
+        return {"ok": True, "strategy": slot.current.strategy_hash, "users": len(memory.loaded()),
+                "organisation_pending": memory.pending()}
+
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], summary="Prometheus text format")
+    def prometheus() -> PlainTextResponse:
+        current = slot.current
+        gauges = [("strategy_info", "The strategy serving (1) by hash and state.",
+                   {"hash": current.strategy_hash, "state": current.state}, 1),
+                  ("strategy_refused", "1 while the serving file on disk is refused (the previous one serves).", {},
+                   1 if slot.refused else 0),
+                  ("strategy_reloads", "Serving-file reloads since start.", {}, slot.reloads),
+                  ("strategy_refusals", "Serving-file versions refused since start.", {}, slot.refusals),
+                  ("users_loaded", "Users whose memory is loaded.", {}, len(memory.loaded())),
+                  ("organisation_pending", "Closed sessions waiting for organisation.", {}, memory.pending()),
+                  ("organisation_steps", "Organisation steps completed since start.", {}, memory.organised_steps),
+                  ("organisation_failures", "Organisation steps that failed since start.", {},
+                   memory.organise_failures)]
+        return PlainTextResponse(metrics.render(gauges), media_type="text/plain; version=0.0.4")
+
+    return app

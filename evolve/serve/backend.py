@@ -1,0 +1,65 @@
+"""Where served memory lives: the protocol every store implements (the embedded file store, a shared database).
+
+A store keeps, per user, the capture log (the source of truth: every acknowledged capture, in order), the
+organised records written at session boundaries, the recall log and, after erasure, a tombstone without content.
+Derived state (the memory store a question reads, its indexes, embeddings) is rebuilt from the capture log.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Protocol
+
+from evolve.benchmarks.types import Turn
+from evolve.runtime.store import MemoryStore
+
+#: A user id: letters, digits, ``_``, ``-`` and ``.``, starting with a letter or digit, at most 128 characters
+#: (no path separators, no ``..``: a user id names a folder).
+USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+
+
+def valid_user(user: str) -> bool:
+    return USER_ID.fullmatch(user) is not None and ".." not in user
+
+
+class Backend(Protocol):
+    """Per-user durable memory. Every method is called with the user's lock held (one writer per user)."""
+
+    def users(self) -> list[str]:
+        """Every user with memory."""
+        ...
+
+    def append(self, user: str, event: dict) -> None:
+        """Append one capture-log event (``{"turns": [...]}`` or ``{"close": session}``), durable on return."""
+        ...
+
+    def events(self, user: str) -> list[dict]:
+        """The user's capture-log events in order (a torn tail left by a crash is dropped)."""
+        ...
+
+    def organise(self, user: str, session: str, turns: list[Turn], store: MemoryStore, strategy_hash: str) -> None:
+        """Write the organised records of a closed ``session`` and record the step (provenance)."""
+        ...
+
+    def organised(self, user: str) -> set[str]:
+        """Sessions whose organisation step completed."""
+        ...
+
+    def embeddings_dir(self, user: str) -> Path | None:
+        """Where the user's embedding cache may persist (derived; erased with the user), if anywhere."""
+        ...
+
+    def log_recall(self, user: str, record: dict) -> None:
+        """Append one recall record to the user's size-bounded recall log."""
+        ...
+
+    def erase(self, user: str) -> dict:
+        """Remove everything held for ``user``; return the tombstone (no content) left in its place."""
+        ...
+
+    def tombstone(self, user: str) -> dict | None:
+        ...
+
+    def verify(self, user: str) -> list[str]:
+        """Problems with the user's stored state, in words (empty: it checks out)."""
+        ...

@@ -1,0 +1,215 @@
+"""The embedded store: each user's memory as a folder of local, inspectable files.
+
+``<root>/users/<user>/``
+
+* ``capture.jsonl`` - the append-only capture log, one line per acknowledged request, fsync'd before the reply (the
+  repair path: everything else is rebuilt from it);
+* ``records/<session>/NNNN-<turn>.md`` - one Markdown record per turn (YAML frontmatter: id, speaker, session, time,
+  sha256 of the text), ``records/<session>/summary.md`` - the session's rollup, ``records/memory.yaml`` - the facts
+  with their supersession and retraction marks; written atomically when a session is organised, and committed to
+  the user's own Git repository (one commit per organisation step: ``git log -p records/`` shows when a memory
+  entered and what it superseded);
+* ``organised.json`` - the sessions whose commit completed; ``recalls.jsonl`` (+ ``recalls.1.jsonl``) - the
+  size-bounded recall log; ``derived/`` - the embedding cache.
+
+Erasure renames the whole folder (its Git history included) out of ``users/`` in one step, leaves a tombstone
+``<root>/tombstones/<sha256 of the user id>.json`` holding no content, then deletes the renamed folder; a crash in
+between is finished at the next start. No raw text of an erased user remains in the store, Git history included.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import yaml
+
+from evolve.benchmarks.types import Turn
+from evolve.canonical import canonical_json, sha256_hex
+from evolve.files import (StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir,
+                          iter_jsonl, now_iso, read_json, remove_stale_temps, repair_torn_tail)
+from evolve.runtime.store import MemoryItem, MemoryStore
+from evolve.serve.backend import valid_user
+
+#: Recall log size at which it rotates (the log keeps at most twice this).
+RECALL_LOG_BYTES = 4 * 2**20
+_IGNORED = "capture.jsonl\norganised.json\nrecalls*.jsonl\nderived/\n"
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "._-" else "_" for c in name)[:60]
+
+
+def _frontmatter(meta: dict, body: str) -> str:
+    return f"---\n{yaml.safe_dump(meta, sort_keys=False, allow_unicode=True)}---\n{body}\n"
+
+
+def read_record(path: Path) -> tuple[dict, str]:
+    """``(frontmatter, body)`` of a Markdown record; :class:`StoreError` naming the file if it is not one."""
+    text = path.read_text(encoding="utf-8")
+    head, sep, body = text[4:].partition("\n---\n")
+    if not text.startswith("---\n") or not sep:
+        raise StoreError(path, "not a record: no YAML frontmatter between '---' lines")
+    meta = yaml.safe_load(head)
+    if not isinstance(meta, dict):
+        raise StoreError(path, "frontmatter is not a mapping")
+    return meta, body[:-1] if body.endswith("\n") else body
+
+
+def _fact(item: MemoryItem) -> dict:
+    out = {"id": item.id, "layer": item.layer, "kind": item.kind, "source_ids": list(item.source_ids),
+           "text": item.text}
+    if item.superseded_by:
+        out["superseded_by"] = item.superseded_by
+    if item.retracted:
+        out["retracted"] = True
+    if item.versions:
+        out["later_versions"] = list(item.versions)
+    return out
+
+
+class FileBackend:
+    """:class:`evolve.serve.backend.Backend` over local folders (one Git repository per user)."""
+
+    def __init__(self, root: str | Path, recall_log_bytes: int = RECALL_LOG_BYTES):
+        self.root = Path(root)
+        self.recall_log_bytes = recall_log_bytes
+        for sub in ("users", "tombstones", "trash"):
+            ensure_dir(self.root / sub)
+        for left in (self.root / "trash").iterdir():  # an erasure interrupted after its rename
+            shutil.rmtree(left, ignore_errors=True)
+
+    def _dir(self, user: str) -> Path:
+        if not valid_user(user):
+            raise ValueError(f"invalid user id {user!r}")
+        return self.root / "users" / user
+
+    def users(self) -> list[str]:
+        return sorted(p.name for p in (self.root / "users").iterdir() if p.is_dir() and valid_user(p.name))
+
+    # ---------------------------------------------------------------- capture log
+
+    def append(self, user: str, event: dict) -> None:
+        folder = self._dir(user)
+        if not folder.is_dir():
+            ensure_dir(folder)
+            self._git(folder, "init", "-q")
+            atomic_write_text(folder / ".gitignore", _IGNORED)
+        crash_point("serve.capture.before_log")
+        append_lines(folder / "capture.jsonl", [canonical_json({**event, "at": now_iso()})])
+        crash_point("serve.capture.after_log")
+
+    def events(self, user: str) -> list[dict]:
+        log = self._dir(user) / "capture.jsonl"
+        if not log.exists():
+            return []
+        repair_torn_tail(log)
+        return [record for _, record in iter_jsonl(log)]
+
+    # ---------------------------------------------------------------- organisation
+
+    def organise(self, user: str, session: str, turns: list[Turn], store: MemoryStore, strategy_hash: str) -> None:
+        folder = self._dir(user)
+        remove_stale_temps(folder / "records", recursive=True)
+        records = folder / "records" / _safe(session)
+        for n, turn in enumerate(turns):
+            meta = {"id": turn.id, "speaker": turn.speaker, "session": session,
+                    "time": turn.timestamp.isoformat() if turn.timestamp else None,
+                    "sha256": sha256_hex(turn.text.encode("utf-8"))}
+            atomic_write_text(records / f"{n:04d}-{_safe(turn.id)}.md", _frontmatter(meta, turn.text))
+            if n == 0:
+                crash_point("serve.organise.records")
+        ids = {t.id for t in turns}
+        rollups = [i for i in store.items if i.layer == "L1" and i.source_ids and i.source_ids[0] in ids]
+        for item in rollups:
+            atomic_write_text(records / "summary.md", _frontmatter(
+                {"id": item.id, "session": session, "source_ids": list(item.source_ids)}, item.text))
+        facts = [_fact(i) for i in store.items if i.layer in ("L0", "L2")]
+        atomic_write_text(folder / "records" / "memory.yaml",
+                          yaml.safe_dump({"strategy": strategy_hash, "facts": facts}, sort_keys=False,
+                                         allow_unicode=True))
+        crash_point("serve.organise.before_commit")
+        self._git(folder, "add", "-A", "records", ".gitignore")
+        if self._git(folder, "diff", "--cached", "--quiet", check=False).returncode != 0:
+            self._git(folder, "commit", "-q", "-m",
+                      f"organise session {session}: {len(turns)} turn(s), {len(facts)} fact(s), strategy "
+                      f"{strategy_hash[:12]}")
+        done = self.organised(user) | {session}
+        atomic_write_json(folder / "organised.json", sorted(done))
+
+    def organised(self, user: str) -> set[str]:
+        return set(read_json(self._dir(user) / "organised.json", []))
+
+    @staticmethod
+    def _git(folder: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+        lock = folder / ".git" / "index.lock"
+        if lock.exists():  # left by a step killed mid-commit; this process is the repository's only writer
+            lock.unlink()
+        env = {**os.environ, "GIT_AUTHOR_NAME": "memevolve", "GIT_AUTHOR_EMAIL": "memevolve@localhost",
+               "GIT_COMMITTER_NAME": "memevolve", "GIT_COMMITTER_EMAIL": "memevolve@localhost"}
+        done = subprocess.run(["git", "-C", str(folder), *args], env=env, capture_output=True, text=True)
+        if check and done.returncode != 0:
+            raise StoreError(folder, f"git {args[0]} failed: {done.stderr.strip()}")
+        return done
+
+    # ---------------------------------------------------------------- derived state and recall log
+
+    def embeddings_dir(self, user: str) -> Path | None:
+        return self._dir(user) / "derived" / "embeddings"
+
+    def log_recall(self, user: str, record: dict) -> None:
+        folder = self._dir(user)
+        log = folder / "recalls.jsonl"
+        if log.exists() and log.stat().st_size >= self.recall_log_bytes:
+            os.replace(log, folder / "recalls.1.jsonl")
+        append_lines(log, [canonical_json(record)])
+
+    # ---------------------------------------------------------------- erasure and verification
+
+    @staticmethod
+    def _user_key(user: str) -> str:
+        return hashlib.sha256(user.encode("utf-8")).hexdigest()
+
+    def erase(self, user: str) -> dict:
+        folder = self._dir(user)
+        turns = sum(len(e.get("turns", ())) for e in self.events(user)) if folder.is_dir() else 0
+        tombstone = {"user_sha256": self._user_key(user), "erased_at": now_iso(), "turns_erased": turns}
+        if folder.is_dir():
+            parked = self.root / "trash" / uuid.uuid4().hex
+            os.replace(folder, parked)
+            atomic_write_json(self.root / "tombstones" / f"{tombstone['user_sha256']}.json", tombstone)
+            crash_point("serve.erase.before_delete")
+            shutil.rmtree(parked)
+        return tombstone
+
+    def tombstone(self, user: str) -> dict | None:
+        return read_json(self.root / "tombstones" / f"{self._user_key(user)}.json", None)
+
+    def verify(self, user: str) -> list[str]:
+        folder = self._dir(user)
+        problems: list[str] = []
+        try:
+            events = [record for _, record in iter_jsonl(folder / "capture.jsonl")]
+        except StoreError as exc:
+            return [str(exc)]
+        texts = {t["id"]: t["text"] for e in events for t in e.get("turns", ())}
+        for session in sorted(self.organised(user)):
+            records = sorted((folder / "records" / _safe(session)).glob("[0-9]*.md"))
+            if not records:
+                problems.append(f"session {session} is marked organised but has no records")
+            for path in records:
+                try:
+                    meta, body = read_record(path)
+                except (StoreError, yaml.YAMLError, UnicodeDecodeError) as exc:
+                    problems.append(f"{path}: unreadable record ({exc})")
+                    continue
+                if texts.get(meta.get("id")) != body or sha256_hex(body.encode("utf-8")) != meta.get("sha256"):
+                    problems.append(f"{path}: does not match turn {meta.get('id')!r} of the capture log")
+        dirty = self._git(folder, "status", "--porcelain", "records", check=False).stdout.strip()
+        if dirty and self.organised(user):
+            problems.append(f"{folder}/records has uncommitted changes: {dirty.splitlines()[0]}")
+        problems += [f"{p}: temp file of an interrupted write" for p in folder.rglob(".*.tmp")]
+        return problems

@@ -1,0 +1,108 @@
+"""``memevolve serve``: the memory service on uvicorn, with its background workers (serving-file reload,
+idle-session closing, organisation) and SIGHUP as an immediate reload."""
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+from evolve.runtime.embedder import default_embedder
+from evolve.serve.app import create_app
+from evolve.serve.filestore import FileBackend
+from evolve.serve.memory import MemoryService
+from evolve.serve.strategy import Loaded, StrategySlot
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ServeConfig:
+    data: Path
+    serving: Path
+    stores: Path | None
+    host: str = "127.0.0.1"
+    port: int = 8420
+    shadow: str | None = None
+    canary: tuple[str, float] | None = None
+    allow_untracked: bool = False
+    idle_seconds: float = 600.0
+    reload_seconds: float = 1.0
+
+
+def parse_canary(text: str) -> tuple[str, float]:
+    """``CANDIDATE_ID:FRACTION`` (fraction in (0, 1]); ValueError saying what is wrong."""
+    candidate, sep, share = text.rpartition(":")
+    try:
+        fraction = float(share)
+    except ValueError:
+        fraction = -1.0
+    if not sep or not candidate or not 0 < fraction <= 1:
+        raise ValueError(f"--canary {text!r}: expected CANDIDATE_ID:FRACTION with 0 < FRACTION <= 1, e.g. r002-c00:0.1")
+    return candidate, fraction
+
+
+class Service:
+    """The app and its workers; :meth:`start_workers` before serving, :meth:`stop` after."""
+
+    def __init__(self, config: ServeConfig):
+        self.config = config
+        self.slot = StrategySlot(config.stores, config.serving, default_embedder(),
+                                 allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
+        self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
+        self.memory = MemoryService(FileBackend(config.data), lambda: self.slot.current)
+        self.users = self.memory.recover()
+        self.app = create_app(self.slot, self.memory)
+        self._stop = threading.Event()
+        self._reload_now = threading.Event()
+
+    def _warm(self, loaded: Loaded) -> None:
+        """Build every loaded user's memory under ``loaded`` while the old strategy serves."""
+        for user in self.memory.loaded():
+            try:
+                self.memory.store(user, loaded)
+            except LookupError:
+                continue
+
+    def _watch(self) -> None:
+        while not self._stop.is_set():
+            forced = self._reload_now.wait(self.config.reload_seconds)
+            self._reload_now.clear()
+            try:
+                if self.slot.check(self._warm, force=forced):
+                    log.warning("serving strategy reloaded: %s", self.slot.current.strategy_hash)
+                    self.memory.forget_strategies(self.slot.keys())
+                elif self.slot.refused:
+                    log.warning("serving file refused, previous strategy keeps serving: %s",
+                                self.slot.refused["reason"])
+                self.memory.close_idle(self.config.idle_seconds)
+            except Exception:  # noqa: BLE001 - the watcher must outlive any one bad look
+                log.exception("serving-file watch failed")
+
+    def _organise(self) -> None:
+        while not self._stop.is_set():
+            self.memory.organise_pending(block=True)
+
+    def start_workers(self) -> None:
+        for target in (self._watch, self._organise):
+            threading.Thread(target=target, daemon=True, name=f"serve{target.__name__}").start()
+        if threading.current_thread() is threading.main_thread():
+            signal.signal(signal.SIGHUP, lambda *_: self._reload_now.set())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def run(config: ServeConfig) -> None:
+    """Serve until interrupted."""
+    import uvicorn
+
+    service = Service(config)
+    service.start_workers()
+    print(f"serving {service.slot.current.strategy_hash[:12]} ({service.slot.current.state}) from {config.serving}; "
+          f"{service.users} user(s) in {config.data}; http://{config.host}:{config.port}/docs", flush=True)
+    try:
+        uvicorn.run(service.app, host=config.host, port=config.port, log_level="warning")
+    finally:
+        service.stop()
