@@ -15,7 +15,9 @@ turn ids, so a benchmark can be built from conversations that carry no gold ques
   first mentioned?* → the first session's date (evidence: both turns);
 * ``multi_hop`` — two facts chained: an event or cloze sentence naming someone the speaker introduced elsewhere
   ("my dog Max"), with the name replaced by the relation (*… took Melanie's dog to the beach*), evidence: both
-  turns.
+  turns;
+* ``llm`` — with a question-generation role configured (:mod:`evolve.llm.questions`), questions an LLM writes per
+  session, kept when they pass the same filter.
 
 Every probe passes :func:`probe_quality`: its answer has a content word, the question does not already hold all of
 them, and they are recoverable from its evidence turns (speaker, text, session date and the dates their relative
@@ -29,12 +31,12 @@ from collections import defaultdict
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
+from typing import Protocol
 
-from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
+from evolve.benchmarks.locomo import load_locomo
+from evolve.benchmarks.types import PROBE_CATEGORIES, Benchmark, BenchmarkError, Conversation, Question, Turn
 from evolve.words import content_words
 
-#: Categories of probe questions, one per generator (reports keep them apart from labelled categories).
-PROBE_CATEGORIES = ("probe_attribute", "probe_when", "probe_who", "probe_cloze", "probe_link", "probe_multi_hop")
 GENERATORS = tuple(c.removeprefix("probe_") for c in PROBE_CATEGORIES)
 
 _WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
@@ -46,7 +48,7 @@ _TIME = re.compile(r"\b(yesterday|last night|today|this morning|earlier today|la
 _PAST_VERB = re.compile(r"\bI (?:just |finally |also |actually |recently |even )?((?:[a-z]+ed|went|ran|took|got|saw|"
                         r"made|met|did|gave|bought|found|began|came|left|told|heard|spent|won|wrote|drew|"
                         r"built|sang|swam|caught|flew|drove|brought|taught|held|kept|sold|rode)\b[^.!?]*)")
-_CLAUSE_END = re.compile(r",|;| [-–—] | and (?=(?:it|it's|I|they|we|that|this|the|he|she|then)\b)| but | because "
+_CLAUSE_END = re.compile(r",|;|:| [-–—] | and (?=(?:it|it's|I|they|we|that|this|the|he|she|then)\b)| but | because "
                          r"| so | which | when | while | after | before ")
 #: Words whose referent the clause alone does not give (the addressee, "this", "that"): a question built on them is
 #: ambiguous.
@@ -63,13 +65,13 @@ _NAME = r"([A-Z][a-z]+(?: [A-Z][a-z]+)?)"
 _PHRASE = r"([^.,;!?]{2,60}?)(?=[.,;!?]| and | but | because |$)"
 #: ``(pattern, question template, answer group)``: ``{s}`` is the speaker, ``{1}``... the pattern's groups.
 _ATTRIBUTES = (
-    (re.compile(rf"\bmy (?:all-time )?(?:favorite|favourite) ([a-z]+(?: [a-z]+)?) (?:is|was|has to be|would be) "
+    (re.compile(rf"\b[Mm]y (?:all-time )?(?:favorite|favourite) ([a-z]+(?: [a-z]+)?) (?:is|was|has to be|would be) "
                 rf"{_PHRASE}"), "What is {s}'s favorite {1}?", 2),
-    (re.compile(rf"\bmy ({_REL})(?:'s name is|,? (?:named|called)|,) {_NAME}"), "What is the name of {s}'s {1}?", 2),
-    (re.compile(rf"\bmy ({_REL}) {_NAME}\b"), "What is the name of {s}'s {1}?", 2),
+    (re.compile(rf"\b[Mm]y ({_REL})(?:'s name is|,? (?:named|called)|,) {_NAME}"), "What is the name of {s}'s {1}?", 2),
+    (re.compile(rf"\b[Mm]y ({_REL}) {_NAME}\b"), "What is the name of {s}'s {1}?", 2),
     (re.compile(rf"\bI (?:have|got|adopted|rescued) (?:a|an|two|three|a new) ([a-z]+(?: [a-z]+)?),? (?:named|called) "
                 rf"{_NAME}"), "What is the name of {s}'s {1}?", 2),
-    (re.compile(rf"\bmy ({_REL}) (?:is|turned|just turned) (\d+|[a-z]+)(?: years old| this year)"),
+    (re.compile(rf"\b[Mm]y ({_REL}) (?:is|turned|just turned) (\d+|[a-z]+)(?: years old| this year)"),
      "How old is {s}'s {1}?", 2),
     (re.compile(rf"\bI(?:'m| am) (?:originally )?from {_NAME}"), "Where is {s} from?", 1),
     (re.compile(rf"\bI (?:moved|came|immigrated) (?:here |over )?from {_NAME}"), "Where did {s} move from?", 1),
@@ -93,6 +95,12 @@ class Probe:
     question: str
     answer: str
     evidence: tuple[str, ...]
+
+
+class Questioner(Protocol):
+    """Writes probes about a conversation (the LLM question-generation role, :mod:`evolve.llm.questions`)."""
+
+    def probes(self, conversation: Conversation) -> list[Probe]: ...
 
 
 def format_date(day: datetime) -> str:
@@ -173,10 +181,11 @@ def _events(turn: Turn) -> list[tuple[str, re.Match | None]]:
         if event is None:
             continue
         clause, time = event.group(1), _TIME.search(event.group(1))
-        if time is not None:
-            clause = clause[:time.start()] + clause[time.end():]
+        if time is not None:  # the event is what precedes its time, unless that is a bare verb
+            before = clause[:time.start()]
+            clause = before if len(content_words(before)) >= 2 else before + clause[time.end():]
         clause = _clean_clause(_CLAUSE_END.split(clause)[0])
-        if 3 <= len(clause.split()) <= 14 and not _DEICTIC.search(clause) and len(content_words(clause)) >= 3:
+        if len(clause.split()) <= 14 and not _DEICTIC.search(clause) and len(content_words(clause)) >= 2:
             out.append((clause, time))
     return out
 
@@ -214,7 +223,7 @@ def _when_who(conversation: Conversation) -> list[Probe]:
                                  resolve_time(time.group(0), turn.timestamp), (turn.id,)))
             words = content_words(clause)
             others = [s for s in by_speaker if s != turn.speaker and words <= by_speaker[s]]
-            if len(words) >= 2 and not others and turn.speaker.lower() not in clause.lower():
+            if len(words) >= 3 and not others and turn.speaker.lower() not in clause.lower():
                 out.append(Probe("who", f"Who {told}?", turn.speaker, (turn.id,)))
     return out
 
@@ -285,7 +294,9 @@ def _links(conversation: Conversation) -> list[Probe]:
 def _chains(conversation: Conversation, facts: list[tuple[Probe, tuple[str, str, str]]],
             singles: list[Probe]) -> list[Probe]:
     """Multi-hop probes: a ``when`` or ``cloze`` probe whose question names someone a name fact introduced, with
-    the name replaced by the relation; evidence: the fact's turn, then the probe's."""
+    the name replaced by the relation (``their dog`` when the same speaker says both); evidence: the fact's turn,
+    then the probe's."""
+    speaker_of = {t.id: t.speaker for t in conversation.turns()}
     out = []
     for fact, (speaker, relation, name) in facts:
         if not name:
@@ -293,7 +304,8 @@ def _chains(conversation: Conversation, facts: list[tuple[Probe, tuple[str, str,
         for probe in singles:
             if probe.kind in ("when", "cloze") and probe.evidence[0] != fact.evidence[0] and \
                     re.search(rf"\b{re.escape(name)}\b", probe.question):
-                question = re.sub(rf"\b{re.escape(name)}\b", f"{speaker}'s {relation}", probe.question)
+                owner = "their" if speaker_of[probe.evidence[0]] == speaker else f"{speaker}'s"
+                question = re.sub(rf"\b{re.escape(name)}\b", f"{owner} {relation}", probe.question)
                 out.append(Probe("multi_hop", question, probe.answer, fact.evidence + probe.evidence))
     return out
 
@@ -316,12 +328,18 @@ def conversation_probes(conversation: Conversation, cloze_per_session: int = 2, 
     return out
 
 
-def probe_questions(bench: Benchmark, cloze_per_session: int = 2, seed: int = 0) -> list[Question]:
-    """Probe questions for every conversation of ``bench``, asked after its last session."""
+def probe_questions(bench: Benchmark, cloze_per_session: int = 2, seed: int = 0,
+                    questioner: Questioner | None = None) -> list[Question]:
+    """Probe questions for every conversation of ``bench``, asked after its last session; with a ``questioner``,
+    its questions follow the deterministic ones (those asking a question already asked are left out)."""
     out = []
     for cid, conversation in bench.conversations.items():
         stamps = [s.timestamp for s in conversation.sessions if s.timestamp is not None]
-        for i, probe in enumerate(conversation_probes(conversation, cloze_per_session, seed)):
+        probes = conversation_probes(conversation, cloze_per_session, seed)
+        if questioner is not None:
+            asked = {p.question for p in probes}
+            probes += [p for p in questioner.probes(conversation) if p.question not in asked]
+        for i, probe in enumerate(probes):
             out.append(Question(f"{cid}/p{i}", cid, probe.question, probe.answer, f"probe_{probe.kind}",
                                 probe.evidence, asked_at=max(stamps) if stamps else None))
     return out
@@ -335,14 +353,13 @@ def probe_benchmark(bench: Benchmark) -> Benchmark:
     return Benchmark(f"probes:{bench.name.partition(':')[2]}", bench.conversations, questions, list(bench.warnings))
 
 
-def augment(bench: Benchmark) -> Benchmark:
+def augment(bench: Benchmark, questioner: Questioner | None = None) -> Benchmark:
     """``bench`` with the probe questions of its conversations after its own labelled questions (``augment:
     probes``)."""
-    return Benchmark(f"{bench.name}+probes", bench.conversations, [*bench.questions, *probe_questions(bench)],
-                     list(bench.warnings))
+    return Benchmark(f"{bench.name}+probes", bench.conversations,
+                     [*bench.questions, *probe_questions(bench, questioner=questioner)], list(bench.warnings))
 
 
 def load_probes(path: Path) -> Benchmark:
     """The probe benchmark of a LoCoMo-format file's conversations (its labelled questions are not used)."""
-    from evolve.benchmarks.locomo import load_locomo
     return probe_benchmark(load_locomo(path))
