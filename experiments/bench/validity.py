@@ -43,8 +43,7 @@ OUTCOMES = ("answer", "coverage", "evidence", "probes", "probes+labelled")
 FOLDS = ((("conv-26",), ("conv-30",)), (("conv-30",), ("conv-26",)))
 CONFIRMATION = (("conv-26", "conv-30"), ("conv-41", "conv-42"))
 PARENTS = {"baseline": "strategies/baseline.yaml", "evolved": "experiments/strategies/locomo_answer_evolved.yaml",
-           "turns": "experiments/strategies/locomo_answer_turns.yaml",
-           "evidence": "experiments/strategies/locomo_evidence_evolved.yaml"}
+           "turns": "experiments/strategies/locomo_answer_turns.yaml"}
 R, A, X = "retrieval.", "assembly.", "extraction."
 #: ``(parent, changes)``: single moves change one field, coupled moves several.
 MOVES: list[tuple[str, dict]] = [
@@ -73,8 +72,6 @@ MOVES: list[tuple[str, dict]] = [
     ("turns", {R + "top_k": 8, R + "rerank.top_n": 8}), ("turns", {R + "top_k": 16, R + "rerank.top_n": 16}),
     ("turns", {A + "replies": 0}), ("turns", {R + "rerank.enabled": False}), ("turns", {A + "unit": "memory"}),
     ("turns", {R + "weights.vector": 1.0}), ("turns", {X + "resolve_relative_dates": False}),
-    ("evidence", {R + "top_k": 5}), ("evidence", {A + "format": "bullets"}), ("evidence", {"lifecycle.supersession": True}),
-    ("evidence", {A + "replies": 1}),
 ]
 
 
