@@ -34,7 +34,7 @@ from evolve.benchmarks.probes import augment
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.observe.ladder import derives_from
 from evolve.runtime import IngestionCache
-from evolve.strategy.artifact import derive, strategy_hash
+from evolve.strategy.artifact import derive, strategy_hash, validate_strategy
 from evolve.words import content_words
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ MOVES: list[tuple[str, dict]] = [
     ("evolved", {R + "top_k": 8}), ("evolved", {A + "replies": 0}), ("evolved", {A + "unit": "turn"}),
     ("evolved", {R + "rerank.enabled": True}), ("evolved", {A + "format": "dialogue"}),
     ("evolved", {R + "weights.vector": 1.0}), ("evolved", {X + "resolve_relative_dates": False}),
-    ("evolved", {R + "top_k": 4, A + "replies": 0}),
+    ("evolved", {R + "top_k": 4, R + "rerank.top_n": 4, A + "replies": 0}),
     ("turns", {R + "top_k": 8, R + "rerank.top_n": 8}), ("turns", {R + "top_k": 16, R + "rerank.top_n": 16}),
     ("turns", {A + "replies": 0}), ("turns", {R + "rerank.enabled": False}), ("turns", {A + "unit": "memory"}),
     ("turns", {R + "weights.vector": 1.0}), ("turns", {X + "resolve_relative_dates": False}),
@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     evals = Evaluations(args.cache)
     parents = {name: load_strategy(ROOT / path) for name, path in PARENTS.items()}
     moves = MOVES[:args.limit] if args.limit else MOVES
+    for parent_name, changes in moves:  # every move is a legal strategy before any evaluation starts
+        validate_strategy(derive(parents[parent_name], changes), f"move {parent_name} {changes}")
     convs = ("conv-26", "conv-30", "conv-41", "conv-42")
     deltas = {o: {c: [] for c in convs} for o in OUTCOMES}  # outcome -> conversation -> per-move delta
     pooled = {o: {k: [] for k in ("dev", "held")} for o in OUTCOMES}
@@ -180,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
               "outcomes": rows, "chosen": chosen}
     atomic_write_json(args.out / "validity.json", result)
     atomic_write_text(args.out / "validity_report.md", report(rows, chosen, len(moves)))
-    plot(pooled, deltas, chosen, args.out / "validity.png")
+    plot(pooled, chosen, args.out / "validity.png")
     print(report(rows, chosen, len(moves)))
     return 0
 
@@ -201,7 +203,7 @@ def report(rows: dict, chosen: str, n_moves: int) -> str:
     return "\n".join(lines) + "\n"
 
 
-def plot(pooled: dict, deltas: dict, chosen: str, path: Path) -> None:
+def plot(pooled: dict, chosen: str, path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -215,6 +217,8 @@ def plot(pooled: dict, deltas: dict, chosen: str, path: Path) -> None:
         ax.set_title(f"{o}{' (chosen)' if o == chosen else ''}\nρ = {spearmanr(dev, held).statistic:+.2f}")
         ax.set_xlabel("delta on conv-26/30")
     axes[0].set_ylabel("answer-in-evidence delta on conv-41/42")
+    fig.suptitle(f"{len(held)} moves: delta on the evolution half against the held-out answer-in-evidence delta "
+                 f"(confirmation, after the choice made within conv-26/30)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
