@@ -34,12 +34,10 @@ from pathlib import Path
 from typing import Protocol
 
 from evolve.benchmarks.locomo import load_locomo
-from evolve.benchmarks.types import PROBE_CATEGORIES, Benchmark, BenchmarkError, Conversation, Question, Turn
+from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 from evolve.words import content_words
 
-GENERATORS = tuple(c.removeprefix("probe_") for c in PROBE_CATEGORIES)
 
-_WEEKDAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 _NUMBER = {"a": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "a couple of": 2, "couple of": 2}
 _TIME = re.compile(r"\b(yesterday|last night|today|this morning|earlier today|last week(?:end)?|last month|last year|"
                    r"last (?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)|"
@@ -162,8 +160,8 @@ def _sentences(turn: Turn) -> list[str]:
     return [s.strip() for s in _SENTENCE.split(_CAPTION.sub("", turn.text)) if s.strip()]
 
 
-def _third_person(clause: str, speaker: str) -> str:
-    """A first-person clause told about ``speaker``: ``my`` → ``their``, ``me``/``myself`` → ``them``/``themselves``."""
+def _third_person(clause: str) -> str:
+    """A first-person clause told of its speaker: ``my`` → ``their``, ``me``/``myself`` → ``them``/``themselves``."""
     swaps = {"my": "their", "me": "them", "myself": "themselves", "i": "they", "i'm": "they're", "mine": "theirs",
              "we": "they", "our": "their", "us": "them"}
     return re.sub(r"\b(my|me|myself|I'm|I|mine|we|our|us)\b", lambda m: swaps[m.group(0).lower()], clause)
@@ -217,7 +215,7 @@ def _when_who(conversation: Conversation) -> list[Probe]:
     out = []
     for turn in conversation.turns():
         for clause, time in _events(turn):
-            told = _third_person(clause, turn.speaker)
+            told = _third_person(clause)
             if time is not None and turn.timestamp is not None:
                 out.append(Probe("when", f"When was it that {turn.speaker} {told}?",
                                  resolve_time(time.group(0), turn.timestamp), (turn.id,)))
