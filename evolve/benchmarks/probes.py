@@ -8,7 +8,7 @@ turn ids, so a benchmark can be built from conversations that carry no gold ques
 * ``when`` — a first-person event with a relative time ("I went to a support group yesterday"), answered with the
   date resolved against the session date: *When was it that Caroline went to a support group?* → 7 May 2023;
 * ``who`` — the same kind of first-person event, asking who did it: *Who went to a support group?* → Caroline
-  (kept only when no turn of another speaker states the same event);
+  (kept only when the other speakers' turns, taken together, do not hold all its content words);
 * ``cloze`` — a sentence with a word said in no other turn, blanked: *Fill in the blank in what Melanie said:
   "… I painted that lake ___ last year …"* → sunrise;
 * ``link`` — a name brought up in two sessions: *Sweden came up again on 27 June 2023. On what date was Sweden
