@@ -33,6 +33,9 @@ def test_coverage_is_the_share_of_answer_words_packed_from_evidence(validity):
               {"text": "Lisbon is lovely", "source_ids": ["D2:5"]}]  # not evidence: does not count
     assert validity.coverage(_trace("c/q0", "single_hop", packed, False)) == pytest.approx(2 / 3)
     assert validity.coverage(_trace("c/q0", "single_hop", [], None)) is None
+    unscored = _trace("c/q1", "adversarial", packed, True)
+    unscored.scored = False  # left out of every outcome, as the loop's objectives leave it out
+    assert validity.record(unscored) == {"probe": False, "answer": None, "coverage": None, "evidence": None}
 
 
 def test_delta_pairs_questions_per_outcome(validity):

@@ -89,8 +89,11 @@ def coverage(trace) -> float | None:
 
 
 def record(trace) -> dict:
-    """The per-question values every outcome is computed from."""
+    """The per-question values every outcome is computed from (``None`` where the question does not count: the
+    loop's objectives leave unscored questions, LoCoMo's adversarial ones, out)."""
     probe = trace.category.startswith("probe_")
+    if not trace.scored:
+        return {"probe": probe, "answer": None, "coverage": None, "evidence": None}
     return {"probe": probe, "answer": trace.answer_in_evidence, "coverage": coverage(trace),
             "evidence": trace.all_evidence_packed if trace.evidence_known else None}
 
@@ -101,7 +104,7 @@ class Evaluations:
 
     def __init__(self, cache: Path):
         bench = augment(load_benchmark(f"locomo:{DATA}"))
-        self.dir = cache / "records" / bench.content_hash()[:16]  # new probe questions: new records
+        self.dir = cache / "records" / f"{bench.content_hash()[:16]}-scored"  # new probe questions: new records
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ids = {c: [q.id for q in bench.questions if q.conversation_id == c] for c in bench.conversations}
         self.harness = Harness(bench, cache=IngestionCache(cache / "ingestion"), progress=False)
