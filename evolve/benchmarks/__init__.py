@@ -6,6 +6,7 @@ from pathlib import Path
 from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.longmemeval import load_longmemeval
 from evolve.benchmarks.lifecycle import generate_lifecycle
+from evolve.benchmarks.probes import load_probes
 from evolve.benchmarks.synthetic import generate_synthetic, write_locomo
 from evolve.benchmarks.types import (CATEGORIES, LIFECYCLE_CATEGORIES, LOCOMO_CATEGORIES, LONGMEMEVAL_CATEGORIES,
                                      Benchmark, BenchmarkError, Conversation, Question, Session, Turn, file_spec)
@@ -14,9 +15,9 @@ __all__ = ["CATEGORIES", "LIFECYCLE_CATEGORIES", "LOCOMO_CATEGORIES", "LONGMEMEV
            "generate_lifecycle", "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "select_questions",
            "write_locomo"]
 
-_FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval}
-SPEC_HELP = ("expected 'locomo:PATH[#CONV,...]', 'longmemeval:PATH[#CONV,...]', 'synthetic[:SEED[:N_PERSONAS]]' or "
-             "'lifecycle[:SEED[:N_PERSONAS]]'")
+_FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval, "probes": load_probes}
+SPEC_HELP = ("expected 'locomo:PATH[#CONV,...]', 'longmemeval:PATH[#CONV,...]', 'probes:PATH[#CONV,...]', "
+             "'synthetic[:SEED[:N_PERSONAS]]' or 'lifecycle[:SEED[:N_PERSONAS]]'")
 
 
 def _generated(spec: str, args: list[str]) -> Benchmark:
@@ -42,7 +43,8 @@ def subset(bench: Benchmark, ids: list[str], spec: str) -> Benchmark:
 
 
 def load_benchmark(spec: str) -> Benchmark:
-    """Load a benchmark from ``"locomo:PATH"``, ``"longmemeval:PATH"``, ``"synthetic[:SEED[:N_PERSONAS]]"`` or
+    """Load a benchmark from ``"locomo:PATH"``, ``"longmemeval:PATH"``, ``"probes:PATH"`` (probe questions generated
+    from a LoCoMo-format file's conversations), ``"synthetic[:SEED[:N_PERSONAS]]"`` or
     ``"lifecycle[:SEED[:N_PERSONAS]]"``; ``PATH#ID,ID`` keeps only those conversations of the file."""
     scheme, _, rest = spec.partition(":")
     if scheme in ("synthetic", "lifecycle"):

@@ -18,8 +18,11 @@ LIFECYCLE_CATEGORIES = ("av1_superseded_preference", "av2_expired_logistics", "a
 #: LongMemEval's question types (``question_type``, with underscores: category names are identifiers).
 LONGMEMEVAL_CATEGORIES = ("single_session_user", "single_session_assistant", "single_session_preference",
                           "multi_session", "temporal_reasoning", "knowledge_update")
+#: Probe questions' categories, one per generator (:mod:`evolve.benchmarks.probes`).
+PROBE_CATEGORIES = ("probe_attribute", "probe_when", "probe_who", "probe_cloze", "probe_link", "probe_multi_hop",
+                    "probe_llm")
 #: Every category a question may have (acceptance rules and the planner table validate against it).
-CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES + LONGMEMEVAL_CATEGORIES
+CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES + LONGMEMEVAL_CATEGORIES + PROBE_CATEGORIES
 
 
 @dataclass(frozen=True)
@@ -103,7 +106,7 @@ class Benchmark:
 
 
 #: Benchmark spec schemes whose part after the colon names a file: ``scheme:PATH[#CONV,...]``.
-FILE_SCHEMES = ("locomo", "longmemeval")
+FILE_SCHEMES = ("locomo", "longmemeval", "probes")
 
 
 def file_spec(spec: str) -> tuple[str, str, str] | None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from evolve.observe.trace import Summary
 
 #: Benchmark specs every command taking --bench accepts.
-BENCH_HELP = ("locomo:PATH | longmemeval:PATH | synthetic[:SEED[:PERSONAS]] | lifecycle:SEED[:PERSONAS] "
+BENCH_HELP = ("locomo:PATH | longmemeval:PATH | probes:PATH | synthetic[:SEED[:PERSONAS]] | lifecycle:SEED[:PERSONAS] "
               "(docs: concepts/benchmarks.md)")
 CACHE_HELP = "ingestion and embedding cache shared across evaluations and processes (default: %(default)s; '' for none)"
 #: Where ``eval`` writes when --out is not given: a new directory per evaluation.

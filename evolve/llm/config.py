@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evolve.errors import ConfigError
 from evolve.reachability import http_get
 
-ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic")
+ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic", "questioner")
 #: Roles that reply in JSON, and so may ask for constrained decoding (``structured``).
-JSON_ROLES = ("judge", "planner", "critic")
+JSON_ROLES = ("judge", "planner", "critic", "questioner")
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 #: Placeholder key for local servers that do not check one.
 NO_KEY = "not-needed"
@@ -87,6 +87,7 @@ class RolesConfig(BaseModel):
     judge: RoleConfig = RoleConfig()
     planner: RoleConfig = RoleConfig()
     critic: RoleConfig = RoleConfig()
+    questioner: RoleConfig = RoleConfig()
     allow_shared_judge: bool = False
 
     @model_validator(mode="after")

@@ -115,7 +115,10 @@ class RunConfig(_Strict):
     """Everything a nightly run needs."""
 
     benchmark: str = Field("synthetic:0", description="benchmark spec: locomo:PATH[#CONV,...], longmemeval:PATH, "
-                                                      "synthetic[:SEED[:PERSONAS]] or lifecycle:SEED[:PERSONAS]")
+                                                      "probes:PATH[#CONV,...], synthetic[:SEED[:PERSONAS]] or "
+                                                      "lifecycle:SEED[:PERSONAS]")
+    augment: Literal["probes"] | None = Field(None, description="add questions to the benchmark's own: probes "
+                                                               "(generated from its conversations; never held out)")
     strategy: PathField = Field(BASELINE_PATH, description="the strategy the first round starts from")
     stores: PathField = Field(Path("stores"), description="directory of the run's state (journal, strategies, "
                                                           "records, checkpoint, caches)")

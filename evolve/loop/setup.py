@@ -7,7 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.benchmarks import load_benchmark, select_questions
-from evolve.benchmarks.types import Benchmark, Question
+from evolve.benchmarks.probes import augment
+from evolve.benchmarks.types import PROBE_CATEGORIES, Benchmark, Question
 from evolve.llm import RolesConfig, check_reachable
 from evolve.loop.backends import Backends, build_backends, roles_config
 from evolve.loop.budget import Budget, BudgetedHarness
@@ -97,13 +98,16 @@ class RunSetup:
         system = external_system(config)
         baseline = load_strategy(config.strategy)
         benchmark = load_benchmark(config.benchmark)
+        if config.augment == "probes":
+            benchmark = augment(benchmark)
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
         holdout_bench, holdout_ids = None, []
         if config.holdout is not None and config.holdout.split is not None:
             held = _split(benchmark, questions, config.holdout.split.holdout_fraction, config.holdout.split.seed)
-            holdout_bench, holdout_ids = benchmark, [q.id for q in questions if q.conversation_id in held]
+            holdout_bench, holdout_ids = benchmark, [q.id for q in questions if q.conversation_id in held
+                                                     and q.category not in PROBE_CATEGORIES]
             questions = [q for q in questions if q.conversation_id not in held]
         elif config.holdout is not None:
             holdout_bench = load_benchmark(config.holdout.benchmark)

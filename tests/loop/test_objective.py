@@ -136,3 +136,18 @@ def test_an_answer_round_compares_answer_outcomes_and_aims_at_where_answers_were
     shown = next(r for r in records if r.paired)
     code, out = cli(capsys, "show", shown.candidate_id, "--config", config)
     assert code == 0 and f"secondary outcome (all evidence packed) on {shown.secondary.n} questions" in out, out
+
+
+def test_an_answer_round_with_probes_decides_on_labelled_and_probe_questions_together(tmp_path):
+    config = write_config(tmp_path / "run.yaml", benchmark="synthetic:0:1", limit=None, probe_size=10, rounds=1,
+                          candidates_per_round=1, stores=tmp_path / "stores", objective="answer", augment="probes",
+                          cost={"max_context_words": 400, "max_relative_increase": 0.5})
+    from evolve.cli import main
+
+    assert main(["run", "--config", str(config), "--no-tracking"]) == 0
+    stores = tmp_path / "stores"
+    harness = json.loads((stores / "state.json").read_text())["harness"]
+    labelled = [q for q in load_benchmark("synthetic:0:1").questions if q.category != "adversarial"]
+    assert harness["n_questions"] > len(labelled)  # the probes joined the labelled questions
+    row = json.loads((stores / "scoreboard.json").read_text())["rounds"][-1]
+    assert row["objective"] == "answer" and row["score"] == row["answer_in_evidence"] is not None

@@ -1,0 +1,230 @@
+"""Which decision outcome predicts what carries to unseen conversations? For a pool of single and coupled moves
+(from the baseline and from evolved strategies), each move's delta under every candidate outcome on one set of
+LoCoMo conversations is set against its answer-in-evidence delta on another set.
+
+Candidate outcomes, per question, mean over the questions that count for both strategies of a move:
+
+* ``answer`` — answer in evidence (binary), labelled questions;
+* ``coverage`` — graded answer coverage: share of the gold answer's content words in the packed evidence items;
+* ``evidence`` — every known gold turn packed (binary), labelled questions;
+* ``probes`` — answer in evidence on the probe questions (:mod:`evolve.benchmarks.probes`), no label used;
+* ``probes+labelled`` — answer in evidence on labelled and probe questions together.
+
+The outcome is chosen inside the evolution half only: two folds, conv-26 → conv-30 and conv-30 → conv-26, by mean
+Spearman rank correlation (sign agreement breaks ties). conv-26/30 → conv-41/42 is reported once, after the choice,
+as confirmation. Evaluations stop at the packed context (no answerer or judge) and are cached per
+(strategy hash, conversation) in ``--cache``; ingested stores are cached there too. Run from the repository root:
+
+    python experiments/bench/validity.py [--cache DIR] [--limit N]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import spearmanr
+
+from evolve import Harness, load_benchmark, load_strategy
+from evolve.benchmarks.probes import augment
+from evolve.files import atomic_write_json, atomic_write_text
+from evolve.observe.ladder import derives_from
+from evolve.runtime import IngestionCache
+from evolve.strategy.artifact import derive, strategy_hash, validate_strategy
+from evolve.words import content_words
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
+OUTCOMES = ("answer", "coverage", "evidence", "probes", "probes+labelled")
+FOLDS = ((("conv-26",), ("conv-30",)), (("conv-30",), ("conv-26",)))
+CONFIRMATION = (("conv-26", "conv-30"), ("conv-41", "conv-42"))
+PARENTS = {"baseline": "strategies/baseline.yaml", "evolved": "experiments/strategies/locomo_answer_evolved.yaml",
+           "turns": "experiments/strategies/locomo_answer_turns.yaml"}
+R, A, X = "retrieval.", "assembly.", "extraction."
+#: ``(parent, changes)``: single moves change one field, coupled moves several.
+MOVES: list[tuple[str, dict]] = [
+    ("baseline", {R + "top_k": 7}), ("baseline", {R + "top_k": 3, R + "rerank.top_n": 3}),
+    ("baseline", {R + "top_k": 10}), ("baseline", {R + "weights.vector": 1.0}), ("baseline", {R + "weights.vector": 0.0}),
+    ("baseline", {R + "weights.bm25": 2.0}), ("baseline", {R + "weights.subquery": 0.0}),
+    ("baseline", {R + "rerank.enabled": True}), ("baseline", {A + "replies": 1}), ("baseline", {A + "unit": "turn"}),
+    ("baseline", {A + "unit": "sentences"}), ("baseline", {A + "format": "dialogue"}),
+    ("baseline", {A + "source_window": 1}), ("baseline", {"expansion.keywords": True}),
+    ("baseline", {"expansion.max_subqueries": 0}), ("baseline", {R + "rrf_kappa": 20}),
+    ("baseline", {R + "intent_top_k_multiplier.multi_hop": 2.0}),
+    ("baseline", {R + "intent_top_k_multiplier.temporal": 2.0}), ("baseline", {A + "reserved.profile": 0.0}),
+    ("baseline", {"features.raw_dialogue_backfill": True}), ("baseline", {R + "candidate_pool": 20}),
+    ("baseline", {X + "resolve_relative_dates": True}), ("baseline", {"features.turn_layer": True}),
+    ("baseline", {"features.session_rollups": False}), ("baseline", {"features.profile_layer": False}),
+    ("baseline", {"lifecycle.supersession": False}),
+    ("baseline", {A + "unit": "turn", A + "replies": 1}),
+    ("baseline", {A + "unit": "turn", R + "top_k": 12, R + "rerank.enabled": True, R + "rerank.top_n": 12}),
+    ("baseline", {X + "resolve_relative_dates": True, "features.turn_layer": True}),
+    ("baseline", {R + "top_k": 7, R + "weights.vector": 1.0}), ("baseline", {A + "replies": 1, A + "source_window": 1}),
+    ("baseline", {R + "rerank.enabled": True, R + "top_k": 10}),
+    ("evolved", {R + "top_k": 8}), ("evolved", {A + "replies": 0}), ("evolved", {A + "unit": "turn"}),
+    ("evolved", {R + "rerank.enabled": True}), ("evolved", {A + "format": "dialogue"}),
+    ("evolved", {R + "weights.vector": 1.0}), ("evolved", {X + "resolve_relative_dates": False}),
+    ("evolved", {R + "top_k": 4, R + "rerank.top_n": 4, A + "replies": 0}),
+    ("turns", {R + "top_k": 8, R + "rerank.top_n": 8}), ("turns", {R + "top_k": 16, R + "rerank.top_n": 16}),
+    ("turns", {A + "replies": 0}), ("turns", {R + "rerank.enabled": False}), ("turns", {A + "unit": "memory"}),
+    ("turns", {R + "weights.vector": 1.0}), ("turns", {X + "resolve_relative_dates": False}),
+]
+
+
+def coverage(trace) -> float | None:
+    """Share of the gold answer's content words in the packed items deriving from the gold turns (``None``: the
+    question does not count for answer in evidence)."""
+    if trace.answer_in_evidence is None:
+        return None
+    words = content_words(trace.gold_answer)
+    held: set[str] = set()
+    for item in trace.packed:
+        if derives_from(item, trace.gold_evidence):
+            held |= content_words(item.get("text", ""))
+    return len(words & held) / len(words)
+
+
+def record(trace) -> dict:
+    """The per-question values every outcome is computed from (``None`` where the question does not count: the
+    loop's objectives leave unscored questions, LoCoMo's adversarial ones, out)."""
+    probe = trace.category.startswith("probe_")
+    if not trace.scored:
+        return {"probe": probe, "answer": None, "coverage": None, "evidence": None}
+    return {"probe": probe, "answer": trace.answer_in_evidence, "coverage": coverage(trace),
+            "evidence": trace.all_evidence_packed if trace.evidence_known else None}
+
+
+class Evaluations:
+    """Per-question records of a strategy on a conversation, cached on disk per (benchmark hash, strategy hash,
+    conversation)."""
+
+    def __init__(self, cache: Path):
+        bench = augment(load_benchmark(f"locomo:{DATA}"))
+        self.dir = cache / "records" / f"{bench.content_hash()[:16]}-scored"  # new probe questions: new records
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.ids = {c: [q.id for q in bench.questions if q.conversation_id == c] for c in bench.conversations}
+        self.harness = Harness(bench, cache=IngestionCache(cache / "ingestion"), progress=False)
+
+    def get(self, strategy: dict, conversation: str) -> dict[str, dict]:
+        path = self.dir / f"{strategy_hash(strategy)[:24]}-{conversation}.json"
+        if path.exists():
+            return json.loads(path.read_text(encoding="utf-8"))
+        run = self.harness.evaluate(strategy, self.ids[conversation], answer=False)
+        records = {t.question_id: record(t) for t in run.traces}
+        atomic_write_json(path, records)
+        return records
+
+
+def value(rec: dict, outcome: str) -> float | None:
+    if outcome == "probes":
+        return rec["answer"] if rec["probe"] else None
+    if outcome == "probes+labelled":
+        return rec["answer"]
+    return None if rec["probe"] else rec[outcome]
+
+
+def delta(parent: dict[str, dict], child: dict[str, dict], outcome: str) -> float:
+    """Mean paired child - parent difference under ``outcome`` over the questions that count for both."""
+    pairs = [(value(parent[q], outcome), value(child[q], outcome)) for q in parent]
+    pairs = [(float(a), float(b)) for a, b in pairs if a is not None and b is not None]
+    return float(np.mean([b - a for a, b in pairs])) if pairs else 0.0
+
+
+def agreement(source: np.ndarray, target: np.ndarray) -> tuple[float, float, int]:
+    """Spearman rank correlation, and the share of moves whose deltas have the same sign among those where both
+    move (with their number)."""
+    rho = float(spearmanr(source, target).statistic)
+    both = (source != 0) & (target != 0)
+    signs = float(np.mean(np.sign(source[both]) == np.sign(target[both]))) if both.any() else float("nan")
+    return rho, signs, int(both.sum())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memevolve-validity")
+    parser.add_argument("--limit", type=int, default=None, help="first N moves only")
+    parser.add_argument("--out", type=Path, default=ROOT / "experiments" / "bench")
+    args = parser.parse_args(argv)
+    evals = Evaluations(args.cache)
+    parents = {name: load_strategy(ROOT / path) for name, path in PARENTS.items()}
+    moves = MOVES[:args.limit] if args.limit else MOVES
+    for parent_name, changes in moves:  # every move is a legal strategy before any evaluation starts
+        validate_strategy(derive(parents[parent_name], changes), f"move {parent_name} {changes}")
+    convs = ("conv-26", "conv-30", "conv-41", "conv-42")
+    deltas = {o: {c: [] for c in convs} for o in OUTCOMES}  # outcome -> conversation -> per-move delta
+    pooled = {o: {k: [] for k in ("dev", "held")} for o in OUTCOMES}
+    started = time.perf_counter()
+    for i, (parent_name, changes) in enumerate(moves, 1):
+        parent, child = parents[parent_name], derive(parents[parent_name], changes)
+        records = {c: (evals.get(parent, c), evals.get(child, c)) for c in convs}
+        for o in OUTCOMES:
+            for c in convs:
+                deltas[o][c].append(delta(*records[c], o))
+            for key, group in (("dev", CONFIRMATION[0]), ("held", CONFIRMATION[1])):
+                merged = ({q: r for c in group for q, r in records[c][0].items()},
+                          {q: r for c in group for q, r in records[c][1].items()})
+                pooled[o][key].append(delta(*merged, o))
+        print(f"[{i}/{len(moves)}] {time.perf_counter() - started:6.0f}s {parent_name} {changes}: answer dev "
+              f"{pooled['answer']['dev'][-1]:+.3f} held {pooled['answer']['held'][-1]:+.3f}, probes dev "
+              f"{pooled['probes']['dev'][-1]:+.3f}", flush=True)
+    rows = {}
+    for o in OUTCOMES:
+        folds = [agreement(np.array(deltas[o][src[0]]), np.array(deltas["answer"][dst[0]])) for src, dst in FOLDS]
+        rows[o] = {"folds": [{"rho": r, "sign": s, "n_sign": n} for r, s, n in folds],
+                   "mean_rho": float(np.mean([f[0] for f in folds])),
+                   "mean_sign": float(np.nanmean([f[1] for f in folds]))}
+    chosen = max(OUTCOMES, key=lambda o: (rows[o]["mean_rho"], rows[o]["mean_sign"]))
+    for o in OUTCOMES:  # confirmation, computed once the choice above is fixed
+        rho, sign, n = agreement(np.array(pooled[o]["dev"]), np.array(pooled["answer"]["held"]))
+        rows[o]["confirmation"] = {"rho": rho, "sign": sign, "n_sign": n}
+    result = {"moves": [{"parent": p, "changes": c} for p, c in moves], "deltas": deltas, "pooled": pooled,
+              "outcomes": rows, "chosen": chosen}
+    atomic_write_json(args.out / "validity.json", result)
+    atomic_write_text(args.out / "validity_report.md", report(rows, chosen, len(moves)))
+    plot(pooled, chosen, args.out / "validity.png")
+    print(report(rows, chosen, len(moves)))
+    return 0
+
+
+def report(rows: dict, chosen: str, n_moves: int) -> str:
+    lines = [f"# Outcome validity ({n_moves} moves)", "",
+             "Chosen within the evolution half (folds conv-26 → conv-30 and conv-30 → conv-26, target: answer in "
+             "evidence); conv-26/30 → conv-41/42 computed after the choice, as confirmation.", "",
+             "| outcome | fold 26→30 ρ | sign | fold 30→26 ρ | sign | mean ρ | confirmation 26/30→41/42 ρ | sign |",
+             "|---|---|---|---|---|---|---|---|"]
+    for o, row in rows.items():
+        f1, f2, conf = row["folds"][0], row["folds"][1], row["confirmation"]
+        lines.append(f"| {o}{' (chosen)' if o == chosen else ''} | {f1['rho']:+.3f} | {f1['sign']:.2f} "
+                     f"({f1['n_sign']}) | {f2['rho']:+.3f} | {f2['sign']:.2f} ({f2['n_sign']}) | "
+                     f"**{row['mean_rho']:+.3f}** | {conf['rho']:+.3f} | {conf['sign']:.2f} ({conf['n_sign']}) |")
+    lines += ["", "ρ: Spearman rank correlation of the moves' deltas; sign: share of moves with the same sign of delta "
+                  "among those that move both (their number in brackets)."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(pooled: dict, chosen: str, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, len(OUTCOMES), figsize=(4 * len(OUTCOMES), 4), sharey=True)
+    held = np.array(pooled["answer"]["held"])
+    for ax, o in zip(axes, OUTCOMES):
+        dev = np.array(pooled[o]["dev"])
+        ax.scatter(dev, held, s=14)
+        ax.axhline(0, color="grey", lw=0.5)
+        ax.axvline(0, color="grey", lw=0.5)
+        ax.set_title(f"{o}{' (chosen)' if o == chosen else ''}\nρ = {spearmanr(dev, held).statistic:+.2f}")
+        ax.set_xlabel("delta on conv-26/30")
+    axes[0].set_ylabel("answer-in-evidence delta on conv-41/42")
+    fig.suptitle(f"{len(held)} moves: delta on the evolution half against the held-out answer-in-evidence delta "
+                 f"(confirmation, after the choice made within conv-26/30)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
