@@ -53,6 +53,10 @@ class Backend(Protocol):
         """Append one recall record to the user's size-bounded recall log."""
         ...
 
+    def recalls(self, user: str) -> list[dict]:
+        """The user's logged recalls still held, oldest first."""
+        ...
+
     def erase(self, user: str) -> dict:
         """Remove everything held for ``user``; return the tombstone (no content) left in its place."""
         ...
