@@ -11,6 +11,7 @@ from fastapi import BackgroundTasks, FastAPI, Path as PathParam, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
 
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
@@ -153,6 +154,12 @@ def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
     @app.exception_handler(_Problem)
     async def problem(_: Request, exc: _Problem):
         return _error(exc.status, exc.message)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 404:
+            return _error(404, f"no route {request.method} {request.url.path} (a user id holds no '/')")
+        return _error(exc.status_code, str(exc.detail))
 
     @app.exception_handler(RequestValidationError)
     async def invalid(_: Request, exc: RequestValidationError):
