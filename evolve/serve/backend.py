@@ -18,6 +18,10 @@ from evolve.runtime.store import MemoryStore
 USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
+class StoreUnavailable(ConnectionError):
+    """The store cannot be reached now (a database down); the service answers 503 until it is back."""
+
+
 def valid_user(user: str) -> bool:
     return USER_ID.fullmatch(user) is not None and ".." not in user
 
