@@ -24,6 +24,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from evolve.benchmarks.types import Turn
 from evolve.canonical import sha256_hex
 from evolve.files import now_iso
+from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import StoreUnavailable, valid_user
 from evolve.serve.filestore import _fact
@@ -119,6 +120,12 @@ class PostgresBackend:
         def work(c):
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
             c.execute("INSERT INTO mem_users (user_id) VALUES (%s) ON CONFLICT DO NOTHING", (user,))
+            ids = [t["id"] for t in event.get("turns", ())]
+            if ids:  # another replica may have taken an id since this one read the log
+                taken = c.execute("SELECT t->>'id' FROM mem_events e, jsonb_array_elements(e.event->'turns') t "
+                                  "WHERE e.user_id = %s AND t->>'id' = ANY(%s) LIMIT 1", (user, ids)).fetchone()
+                if taken:
+                    raise CaptureError(f"turn id {taken[0]!r} was already captured")
             return c.execute("INSERT INTO mem_events SELECT %s, coalesce(max(seq), 0) + 1, %s FROM mem_events "
                              "WHERE user_id = %s RETURNING seq", (user, Jsonb({**event, "at": now_iso()}), user)
                              ).fetchone()[0]
