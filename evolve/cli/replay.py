@@ -39,7 +39,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from evolve.ops.serving import Refused as RollbackRefused
     from evolve.runtime.embedder import default_embedder
     from evolve.serve.answers import answer_map, load_answers
-    from evolve.serve.replay import read_recalls, recall_logs, replay, text
+    from evolve.serve.replay import read_recalls, recall_logs, replay, stored_recalls, text
     from evolve.serve.stores import open_backend
     from evolve.serve.strategy import Refused, load_serving
     from evolve.serve.verdict import auto_rollback, journal_replay, rollback_triggers
@@ -50,14 +50,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(f"error: replay journals its verdict in the stores: {exc}", file=sys.stderr)
         return 2
     try:
-        logs = recall_logs(args.log)
+        logs = recall_logs(args.log or [])
         data = args.data or _data_of(logs)
         if data is None:
             print("error: pass --data: the recall logs do not lie in a service data directory "
-                  "(<data>/users/<user>/recalls.jsonl)", file=sys.stderr)
+                  "(<data>/users/<user>/recalls.jsonl)" if logs else "error: pass --log or --data", file=sys.stderr)
             return 2
         backend = open_backend(data)
-        records = read_recalls(logs)
+        records = read_recalls(logs) if logs else stored_recalls(backend)
         answers = answer_map(load_answers(args.answers)) if args.answers else {}
         embedder = default_embedder()
         serving = load_serving(args.stores, args.serving, embedder, args.allow_untracked)
@@ -116,8 +116,9 @@ def cmd_capture_export(args: argparse.Namespace) -> int:
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("replay", help="serving strategy vs a candidate on captured recalls, paired by request; "
                                       "journals the verdict (REPLAY)")
-    p.add_argument("--log", nargs="+", required=True, metavar="RECALL_LOG",
-                   help="recall logs (recalls*.jsonl) or directories holding them, e.g. the service's data directory")
+    p.add_argument("--log", nargs="+", metavar="RECALL_LOG",
+                   help="recall logs (recalls*.jsonl) or directories holding them, e.g. the service's data directory "
+                        "(default: every recall the --data store holds, e.g. a postgresql:// store)")
     p.add_argument("--serving", default="strategies/serving.yaml",
                    help="serving file; used only if it checks out against the journal (default: %(default)s)")
     p.add_argument("--candidate", required=True, metavar="CANDIDATE_ID|FILE",

@@ -77,6 +77,18 @@ def read_recalls(logs: list[Path]) -> list[dict]:
     return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
 
 
+def stored_recalls(backend: Backend) -> list[dict]:
+    """Every recall the store still holds (each with ``_where``: user and position), oldest first."""
+    records = []
+    for user in backend.users():
+        for i, record in enumerate(backend.recalls(user)):
+            where = f"user {user} recall {i}"
+            if not all(isinstance(record.get(k), str) for k in ("user", "question", "time")):
+                raise ReplayError(f"{where}: recall record lacks user, question or time")
+            records.append({**record, "_where": where})
+    return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
+
+
 def _moment(text: str, where: str) -> datetime:
     try:
         return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -7,6 +7,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import json
+
 import httpx
 import pytest
 from fastapi.testclient import TestClient
@@ -18,13 +20,15 @@ from evolve.serve.filestore import FileBackend
 from evolve.serve.memory import MemoryService
 from evolve.serve.strategy import StrategySlot
 from server_process import ServeProcess, turns_of
+from workflow_fixtures import cli
 
 pgserver = pytest.importorskip("pgserver")
 from evolve.serve.pgstore import PostgresBackend  # noqa: E402  (needs the postgres extra)
 
 BENCH = generate_synthetic(1, n_personas=1, n_sessions=5)
 CONVERSATION = next(iter(BENCH.conversations.values()))
-QUESTIONS = [q for q in BENCH.questions if q.conversation_id == CONVERSATION.id][:12]
+QUESTIONS = [q for q in BENCH.questions if q.conversation_id == CONVERSATION.id][:8]
+SESSIONS = 2
 
 
 @pytest.fixture(scope="module")
@@ -54,39 +58,47 @@ def _packed(client: TestClient, user: str) -> list:
     return out
 
 
-def test_postgres_packs_what_the_file_store_packs(postgres, serving, embedder, tmp_path):
+def test_postgres_packs_what_the_file_store_packs(capsys, postgres, serving, embedder, tmp_path):
     slot = StrategySlot(None, serving, embedder, allow_untracked=True)
     database = PostgresBackend(postgres[0].get_uri())
     contexts, services = [], []
     for backend in (FileBackend(tmp_path / "data"), database):
         memory = MemoryService(backend, lambda: slot.current)
         with TestClient(create_app(slot, memory)) as client:
-            for turn in turns_of(CONVERSATION):
+            for turn in turns_of(CONVERSATION, sessions=SESSIONS):
                 assert client.post("/v1/users/ann/turns", json={"turns": [turn]}).status_code == 201
             assert client.post("/v1/users/ann/close").status_code == 200
-            assert memory.organise_pending() == len(CONVERSATION.sessions)
+            assert memory.organise_pending() == SESSIONS
             contexts.append(_packed(client, "ann"))
         services.append(memory)
     assert contexts[0] == contexts[1] and any(contexts[0])
-    assert database.organised("ann") == {s.id for s in CONVERSATION.sessions}
+    assert database.organised("ann") == {s.id for s in CONVERSATION.sessions[:SESSIONS]}
     assert database.verify("ann") == [] and len(database.recalls("ann")) == len(QUESTIONS)
     with database.pool.connection() as conn:  # the organised facts carry their embeddings as pgvector vectors
         dims, facts = conn.execute("SELECT max(vector_dims(embedding)), count(*) FROM mem_facts "
                                    "WHERE user_id = 'ann'").fetchone()
     assert facts > 0 and dims == embedder.encode(["x"]).shape[1]
+    exports = []
+    for data in (tmp_path / "data", postgres[0].get_uri()):  # capture-export reads either store alike
+        code, out = cli(capsys, "capture-export", "--data", data, "--out", tmp_path / "bench.json")
+        assert code == 0, out
+        exports.append(json.loads((tmp_path / "bench.json").read_text()))
+    assert exports[0] == exports[1] and len(exports[0][0]["unanswered"]) == len({q.question for q in QUESTIONS})
     database.close()
 
 
 def test_two_replicas_share_memory_and_answer_503_while_postgres_is_down(postgres, serving, tmp_path):
     server, folder = postgres
     url = server.get_uri()
-    turns = turns_of(CONVERSATION, sessions=2)
+    turns = turns_of(CONVERSATION, sessions=1)[:12]
     with ServeProcess(tmp_path / "a", serving, None, "--allow-untracked", "--store", url) as a, \
             ServeProcess(tmp_path / "b", serving, None, "--allow-untracked", "--store", url) as b:
         for i, turn in enumerate(turns):  # captures alternate between the replicas
             reply = httpx.post(f"{(a, b)[i % 2].url}/v1/users/bo/turns", json={"turns": [turn]}, timeout=60)
             assert reply.status_code == 201, reply.text
         assert reply.json()["turns"] == len(turns)  # the last replica saw every capture of the other
+        again = httpx.post(f"{a.url}/v1/users/bo/turns", json={"turns": [turns[-1]]}, timeout=60)
+        assert again.status_code == 409 and "already captured" in again.json()["error"]["message"]
         question = {"question": QUESTIONS[0].question}
         seen = [httpx.post(f"{r.url}/v1/users/bo/recall", json=question, timeout=60).json()["packed"] for r in (a, b)]
         assert seen[0] == seen[1] and seen[0]
