@@ -196,11 +196,11 @@ def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
             started = time.perf_counter()
             result = shadow.runtime.ask(memory.store(user, shadow), body.question, _asked(body), answer=False)
             packed = _packed(result)
-            mine = {p["id"] for p in record["packed"]}
+            mine, theirs = {p["id"] for p in record["packed"]}, {p["id"] for p in packed}
             record["shadow"] = {"strategy": shadow.strategy_hash, "source": shadow.source,
                                 "packed": [{k: p[k] for k in ("id", "layer", "source_ids", "words")} for p in packed],
                                 "words": sum(p["words"] for p in packed),
-                                "overlap": len(mine & {p["id"] for p in packed}) / max(1, len(mine | {p["id"] for p in packed})),
+                                "overlap": len(mine & theirs) / max(1, len(mine | theirs)),
                                 "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
             metrics.count("shadow_recalls")
         try:

@@ -8,6 +8,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Callable
 
 from evolve.benchmarks.locomo import parse_locomo_date
 from evolve.benchmarks.types import Turn
@@ -62,7 +63,7 @@ class _User:
 class MemoryService:
     """Every user's memory over one :class:`Backend`; ``current`` gives the strategy organisation runs under."""
 
-    def __init__(self, backend: Backend, current: "callable[[], Loaded]"):
+    def __init__(self, backend: Backend, current: Callable[[], Loaded]):
         self.backend, self.current = backend, current
         self._users: dict[str, _User] = {}
         self._registry = threading.Lock()
@@ -228,6 +229,3 @@ class MemoryService:
 
     def pending(self) -> int:
         return self._queue.qsize()
-
-
-__all__ = ["CaptureError", "MemoryService", "UnknownUser", "parse_time"]

@@ -42,14 +42,16 @@ class Metrics:
                "# TYPE memevolve_http_requests_total counter"]
         with self._lock:
             for (route, method, status), n in sorted(self.requests.items()):
-                out.append(f"memevolve_http_requests_total{_labels({'route': route, 'method': method, 'status': str(status)})} {n}")
+                labels = _labels({"route": route, "method": method, "status": str(status)})
+                out.append(f"memevolve_http_requests_total{labels} {n}")
             out += ["# HELP memevolve_http_request_seconds Request latency by route.",
                     "# TYPE memevolve_http_request_seconds histogram"]
             for route, counts in sorted(self._hist.items()):
                 running = 0
                 for bound, n in zip((*map(str, BUCKETS), "+Inf"), counts):
                     running += n
-                    out.append(f"memevolve_http_request_seconds_bucket{_labels({'route': route, 'le': bound})} {running}")
+                    labels = _labels({"route": route, "le": bound})
+                    out.append(f"memevolve_http_request_seconds_bucket{labels} {running}")
                 out.append(f"memevolve_http_request_seconds_sum{_labels({'route': route})} {self._sums[route]:.6f}")
                 out.append(f"memevolve_http_request_seconds_count{_labels({'route': route})} {running}")
             for name, n in sorted(self.counters.items()):

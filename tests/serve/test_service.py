@@ -59,8 +59,8 @@ def test_turn_by_turn_capture_recalls_what_batch_ingestion_packs(server, embedde
 
 def test_a_user_never_reads_another_users_memory(server):
     secret = "My locker code is 4471 and nobody else knows it."
-    assert post(server, "/v1/users/carol/turns", {"turns": [{"id": "c1", "speaker": "Carol", "text": secret,
-                                                             "session": "s1", "time": "2024-01-02"}]}).status_code == 201
+    said = {"id": "c1", "speaker": "Carol", "text": secret, "session": "s1", "time": "2024-01-02"}
+    assert post(server, "/v1/users/carol/turns", {"turns": [said]}).status_code == 201
     assert post(server, "/v1/users/dave/turns", {"turns": [{"id": "c1", "speaker": "Dave", "text": "I like tea.",
                                                             "session": "s1"}]}).status_code == 201
     packed = post(server, "/v1/users/dave/recall", {"question": "What is the locker code?"}).json()["packed"]
@@ -100,7 +100,8 @@ def test_repeated_ids_and_closed_sessions_are_refused_without_writing(server):
     log = server.data / "users/frank/capture.jsonl"
     before = log.read_bytes()
     again = post(server, "/v1/users/frank/turns", {"turns": [{**turn, "id": "f2"}, turn]})
-    assert again.status_code == 409 and "turns[1]: turn id 'f1' was already captured" in again.json()["error"]["message"]
+    assert again.status_code == 409
+    assert "turns[1]: turn id 'f1' was already captured" in again.json()["error"]["message"]
     assert post(server, "/v1/users/frank/turns", {"turns": [{**turn, "id": "f3", "session": "s2"}]}).status_code == 201
     late = post(server, "/v1/users/frank/turns", {"turns": [{**turn, "id": "f4"}]})
     assert late.status_code == 409 and "session 's1' is closed" in late.json()["error"]["message"]
