@@ -241,22 +241,25 @@ def replay(records: list[dict], backend: Backend, serving: Loaded, candidate: Lo
                 store = live.store(loaded.key, rt.policy, rt.extractor,
                                    lambda texts, rt=rt: cache.encode(rt.embedder, texts), rt.embedder.name)
                 sides.append(_ask(loaded, store, record["question"], asked, answer))
-            s, c = sides
-            logged = [p.get("id") for p in record.get("packed", ())] if record.get("strategy") == serving.strategy_hash \
-                else None
-            shadow = record.get("shadow") or {}
-            shadowed = [p.get("id") for p in shadow.get("packed", ())] \
-                if shadow.get("strategy") == candidate.strategy_hash else None
-            report.requests.append({
-                "id": f"{user}/{len(report.requests)}", "user": user,
-                "ids_jaccard": _jaccard(set(s.ids), set(c.ids)), "sources_jaccard": _jaccard(s.sources, c.sources),
-                "words_jaccard": _jaccard(set(s.text_words), set(c.text_words)),
-                "words": (s.words, c.words), "stale": (s.stale, c.stale), "latency_ms": (s.latency_ms, c.latency_ms),
-                "answer_in": (s.answer_in, c.answer_in),
-                "serving_reproduced": None if logged is None else logged == s.ids,
-                "shadow_reproduced": None if shadowed is None else shadowed == c.ids})
+            report.requests.append(_row(f"{user}/{len(report.requests)}", user, record, *sides, serving.strategy_hash,
+                                        candidate.strategy_hash))
     _summarise(report, alpha, seed)
     return report
+
+
+def _row(request: str, user: str, record: dict, s: _Side, c: _Side, serving: str, candidate: str) -> dict:
+    """One request's paired figures; whether the log's serving context and the shadow's candidate context (when
+    recorded under these strategies) were reproduced."""
+    logged = [p.get("id") for p in record.get("packed", ())] if record.get("strategy") == serving else None
+    shadow = record.get("shadow") or {}
+    shadowed = [p.get("id") for p in shadow.get("packed", ())] if shadow.get("strategy") == candidate else None
+    return {"id": request, "user": user,
+            "ids_jaccard": _jaccard(set(s.ids), set(c.ids)), "sources_jaccard": _jaccard(s.sources, c.sources),
+            "words_jaccard": _jaccard(set(s.text_words), set(c.text_words)),
+            "words": (s.words, c.words), "stale": (s.stale, c.stale), "latency_ms": (s.latency_ms, c.latency_ms),
+            "answer_in": (s.answer_in, c.answer_in),
+            "serving_reproduced": None if logged is None else logged == s.ids,
+            "shadow_reproduced": None if shadowed is None else shadowed == c.ids}
 
 
 def _summarise(report: ReplayReport, alpha: float, seed: int) -> None:

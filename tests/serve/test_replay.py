@@ -62,12 +62,12 @@ def captured(tmp_path_factory, embedder) -> Path:
 def test_replay_journals_its_verdict_and_rolls_back_on_a_monitor_regression_only_when_asked(
         capsys, stores, serving, embedder, tmp_path):
     promote(stores, "r003-c00", serving, accept_monitor=True)  # ACCEPT_WITH_MONITOR over the baseline
-    served = _capture_and_recall(StrategySlot(stores, serving, embedder), tmp_path / "data")
+    served = _capture_and_recall(StrategySlot(stores, serving, embedder, shadow="r002-c00"), tmp_path / "data")
     answers = tmp_path / "answers.yaml"
     answers.write_text(yaml.safe_dump([{"user": "ann", "question": q.question, "answer": q.answer}
                                        for q in QUESTIONS]))
     before = serving.read_bytes()
-    code, out = cli(capsys, "replay", "--log", served, "--serving", serving, "--candidate", BASELINE_PATH,
+    code, out = cli(capsys, "replay", "--log", served, "--serving", serving, "--candidate", "r002-c00",
                     "--stores", stores, "--answers", answers, "--json", tmp_path / "replay.json")
     assert code == 0, out
     entry = journal(stores)[-1]
@@ -75,7 +75,8 @@ def test_replay_journals_its_verdict_and_rolls_back_on_a_monitor_regression_only
     payload = entry["payload"]
     assert payload == json.loads((tmp_path / "replay.json").read_text())
     assert payload["n"] == len(QUESTIONS) and payload["users"] == 1
-    assert payload["reproduced"]["serving_reproduced"] == {"checked": len(QUESTIONS), "equal": len(QUESTIONS)}
+    assert payload["reproduced"] == {"serving_reproduced": {"checked": len(QUESTIONS), "equal": len(QUESTIONS)},
+                                     "shadow_reproduced": {"checked": len(QUESTIONS), "equal": len(QUESTIONS)}}
     assert payload["answer_in_context"]["n"] == len(QUESTIONS)
     assert payload["verdict"] in ("serving_regresses", "candidate_regresses", "mixed", "no_difference")
     assert 0 <= payload["overlap"]["ids_jaccard"] <= 1 and payload["words"]["n"] == len(QUESTIONS)
