@@ -18,6 +18,7 @@ from evolve.data import BASELINE_PATH
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
 from evolve.serve.memory import MemoryService
+from evolve.serve.replay import replay, stored_recalls
 from evolve.serve.strategy import StrategySlot
 from server_process import ServeProcess, turns_of
 from workflow_fixtures import cli
@@ -78,6 +79,9 @@ def test_postgres_packs_what_the_file_store_packs(capsys, postgres, serving, emb
         dims, facts = conn.execute("SELECT max(vector_dims(embedding)), count(*) FROM mem_facts "
                                    "WHERE user_id = 'ann'").fetchone()
     assert facts > 0 and dims == embedder.encode(["x"]).shape[1]
+    same = replay(stored_recalls(database), database, slot.current, slot.current)  # replay reads the database
+    assert same.n == len(QUESTIONS) and same.overlap["identical"] == 1.0 and same.verdict == "no_difference"
+    assert same.reproduced["serving_reproduced"] == {"checked": len(QUESTIONS), "equal": len(QUESTIONS)}
     exports = []
     for data in (tmp_path / "data", postgres[0].get_uri()):  # capture-export reads either store alike
         code, out = cli(capsys, "capture-export", "--data", data, "--out", tmp_path / "bench.json")
