@@ -55,7 +55,8 @@ class MemoryStore:
         self.turn_position: dict[str, int] = {tid: i for i, tid in enumerate(self.turn_order)}
         self.position: dict[str, int] = {item.id: i for i, item in enumerate(self.items)}
         self.embeddings = np.asarray(embeddings, dtype=np.float32)
-        self.token_sets = [frozenset(content_tokens(item.index_text)) for item in self.items]
+        indexed = [content_tokens(item.index_text) for item in self.items]  # tokenised once: sets and BM25 share it
+        self.token_sets = [frozenset(tokens) for tokens in indexed]
         self.body_sets = [frozenset(content_tokens(split_attribution(item.text)[2])) for item in self.items]
         self.layers = np.array([item.layer for item in self.items], dtype=object)
         self.days = np.array([day_number(item.timestamp) for item in self.items], dtype=np.float64)
@@ -78,7 +79,7 @@ class MemoryStore:
         self._bm25: bm25s.BM25 | None = None
         if self.items:
             self._bm25 = bm25s.BM25()
-            self._bm25.index([content_tokens(item.index_text) for item in self.items], show_progress=False)
+            self._bm25.index(indexed, show_progress=False)
 
     def __len__(self) -> int:
         return len(self.items)
