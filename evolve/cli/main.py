@@ -365,11 +365,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_local_llm)
 
     from evolve.cli import governance, workflow
-    from evolve.cli import serve
+    from evolve.cli import replay, serve
 
     workflow.register(sub)
     governance.register(sub)
     serve.register(sub)
+    replay.register(sub)
     return parser
 
 

@@ -11,6 +11,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: memevolve serve needs the serve extra (pip install 'memevolve[serve]'): {exc}")
         return 2
+    from evolve.serve.backend import StoreUnavailable
     from evolve.serve.strategy import Refused
 
     try:
@@ -18,12 +19,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
-    config = ServeConfig(Path(args.data), Path(args.serving), Path(args.stores) if args.stores else None, args.host,
-                         args.port, args.shadow, canary, args.allow_untracked, args.idle, args.reload_interval)
+    if not (args.data or args.store):
+        print("error: pass --data DIR (the embedded file store) or --store postgresql://... (the shared store)")
+        return 2
+    config = ServeConfig(Path(args.data or "."), Path(args.serving), Path(args.stores) if args.stores else None,
+                         args.host, args.port, args.shadow, canary, args.allow_untracked, args.idle,
+                         args.reload_interval, args.store)
     try:
         run(config)
     except Refused as exc:
         print(f"refused: {exc}")
+        return 1
+    except StoreUnavailable as exc:
+        print(f"error: {exc}")
         return 1
     return 0
 
@@ -34,7 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="serving file; loaded only if it checks out against the journal (default: %(default)s)")
     p.add_argument("--stores", default="stores", help="stores whose journal tracks the serving file "
                                                       "(default: %(default)s)")
-    p.add_argument("--data", required=True, help="directory holding every user's memory (created if missing)")
+    p.add_argument("--data", help="directory holding every user's memory (created if missing)")
+    p.add_argument("--store", metavar="POSTGRES_URL",
+                   help="keep every user's memory in PostgreSQL (with pgvector) instead, shared by every replica "
+                        "started with the same URL, e.g. postgresql://user@host/db")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=int, default=8420, help="port (default: %(default)s)")
     p.add_argument("--shadow", metavar="CANDIDATE_ID",

@@ -241,8 +241,10 @@ def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
 
 
 def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None, *,
-             serving_dir: str | Path | None = None, allow_outside: bool = False) -> ChangeResult:
-    """Re-serve the previous serving file (or the one journal entry ``to_entry`` installed), verified byte-exact."""
+             serving_dir: str | Path | None = None, allow_outside: bool = False,
+             trigger: dict | None = None) -> ChangeResult:
+    """Re-serve the previous serving file (or the one journal entry ``to_entry`` installed), verified byte-exact.
+    ``trigger`` (what started an automatic rollback and why) is journaled with it."""
     view = History(stores)
     target = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
     _require_journal(view)
@@ -263,7 +265,8 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
         require_writable_dir(target.parent)
         previous = _keep(view.root, old) if old is not None else None
         entry = apply_change(store_set, "ROLLBACK", target, data, {**_payload(target, restore, previous),
-                                                                   "undoes": undoes, "to_entry": to_entry})
+                                                                   "undoes": undoes, "to_entry": to_entry,
+                                                                   **({"trigger": trigger} if trigger else {})})
         return ChangeResult(target, restore, previous, _diff(old, data), entry)
 
 

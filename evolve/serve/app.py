@@ -16,7 +16,7 @@ from starlette.exceptions import HTTPException
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.text import count_tokens
-from evolve.serve.backend import USER_ID, valid_user
+from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
 from evolve.serve.memory import MemoryService, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
 from evolve.serve.strategy import StrategySlot
@@ -175,6 +175,10 @@ def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
         stone = memory.backend.tombstone(user)
         note = f" (erased at {stone['erased_at']})" if stone else ""
         return _error(404, f"unknown user {user!r}: no memory is held{note}")
+
+    @app.exception_handler(StoreUnavailable)
+    async def unavailable(_: Request, exc: StoreUnavailable):
+        return _error(503, f"{exc}; retry later (nothing was stored by this request)")
 
     @app.exception_handler(CaptureError)
     async def refused_capture(_: Request, exc: CaptureError):

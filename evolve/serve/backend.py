@@ -18,6 +18,10 @@ from evolve.runtime.store import MemoryStore
 USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
+class StoreUnavailable(ConnectionError):
+    """The store cannot be reached now (a database down); the service answers 503 until it is back."""
+
+
 def valid_user(user: str) -> bool:
     return USER_ID.fullmatch(user) is not None and ".." not in user
 
@@ -51,6 +55,10 @@ class Backend(Protocol):
 
     def log_recall(self, user: str, record: dict) -> None:
         """Append one recall record to the user's size-bounded recall log."""
+        ...
+
+    def recalls(self, user: str) -> list[dict]:
+        """The user's logged recalls still held, oldest first."""
         ...
 
     def erase(self, user: str) -> dict:

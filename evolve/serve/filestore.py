@@ -167,6 +167,10 @@ class FileBackend:
             os.replace(log, folder / "recalls.1.jsonl")
         append_lines(log, [canonical_json(record)])
 
+    def recalls(self, user: str) -> list[dict]:
+        folder = self._dir(user)
+        return [r for name in ("recalls.1.jsonl", "recalls.jsonl") for _, r in iter_jsonl(folder / name)]
+
     # ---------------------------------------------------------------- erasure and verification
 
     @staticmethod

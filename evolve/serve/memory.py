@@ -55,8 +55,9 @@ class UnknownUser(LookupError):
 class _User:
     live: LiveConversation
     embeddings: EmbeddingCache
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: threading.RLock = field(default_factory=threading.RLock)
     last_capture: float = field(default_factory=time.monotonic)
+    seen: int = 0  # capture-log events applied (with a shared store other replicas append too)
 
 
 class MemoryService:
@@ -74,12 +75,34 @@ class MemoryService:
 
     def _load(self, user: str) -> _User:
         live = LiveConversation(user)
-        for event in self.backend.events(user):
+        events = self.backend.events(user)
+        for event in events:
             for record in event.get("turns", ()):
                 live.add(_turn(record))
             if "close" in event:
                 live.close(event["close"])
-        return _User(live, EmbeddingCache(self.backend.embeddings_dir(user)))
+        return _User(live, EmbeddingCache(self.backend.embeddings_dir(user)), seen=len(events))
+
+    def _sync(self, user: str, state: _User) -> list[str]:
+        """With a shared store (``backend.shared``), apply the events other replicas appended since the last look,
+        in log order, queueing the sessions they closed; :class:`UnknownUser` if the user was erased meanwhile."""
+        if not getattr(self.backend, "shared", False):
+            return []
+        with state.lock:
+            events = self.backend.events(user, since=state.seen)
+            if not events and state.seen and self.backend.event_count(user) < state.seen:
+                with self._registry:
+                    self._users.pop(user, None)
+                raise UnknownUser(user)
+            closed = []
+            for event in events:
+                closed += [c for c in (state.live.add(_turn(r)) for r in event.get("turns", ())) if c is not None]
+                if "close" in event and state.live.close(event["close"]) is not None:
+                    closed.append(event["close"])
+            state.seen += len(events)
+            for session in closed:
+                self._queue.put((user, session))
+            return closed
 
     def _get(self, user: str, create: bool = False) -> _User:
         with self._registry:
@@ -111,12 +134,16 @@ class MemoryService:
         records = [turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)]
         state = self._get(user, create=True)
         with state.lock:
+            self._sync(user, state)
             state.live.check([_turn(r) for r in records])
             self.backend.append(user, {"turns": records})
-            closed = [c for c in (state.live.add(_turn(r)) for r in records) if c is not None]
+            if getattr(self.backend, "shared", False):
+                closed = self._sync(user, state)  # this capture and any other replica's, in log order
+            else:
+                closed = [c for c in (state.live.add(_turn(r)) for r in records) if c is not None]
+                for session in closed:
+                    self._queue.put((user, session))
             state.last_capture = time.monotonic()
-            for session in closed:
-                self._queue.put((user, session))
             return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
                     "closed_sessions": closed}
 
@@ -128,13 +155,17 @@ class MemoryService:
             if session is None:
                 return None
             self.backend.append(user, {"close": session})
-            state.live.close(session)
-            self._queue.put((user, session))
+            if getattr(self.backend, "shared", False):
+                self._sync(user, state)
+            else:
+                state.live.close(session)
+                self._queue.put((user, session))
             return session
 
     def store(self, user: str, loaded: Loaded) -> MemoryStore:
         """The user's memory store under ``loaded``'s ingestion policy (rebuilt from memoised parts when stale)."""
         state = self._get(user)
+        self._sync(user, state)
         rt = loaded.runtime
         return state.live.store(loaded.key, rt.policy, rt.extractor,
                                 lambda texts: state.embeddings.encode(rt.embedder, texts), rt.embedder.name)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 from evolve.runtime.embedder import default_embedder
 from evolve.serve.app import create_app
-from evolve.serve.filestore import FileBackend
+from evolve.serve.backend import StoreUnavailable
+from evolve.serve.stores import open_backend
 from evolve.serve.memory import MemoryService
 from evolve.serve.strategy import Loaded, StrategySlot
 
@@ -29,6 +30,7 @@ class ServeConfig:
     allow_untracked: bool = False
     idle_seconds: float = 600.0
     reload_seconds: float = 1.0
+    store: str | None = None  # a postgresql:// URL: the shared store instead of the files under ``data``
 
 
 def parse_canary(text: str) -> tuple[str, float]:
@@ -51,7 +53,7 @@ class Service:
         self.slot = StrategySlot(config.stores, config.serving, default_embedder(),
                                  allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
-        self.memory = MemoryService(FileBackend(config.data), lambda: self.slot.current)
+        self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current)
         self.users = self.memory.recover()
         self.app = create_app(self.slot, self.memory)
         self._stop = threading.Event()
@@ -82,7 +84,11 @@ class Service:
 
     def _organise(self) -> None:
         while not self._stop.is_set():
-            self.memory.organise_pending(block=True)
+            try:
+                self.memory.organise_pending(block=True)
+            except StoreUnavailable as exc:  # the step is queued again at the next start (recover)
+                log.warning("organisation paused: %s", exc)
+                self._stop.wait(self.config.reload_seconds)
 
     def start_workers(self) -> None:
         for target in (self._watch, self._organise):

@@ -1,0 +1,145 @@
+"""``memevolve replay`` (serving vs a candidate on captured traffic, journaled, optional automatic rollback) and
+``memevolve capture-export`` (captured conversations as a LoCoMo benchmark file)."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from evolve.cli.workflow import stores_arg
+
+
+def _data_of(logs: list[Path]) -> str | None:
+    """The service data directory the recall logs lie in (``<data>/users/<user>/recalls.jsonl``), if one."""
+    for log in logs:
+        if len(log.parents) > 2 and log.parent.parent.name == "users":
+            return str(log.parents[2])
+    return None
+
+
+def _candidate(stores: str, ref: str, embedder):
+    from evolve.canonical import sha256_hex
+    from evolve.runtime import MemoryRuntime
+    from evolve.serve.strategy import Loaded, load_candidate
+    from evolve.strategy.artifact import load_strategy, strategy_hash
+
+    path = Path(ref)
+    if path.is_file():
+        strategy = load_strategy(path)
+        return Loaded(MemoryRuntime(strategy, embedder=embedder), strategy_hash(strategy), f"file {path}",
+                      sha256_hex(path.read_bytes()), "candidate", None)
+    return load_candidate(stores, ref, embedder)
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from evolve.errors import EvolveError
+    from evolve.files import StoreError
+    from evolve.ops.history import History
+    from evolve.ops.serving import Refused as RollbackRefused
+    from evolve.runtime.embedder import default_embedder
+    from evolve.serve.answers import answer_map, load_answers
+    from evolve.serve.replay import read_recalls, recall_logs, replay, stored_recalls, text
+    from evolve.serve.stores import open_backend
+    from evolve.serve.strategy import Refused, load_serving
+    from evolve.serve.verdict import auto_rollback, journal_replay, rollback_triggers
+
+    try:
+        History(args.stores)
+    except StoreError as exc:
+        print(f"error: replay journals its verdict in the stores: {exc}", file=sys.stderr)
+        return 2
+    try:
+        logs = recall_logs(args.log or [])
+        data = args.data or _data_of(logs)
+        if data is None:
+            print("error: pass --data: the recall logs do not lie in a service data directory "
+                  "(<data>/users/<user>/recalls.jsonl)" if logs else "error: pass --log or --data", file=sys.stderr)
+            return 2
+        backend = open_backend(data)
+        records = read_recalls(logs) if logs else stored_recalls(backend)
+        answers = answer_map(load_answers(args.answers)) if args.answers else {}
+        embedder = default_embedder()
+        serving = load_serving(args.stores, args.serving, embedder, args.allow_untracked)
+        candidate = _candidate(args.stores, args.candidate, embedder)
+        report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
+    except Refused as exc:
+        print(f"refused: {exc}", file=sys.stderr)
+        return 1
+    except (EvolveError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    entry = journal_replay(args.stores, report, logs, args.candidate)
+    print(text(report))
+    print(f"journaled: REPLAY entry {entry['index']}")
+    triggers, notes = rollback_triggers(args.stores, args.serving, serving, candidate, report)
+    for note in notes:
+        print(f"note: {note}")
+    for trigger in triggers:
+        print(f"rollback trigger: {trigger}")
+    if triggers and args.auto_rollback:
+        try:
+            result = auto_rollback(args.stores, args.serving, triggers, entry, args.serving_dir, args.allow_outside)
+        except RollbackRefused as exc:
+            print(f"automatic rollback refused: {exc}", file=sys.stderr)
+            return 1
+        print(f"rolled back {result.target} to {result.served.strategy_hash[:12]} (ROLLBACK entry "
+              f"{result.entry['index']}, automatic)")
+    elif triggers:
+        print("not rolled back: pass --auto-rollback to roll back on these triggers")
+    if args.json:
+        Path(args.json).write_text(json.dumps(entry["payload"], indent=2), encoding="utf-8")
+    return 0
+
+
+def cmd_capture_export(args: argparse.Namespace) -> int:
+    from evolve.errors import EvolveError
+    from evolve.files import atomic_write_json
+    from evolve.serve.answers import load_answers
+    from evolve.serve.export import export_benchmark
+    from evolve.serve.stores import open_backend
+
+    try:
+        answers = load_answers(args.answers) if args.answers else []
+        samples = export_benchmark(open_backend(args.data), args.user or [], answers)
+    except (EvolveError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    atomic_write_json(Path(args.out), samples)
+    questions = sum(len(s["qa"]) for s in samples)
+    unanswered = sum(len(s["unanswered"]) for s in samples)
+    print(f"wrote {args.out}: {len(samples)} conversation(s), {questions} answered question(s), {unanswered} "
+          "unanswered (listed for labelling)")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("replay", help="serving strategy vs a candidate on captured recalls, paired by request; "
+                                      "journals the verdict (REPLAY)")
+    p.add_argument("--log", nargs="+", metavar="RECALL_LOG",
+                   help="recall logs (recalls*.jsonl) or directories holding them, e.g. the service's data directory "
+                        "(default: every recall the --data store holds, e.g. a postgresql:// store)")
+    p.add_argument("--serving", default="strategies/serving.yaml",
+                   help="serving file; used only if it checks out against the journal (default: %(default)s)")
+    p.add_argument("--candidate", required=True, metavar="CANDIDATE_ID|FILE",
+                   help="a recorded candidate's id, or a strategy file")
+    stores_arg(p)
+    p.add_argument("--data", help="the service's store (data directory or postgresql:// URL) the memory is rebuilt "
+                                  "from (default: the directory the logs lie in)")
+    p.add_argument("--answers", metavar="ANSWERS_YAML", help="the operator's answers, for answer-in-context")
+    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default: %(default)s)")
+    p.add_argument("--auto-rollback", action="store_true",
+                   help="roll the serving file back when the serving strategy regresses against the one a rollback "
+                        "restores, or a slice accepted with monitoring regressed since its promotion")
+    p.add_argument("--allow-untracked", action="store_true", help="also replay a serving file no journal tracks")
+    p.add_argument("--serving-dir", help="directory serving files must lie in (for --auto-rollback)")
+    p.add_argument("--allow-outside", action="store_true", help="allow a serving file outside the serving directory")
+    p.add_argument("--json", metavar="PATH", help="also write the journaled figures as JSON")
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser("capture-export", help="captured conversations as a LoCoMo-format benchmark file")
+    p.add_argument("--data", required=True, help="the service's store (data directory or postgresql:// URL)")
+    p.add_argument("--user", nargs="+", metavar="USER", help="users to export (default: every user with memory)")
+    p.add_argument("--out", required=True, help="benchmark file to write (JSON)")
+    p.add_argument("--answers", metavar="ANSWERS_YAML", help="the operator's answers: these questions become qa items")
+    p.set_defaults(func=cmd_capture_export)

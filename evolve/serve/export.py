@@ -1,0 +1,64 @@
+"""Captured conversations as a LoCoMo-format benchmark file (what :func:`evolve.benchmarks.locomo.load_locomo`
+reads), for the next nightly run.
+
+One sample per user: the captured turns in capture order, sessions numbered in order of first capture
+(``session_N``, dated by their first turn's time), the caller's turn ids as ``dia_id``. Questions the operator
+answered (``answers.yaml``, :mod:`evolve.serve.answers`) become ``qa`` items; questions the recall log holds without
+an answer are listed under ``unanswered`` (ignored by the loader, which scores only answered questions) for an
+operator to label.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+
+from evolve.benchmarks.locomo import CATEGORY_BY_CODE, format_locomo_date
+from evolve.errors import EvolveError
+from evolve.serve.answers import Answer
+from evolve.serve.backend import Backend
+
+CODE_BY_NAME = {name: code for code, name in CATEGORY_BY_CODE.items()}
+
+
+class ExportError(EvolveError):
+    """A user that cannot be exported; the message says which and why."""
+
+
+def export_user(backend: Backend, user: str, answers: list[Answer]) -> dict:
+    """The LoCoMo sample of ``user``'s captured memory."""
+    events = backend.events(user) if user in backend.users() else []
+    turns = [t for e in events for t in e.get("turns", ())]
+    if not turns:
+        stone = backend.tombstone(user)
+        raise ExportError(f"user {user!r}: no captured turns" + (f" (erased at {stone['erased_at']})" if stone else ""))
+    sessions: dict[str, list[dict]] = {}
+    for t in turns:
+        sessions.setdefault(t["session"], []).append(t)
+    speakers = list(dict.fromkeys(t["speaker"] for t in turns))
+    conversation: dict = {"speaker_a": speakers[0], "speaker_b": speakers[1] if len(speakers) > 1 else speakers[0]}
+    for number, (session, members) in enumerate(sessions.items(), start=1):
+        conversation[f"session_{number}"] = [{"speaker": t["speaker"], "dia_id": t["id"], "text": t["text"]}
+                                             for t in members]
+        stamp = next((t["time"] for t in members if t.get("time")), None)
+        if stamp is not None:
+            conversation[f"session_{number}_date_time"] = format_locomo_date(datetime.fromisoformat(stamp))
+    known = {t["id"] for t in turns}
+    qa = []
+    for a in answers:
+        if a.user != user:
+            continue
+        unknown = [e for e in a.evidence if e not in known]
+        if unknown:
+            raise ExportError(f"answers for user {user!r}, question {a.question!r}: evidence {unknown[0]!r} is not a "
+                              "captured turn id")
+        qa.append({"question": a.question, "answer": a.answer, "evidence": list(a.evidence),
+                   "category": CODE_BY_NAME[a.category]})
+    answered = {a.question for a in answers if a.user == user}
+    unanswered = list(dict.fromkeys(r["question"] for r in backend.recalls(user)
+                                    if isinstance(r.get("question"), str) and r["question"] not in answered))
+    return {"sample_id": user, "conversation": conversation, "qa": qa,
+            "unanswered": [{"question": q} for q in unanswered]}
+
+
+def export_benchmark(backend: Backend, users: list[str], answers: list[Answer]) -> list[dict]:
+    """The LoCoMo samples of ``users`` (every user with memory when empty)."""
+    return [export_user(backend, user, answers) for user in (users or backend.users())]

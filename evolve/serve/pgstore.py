@@ -1,0 +1,236 @@
+"""The shared store: every user's memory in PostgreSQL (psycopg 3, a connection pool; pgvector for the organised
+facts' embeddings), so several service replicas serve the same users.
+
+Tables (created if missing): ``mem_users``; ``mem_events`` - the capture log, ``(user, seq)`` numbered without gaps
+under a per-user advisory lock, one row per acknowledged request, committed before the reply; ``mem_steps`` - one
+row per organisation step (the provenance a Git commit gives the file store) with ``mem_records`` (one per turn,
+with the sha256 of its text) and ``mem_facts`` (the facts as that step left them, supersession and retraction
+marks included, each with its embedding as a pgvector ``vector``); ``mem_organised``; ``mem_recalls`` - the recall
+log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id. Erasure deletes every
+row of the user in one transaction. When the database cannot be reached, every call raises
+:class:`evolve.serve.backend.StoreUnavailable` (the service answers 503) and the pool reconnects once it is back.
+"""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg.types.json import Jsonb
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from evolve.benchmarks.types import Turn
+from evolve.canonical import sha256_hex
+from evolve.files import now_iso
+from evolve.runtime.live import CaptureError
+from evolve.runtime.store import MemoryStore
+from evolve.serve.backend import StoreUnavailable, valid_user
+from evolve.serve.filestore import _fact
+
+#: Recall records kept per user (older ones are deleted as new ones arrive).
+RECALLS_KEPT = 10_000
+
+SCHEMA = """
+CREATE EXTENSION IF NOT EXISTS vector;
+CREATE TABLE IF NOT EXISTS mem_users (user_id text PRIMARY KEY, created timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS mem_events (user_id text NOT NULL, seq bigint NOT NULL, event jsonb NOT NULL,
+                                       PRIMARY KEY (user_id, seq));
+CREATE TABLE IF NOT EXISTS mem_steps (step bigserial PRIMARY KEY, user_id text NOT NULL, session text NOT NULL,
+                                      strategy text NOT NULL, turns int NOT NULL, facts int NOT NULL,
+                                      at timestamptz NOT NULL DEFAULT now());
+CREATE TABLE IF NOT EXISTS mem_records (user_id text NOT NULL, session text NOT NULL, n int NOT NULL,
+                                        turn_id text NOT NULL, meta jsonb NOT NULL, body text NOT NULL,
+                                        PRIMARY KEY (user_id, session, n));
+CREATE TABLE IF NOT EXISTS mem_facts (user_id text NOT NULL, step bigint NOT NULL, fact jsonb NOT NULL,
+                                      embedding vector);
+CREATE INDEX IF NOT EXISTS mem_facts_user ON mem_facts (user_id, step);
+CREATE TABLE IF NOT EXISTS mem_organised (user_id text NOT NULL, session text NOT NULL, step bigint NOT NULL,
+                                          PRIMARY KEY (user_id, session));
+CREATE TABLE IF NOT EXISTS mem_recalls (seq bigserial PRIMARY KEY, user_id text NOT NULL, record jsonb NOT NULL);
+CREATE INDEX IF NOT EXISTS mem_recalls_user ON mem_recalls (user_id, seq);
+CREATE TABLE IF NOT EXISTS mem_tombstones (user_sha256 text PRIMARY KEY, tombstone jsonb NOT NULL);
+"""
+_USER_TABLES = ("mem_events", "mem_steps", "mem_records", "mem_facts", "mem_organised", "mem_recalls", "mem_users")
+
+
+def _user_key(user: str) -> str:
+    return hashlib.sha256(user.encode("utf-8")).hexdigest()
+
+
+def _lock_id(user: str) -> int:
+    return int.from_bytes(hashlib.sha256(user.encode("utf-8")).digest()[:8], "big", signed=True)
+
+
+class PostgresBackend:
+    """:class:`evolve.serve.backend.Backend` over one PostgreSQL database, shared by every replica."""
+
+    #: Other processes write the same users: the service re-reads the capture log before using its copy.
+    shared = True
+
+    def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0):
+        self.url, self.timeout = url, timeout
+        self.pool = ConnectionPool(url, min_size=1, max_size=max_size, timeout=timeout, open=False,
+                                   configure=self._configure, kwargs={"connect_timeout": max(1, int(timeout))})
+        try:
+            with psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout))) as conn:
+                conn.execute(SCHEMA)  # before the pool: its connections register the vector type
+            self.pool.open(wait=True, timeout=timeout)
+        except (psycopg.Error, PoolTimeout) as exc:
+            self.pool.close()
+            raise StoreUnavailable(f"memory store {self._where()} unavailable: {exc}") from None
+
+    @staticmethod
+    def _configure(conn: psycopg.Connection) -> None:
+        register_vector(conn)
+        conn.commit()
+
+    def _where(self) -> str:
+        """The database without credentials."""
+        info = psycopg.conninfo.conninfo_to_dict(self.url)
+        return f"{info.get('dbname', '?')} at {info.get('host', 'localhost')}"
+
+    def _run(self, work):
+        """``work(conn)`` in one transaction; :class:`StoreUnavailable` when the database cannot be reached."""
+        try:
+            with self.pool.connection() as conn:
+                with conn.transaction():
+                    return work(conn)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            self.pool.check()  # drop broken connections so the next call reconnects
+            raise StoreUnavailable(f"memory store {self._where()} unavailable: {str(exc).strip() or type(exc).__name__}"
+                                   ) from None
+
+    @staticmethod
+    def _check(user: str) -> str:
+        if not valid_user(user):
+            raise ValueError(f"invalid user id {user!r}")
+        return user
+
+    def users(self) -> list[str]:
+        return self._run(lambda c: [r[0] for r in c.execute("SELECT user_id FROM mem_users ORDER BY 1")])
+
+    # ---------------------------------------------------------------- capture log
+
+    def append(self, user: str, event: dict) -> int:
+        """Append one event, committed on return; its sequence number."""
+        self._check(user)
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            c.execute("INSERT INTO mem_users (user_id) VALUES (%s) ON CONFLICT DO NOTHING", (user,))
+            ids = [t["id"] for t in event.get("turns", ())]
+            if ids:  # another replica may have taken an id since this one read the log
+                taken = c.execute("SELECT t->>'id' FROM mem_events e, jsonb_array_elements(e.event->'turns') t "
+                                  "WHERE e.user_id = %s AND t->>'id' = ANY(%s) LIMIT 1", (user, ids)).fetchone()
+                if taken:
+                    raise CaptureError(f"turn id {taken[0]!r} was already captured")
+            return c.execute("INSERT INTO mem_events SELECT %s, coalesce(max(seq), 0) + 1, %s FROM mem_events "
+                             "WHERE user_id = %s RETURNING seq", (user, Jsonb({**event, "at": now_iso()}), user)
+                             ).fetchone()[0]
+        return self._run(work)
+
+    def events(self, user: str, since: int = 0) -> list[dict]:
+        """The user's events after the first ``since``, in order."""
+        self._check(user)
+        return self._run(lambda c: [r[0] for r in c.execute(
+            "SELECT event FROM mem_events WHERE user_id = %s AND seq > %s ORDER BY seq", (user, since))])
+
+    def event_count(self, user: str) -> int:
+        return self._run(lambda c: c.execute("SELECT count(*) FROM mem_events WHERE user_id = %s",
+                                             (self._check(user),)).fetchone()[0])
+
+    # ---------------------------------------------------------------- organisation
+
+    def organise(self, user: str, session: str, turns: list[Turn], store: MemoryStore, strategy_hash: str) -> None:
+        self._check(user)
+        chosen = [(i, item) for i, item in enumerate(store.items) if item.layer in ("L0", "L2")]
+        vectors = store.embeddings if len(store.embeddings) == len(store.items) else None
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            if c.execute("SELECT 1 FROM mem_organised WHERE user_id = %s AND session = %s", (user, session)).fetchone():
+                return  # another replica organised it
+            step = c.execute("INSERT INTO mem_steps (user_id, session, strategy, turns, facts) VALUES "
+                             "(%s, %s, %s, %s, %s) RETURNING step",
+                             (user, session, strategy_hash, len(turns), len(chosen))).fetchone()[0]
+            with c.cursor() as cur:
+                cur.executemany("INSERT INTO mem_records VALUES (%s, %s, %s, %s, %s, %s)", [
+                    (user, session, n, t.id, Jsonb({"id": t.id, "speaker": t.speaker, "session": session,
+                                                    "time": t.timestamp.isoformat() if t.timestamp else None,
+                                                    "sha256": sha256_hex(t.text.encode("utf-8"))}), t.text)
+                    for n, t in enumerate(turns)])
+                cur.executemany("INSERT INTO mem_facts VALUES (%s, %s, %s, %s)", [
+                    (user, step, Jsonb(_fact(item)), None if vectors is None else np.asarray(vectors[i]))
+                    for i, item in chosen])
+            c.execute("INSERT INTO mem_organised VALUES (%s, %s, %s)", (user, session, step))
+        self._run(work)
+
+    def organised(self, user: str) -> set[str]:
+        return self._run(lambda c: {r[0] for r in c.execute("SELECT session FROM mem_organised WHERE user_id = %s",
+                                                            (self._check(user),))})
+
+    def embeddings_dir(self, user: str) -> Path | None:
+        return None
+
+    # ---------------------------------------------------------------- recall log
+
+    def log_recall(self, user: str, record: dict) -> None:
+        self._check(user)
+
+        def work(c):
+            seq = c.execute("INSERT INTO mem_recalls (user_id, record) VALUES (%s, %s) RETURNING seq",
+                            (user, Jsonb(record))).fetchone()[0]
+            if seq % 100 == 0:
+                c.execute("DELETE FROM mem_recalls WHERE user_id = %s AND seq <= (SELECT seq FROM mem_recalls WHERE "
+                          "user_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)", (user, user, RECALLS_KEPT))
+        self._run(work)
+
+    def recalls(self, user: str) -> list[dict]:
+        return self._run(lambda c: [r[0] for r in c.execute(
+            "SELECT record FROM mem_recalls WHERE user_id = %s ORDER BY seq", (self._check(user),))])
+
+    # ---------------------------------------------------------------- erasure and verification
+
+    def erase(self, user: str) -> dict:
+        self._check(user)
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            turns = sum(len(e.get("turns", ())) for (e,) in c.execute(
+                "SELECT event FROM mem_events WHERE user_id = %s", (user,)))
+            tombstone = {"user_sha256": _user_key(user), "erased_at": now_iso(), "turns_erased": turns}
+            for table in _USER_TABLES:
+                c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
+            c.execute("INSERT INTO mem_tombstones VALUES (%s, %s) ON CONFLICT (user_sha256) DO UPDATE SET "
+                      "tombstone = excluded.tombstone", (tombstone["user_sha256"], Jsonb(tombstone)))
+            return tombstone
+        return self._run(work)
+
+    def tombstone(self, user: str) -> dict | None:
+        row = self._run(lambda c: c.execute("SELECT tombstone FROM mem_tombstones WHERE user_sha256 = %s",
+                                            (_user_key(user),)).fetchone())
+        return row[0] if row else None
+
+    def verify(self, user: str) -> list[str]:
+        self._check(user)
+
+        def work(c):
+            problems = []
+            seqs = [r[0] for r in c.execute("SELECT seq FROM mem_events WHERE user_id = %s ORDER BY seq", (user,))]
+            if seqs != list(range(1, len(seqs) + 1)):
+                problems.append(f"user {user}: capture log sequence has gaps")
+            texts = {t["id"]: t["text"] for (e,) in c.execute("SELECT event FROM mem_events WHERE user_id = %s",
+                                                              (user,)) for t in e.get("turns", ())}
+            for session, turn_id, meta, body in c.execute(
+                    "SELECT session, turn_id, meta, body FROM mem_records WHERE user_id = %s", (user,)):
+                if texts.get(turn_id) != body or meta.get("sha256") != sha256_hex(body.encode("utf-8")):
+                    problems.append(f"user {user}: record of turn {turn_id!r} (session {session}) does not match "
+                                    "the capture log")
+            return problems
+        return self._run(work)
+
+    def close(self) -> None:
+        self.pool.close()
+

@@ -1,0 +1,223 @@
+"""Load on ``memevolve serve``: capture throughput, recall throughput and p50/p95 latency at 1, 8 and 32 concurrent
+clients, for the embedded file store and for PostgreSQL (pgserver's self-contained server with pgvector), and a hot
+reload under load.
+
+Each store gets a fresh ``memevolve serve`` process on 127.0.0.1 serving ``--strategy`` (an untracked serving file).
+One LoCoMo conversation (default: the dev4 conversation with the most turns) is captured turn by turn, one request per
+turn, and its sessions closed and organised; then its questions are recalled by concurrent HTTP clients (asyncio,
+httpx), ``--requests`` per level (at least 4 per client). Under the file store a second 8-client run replaces the
+serving file with ``--reload-to`` half-way (the service reloads it, rebuilding the user's memory under the new
+ingestion policy while the old strategy serves) and counts failed requests and the strategies that answered. Run from
+the repository root:
+
+    python experiments/bench/bench_serve_load.py [--bench PATH] [--conversation ID] [--out PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from evolve.benchmarks.locomo import load_locomo  # noqa: E402
+from evolve.data import BASELINE_PATH  # noqa: E402
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Server:
+    """A ``memevolve serve`` child process; :meth:`stop` ends it."""
+
+    def __init__(self, work: Path, serving: Path, store: str | None):
+        self.port = _port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        args = [sys.executable, "-m", "evolve.cli", "serve", "--data", str(work / "data"), "--serving", str(serving),
+                "--stores", str(work / "no-stores"), "--allow-untracked", "--port", str(self.port),
+                "--reload-interval", "0.5", *(["--store", store] if store else [])]
+        self.log = work / f"serve-{self.port}.log"
+        self.proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
+                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"serve exited: {self.log.read_text()}")
+            try:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                time.sleep(0.3)
+        raise RuntimeError(f"serve did not start: {self.log.read_text()}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+def capture(server: Server, conversation, user: str) -> dict:
+    """Every turn in its own request, in order; then close the last session and wait for organisation."""
+    started = time.perf_counter()
+    n = 0
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for session in conversation.sessions:
+            for t in session.turns:
+                when = t.timestamp or session.timestamp
+                reply = client.post(f"/v1/users/{user}/turns", json={"turns": [{
+                    "id": t.id, "speaker": t.speaker, "text": t.text, "session": session.id,
+                    "time": when.isoformat() if when else None}]})
+                reply.raise_for_status()
+                n += 1
+        seconds = time.perf_counter() - started
+        client.post(f"/v1/users/{user}/close").raise_for_status()
+        while client.get("/healthz").json()["organisation_pending"]:
+            time.sleep(0.5)
+    return {"turns": n, "seconds": round(seconds, 2), "turns_per_s": round(n / seconds, 1)}
+
+
+async def _load(url: str, user: str, questions: list[str], clients: int, requests: int,
+                during=None) -> dict:
+    """``requests`` recalls by ``clients`` concurrent clients; ``during`` (a coroutine function) runs half-way."""
+    latencies: list[float] = []
+    failures: list[str] = []
+    strategies: dict[str, int] = {}
+    queue: asyncio.Queue = asyncio.Queue()
+    for i in range(requests):
+        queue.put_nowait(questions[i % len(questions)])
+    done = 0
+
+    async def worker(client: httpx.AsyncClient) -> None:
+        nonlocal done
+        while True:
+            try:
+                question = queue.get_nowait()
+            except asyncio.QueueEmpty:
+                return
+            started = time.perf_counter()
+            try:
+                reply = await client.post(f"/v1/users/{user}/recall", json={"question": question})
+                latencies.append((time.perf_counter() - started) * 1000)
+                if reply.status_code != 200:
+                    failures.append(f"{reply.status_code}: {reply.text[:120]}")
+                else:
+                    key = reply.json()["strategy"][:12]
+                    strategies[key] = strategies.get(key, 0) + 1
+            except httpx.HTTPError as exc:
+                failures.append(repr(exc))
+            done += 1
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        started = time.perf_counter()
+        tasks = [asyncio.create_task(worker(client)) for _ in range(clients)]
+        if during is not None:
+            while done < requests // 2:
+                await asyncio.sleep(0.01)
+            await during()
+        await asyncio.gather(*tasks)
+        seconds = time.perf_counter() - started
+    lat = np.array(latencies)
+    return {"clients": clients, "requests": requests, "failed": len(failures), "failures": failures[:5],
+            "seconds": round(seconds, 2), "recalls_per_s": round(requests / seconds, 1),
+            "p50_ms": round(float(np.percentile(lat, 50)), 1), "p95_ms": round(float(np.percentile(lat, 95)), 1),
+            "strategies": strategies}
+
+
+def _machine() -> dict:
+    load = os.getloadavg()
+    return {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+            "python": platform.python_version(), "load_average_1_5_15": [round(x, 2) for x in load],
+            "note": "2-core machine shared with other jobs running tests at the same time"}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--bench", default=str(ROOT.parent / "shared/data/locomo/locomo_dev4.json"))
+    p.add_argument("--conversation", help="sample id (default: the one with the most turns)")
+    p.add_argument("--strategy", default=str(ROOT / "experiments/strategies/locomo_answer_evolved4.yaml"))
+    p.add_argument("--reload-to", default=str(BASELINE_PATH), help="strategy the hot-reload run switches to")
+    p.add_argument("--requests", type=int, default=200, help="recalls per concurrency level (default: %(default)s)")
+    p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
+    p.add_argument("--stores", nargs="+", default=["file", "postgres"], choices=["file", "postgres"])
+    p.add_argument("--out", default=str(ROOT / "experiments/bench/serve_load.json"))
+    args = p.parse_args()
+
+    bench = load_locomo(args.bench)
+    conv_id = args.conversation or max(bench.conversations, key=lambda c: len(bench.conversations[c].turns()))
+    conversation = bench.conversations[conv_id]
+    questions = [q.question for q in bench.questions if q.conversation_id == conv_id]
+    report = {"machine": _machine(), "conversation": conv_id, "turns": len(conversation.turns()),
+              "questions": len(questions), "strategy": Path(args.strategy).name, "stores": {}}
+    work = Path(tempfile.mkdtemp(prefix="memevolve-load-"))
+    pg = None
+    try:
+        for kind in args.stores:
+            folder = work / kind
+            folder.mkdir()
+            serving = folder / "serving.yaml"
+            shutil.copyfile(args.strategy, serving)
+            url = None
+            if kind == "postgres":
+                import pgserver
+
+                pg_dir = Path(tempfile.mkdtemp(prefix="memevolve-load-pg-"))  # reachable by pgserver's own user
+                pg = pgserver.get_server(pg_dir, cleanup_mode="stop")
+                url = pg.get_uri()
+            server = Server(folder, serving, url)
+            try:
+                result: dict = {"capture": capture(server, conversation, "u1")}
+                started = time.perf_counter()
+                httpx.post(f"{server.url}/v1/users/u1/recall", json={"question": questions[0]}, timeout=600)
+                result["first_recall_s"] = round(time.perf_counter() - started, 2)  # builds the user's store
+                result["recall"] = []
+                for clients in args.levels:
+                    row = asyncio.run(_load(server.url, "u1", questions, clients, max(args.requests, 4 * clients)))
+                    result["recall"].append(row)
+                    print(kind, json.dumps(row), flush=True)
+                if kind == "file":
+                    async def swap() -> None:
+                        staged = serving.with_suffix(".new")
+                        shutil.copyfile(args.reload_to, staged)
+                        os.replace(staged, serving)
+
+                    before = httpx.get(f"{server.url}/v1/strategy").json()["serving"]["hash"][:12]
+                    row = asyncio.run(_load(server.url, "u1", questions, 8, max(args.requests, 400), swap))
+                    time.sleep(2)
+                    after = httpx.get(f"{server.url}/v1/strategy").json()
+                    row.update(before=before, after=after["serving"]["hash"][:12], reloads=after["reloads"])
+                    result["hot_reload"] = row
+                    print(kind, "hot reload", json.dumps(row), flush=True)
+                report["stores"][kind] = result
+            finally:
+                server.stop()
+    finally:
+        if pg is not None:
+            pg.cleanup()
+            shutil.rmtree(pg_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
+    Path(args.out).write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,122 @@
+"""The shared PostgreSQL store (a real server: pgserver's self-contained PostgreSQL with pgvector): the same packed
+contexts as the file store for the same captures, two service processes sharing memory, 503 while the database is
+down and recovery when it is back."""
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+import json
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from evolve.benchmarks.synthetic import generate_synthetic
+from evolve.data import BASELINE_PATH
+from evolve.serve.app import create_app
+from evolve.serve.filestore import FileBackend
+from evolve.serve.memory import MemoryService
+from evolve.serve.replay import replay, stored_recalls
+from evolve.serve.strategy import StrategySlot
+from server_process import ServeProcess, turns_of
+from workflow_fixtures import cli
+
+pgserver = pytest.importorskip("pgserver")
+from evolve.serve.pgstore import PostgresBackend  # noqa: E402  (needs the postgres extra)
+
+BENCH = generate_synthetic(1, n_personas=1, n_sessions=5)
+CONVERSATION = next(iter(BENCH.conversations.values()))
+QUESTIONS = [q for q in BENCH.questions if q.conversation_id == CONVERSATION.id][:8]
+SESSIONS = 2
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A started PostgreSQL; ``(server handle, data directory)``. Its folder lies outside pytest's private temporary
+    directory: run as root, pgserver runs the server as another user, who must reach it."""
+    folder = Path(tempfile.mkdtemp(prefix="memevolve-pg-"))
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    yield server, folder
+    server.cleanup()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def serving(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("serving") / "serving.yaml"
+    path.write_bytes(BASELINE_PATH.read_bytes())
+    return path
+
+
+def _packed(client: TestClient, user: str) -> list:
+    out = []
+    for q in QUESTIONS:
+        reply = client.post(f"/v1/users/{user}/recall", json={"question": q.question, "asked_at": None})
+        assert reply.status_code == 200, reply.text
+        out.append([(p["id"], p["text"], p["source_ids"]) for p in reply.json()["packed"]])
+    return out
+
+
+def test_postgres_packs_what_the_file_store_packs(capsys, postgres, serving, embedder, tmp_path):
+    slot = StrategySlot(None, serving, embedder, allow_untracked=True)
+    database = PostgresBackend(postgres[0].get_uri())
+    contexts, services = [], []
+    for backend in (FileBackend(tmp_path / "data"), database):
+        memory = MemoryService(backend, lambda: slot.current)
+        with TestClient(create_app(slot, memory)) as client:
+            for turn in turns_of(CONVERSATION, sessions=SESSIONS):
+                assert client.post("/v1/users/ann/turns", json={"turns": [turn]}).status_code == 201
+            assert client.post("/v1/users/ann/close").status_code == 200
+            assert memory.organise_pending() == SESSIONS
+            contexts.append(_packed(client, "ann"))
+        services.append(memory)
+    assert contexts[0] == contexts[1] and any(contexts[0])
+    assert database.organised("ann") == {s.id for s in CONVERSATION.sessions[:SESSIONS]}
+    assert database.verify("ann") == [] and len(database.recalls("ann")) == len(QUESTIONS)
+    with database.pool.connection() as conn:  # the organised facts carry their embeddings as pgvector vectors
+        dims, facts = conn.execute("SELECT max(vector_dims(embedding)), count(*) FROM mem_facts "
+                                   "WHERE user_id = 'ann'").fetchone()
+    assert facts > 0 and dims == embedder.encode(["x"]).shape[1]
+    same = replay(stored_recalls(database), database, slot.current, slot.current)  # replay reads the database
+    assert same.n == len(QUESTIONS) and same.overlap["identical"] == 1.0 and same.verdict == "no_difference"
+    assert same.reproduced["serving_reproduced"] == {"checked": len(QUESTIONS), "equal": len(QUESTIONS)}
+    exports = []
+    for data in (tmp_path / "data", postgres[0].get_uri()):  # capture-export reads either store alike
+        code, out = cli(capsys, "capture-export", "--data", data, "--out", tmp_path / "bench.json")
+        assert code == 0, out
+        exports.append(json.loads((tmp_path / "bench.json").read_text()))
+    assert exports[0] == exports[1] and len(exports[0][0]["unanswered"]) == len({q.question for q in QUESTIONS})
+    database.close()
+
+
+def test_two_replicas_share_memory_and_answer_503_while_postgres_is_down(postgres, serving, tmp_path):
+    server, folder = postgres
+    url = server.get_uri()
+    turns = turns_of(CONVERSATION, sessions=1)[:12]
+    with ServeProcess(tmp_path / "a", serving, None, "--allow-untracked", "--store", url) as a, \
+            ServeProcess(tmp_path / "b", serving, None, "--allow-untracked", "--store", url) as b:
+        for i, turn in enumerate(turns):  # captures alternate between the replicas
+            reply = httpx.post(f"{(a, b)[i % 2].url}/v1/users/bo/turns", json={"turns": [turn]}, timeout=60)
+            assert reply.status_code == 201, reply.text
+        assert reply.json()["turns"] == len(turns)  # the last replica saw every capture of the other
+        again = httpx.post(f"{a.url}/v1/users/bo/turns", json={"turns": [turns[-1]]}, timeout=60)
+        assert again.status_code == 409 and "already captured" in again.json()["error"]["message"]
+        question = {"question": QUESTIONS[0].question}
+        seen = [httpx.post(f"{r.url}/v1/users/bo/recall", json=question, timeout=60).json()["packed"] for r in (a, b)]
+        assert seen[0] == seen[1] and seen[0]
+
+        server.cleanup()  # PostgreSQL stops under the service
+        down = httpx.post(f"{a.url}/v1/users/bo/recall", json=question, timeout=60)
+        assert down.status_code == 503 and "memory store" in down.json()["error"]["message"]
+        capture = httpx.post(f"{b.url}/v1/users/bo/turns", json={"turns": [{**turns[-1], "id": "late"}]}, timeout=60)
+        assert capture.status_code == 503
+        restarted = pgserver.get_server(folder, cleanup_mode="stop")
+        assert restarted.get_uri() == url
+        back = httpx.post(f"{a.url}/v1/users/bo/recall", json=question, timeout=60)
+        assert back.status_code == 200 and back.json()["packed"] == seen[0]
+
+        assert httpx.delete(f"{b.url}/v1/users/bo", timeout=60).status_code == 200  # erased through one replica
+        gone = httpx.post(f"{a.url}/v1/users/bo/recall", json=question, timeout=60)
+        assert gone.status_code == 404 and "erased at" in gone.json()["error"]["message"]
