@@ -60,3 +60,9 @@ def serving(tmp_path: Path, monkeypatch) -> Path:
     path.write_bytes(BASELINE_PATH.read_bytes())
     monkeypatch.setenv("MEMEVOLVE_SERVING_DIR", str(path.parent))
     return path
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of files marked ``heavy`` first, each file's tests in their order: with ``--dist loadfile`` a
+    worker takes a long file while the other works through the short ones, so no long file starts last."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from evolve.llm import LLMAnswerer, LLMExpander, LLMExtractor, LLMJudge, LLMPlanner, UsageStats
 from evolve.llm.roles import ANSWER_STOP, JUDGE_LABELS, JUDGE_SCHEMA, answer_tokens
 from local_model import CONTEXT, POLICY, QUESTIONS, WINDOW, client, entries
+
+pytestmark = pytest.mark.heavy
 
 
 def test_runtime_roles_on_the_real_model_replay_from_cache(local_llm, tmp_path):

@@ -14,6 +14,8 @@ from evolve.loop.config import RunConfig
 from evolve.loop.engine import Engine
 from local_model import entries
 
+pytestmark = pytest.mark.heavy
+
 
 def _run_config(server: LocalLLMServer, stores: Path) -> RunConfig:
     local = {"backend": "llm", "base_url": server.base_url, "model": server.model, "seed": 0, "timeout_s": 600}
