@@ -9,6 +9,7 @@ import pytest
 
 from evolve.llm import LLMAnswerer, LLMExpander, LLMExtractor, LLMJudge, LLMPlanner, UsageStats
 from evolve.llm.roles import ANSWER_STOP, JUDGE_LABELS, JUDGE_SCHEMA, answer_tokens
+from evolve.strategy.schema import evolvable_dimensions
 from local_model import CONTEXT, POLICY, QUESTIONS, WINDOW, client, entries
 
 pytestmark = pytest.mark.heavy
@@ -62,7 +63,10 @@ def test_planner_constrained_decoding_yields_schema_valid_json(local_llm, tmp_pa
     stats = UsageStats()
     planner = LLMPlanner(client(local_llm, tmp_path, stats, "planner", max_tokens=96, structured="json_object"),
                          max_attempts=1)
-    result = planner.plan({"retrieval_gap/single_hop": 12}, {"retrieval.top_k::increase": 0.4}, max_proposals=1)
+    # The retrieval paths only: a far shorter prompt and grammar than all paths', constraining the reply the same way.
+    retrieval = {path: dim for path, dim in evolvable_dimensions().items() if path.startswith("retrieval.")}
+    result = planner.plan({"retrieval_gap/single_hop": 12}, {"retrieval.top_k::increase": 0.4}, retrieval,
+                          max_proposals=1)
     [entry] = entries(tmp_path, "planner")
     proposals = json.loads(entry["content"])  # whatever the model meant, the grammar made it a valid reply shape
     assert isinstance(proposals, list) and len(proposals) == 1
