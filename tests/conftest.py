@@ -69,3 +69,9 @@ def framework_schema() -> Iterator[None]:
     from evolve.strategy.schema import activate
 
     activate(None)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests of files marked ``heavy`` first, each file's tests in their order: with ``--dist loadfile`` a
+    worker takes a long file while the other works through the short ones, so no long file starts last."""
+    items.sort(key=lambda item: item.get_closest_marker("heavy") is None)

@@ -21,6 +21,8 @@ from evolve.loop.engine import Engine
 from evolve.loop.setup import RunSetup
 from evolve.verify.decision import CostLimits
 
+pytestmark = pytest.mark.heavy
+
 MODELS = ("answerer-model", "judge-model")
 
 

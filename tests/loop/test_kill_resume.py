@@ -21,6 +21,8 @@ from evolve.state.stores import StoreSet
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import strategy_hash
 
+pytestmark = pytest.mark.heavy
+
 ROUNDS = 3
 POLL_S = 0.005
 TIMEOUT_S = 300.0

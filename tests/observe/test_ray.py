@@ -19,6 +19,8 @@ from evolve.observe.ray_pool import RayPool, WorkerLost  # noqa: E402
 from evolve.runtime import IngestionCache  # noqa: E402
 from evolve.strategy.artifact import derive  # noqa: E402
 
+pytestmark = pytest.mark.heavy
+
 BENCH = "synthetic:0:4"
 
 

@@ -20,6 +20,8 @@ from evolve.data import BASELINE_PATH
 from evolve.ops.history import History
 from workflow_fixtures import cli, cli_subprocess
 
+pytestmark = pytest.mark.heavy
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -19,6 +19,8 @@ from evolve.strategy.artifact import StrategyError, validate_strategy
 from evolve.strategy.schema import live_dimensions
 from evolve.strategy.paths import get_path, set_path
 
+pytestmark = pytest.mark.heavy
+
 
 def conversation(cid: str, sessions: list[tuple[datetime, list[tuple[str, str]]]]) -> Conversation:
     built = []

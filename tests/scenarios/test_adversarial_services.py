@@ -316,7 +316,7 @@ def test_mark_on_an_endpoint_that_always_fails_commits_an_unscored_round(capsys,
 
 
 @pytest.mark.parametrize("url, rule", [
-    ("postgresql://user@127.0.0.1:5432/studies", "the postgresql driver is not installed"),
+    ("postgresql+psycopg2://user@127.0.0.1:5432/studies", "the postgresql+psycopg2 driver is not installed"),
     ("mysql://user@127.0.0.1:3306/studies", "the mysql driver is not installed"),
     ("nosuchdb://host/studies", "'nosuchdb' is not a database SQLAlchemy knows"),
 ])
