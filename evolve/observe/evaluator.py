@@ -129,7 +129,8 @@ class Evaluator:
         verdict = _verdict(judgment, correct, result.answer.text) if answer else None
         backed = support(result.answer.text, q.question, (p["text"] for p in fields["packed"])) if answer else None
         trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
-                      evidence_known=bool(known), stored_ids=store.items_from_sources(known), **fields,
+                      evidence_known=bool(known), known_evidence=list(known),
+                      stored_ids=store.items_from_sources(known), **fields,
                       judge={"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
                              "votes": list(judgment.votes), "verdict": judgment.verdict},
                       correct=correct, abstention=q.abstention, f1=judgment.score,

@@ -20,7 +20,7 @@ STAGE_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
     Stage.INGESTION: (("stored_ids",),), Stage.RETRIEVAL: (("retrieved",),),
     Stage.FILTERING: (("filtered", "dropped"),), Stage.ASSEMBLY: (("packed",),),
     Stage.GENERATION: (("answer",), ("answer_support",)), RESULTS: (("correct",),)}
-#: The tau of DCR@tau (share of scored traces recording at least tau stages) reported for every summary.
+#: The tau of DCR@tau (share of the failures' traces recording at least tau valid stages) reported for every summary.
 DCR_TAUS = (1, 3, 5, 6)
 
 
@@ -66,6 +66,8 @@ class Trace:
     gold_evidence: list[str] = field(default_factory=list)
     #: Whether the benchmark names gold evidence for the question.
     evidence_known: bool = False
+    #: The gold evidence ids that name a turn of the conversation (the others cannot be checked).
+    known_evidence: list[str] = field(default_factory=list)
     #: Ids of the stored memories derived from the gold turns (what ingestion kept of them).
     stored_ids: list[str] = field(default_factory=list)
     #: The question intent the runtime detected (selects per-intent retrieval settings).
@@ -254,7 +256,8 @@ class Summary:
     answers: dict[str, int]
     #: Retrieval time per query in milliseconds, ``{"p50", "p95"}``.
     retrieval_ms: dict[str, float]
-    #: DCR@tau for each tau of :data:`DCR_TAUS` (keys ``"1"``, ``"3"``, ...).
+    #: DCR@tau for each tau of :data:`DCR_TAUS` (keys ``"1"``, ``"3"``, ...) over the scored failures
+    #: (:func:`evolve.observe.diagnosis.dcr`; 1 when nothing failed).
     dcr: dict[str, float]
     #: Adversarial questions: ``{"n", "scored", "evidence_recall@10"}``.
     adversarial: dict
