@@ -11,7 +11,7 @@ from evolve.benchmarks.types import Benchmark, Question
 from evolve.observe.abstention import abstains
 from evolve.observe.judge import TokenF1Judge, confabulated, support
 from evolve.observe.measures import measure
-from evolve.observe.trace import Trace
+from evolve.observe.trace import STAGE_FIELDS, Trace
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime.store import MemoryStore
@@ -136,7 +136,8 @@ class Evaluator:
                       correct=correct, abstention=q.abstention, f1=judgment.score,
                       verdict=verdict, support=backed,
                       confabulated=confabulated(verdict, backed) if answer else None,
-                      scored=self.include_adversarial or q.category != "adversarial")
+                      scored=self.include_adversarial or q.category != "adversarial",
+                      stages=list(STAGE_FIELDS) if answer else list(STAGE_FIELDS)[:len(STAGE_FIELDS) - 2])
         trace.llm = usage.by_role()
         return measure(trace, q, known, store, self._turn_text[q.conversation_id],
                        self._session_of[q.conversation_id])

@@ -141,9 +141,10 @@ class Trace:
     llm: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Where a failure happened on the evidence-loss ladder (``ingestion_gap``, ``retrieval_gap``, ``kf_filtered``, ``generation_error``, ``unresolved``); ``None`` when correct.
     root_cause: str | None = None
-    #: The stages the trace records (:data:`STAGE_FIELDS`): a trace built in code holds every field, so all of them;
-    #: one read by :meth:`from_dict`, those whose fields the record holds.
-    stages: list[str] = field(default_factory=lambda: list(STAGE_FIELDS))
+    #: The stages the trace records (:data:`STAGE_FIELDS`): those the harness ran (all six for an answered question,
+    #: the four up to assembly without an answer); one read by :meth:`from_dict`, those whose fields the record holds;
+    #: none for a trace built in code without saying which.
+    stages: list[str] = field(default_factory=list)
     #: ``{"stage", "type", "message"}`` when a role failed on this question (it is then never scored).
     error: dict | None = None
 

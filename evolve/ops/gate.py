@@ -31,7 +31,7 @@ from evolve.state.stores import StoreSet
 from evolve.verify.comparison import Comparison
 from evolve.verify.decision import Decision, Stage, decide, journal_type
 from evolve.verify.dossier import compare_traces
-from evolve.verify.hypothesis import Direction
+from evolve.verify.hypothesis import Direction, predicted
 from evolve.verify.multiplicity import Adjustment, adjust
 from evolve.verify.outcomes import ContextCost
 
@@ -164,3 +164,33 @@ def journal(result: GateResult, stores: Path, escalations: set[str] | None = Non
                 "record_hash": record_hash(record), "restore_to": record.parent_hash})]
         store.commit_round(n, bundle)
         return store.journal.last()
+
+
+def _family_p(records: Mapping[str, CandidateRecord], ids: list[str], own: str, secondary: bool) -> dict[str, float]:
+    """The raw p of each other member of a recorded family, as the loop adjusted it (a fully compared candidate's
+    paired p, or its secondary p; a probe-stopped one's probe p)."""
+    out = {}
+    for cid in ids:
+        if cid == own:
+            continue
+        r = records[cid]
+        if secondary:
+            out[cid] = r.secondary.mcnemar_p
+        else:
+            out[cid] = r.paired.mcnemar_p if r.decided_by == Stage.DECISION else r.probe.mcnemar_p
+    return out
+
+
+def replay_args(record: CandidateRecord, records: Mapping[str, CandidateRecord]) -> list[str]:
+    """The ``memevolve gate`` options that decide a fully compared candidate of a loop's stores again from trace files
+    of its parent and of itself: its hypothesis, and the other members of its round's families with their raw p."""
+    args = ["--adapter", "memevolve"]
+    prediction = predicted(record.symptom) if record.hypothesis is not None else None
+    if prediction is not None:
+        args += ["--hypothesis", record.symptom, "--predict", ":".join(prediction)]
+    for option, adjustment, secondary in (("--family-p", record.multiple_testing, False),
+                                          ("--family-secondary-p", record.secondary_testing, True)):
+        if adjustment is not None:
+            for cid, p in _family_p(records, adjustment.family, record.candidate_id, secondary).items():
+                args += [option, f"{cid}={p!r}"]
+    return args

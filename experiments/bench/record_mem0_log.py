@@ -4,7 +4,7 @@ Runs Mem0 OSS offline: the packaged all-MiniLM-L6-v2 through Mem0's huggingface 
 ``infer=False`` (each turn stored verbatim, no LLM call), telemetry off. Each turn is stored with its dialogue id in
 ``metadata.source_ids``; each question of the first SESSIONS sessions is searched and logged one JSON object a line:
 ``{"id", "category", "question", "gold", "search", "get_all"}``, ``search`` and ``get_all`` exactly as Mem0 returned
-them. Usage: python experiments/bench/record_mem0_log.py OUT.jsonl [--sessions N] [--limit K]
+them. Usage: python experiments/bench/record_mem0_log.py OUT.jsonl [--sessions N] [--top-k K]
 """
 from __future__ import annotations
 
@@ -18,18 +18,18 @@ os.environ.setdefault("MEM0_TELEMETRY", "False")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 LOCOMO = Path(__file__).resolve().parents[2] / ".." / "shared" / "data" / "locomo" / "locomo_dev4.json"
-CATEGORY = {1: "multi_hop", 2: "temporal", 3: "open_domain", 4: "single_hop"}
 
 
 def main() -> None:
     from mem0 import Memory
 
+    from evolve.benchmarks.locomo import CATEGORY_BY_CODE
     from evolve.runtime.embedder import minilm_model_dir
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("--sessions", type=int, default=1)
-    parser.add_argument("--limit", type=int, default=5, help="search limit (default: %(default)s)")
+    parser.add_argument("--top-k", type=int, default=5, help="search() top_k (default: %(default)s)")
     args = parser.parse_args()
     sample = json.loads(LOCOMO.read_text())[0]
     conv, user = sample["conversation"], sample["sample_id"]
@@ -50,10 +50,10 @@ def main() -> None:
         prefixes = tuple(f"D{s.split('_')[1]}:" for s in sessions)
         lines = []
         for i, qa in enumerate(sample["qa"]):
-            if qa.get("category") not in CATEGORY or not all(e.startswith(prefixes) for e in qa.get("evidence", [])):
+            if qa.get("category") not in CATEGORY_BY_CODE or qa["category"] == 5 or not all(e.startswith(prefixes) for e in qa.get("evidence", [])):
                 continue
-            found = memory.search(qa["question"], filters={"user_id": user}, limit=args.limit)
-            lines.append({"id": f"{user}/q{i}", "category": CATEGORY[qa["category"]], "question": qa["question"],
+            found = memory.search(qa["question"], filters={"user_id": user}, top_k=args.top_k)
+            lines.append({"id": f"{user}/q{i}", "category": CATEGORY_BY_CODE[qa["category"]], "question": qa["question"],
                           "gold": {"answer": str(qa["answer"]), "evidence": qa["evidence"]},
                           "search": found, "get_all": stored})
     args.out.write_text("".join(json.dumps(line, default=str) + "\n" for line in lines))
