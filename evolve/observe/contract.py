@@ -18,7 +18,7 @@ from jsonschema import Draft202012Validator
 
 from evolve.data import TRACE_SCHEMA_PATH
 from evolve.errors import UserError
-from evolve.observe.answer import answer_check
+from evolve.observe.answer import answer_check, content_words_once
 from evolve.observe.ladder import RESULTS, Stage, derives_from
 from evolve.observe.trace import Trace
 
@@ -136,7 +136,8 @@ def to_trace(record: Mapping[str, Any]) -> Trace:
             trace.packed_evidence = [e for e in evidence if e in set(carried)]
             trace.evidence_share = len(trace.packed_evidence) / len(evidence)
             trace.all_evidence_packed = len(trace.packed_evidence) == len(evidence)
-        trace.answer_in_evidence, trace.answer_anywhere = answer_check(trace.gold_answer, evidence, packed)
+        trace.answer_in_evidence, trace.answer_anywhere = answer_check(trace.gold_answer, evidence, packed,
+                                                                       content_words_once)
     size = record.get("context_words")
     trace.context_tokens = size if size is not None else _words(packed or [])
     return trace
