@@ -60,7 +60,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
     print(f"paired on {p.n} samples ({config.objective}): base {p.acc_baseline:.3f} -> candidate "
           f"{p.acc_candidate:.3f}  delta {p.delta:+.4f}  McNemar p={p.mcnemar_p:.4g}  CI [{p.ci_low:+.4f}, "
           f"{p.ci_high:+.4f}]")
-    print(f"DCR@{config.acceptance.dcr_tau} {c.dcr:.3f} over the failure/discordance set; context words "
+    print(f"DCR@{config.acceptance.dcr_tau} {c.dcr:.3f} over the failure/discordance set ({result.n_failures} "
+          f"samples); context words "
           f"{c.cost.words_parent:.1f} -> {c.cost.words_candidate:.1f}")
     if c.hypothesis is not None:
         print(f"hypothesis: {args.hypothesis}: {c.hypothesis.describe()}")

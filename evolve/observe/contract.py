@@ -92,14 +92,13 @@ def from_trace(trace: Trace) -> dict:
                                   for side in ("filtered", "dropped") for item in getattr(trace, side)],
         Stage.ASSEMBLY: lambda: [dict(item) for item in trace.packed],
         Stage.GENERATION: lambda: trace.answer,
-        RESULTS: lambda: {"correct": trace.correct, "verdict": trace.verdict, "confabulated": trace.confabulated,
+        RESULTS: lambda: {"correct": trace.correct, "confabulated": trace.confabulated,
+                          **({"verdict": trace.verdict} if trace.verdict else {}),
                           **({"details": trace.judge} if trace.judge else {})},
     }
     for stage, value in stages.items():
         if stage in recorded:
             out[STAGE_KEYS[stage]] = value()
-    if out.get("judge", {}).get("verdict") is None:
-        out.get("judge", {}).pop("verdict", None)
     if trace.evidence_known:
         out["packed_evidence"] = list(trace.packed_evidence)
     out["context_words"] = trace.context_tokens

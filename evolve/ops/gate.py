@@ -30,7 +30,7 @@ from evolve.state.records import dump_record, record_hash, report_hash
 from evolve.state.stores import StoreSet
 from evolve.verify.comparison import Comparison
 from evolve.verify.decision import Decision, Stage, decide, journal_type
-from evolve.verify.dossier import compare_traces
+from evolve.verify.dossier import compare_traces, failure_set
 from evolve.verify.hypothesis import Direction, predicted
 from evolve.verify.multiplicity import Adjustment, adjust
 from evolve.verify.outcomes import ContextCost
@@ -62,6 +62,7 @@ class GateResult:
     record: CandidateRecord
     comparison: Comparison
     decision: Decision
+    #: Size of the failure/discordance set DCR was computed over.
     n_failures: int
 
 
@@ -136,8 +137,8 @@ def evaluate(gate: GateInput) -> GateResult:
                                                                  comparison.hypothesis)
     record.multiple_testing, record.secondary_testing = comparison.multiple_testing, comparison.secondary_testing
     record.close(decision, Stage.DECISION)
-    failures = {t.question_id for t in cand if t.failed}
-    return GateResult(record, comparison, decision, len(failures))
+    return GateResult(record, comparison, decision, len(failure_set(outcomes(base, objective),
+                                                                     outcomes(cand, objective))))
 
 
 def journal(result: GateResult, stores: Path, escalations: set[str] | None = None) -> dict:
