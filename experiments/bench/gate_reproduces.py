@@ -39,7 +39,7 @@ def reproduce(config_path: Path, out: Path, rounds: int = 1) -> list[dict]:
     harness = setup.harness()[0]
     view, strategies = History(config.stores), StoreView(config.stores)
     records = {r.candidate_id: r for r in view.records}
-    rows = []
+    rows, written = [], {}
     for r in records.values():
         if r.paired is None or r.decided_by != "decision":
             continue
@@ -47,9 +47,11 @@ def reproduce(config_path: Path, out: Path, rounds: int = 1) -> list[dict]:
             rows.append({"candidate": r.candidate_id, "same": None, "note": "holdout comparison: not reproduced"})
             continue
         files = []
-        for side, digest in (("parent", r.parent_hash), ("candidate", r.strategy_hash)):
-            run = harness.evaluate(strategies.get_strategy(digest), setup.question_ids, desc=f"{r.candidate_id} {side}")
-            files.append(run.write(out / r.candidate_id / side) / "traces.jsonl")
+        for digest in (r.parent_hash, r.strategy_hash):
+            if digest not in written:  # a round's candidates share their parent: evaluated once
+                run = harness.evaluate(strategies.get_strategy(digest), setup.question_ids, desc=digest[:12])
+                written[digest] = run.write(out / "traces" / digest[:16]) / "traces.jsonl"
+            files.append(written[digest])
         argv = ["gate", *map(str, files), "--rules", str(config_path), "--stores", str(out / "gate"),
                 *replay_args(r, records)]
         if memevolve(argv) != 0:

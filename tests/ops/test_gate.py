@@ -57,6 +57,8 @@ def test_a_verdict_is_journaled_and_read_like_a_candidate(tmp_path, files, capsy
     assert [(r.candidate_id, str(r.verdict), r.decision.rule) for r in records] == [
         ("gate-0001", "ACCEPT", "accept"), ("gate-0002", "FEATURE_FLAG", "hypothesis_mismatch")]
     assert records[1].hypothesis.category == "temporal" and records[1].direction["why"] == "fewer misses on dates"
+    assert main(["show", "gate-0001", "--stores", str(stores)]) == 0
+    assert "not promotable: no strategy file (a memevolve gate verdict" in capsys.readouterr().out
     assert main(["show", "gate-0002", "--stores", str(stores)]) == 0
     assert "hypothesis mismatch: predicted temporal down" in capsys.readouterr().out
     assert main(["journal", "verify", "--stores", str(stores)]) == 0
