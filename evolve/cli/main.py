@@ -1,4 +1,4 @@
-"""Command-line interface: memevolve eval|compare|run|... Exit codes: 0 done, 1 refused or different, 2 usage
+"""Command-line interface: memevolve eval|compare|run|gate|... Exit codes: 0 done, 1 refused or different, 2 usage
 errors and bad input, 130 interrupted by Ctrl-C (SIGINT), 143 stopped by SIGTERM (one line says what resumes).
 
 Commands that use stores follow one rule: --config PATH (default $MEMEVOLVE_CONFIG, else
@@ -364,13 +364,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, help="port on 127.0.0.1 (default: a free one)")
     p.set_defaults(func=cmd_local_llm)
 
-    from evolve.cli import governance, workflow
-    from evolve.cli import replay, serve
+    from evolve.cli import gate, governance, replay, serve, workflow
 
     workflow.register(sub)
     governance.register(sub)
     serve.register(sub)
     replay.register(sub)
+    gate.register(sub)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Framework data shipped inside the package: the strategy schema, the baseline strategy, the planner's bundle
+"""Framework data shipped inside the package: the strategy schema, the trace contract, the baseline strategy, the planner's bundle
 table, the framework prompts and the report's style sheet. Read through :mod:`importlib.resources`, so an installed wheel finds them."""
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 #: The package's data folder (a directory on disk for every regular or editable install; zip imports unsupported).
 DATA = Path(str(files(__name__)))
 SCHEMA_PATH = DATA / "strategy.schema.json"
+TRACE_SCHEMA_PATH = DATA / "trace.schema.json"
 BASELINE_PATH = DATA / "baseline.yaml"
 BUNDLES_PATH = DATA / "bundles.yaml"
 PROMPTS_DIR = DATA / "prompts"

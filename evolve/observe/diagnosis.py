@@ -1,11 +1,12 @@
 """Layer-A diagnosis: where on the evidence-loss ladder (:mod:`evolve.observe.ladder`) each failure happened, and
-DCR@tau (how completely the traces record the stages)."""
+DCR@tau (how completely the traces of the failures record the stages)."""
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Iterable
+from typing import Collection, Iterable
 
 from evolve.observe.answer import carried
+from evolve.observe.contract import from_trace, valid_stages
 from evolve.observe.ladder import ANSWER_LOSS, RootCause, Stage, lost_at, reaches
 from evolve.observe.trace import DCR_TAUS, Trace
 
@@ -43,19 +44,31 @@ def diagnose(trace: Trace) -> Trace:
     return trace
 
 
-def dcr(traces: Iterable[Trace], tau: int = 3) -> float:
-    """Diagnosis completeness rate: share of the scored traces that record at least ``tau`` of the six stages
-    (:data:`~evolve.observe.trace.STAGE_FIELDS`); 0 when none is scored. A log of results alone scores 0 at any
-    ``tau`` above 1."""
-    scored = [t for t in traces if t.scored]
-    return sum(len(t.stages) >= tau for t in scored) / len(scored) if scored else 0.0
+def recorded_stages(trace: Trace) -> list[str]:
+    """The stages ``trace`` records as schema-valid stage records of the trace contract, upstream first."""
+    return valid_stages(from_trace(trace))
 
 
-def dcr_by_tau(traces: Iterable[Trace]) -> dict[str, float]:
-    """DCR@tau for each tau of :data:`~evolve.observe.trace.DCR_TAUS`, keyed by ``str(tau)``, rounded as summaries
-    report it."""
-    traces = list(traces)
-    return {str(tau): round(dcr(traces, tau), 4) for tau in DCR_TAUS}
+def _stage_counts(traces: Iterable[Trace], failures: Collection[str] | None) -> list[int]:
+    """Valid stages recorded by each trace of F (``failures``; by default the scored traces judged wrong)."""
+    wanted = None if failures is None else set(failures)
+    return [len(recorded_stages(t)) for t in traces if (t.failed if wanted is None else t.question_id in wanted)]
+
+
+def dcr(traces: Iterable[Trace], tau: int = 3, failures: Collection[str] | None = None) -> float:
+    """Diagnosis completeness rate (D²ACCI): over the failure/discordance set F, the share of traces that record at
+    least ``tau`` of the six stages as schema-valid stage records (:func:`recorded_stages`). F is ``failures`` (ids),
+    by default the scored traces judged wrong; with F empty there is no failure to diagnose and DCR is 1. A log of
+    results alone scores 0 at any ``tau`` above 1."""
+    counts = _stage_counts(traces, failures)
+    return sum(c >= tau for c in counts) / len(counts) if counts else 1.0
+
+
+def dcr_by_tau(traces: Iterable[Trace], failures: Collection[str] | None = None) -> dict[str, float]:
+    """DCR@tau for each tau of :data:`~evolve.observe.trace.DCR_TAUS` over F (see :func:`dcr`), keyed by
+    ``str(tau)``, rounded as summaries report it."""
+    counts = _stage_counts(traces, failures)
+    return {str(tau): round(sum(c >= tau for c in counts) / len(counts), 4) if counts else 1.0 for tau in DCR_TAUS}
 
 
 def root_cause_counts(traces: Iterable[Trace]) -> tuple[dict[str, int], dict[str, dict[str, int]]]:

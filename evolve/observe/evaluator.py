@@ -11,7 +11,7 @@ from evolve.benchmarks.types import Benchmark, Question
 from evolve.observe.abstention import abstains
 from evolve.observe.judge import TokenF1Judge, confabulated, support
 from evolve.observe.measures import measure
-from evolve.observe.trace import Trace
+from evolve.observe.trace import STAGE_FIELDS, Trace
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.external import AdapterError, ExternalSystem
 from evolve.runtime.runtime import Runtime
@@ -137,13 +137,15 @@ class Evaluator:
         verdict = _verdict(judgment, correct, result.answer.text) if answer else None
         backed = support(result.answer.text, q.question, (p["text"] for p in fields["packed"])) if answer else None
         trace = Trace(q.id, q.category, q.conversation_id, q.question, q.answer, list(q.evidence),
-                      evidence_known=bool(known), stored_ids=store.items_from_sources(known), **fields,
+                      evidence_known=bool(known), known_evidence=list(known),
+                      stored_ids=store.items_from_sources(known), **fields,
                       judge={"name": judgment.judge, "correct": judgment.correct, "score": judgment.score,
                              "votes": list(judgment.votes), "verdict": judgment.verdict},
                       correct=correct, abstention=q.abstention, f1=judgment.score,
                       verdict=verdict, support=backed,
                       confabulated=confabulated(verdict, backed) if answer else None,
-                      scored=self.include_adversarial or q.category != "adversarial")
+                      scored=self.include_adversarial or q.category != "adversarial",
+                      stages=list(STAGE_FIELDS) if answer else list(STAGE_FIELDS)[:len(STAGE_FIELDS) - 2])
         trace.llm = usage.by_role()
         return measure(trace, q, known, store, self._turn_text[q.conversation_id],
                        self._session_of[q.conversation_id])

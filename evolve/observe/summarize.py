@@ -64,7 +64,7 @@ def summarize(strategy: dict, benchmark: str, benchmark_hash: str, judge: str, t
         answer_anywhere=rate(counted, "answer_anywhere"),
         answer_anywhere_by_category={c: r for c, ts in sorted(by_cat.items())
                                      if (r := rate(ts, "answer_anywhere")) is not None},
-        context_words=_spread([t.context_tokens for t in scored], "mean", "p95"),
+        context_words=context_words(scored),
         staleness=_staleness([t for t in scored if t.gold_outdated]),
         answers=_answers([t for t in scored if t.verdict]),
         retrieval_ms=_spread([t.retrieval_ms for t in scored], "p50", "p95"),
@@ -79,6 +79,11 @@ def summarize(strategy: dict, benchmark: str, benchmark_hash: str, judge: str, t
         retrieval_recall=_retrieval_recall([t for t in scored if t.retrieval_recall]),
         confabulation=_confabulation([t for t in scored if t.verdict]),
     )
+
+
+def context_words(scored: list[Trace]) -> dict[str, float]:
+    """Packed context words per question of ``scored``, ``{"mean", "p95"}``, rounded as summaries report them."""
+    return _spread([t.context_tokens for t in scored], "mean", "p95")
 
 
 def _spread(values: list[float], *stats: str) -> dict[str, float]:

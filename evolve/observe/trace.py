@@ -20,7 +20,7 @@ STAGE_FIELDS: dict[str, tuple[tuple[str, ...], ...]] = {
     Stage.INGESTION: (("stored_ids",),), Stage.RETRIEVAL: (("retrieved",),),
     Stage.FILTERING: (("filtered", "dropped"),), Stage.ASSEMBLY: (("packed",),),
     Stage.GENERATION: (("answer",), ("answer_support",)), RESULTS: (("correct",),)}
-#: The tau of DCR@tau (share of scored traces recording at least tau stages) reported for every summary.
+#: The tau of DCR@tau (share of the failures' traces recording at least tau valid stages) reported for every summary.
 DCR_TAUS = (1, 3, 5, 6)
 
 
@@ -66,6 +66,8 @@ class Trace:
     gold_evidence: list[str] = field(default_factory=list)
     #: Whether the benchmark names gold evidence for the question.
     evidence_known: bool = False
+    #: The gold evidence ids that name a turn of the conversation (the others cannot be checked).
+    known_evidence: list[str] = field(default_factory=list)
     #: Ids of the stored memories derived from the gold turns (what ingestion kept of them).
     stored_ids: list[str] = field(default_factory=list)
     #: The question intent the runtime detected (selects per-intent retrieval settings).
@@ -139,9 +141,10 @@ class Trace:
     llm: dict[str, dict[str, int]] = field(default_factory=dict)
     #: Where a failure happened on the evidence-loss ladder (``ingestion_gap``, ``retrieval_gap``, ``kf_filtered``, ``generation_error``, ``unresolved``); ``None`` when correct.
     root_cause: str | None = None
-    #: The stages the trace records (:data:`STAGE_FIELDS`): a trace built in code holds every field, so all of them;
-    #: one read by :meth:`from_dict`, those whose fields the record holds.
-    stages: list[str] = field(default_factory=lambda: list(STAGE_FIELDS))
+    #: The stages the trace records (:data:`STAGE_FIELDS`): those the harness ran (all six for an answered question,
+    #: the four up to assembly without an answer); one read by :meth:`from_dict`, those whose fields the record holds;
+    #: none for a trace built in code without saying which.
+    stages: list[str] = field(default_factory=list)
     #: ``{"stage", "type", "message"}`` when a role failed on this question (it is then never scored).
     error: dict | None = None
 
@@ -254,7 +257,8 @@ class Summary:
     answers: dict[str, int]
     #: Retrieval time per query in milliseconds, ``{"p50", "p95"}``.
     retrieval_ms: dict[str, float]
-    #: DCR@tau for each tau of :data:`DCR_TAUS` (keys ``"1"``, ``"3"``, ...).
+    #: DCR@tau for each tau of :data:`DCR_TAUS` (keys ``"1"``, ``"3"``, ...) over the scored failures
+    #: (:func:`evolve.observe.diagnosis.dcr`; 1 when nothing failed).
     dcr: dict[str, float]
     #: Adversarial questions: ``{"n", "scored", "evidence_recall@10"}``.
     adversarial: dict

@@ -3,7 +3,9 @@ change, from ``escalations.json`` and the journal's ``ESCALATE`` entries.
 
 A class is *blocked* in a round when the planner or the schema / range gates stopped its candidate, or when its
 path sits at the schema bound it wants to pass; at the run config's ``escalation_threshold`` blocked rounds it is
-*escalated* (journaled once). An escalated class is *resolved* once a later candidate along it was accepted.
+*escalated* (journaled once). An escalated class is *resolved* once a later candidate along it was accepted, or
+*answered* by a ``memevolve gate`` run that names it (``--answers KEY``; recorded in the gate store ``gate/`` under
+these stores) with a verdict that changes the strategy.
 """
 from __future__ import annotations
 
@@ -26,6 +28,8 @@ class Escalation:
     entry: dict | None  # the ESCALATE journal entry (None: blocked, not escalated)
     blocked: tuple[CandidateRecord, ...]
     resolved_by: str | None
+    #: Gate runs that name this class (``memevolve gate --answers``), in commit order.
+    answers: tuple[CandidateRecord, ...] = ()
 
     @property
     def status(self) -> str:
@@ -33,6 +37,10 @@ class Escalation:
             return f"blocked in {len(self.rounds)} round(s), not escalated"
         if self.resolved_by:
             return f"resolved by {self.resolved_by}"
+        if self.answers:
+            last = self.answers[-1]
+            done = "answered" if changes_strategy(last.verdict) else "answer refused"
+            return f"{done} by gate {last.candidate_id} ({last.verdict})"
         return f"escalated (entry {self.entry['index']}), open"
 
     @property
@@ -57,6 +65,7 @@ def escalations(view: History) -> list[Escalation]:
         raise StoreError(view.layout.store("escalations"), "not an escalations document: expected a JSON object with "
                                                            "'blocked' (an object of objects) and 'escalated' (a list)")
     entries = {e["payload"].get("key"): e for e in view.entries if e["type"] == "ESCALATE"}
+    gate = History(view.layout.gate).records if view.layout.gate.is_dir() else []
     out = []
     for key, seen in classes.items():
         entry = entries.get(key)
@@ -64,7 +73,8 @@ def escalations(view: History) -> list[Escalation]:
         since = entry["round"] if entry else None
         resolved = next((r.candidate_id for r in view.records if r.direction.get("key") == key and since is not None
                          and r.round > since and changes_strategy(r.verdict)), None)
-        out.append(Escalation(key, tuple(seen.get("rounds", [])), entry, blocked, resolved))
+        answers = tuple(r for r in gate if r.symptom == key)
+        out.append(Escalation(key, tuple(seen.get("rounds", [])), entry, blocked, resolved, answers))
     return sorted(out, key=lambda e: (e.entry is None, escalated.index(e.key) if e.key in escalated else 0, e.key))
 
 

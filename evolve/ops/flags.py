@@ -93,6 +93,8 @@ def flag_registry(view: History, round: int | None = None) -> list[Flag]:
     flagged = [r for r in view.records if r.verdict == Verdict.FEATURE_FLAG and (round is None or r.round == round)]
     if not flagged:
         return []
+    if "current_strategy" not in view.state:  # a gate store (memevolve gate): no strategy the flag could join
+        return [Flag(r, "gate run", False, (), ()) for r in flagged]
     current = view.get_strategy(view.state["current_strategy"])
     return [flag_of(view, r, current) for r in flagged]
 

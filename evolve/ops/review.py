@@ -219,7 +219,9 @@ def render_record(record: CandidateRecord, view: History) -> str:
               f"  parent file (what was current before): {view.strategy_path(r.parent_hash)}"]
     if r.strategy_hash:
         lines.append(f"  candidate file: {view.strategy_path(r.strategy_hash)}")
-    if r.verdict == Verdict.ACCEPT:
+    if r.strategy_hash and not view.strategy_path(r.strategy_hash).is_file():
+        lines.append("  not promotable: no strategy file (a memevolve gate verdict on trace files)")
+    elif r.verdict == Verdict.ACCEPT:
         lines.append(f"  promote: memevolve promote {r.candidate_id} --to strategies/serving.yaml")
     elif r.verdict == Verdict.ACCEPT_WITH_MONITOR:
         lines.append(f"  promote: memevolve promote {r.candidate_id} --to strategies/serving.yaml --accept-monitor")

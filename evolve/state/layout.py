@@ -62,6 +62,11 @@ class StoreLayout:
         return self.root / "summaries"
 
     @property
+    def gate(self) -> Path:
+        """The gate store of ``memevolve gate`` runs under these stores' run config (itself a stores directory)."""
+        return self.root / "gate"
+
+    @property
     def cache(self) -> Path:
         return self.root / "cache"
 

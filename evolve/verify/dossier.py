@@ -1,15 +1,17 @@
 """The comparison dossier built from two evaluations of the same questions under the decision rules: what a round's
-full comparison and a re-verification (``memevolve flags --verify``) decide on."""
+full comparison, a re-verification (``memevolve flags --verify``) and ``memevolve gate`` decide on."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
+from evolve.observe.diagnosis import dcr
 from evolve.observe.harness import EvalRun
-from evolve.observe.objective import Objective
+from evolve.observe.objective import Objective, outcomes as objective_outcomes
+from evolve.observe.trace import Trace
 from evolve.verify.comparison import Comparison
 from evolve.verify.confabulation import confabulation_brief
 from evolve.verify.decision import AcceptanceRules
-from evolve.verify.hypothesis import check, predicted
+from evolve.verify.hypothesis import Direction, check, predicted
 from evolve.verify.outcomes import ContextCost
 from evolve.verify.statistics import PairedReport, paired_comparison
 
@@ -19,18 +21,33 @@ def paired(base: Mapping[str, dict], cand: Mapping[str, dict], rules: Acceptance
     return paired_comparison(base, cand, alpha=rules.alpha, n_resamples=rules.bootstrap_resamples, seed=seed)
 
 
+def failure_set(base: Mapping[str, dict], cand: Mapping[str, dict]) -> set[str]:
+    """F, the failure/discordance set DCR is computed over: the questions the candidate fails under the objective,
+    and those on which parent and candidate disagree."""
+    return {q for q, o in cand.items() if not o["correct"] or (q in base and base[q]["correct"] != o["correct"])}
+
+
+def compare_traces(base: Sequence[Trace], cand: Sequence[Trace], rules: AcceptanceRules, *, objective: Objective,
+                   seed: int, cost: ContextCost, prediction: tuple[str, Direction] | None = None) -> Comparison:
+    """The dossier of the candidate's traces against the parent's on the same questions: the objective's paired
+    report, DCR at the rules' tau over F (:func:`failure_set`, the candidate's traces), the context ``cost``, and as
+    the rules and objective call for them the confabulation (accuracy objective), secondary-outcome and hypothesis
+    (``prediction``: a category and its predicted direction) comparisons."""
+    base_outcomes, cand_outcomes = objective_outcomes(base, objective), objective_outcomes(cand, objective)
+    report = paired(base_outcomes, cand_outcomes, rules, seed)
+    confab = (confabulation_brief(base, cand, alpha=rules.alpha, n_resamples=rules.bootstrap_resamples, seed=seed)
+              if objective == "accuracy" else None)
+    secondary = (paired(objective_outcomes(base, rules.secondary), objective_outcomes(cand, rules.secondary), rules,
+                        seed).brief() if rules.secondary is not None else None)
+    hypothesis = check(prediction, report.per_category) if rules.hypothesis_check != "off" else None
+    return Comparison(report, dcr(cand, rules.dcr_tau, failure_set(base_outcomes, cand_outcomes)), cost, confab,
+                      secondary, hypothesis)
+
+
 def compare(base: EvalRun, run: EvalRun, rules: AcceptanceRules, *, objective: Objective, seed: int,
             symptom: str | None = None) -> Comparison:
-    """The dossier of candidate ``run`` against parent ``base`` on the same questions: the objective's paired report,
-    DCR at the rules' tau, context cost, and as the rules and objective call for them the confabulation (accuracy
-    objective), secondary-outcome and hypothesis (a candidate aimed at ``symptom``) comparisons."""
-    report = paired(base.outcomes(objective), run.outcomes(objective), rules, seed)
-    confab = (confabulation_brief(base.traces, run.traces, alpha=rules.alpha, n_resamples=rules.bootstrap_resamples,
-                                  seed=seed) if objective == "accuracy" else None)
-    secondary = (paired(base.outcomes(rules.secondary), run.outcomes(rules.secondary), rules, seed).brief()
-                 if rules.secondary is not None else None)
-    hypothesis = (check(predicted(symptom), report.per_category)
-                  if symptom is not None and rules.hypothesis_check != "off" else None)
-    return Comparison(report, run.summary.dcr_at(rules.dcr_tau),
-                      ContextCost(base.summary.context_words["mean"], run.summary.context_words["mean"]),
-                      confab, secondary, hypothesis)
+    """:func:`compare_traces` of two evaluations on the same questions, the hypothesis being that a candidate aimed
+    at ``symptom`` raises its category."""
+    return compare_traces(base.traces, run.traces, rules, objective=objective, seed=seed,
+                          cost=ContextCost(base.summary.context_words["mean"], run.summary.context_words["mean"]),
+                          prediction=predicted(symptom) if symptom is not None else None)

@@ -31,8 +31,10 @@ def test_each_root_cause_branch(kwargs, cause):
 
 RESULTS = {"question_id": "q", "category": "single_hop", "correct": False, "scored": True}
 #: Each stage's fields, as the harness records them (filtering by either of its two fields).
-STAGE_RECORD = {"ingestion": {"stored_ids": ["m1"]}, "retrieval": {"retrieved": [{"id": "m1", "source_ids": ["D1:1"]}]},
-                "filtering": {"filtered": []}, "assembly": {"packed": [{"id": "m1", "source_ids": ["D1:1"]}]},
+STAGE_RECORD = {"ingestion": {"stored_ids": ["m1"]},
+                "retrieval": {"retrieved": [{"id": "m1", "rank": 1, "source_ids": ["D1:1"]}]},
+                "filtering": {"filtered": []},
+                "assembly": {"packed": [{"id": "m1", "text": "x", "source_ids": ["D1:1"]}]},
                 "generation": {"answer": "x", "answer_support": ["m1"]}}
 
 
@@ -70,17 +72,31 @@ def test_filtering_counts_only_when_recorded():
     assert "generation" not in recorded(answer="x").stages  # an answer without its support
 
 
-def test_dcr_at_each_tau_over_scored_traces():
+def test_dcr_at_each_tau_over_the_scored_failures():
     log = [recorded(*STAGE_RECORD), recorded("ingestion", "retrieval", "filtering", "assembly"),
-           recorded("ingestion", "retrieval"), recorded(), recorded(*STAGE_RECORD, scored=False)]
-    assert [len(t.stages) for t in log] == [6, 5, 3, 1, 6]
+           recorded("ingestion", "retrieval"), recorded(), recorded(*STAGE_RECORD, scored=False),
+           recorded(correct=True)]
+    assert [len(t.stages) for t in log] == [6, 5, 3, 1, 6, 1]
     assert dcr_by_tau(log) == {"1": 1.0, "3": 0.75, "5": 0.5, "6": 0.25}
-    assert dcr([], 3) == 0.0
+    assert dcr([], 3) == 1.0 == dcr([recorded(correct=True)], 6)  # nothing failed: nothing to diagnose
 
 
-def test_a_trace_built_in_code_records_every_stage():
+def test_dcr_over_a_named_failure_set():
+    log = [recorded(*STAGE_RECORD, question_id="a"), recorded(question_id="b")]
+    assert dcr(log, 3, failures={"a"}) == 1.0 and dcr(log, 3, failures={"b"}) == 0.0
+    assert dcr(log, 3, failures={"a", "b"}) == 0.5
+
+
+def test_an_invalid_or_empty_stage_record_does_not_count():
+    unranked = recorded("ingestion", "filtering", "assembly", retrieved=[{"id": "m1"}])
+    assert "retrieval" in unranked.stages and dcr([unranked], 5) == 0.0  # a field present, but not schema-valid
+    assert dcr([recorded(*STAGE_RECORD, answer="")], 6) == 0.0  # an empty answer is no answer
+    assert dcr([Trace("q", "single_hop")], 1) == 0.0  # built in code with nothing in it: no stage is recorded
+
+
+def test_a_trace_built_in_code_records_the_stages_it_names():
     t = diagnose(trace())
-    assert Trace(question_id="q", category="single_hop").stages == list(STAGE_FIELDS)
+    assert Trace(question_id="q", category="single_hop").stages == []
     assert t.stages == ["ingestion", "retrieval", "filtering", "assembly", "results"]  # no answer_support recorded
 
 

@@ -1,0 +1,96 @@
+"""``memevolve gate BASE CANDIDATE``: the decision contract on two trace files, the verdict journaled in a gate store
+(exit 0 decided and journaled, 2 bad input with nothing journaled)."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from evolve.cli.defaults import config_path
+from evolve.errors import UserError
+
+#: The gate store when no run config names stores.
+DEFAULT_STORES = Path("stores") / "gate"
+
+
+def prediction(text: str) -> tuple[str, str]:
+    """An argparse type: ``CATEGORY[:up|down]`` (up when left out)."""
+    category, _, direction = text.partition(":")
+    direction = direction or "up"
+    if not category or direction not in ("up", "down"):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected CATEGORY, CATEGORY:up or CATEGORY:down")
+    return category, direction
+
+
+def family_p(text: str) -> tuple[str, float]:
+    """An argparse type: ``ID=P``, a p-value in [0, 1]."""
+    name, _, value = text.partition("=")
+    try:
+        p = float(value)
+    except ValueError:
+        p = -1.0
+    if not name or not 0 <= p <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected ID=P with P in [0, 1]")
+    return name, p
+
+
+def cmd_gate(args: argparse.Namespace) -> int:
+    from evolve.loop.config import RunConfig, load_config
+    from evolve.ops.escalations import escalations
+    from evolve.ops.gate import GateInput, evaluate, journal
+    from evolve.ops.history import History
+    from evolve.state.layout import StoreLayout
+
+    if args.predict is not None and args.hypothesis is None:
+        raise UserError("--predict needs --hypothesis (say what the change is for)")
+    path = config_path(args.rules)
+    config = load_config(path, check_files=False) if path is not None else RunConfig()
+    loop = StoreLayout(config.stores) if path is not None else None
+    stores = Path(args.stores) if args.stores else (loop.gate if loop is not None else DEFAULT_STORES)
+    known = None
+    if args.answers is not None:
+        if loop is None or not loop.root.is_dir():
+            raise UserError("--answers needs --rules naming the run config whose stores raised the escalation")
+        known = {e.key for e in escalations(History(loop.root)) if e.entry is not None}
+    gate = GateInput(Path(args.base), Path(args.candidate), config, args.adapter, args.hypothesis, args.predict,
+                     args.answers, dict(args.family_p), dict(args.family_secondary_p))
+    result = evaluate(gate)
+    entry = journal(result, stores, known)
+    r, c, p = result.record, result.comparison, result.comparison.paired
+    print(f"{r.candidate_id}: {r.verdict} (rule {r.decision.rule}): {r.reason}")
+    print(f"paired on {p.n} samples ({config.objective}): base {p.acc_baseline:.3f} -> candidate "
+          f"{p.acc_candidate:.3f}  delta {p.delta:+.4f}  McNemar p={p.mcnemar_p:.4g}  CI [{p.ci_low:+.4f}, "
+          f"{p.ci_high:+.4f}]")
+    print(f"DCR@{config.acceptance.dcr_tau} {c.dcr:.3f} over the failure/discordance set ({result.n_failures} "
+          f"samples); context words "
+          f"{c.cost.words_parent:.1f} -> {c.cost.words_candidate:.1f}")
+    if c.hypothesis is not None:
+        print(f"hypothesis: {args.hypothesis}: {c.hypothesis.describe()}")
+    print(f"journal entry {entry['index']} {entry['type']} in {stores}; memevolve show {r.candidate_id} --stores "
+          f"{stores}")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add ``gate`` to ``sub``."""
+    from evolve.observe.adapters import ADAPTERS
+
+    p = sub.add_parser("gate", help="decide between two trace files of any memory system under the decision "
+                                    "contract and journal the verdict (docs: how-to/gate.md)")
+    p.add_argument("base", help="trace file of the reference (JSONL, one sample a line)")
+    p.add_argument("candidate", help="trace file of the change, with the same sample ids")
+    p.add_argument("--rules", metavar="RUN_CONFIG", help="run config whose objective, seed, acceptance: and cost: "
+                                                        "decide (default $MEMEVOLVE_CONFIG, else "
+                                                        "experiments/nightly.yaml if it exists, else the defaults)")
+    p.add_argument("--adapter", choices=sorted(ADAPTERS), default="jsonl",
+                   help="how the files' lines are read (default: %(default)s, the trace contract)")
+    p.add_argument("--hypothesis", metavar="TEXT", help="what the change is meant to do (recorded)")
+    p.add_argument("--predict", type=prediction, metavar="CATEGORY[:up|down]",
+                   help="the category the hypothesis moves; a move otherwise is rule hypothesis_mismatch")
+    p.add_argument("--stores", help=f"gate store (default: the run config's stores/gate, else {DEFAULT_STORES})")
+    p.add_argument("--answers", metavar="ESCALATION", help="the loop escalation (direction key) this change answers")
+    p.add_argument("--family-p", type=family_p, action="append", default=[], metavar="ID=P",
+                   help="another test of the same round's gain family (adjusted together as acceptance."
+                        "multiple_testing says); repeat per test")
+    p.add_argument("--family-secondary-p", type=family_p, action="append", default=[], metavar="ID=P",
+                   help="likewise for the secondary outcome's family")
+    p.set_defaults(func=cmd_gate)

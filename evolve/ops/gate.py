@@ -1,0 +1,197 @@
+"""``memevolve gate``: the decision contract on two trace files of any memory system, journaled like a candidate.
+
+The two files (trace-contract records, or a system's log through an adapter, :mod:`evolve.observe.adapters`) are
+paired by sample id; mismatched id sets are refused with the difference listed. The comparison dossier is the loop's
+(:func:`evolve.verify.dossier.compare_traces`): the objective's paired report, DCR@tau over the failure/discordance
+set, context cost, confabulation, secondary outcome, the hypothesis check; the gain test is adjusted over the
+family the caller names (``family``: the other tests of the same round, id -> p), as the loop adjusts a round.
+The verdict is committed to a gate store as one round holding one candidate record (``gate-NNNN``) and its journal
+entries, so ``show``, ``report``, ``candidates`` and ``journal verify`` read it; a gate run that names a loop
+escalation (``answers``) records that key as its direction and is listed by ``memevolve escalations``.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+from evolve.errors import UserError
+from evolve.loop.config import RunConfig
+from evolve.loop.rules import rules_of
+from evolve.observe.adapters import read_traces
+from evolve.observe.contract import ContractError
+from evolve.observe.objective import LABEL, outcomes
+from evolve.observe.summarize import context_words
+from evolve.observe.trace import Trace
+from evolve.state.bundle import RoundBundle
+from evolve.state.record import CandidateRecord
+from evolve.state.records import dump_record, record_hash, report_hash
+from evolve.state.stores import StoreSet
+from evolve.verify.comparison import Comparison
+from evolve.verify.decision import Decision, Stage, decide, journal_type
+from evolve.verify.dossier import compare_traces, failure_set
+from evolve.verify.hypothesis import Direction, predicted
+from evolve.verify.multiplicity import Adjustment, adjust
+from evolve.verify.outcomes import ContextCost
+
+#: The gate's own name in a multiple-testing family.
+SELF = "gate"
+#: Ids listed per side when the id sets differ.
+SHOWN_IDS = 10
+
+
+@dataclass(frozen=True)
+class GateInput:
+    """What one gate run compares, and under what."""
+
+    base: Path
+    candidate: Path
+    config: RunConfig
+    adapter: str = "jsonl"
+    hypothesis: str | None = None
+    prediction: tuple[str, Direction] | None = None
+    answers: str | None = None
+    #: Other tests of the gain family: id -> raw p (and of the secondary outcome's family).
+    family: Mapping[str, float] = field(default_factory=dict)
+    secondary_family: Mapping[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class GateResult:
+    record: CandidateRecord
+    comparison: Comparison
+    decision: Decision
+    #: Size of the failure/discordance set DCR was computed over.
+    n_failures: int
+
+
+def _digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _listed(ids: set[str]) -> str:
+    shown = sorted(ids)[:SHOWN_IDS]
+    return ", ".join(shown) + (f", ... (+{len(ids) - SHOWN_IDS})" if len(ids) > SHOWN_IDS else "")
+
+
+def paired_traces(base: Path, candidate: Path, adapter: str) -> tuple[list[Trace], list[Trace]]:
+    """Both files' traces; :class:`ContractError` when their id sets differ, listing the difference."""
+    left, right = read_traces(base, adapter), read_traces(candidate, adapter)
+    a, b = {t.question_id for t in left}, {t.question_id for t in right}
+    if a != b:
+        parts = [f"{len(a - b)} only in {base}: {_listed(a - b)}" if a - b else "",
+                 f"{len(b - a)} only in {candidate}: {_listed(b - a)}" if b - a else ""]
+        raise ContractError(f"the two trace files hold different sample ids ({'; '.join(p for p in parts if p)}); "
+                            "a paired comparison needs the same samples in both")
+    return left, right
+
+
+def _adjustments(comparison: Comparison, gate: GateInput) -> None:
+    """The gain test's (and the secondary outcome's) p adjusted over the named family, as the loop adjusts a
+    round's candidates (a family of one keeps its raw p)."""
+    method = gate.config.acceptance.multiple_testing
+    raw = {SELF: comparison.paired.mcnemar_p, **gate.family}
+    if method == "none" or len(raw) < 2:
+        return
+    comparison.multiple_testing = Adjustment(method, list(raw), raw[SELF], adjust(raw, method)[SELF])
+    if comparison.secondary is not None:
+        secondary = {SELF: comparison.secondary.mcnemar_p, **gate.secondary_family}
+        comparison.secondary_testing = Adjustment(method, list(secondary), secondary[SELF],
+                                                  adjust(secondary, method)[SELF])
+
+
+def evaluate(gate: GateInput) -> GateResult:
+    """Read, pair, compare and decide (nothing written); :class:`UserError` for bad input."""
+    config = gate.config
+    base, cand = paired_traces(gate.base, gate.candidate, gate.adapter)
+    objective = config.objective
+    n = len(outcomes(base, objective).keys() & outcomes(cand, objective).keys())
+    if n == 0:
+        raise UserError(f"no sample counts under objective {objective} ({LABEL[objective]}) in both files")
+    if gate.prediction is not None:
+        categories = {t.category for t in cand}
+        if gate.prediction[0] not in categories:
+            raise UserError(f"--predict {gate.prediction[0]}: no sample has that category (categories: "
+                            f"{', '.join(sorted(categories))})")
+    cost = ContextCost(*(context_words([t for t in side if t.scored])["mean"] for side in (base, cand)))
+    comparison = compare_traces(base, cand, config.acceptance, objective=objective, seed=config.seed, cost=cost,
+                                prediction=gate.prediction)
+    _adjustments(comparison, gate)
+    decision = decide(comparison, config.acceptance, config.cost if config.cost.active else None)
+    record = CandidateRecord(
+        "", 0, {"key": gate.answers or SELF, "why": gate.hypothesis or "-", "base": str(gate.base),
+                "candidate": str(gate.candidate), "adapter": gate.adapter},
+        gate.answers or SELF, _digest(gate.base),
+        {"benchmark": f"gate:{gate.base.name} vs {gate.candidate.name}",
+         "benchmark_hash": hashlib.sha256("\n".join(sorted(t.question_id for t in base)).encode()).hexdigest(),
+         "judge": "as recorded in the traces", "n_questions": len(base), "objective": objective,
+         "rules": rules_of(config.acceptance, config.cost)},
+        strategy_hash=_digest(gate.candidate))
+    record.paired, record.dcr, record.cost = comparison.paired, comparison.dcr, comparison.cost
+    record.confabulation, record.secondary, record.hypothesis = (comparison.confabulation, comparison.secondary,
+                                                                 comparison.hypothesis)
+    record.multiple_testing, record.secondary_testing = comparison.multiple_testing, comparison.secondary_testing
+    record.close(decision, Stage.DECISION)
+    return GateResult(record, comparison, decision, len(failure_set(outcomes(base, objective),
+                                                                     outcomes(cand, objective))))
+
+
+def journal(result: GateResult, stores: Path, escalations: set[str] | None = None) -> dict:
+    """Commit the gate's record to the gate store ``stores`` as its next round (id ``gate-NNNN``) with its CANDIDATE
+    and verdict journal entries; returns the verdict's entry. A record answering an escalation must name one of
+    ``escalations`` (:class:`UserError` otherwise, nothing written)."""
+    record = result.record
+    if record.symptom != SELF and escalations is not None and record.symptom not in escalations:
+        raise UserError(f"--answers {record.symptom}: no such escalation (known: "
+                        f"{', '.join(sorted(escalations)) or 'none'})")
+    with StoreSet(stores) as store:
+        n = store.last_committed_round + 1
+        record.candidate_id, record.round = f"gate-{n:04d}", n
+        bundle = RoundBundle()
+        bundle.records["candidate_outcomes"] = [dump_record(record)]
+        bundle.journal = [
+            ("CANDIDATE", {"candidate_id": record.candidate_id, "strategy_hash": record.strategy_hash,
+                           "parent_hash": record.parent_hash, "diff": {}, "decided_by": record.decided_by,
+                           "gate": {"base": record.direction["base"], "candidate": record.direction["candidate"],
+                                    "answers": record.symptom if record.symptom != SELF else None}}),
+            (journal_type(record.verdict), {
+                "candidate_id": record.candidate_id, "strategy_hash": record.strategy_hash,
+                "decision": record.decision.to_dict(), "applied": False, "report_hash": report_hash(record),
+                "record_hash": record_hash(record), "restore_to": record.parent_hash})]
+        store.commit_round(n, bundle)
+        return store.journal.last()
+
+
+def _family_p(records: Mapping[str, CandidateRecord], ids: list[str], own: str, secondary: bool) -> dict[str, float]:
+    """The raw p of each other member of a recorded family, as the loop adjusted it (a fully compared candidate's
+    paired p, or its secondary p; a probe-stopped one's probe p)."""
+    out = {}
+    for cid in ids:
+        if cid == own:
+            continue
+        r = records[cid]
+        if secondary:
+            out[cid] = r.secondary.mcnemar_p
+        else:
+            out[cid] = r.paired.mcnemar_p if r.decided_by == Stage.DECISION else r.probe.mcnemar_p
+    return out
+
+
+def replay_args(record: CandidateRecord, records: Mapping[str, CandidateRecord]) -> list[str]:
+    """The ``memevolve gate`` options that decide a fully compared candidate of a loop's stores again from trace files
+    of its parent and of itself: its hypothesis, and the other members of its round's families with their raw p."""
+    args = ["--adapter", "memevolve"]
+    prediction = predicted(record.symptom) if record.hypothesis is not None else None
+    if prediction is not None:
+        args += ["--hypothesis", record.symptom, "--predict", ":".join(prediction)]
+    for option, adjustment, secondary in (("--family-p", record.multiple_testing, False),
+                                          ("--family-secondary-p", record.secondary_testing, True)):
+        if adjustment is not None:
+            for cid, p in _family_p(records, adjustment.family, record.candidate_id, secondary).items():
+                args += [option, f"{cid}={p!r}"]
+    return args

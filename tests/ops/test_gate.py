@@ -1,0 +1,129 @@
+"""``memevolve gate``: the decision contract on two trace files, journaled in a gate store that show, candidates,
+report, journal verify and escalations read; bad input exits 2 with nothing journaled; on our own runtime's traces it
+reproduces the decisions the loop recorded."""
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from evolve.cli.main import main
+from evolve.ops.history import History
+from evolve.state.bundle import RoundBundle
+from evolve.state.stores import StoreSet
+
+ROOT = Path(__file__).resolve().parents[2]
+CATEGORIES = ("single_hop", "multi_hop", "temporal", "open_domain")
+
+
+def sample(i: int, correct: bool, stages: str = "full") -> dict:
+    """One sample of a constructed trace file: all six stages (``full``) or the judge's verdict alone."""
+    out = {"trace_version": "1", "id": f"q{i}", "category": CATEGORIES[i % 4], "question": f"question {i}",
+           "gold": {"answer": f"answer {i}", "evidence": [f"D1:{i}"]}, "judge": {"correct": correct}}
+    if stages == "full":
+        out.update(stored=[f"m{i}"], retrieved=[{"id": f"m{i}", "rank": 1, "score": 0.5}],
+                   filtered=[{"id": f"m{i}", "decision": "kept", "reason": "in budget"}],
+                   packed=[{"text": f"answer {i}" if correct else "other", "source_ids": [f"D1:{i}"]}],
+                   answer=f"answer {i}" if correct else "no idea")
+    return out
+
+
+def write(path: Path, samples: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(s) + "\n" for s in samples))
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    base = write(tmp_path / "base.jsonl", [sample(i, i % 3 == 0) for i in range(80)])
+    cand = write(tmp_path / "cand.jsonl", [sample(i, i % 3 == 0 or i % 4 == 0 or i % 5 == 0) for i in range(80)])
+    return base, cand
+
+
+def gate(tmp_path, *args) -> int:
+    return main(["gate", *map(str, args), "--stores", str(tmp_path / "gate")])
+
+
+def test_a_verdict_is_journaled_and_read_like_a_candidate(tmp_path, files, capsys):
+    assert gate(tmp_path, *files) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("gate-0001: ACCEPT (rule accept)") and "DCR@3 1.000" in out
+    assert gate(tmp_path, *files, "--hypothesis", "fewer misses on dates", "--predict", "temporal:down") == 0
+    assert "hypothesis_mismatch" in capsys.readouterr().out
+    stores = tmp_path / "gate"
+    records = History(stores).records
+    assert [(r.candidate_id, str(r.verdict), r.decision.rule) for r in records] == [
+        ("gate-0001", "ACCEPT", "accept"), ("gate-0002", "FEATURE_FLAG", "hypothesis_mismatch")]
+    assert records[1].hypothesis.category == "temporal" and records[1].direction["why"] == "fewer misses on dates"
+    assert main(["show", "gate-0001", "--stores", str(stores)]) == 0
+    assert "not promotable: no strategy file (a memevolve gate verdict" in capsys.readouterr().out
+    assert main(["show", "gate-0002", "--stores", str(stores)]) == 0
+    assert "hypothesis mismatch: predicted temporal down" in capsys.readouterr().out
+    assert main(["journal", "verify", "--stores", str(stores)]) == 0
+    assert "2 candidate records match their journaled decisions" in capsys.readouterr().out
+    assert main(["report", "--stores", str(stores), "--out", str(tmp_path / "r.html")]) == 0
+    assert "gate-0002" in (tmp_path / "r.html").read_text()
+
+
+def test_a_results_only_log_cannot_be_diagnosed(tmp_path):
+    base = write(tmp_path / "b.jsonl", [sample(i, i % 3 == 0, "results") for i in range(80)])
+    cand = write(tmp_path / "c.jsonl", [sample(i, i % 3 == 0 or i % 4 == 0 or i % 5 == 0, "results")
+                                        for i in range(80)])
+    assert gate(tmp_path, base, cand) == 0
+    record = History(tmp_path / "gate").records[0]
+    assert record.dcr == 0.0 and (str(record.verdict), record.decision.rule) == ("FEATURE_FLAG", "dcr_floor")
+
+
+def test_bad_input_exits_2_with_nothing_journaled(tmp_path, files, capsys):
+    base, cand = files
+    fewer = write(tmp_path / "fewer.jsonl", [sample(i, True) for i in range(3, 81)])
+    dup = write(tmp_path / "dup.jsonl", [sample(i, True) for i in (*range(80), 7)])
+    mixed = write(tmp_path / "mixed.jsonl", [sample(0, True), {**sample(1, True), "trace_version": "2"}])
+    noid = write(tmp_path / "noid.jsonl", [sample(0, True), {k: v for k, v in sample(1, True).items() if k != "id"}])
+    cases = [((base, fewer), "3 only in .*base.jsonl: q0, q1, q2; 1 only in .*fewer.jsonl: q80"),
+             ((base, dup), "dup.jsonl:81: duplicate id 'q7' \\(first at .*dup.jsonl:8\\)"),
+             ((mixed, cand), "mixed.jsonl:2: trace_version '2' differs from '1' on line 1"),
+             ((noid, cand), "noid.jsonl:2: \\(record\\): 'id' is a required property"),
+             ((base, tmp_path / "absent.jsonl"), "absent.jsonl"),
+             ((base, cand, "--predict", "temporal"), "--predict needs --hypothesis"),
+             ((base, cand, "--hypothesis", "h", "--predict", "lifecycle:up"), "no sample has that category")]
+    import re
+    for args, message in cases:
+        assert gate(tmp_path, *args) == 2, args
+        err = capsys.readouterr().err
+        assert re.search(message, err), err
+    assert not (tmp_path / "gate").exists()
+
+
+def test_a_gate_run_answers_an_escalation(tmp_path, files, capsys):
+    loop = tmp_path / "loop"
+    with StoreSet(loop) as stores:
+        bundle = RoundBundle(docs={"escalations": {"blocked": {"retrieval.top_k::up": {"count": 3, "rounds": [1]}},
+                                                   "escalated": ["retrieval.top_k::up"]}},
+                             journal=[("ESCALATE", {"key": "retrieval.top_k::up", "count": 3, "rounds": [1]})])
+        stores.commit_round(1, bundle)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"benchmark: synthetic:0\nstores: {loop}\n")
+    assert main(["gate", *map(str, files), "--rules", str(config), "--answers", "retrieval.top_k::down"]) == 2
+    assert "no such escalation (known: retrieval.top_k::up)" in capsys.readouterr().err
+    assert main(["gate", *map(str, files), "--rules", str(config), "--answers", "retrieval.top_k::up"]) == 0
+    assert History(loop / "gate").records[0].symptom == "retrieval.top_k::up"
+    capsys.readouterr()
+    assert main(["escalations", "--stores", str(loop)]) == 0
+    assert "answered by gate gate-0001 (ACCEPT)" in capsys.readouterr().out
+
+
+def test_gate_reproduces_every_decision_of_a_small_run(tmp_path):
+    spec = importlib.util.spec_from_file_location("gate_reproduces", ROOT / "experiments" / "bench" /
+                                                  "gate_reproduces.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config = tmp_path / "run.yaml"
+    config.write_text(f"benchmark: synthetic:0\nstores: {tmp_path / 'stores'}\nlimit: 40\nprobe_size: 15\n"
+                      "candidates_per_round: 3\nobjective: answer\nacceptance:\n  require_significance: false\n"
+                      "  secondary: evidence\n")
+    rows = script.reproduce(config, tmp_path / "out", rounds=1)
+    compared = [row for row in rows if row["same"] is not None]
+    assert compared and all(row["same"] for row in compared), rows
