@@ -41,7 +41,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from evolve.serve.answers import answer_map, load_answers
     from evolve.serve.replay import read_recalls, recall_logs, replay, stored_recalls, text
     from evolve.serve.stores import open_backend
-    from evolve.serve.strategy import Refused, load_serving
+    from evolve.serve.strategy import ServingRefused, load_serving
     from evolve.serve.verdict import auto_rollback, journal_replay, rollback_triggers
 
     try:
@@ -63,7 +63,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         serving = load_serving(args.stores, args.serving, embedder, args.allow_untracked)
         candidate = _candidate(args.stores, args.candidate, embedder)
         report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
-    except Refused as exc:
+    except ServingRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
     except (EvolveError, ValueError, OSError) as exc:

@@ -12,7 +12,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"error: memevolve serve needs the serve extra (pip install 'memevolve[serve]'): {exc}")
         return 2
     from evolve.serve.backend import StoreUnavailable
-    from evolve.serve.strategy import Refused
+    from evolve.serve.strategy import ServingRefused
 
     try:
         canary = parse_canary(args.canary) if args.canary else None
@@ -27,7 +27,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          args.reload_interval, args.store)
     try:
         run(config)
-    except Refused as exc:
+    except ServingRefused as exc:
         print(f"refused: {exc}")
         return 1
     except StoreUnavailable as exc:

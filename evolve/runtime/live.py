@@ -13,6 +13,7 @@ import threading
 from dataclasses import dataclass
 from datetime import datetime
 
+from evolve.errors import EvolveError
 from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.runtime.ingest import Embed, IngestMemo, build_store
 from evolve.runtime.roles import Extractor
@@ -20,7 +21,7 @@ from evolve.runtime.store import MemoryStore
 from evolve.strategy.policy import Policy
 
 
-class CaptureError(ValueError):
+class CaptureError(EvolveError, ValueError):
     """A turn cannot be captured (duplicate id, closed session); the message says which and why."""
 
 

@@ -13,6 +13,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from evolve.errors import EvolveError
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.text import count_tokens
@@ -82,7 +83,7 @@ class AnswerOut(RecallOut):
     support_ids: list[str]
 
 
-class _Problem(Exception):
+class _Problem(EvolveError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status, self.message = status, message

@@ -10,6 +10,7 @@ import re
 from pathlib import Path
 from typing import Protocol
 
+from evolve.errors import EvolveError
 from evolve.benchmarks.types import Turn
 from evolve.runtime.store import MemoryStore
 
@@ -18,7 +19,7 @@ from evolve.runtime.store import MemoryStore
 USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
-class StoreUnavailable(ConnectionError):
+class StoreUnavailable(EvolveError, ConnectionError):
     """The store cannot be reached now (a database down); the service answers 503 until it is back."""
 
 

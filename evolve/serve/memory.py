@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
 
+from evolve.errors import EvolveError
 from evolve.benchmarks.locomo import parse_locomo_date
 from evolve.benchmarks.types import Turn
 from evolve.runtime.cache import EmbeddingCache
@@ -47,7 +48,7 @@ def _turn(record: dict) -> Turn:
     return Turn(record["id"], record["speaker"], record["text"], record["session"], when)
 
 
-class UnknownUser(LookupError):
+class UnknownUser(EvolveError, LookupError):
     """No memory is held for the user (never captured, or erased)."""
 
 

@@ -20,7 +20,7 @@ from evolve.runtime.embedder import Embedder
 from evolve.strategy.artifact import ingestion_key, parse_strategy, strategy_hash
 
 
-class Refused(EvolveError):
+class ServingRefused(EvolveError):
     """A serving file or candidate that must not be served; the message says why."""
 
 
@@ -63,30 +63,30 @@ def _view(stores: str | Path | None) -> History | None:
 
 def load_serving(stores: str | Path | None, path: str | Path, embedder: Embedder,
                  allow_untracked: bool = False) -> Loaded:
-    """The serving file as a runtime, or :class:`Refused` unless its journal chains, its witness heads match and
+    """The serving file as a runtime, or :class:`ServingRefused` unless its journal chains, its witness heads match and
     the file is the one the last PROMOTE/ROLLBACK installed (``allow_untracked``: also a file no journal tracks)."""
     path = Path(path).resolve()
     data = read_optional(path)
     if data is None:
-        raise Refused(f"{path}: serving file does not exist")
+        raise ServingRefused(f"{path}: serving file does not exist")
     view = _view(stores)
     if view is not None:
         result = view.verify_journal()
         if not result.ok:
-            raise Refused(f"journal of {stores} fails verification at entry {result.first_bad_index}: {result.reason}")
+            raise ServingRefused(f"journal of {stores} fails verification at entry {result.first_bad_index}: {result.reason}")
         problems = anchor_problems(witness_anchors(path, view.root), result.hashes)
         if problems:
-            raise Refused(f"witness of {path}: {problems[0]}")
+            raise ServingRefused(f"witness of {path}: {problems[0]}")
     status = serving_status(view, path)
     if not (status.state == "tracked" or (allow_untracked and status.state == "untracked")):
-        raise Refused(f"{path}: {status.describe()}")
+        raise ServingRefused(f"{path}: {status.describe()}")
     sha = sha256_hex(data)
     if status.current is None or status.current.file_sha256 != sha:
-        raise Refused(f"{path} changed while it was being verified")
+        raise ServingRefused(f"{path} changed while it was being verified")
     try:
         strategy = parse_strategy(data.decode("utf-8"), str(path))
     except (EvolveError, UnicodeDecodeError) as exc:
-        raise Refused(f"{path}: {exc}") from None
+        raise ServingRefused(f"{path}: {exc}") from None
     digest = strategy_hash(strategy)
     lineage = [r.candidate_id for r in view.lineage(digest)] if view is not None else []
     return Loaded(MemoryRuntime(strategy, embedder=embedder), digest, str(path), sha, status.state, status.entry,
@@ -94,11 +94,11 @@ def load_serving(stores: str | Path | None, path: str | Path, embedder: Embedder
 
 
 def load_candidate(stores: str | Path | None, candidate_id: str, embedder: Embedder) -> Loaded:
-    """A recorded candidate's strategy (for a shadow or a canary), or :class:`Refused`."""
+    """A recorded candidate's strategy (for a shadow or a canary), or :class:`ServingRefused`."""
     view = _view(stores)
     record = view.record(candidate_id) if view is not None else None
     if record is None:
-        raise Refused(f"no candidate {candidate_id!r} in stores {stores}")
+        raise ServingRefused(f"no candidate {candidate_id!r} in stores {stores}")
     strategy = view.get_strategy(record.strategy_hash)
     return Loaded(MemoryRuntime(strategy, embedder=embedder), record.strategy_hash, f"candidate {candidate_id}",
                   None, "candidate", None, [r.candidate_id for r in view.lineage(record.strategy_hash)])
@@ -159,7 +159,7 @@ class StrategySlot:
             self._seen = signature
             try:
                 loaded = load_serving(self.stores, self.path, self.embedder, self.allow_untracked)
-            except (Refused, StoreError, OSError) as exc:
+            except (ServingRefused, StoreError, OSError) as exc:
                 self.refusals += 1
                 self.refused = {"at": now_iso(), "reason": str(exc)}
                 return False
