@@ -73,7 +73,8 @@ def load_serving(stores: str | Path | None, path: str | Path, embedder: Embedder
     if view is not None:
         result = view.verify_journal()
         if not result.ok:
-            raise ServingRefused(f"journal of {stores} fails verification at entry {result.first_bad_index}: {result.reason}")
+            raise ServingRefused(f"journal of {stores} fails verification at entry {result.first_bad_index}: "
+                                 f"{result.reason}")
         problems = anchor_problems(witness_anchors(path, view.root), result.hashes)
         if problems:
             raise ServingRefused(f"witness of {path}: {problems[0]}")
