@@ -2,13 +2,18 @@
 
 Both signals raise :class:`KeyboardInterrupt` (carrying ``signum``) in the main thread, so ``finally`` blocks
 release the stores' lock and close files as after any error; every write of state is atomic, so nothing committed is
-lost. The codes follow the
-shell's 128 + signal number and differ from 1 (refused) and 2 (bad input).
+lost. The codes follow the shell's 128 + signal number and differ from 1 (refused) and 2 (bad input).
+
+An exception raised inside a C extension's import fails that import for good, and one raised inside a ``__del__`` or a
+weakref callback is printed and dropped by Python. So start-up work runs :func:`deferred` (the signal is raised when it
+ends), and an interrupt that Python dropped is delivered again.
 """
 from __future__ import annotations
 
+import _thread
 import os
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 from typing import Iterator
@@ -24,6 +29,7 @@ def interrupted(signum: int, message: str = "") -> KeyboardInterrupt:
 
 
 _received: list[int] = []
+_deferring: list[bool] = []  # non-empty inside deferred()
 
 
 def _raise(signum: int, frame: object) -> None:
@@ -31,7 +37,34 @@ def _raise(signum: int, frame: object) -> None:
         os.write(2, f"interrupted again ({signal.Signals(signum).name}); left at once, nothing lost\n".encode())
         os._exit(EXIT_CODES[signum])
     _received.append(signum)
-    raise interrupted(signum)
+    if not _deferring:
+        raise interrupted(signum)
+
+
+def _redeliver(hook):
+    """``sys.unraisablehook`` that delivers again an interrupt Python dropped (raised in a ``__del__`` or a weakref
+    callback), and passes anything else to ``hook``."""
+    def unraisable(info) -> None:
+        signum = getattr(info.exc_value, "signum", None)
+        if signum is None or not isinstance(info.exc_value, KeyboardInterrupt):
+            hook(info)
+            return
+        _received.clear()  # raised again from another thread a moment later, once the callback has returned
+        threading.Timer(0.05, _thread.interrupt_main, (signum,)).start()
+    return unraisable
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Within the block (imports of C extensions, model loading) a signal is only recorded; it is raised as
+    :func:`interrupted` when the block ends."""
+    _deferring.append(True)
+    try:
+        yield
+    finally:
+        _deferring.pop()
+    if _received and not _deferring:
+        raise interrupted(_received[0])
 
 
 @contextmanager
@@ -43,9 +76,11 @@ def handled() -> Iterator[None]:
         return
     _received.clear()
     previous = {signum: signal.signal(signum, _raise) for signum in EXIT_CODES}
+    hook, sys.unraisablehook = sys.unraisablehook, _redeliver(sys.unraisablehook)
     try:
         yield
     finally:
+        sys.unraisablehook = hook
         for signum, handler in previous.items():
             signal.signal(signum, handler)
 

@@ -190,10 +190,11 @@ def _reason(text: str) -> str:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from evolve.errors import ConfigError
-    from evolve.llm.config import EndpointUnreachable
-    from evolve.loop.config import load_config
-    from evolve.loop.engine import Engine
+    with interrupt.deferred():  # a signal during these imports is raised once they are done
+        from evolve.errors import ConfigError
+        from evolve.llm.config import EndpointUnreachable
+        from evolve.loop.config import load_config
+        from evolve.loop.engine import Engine
 
     path = config_path(args.config)
     if path is None:
@@ -214,7 +215,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
                 print(json.dumps(estimate(config, args.rounds), indent=2))
                 return 0
-            engine = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
+            with interrupt.deferred():  # model loading and the stores' set-up finish before a signal is raised
+                built = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
+            engine = built
         except EndpointUnreachable:
             raise
         except ConfigError as exc:  # a setting the benchmark or a role cannot serve: name the file

@@ -9,10 +9,12 @@ import signal
 import subprocess
 import sys
 import time
+import weakref
 from pathlib import Path
 
 import pytest
 
+from evolve.cli import interrupt
 from evolve.data import BASELINE_PATH
 from evolve.llm import LLMClient, ResponseCache, RoleConfig, UsageStats
 from evolve.loop.config import load_config
@@ -169,6 +171,31 @@ def test_an_interrupted_run_says_so_in_one_line_and_resumes(phase, signum, code,
     out, err = resumed.communicate(timeout=300)
     assert resumed.returncode == 0, err
     assert json.loads(out)["rounds"] == 1
+
+
+def test_a_signal_during_deferred_start_up_is_raised_when_the_start_up_ends():
+    reached = False
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with interrupt.handled():
+            with interrupt.deferred():  # e.g. a C extension's import, which an exception raised inside would break
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                reached = True
+    assert reached and caught.value.signum == signal.SIGINT
+
+
+def test_an_interrupt_python_drops_in_a_weakref_callback_is_delivered_again():
+    class Thing:
+        pass
+
+    thing = Thing()
+    ref = weakref.ref(thing, lambda _: (os.kill(os.getpid(), signal.SIGTERM), time.sleep(0.2)))
+    with pytest.raises(KeyboardInterrupt) as caught:
+        with interrupt.handled():
+            del thing  # the handler raises inside the callback; Python prints that and drops it
+            for _ in range(300):
+                time.sleep(0.01)
+    assert ref() is None and caught.value.signum == signal.SIGTERM
 
 
 @pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["SIGINT", "SIGTERM"])
