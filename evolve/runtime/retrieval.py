@@ -170,7 +170,8 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     if rt.rerank.enabled and candidates.size:
         w = rt.rerank.overlap_weight
         final = (1.0 - w) * fused / fused[candidates[0]]
-        wanted = set(terms)
+        # the store's token sets hold the runtime's own tokens, whatever the lexical channels' analyser
+        wanted = set(terms if analyzer.is_default else content_tokens(query.text))
         if wanted:
             for i in candidates[: rt.rerank.top_n].tolist():
                 final[i] += w * len(wanted & store.token_sets[i]) / len(wanted)

@@ -81,3 +81,17 @@ def test_the_stop_list_decides_whether_question_words_are_terms(baseline_strateg
     assert dropped == ["m3"]
     assert memory.bm25_index(Analyzer("english", "suffix")) is memory.bm25_index(Analyzer("english", "suffix"))
     assert memory.bm25_index(DEFAULT) is not memory.bm25_index(Analyzer("english", "suffix"))
+
+
+def test_the_rerank_overlap_reads_the_runtime_tokens_whatever_the_lexical_analyser(baseline_strategy):
+    memory = store()
+    question = "Did anyone mention adoption?"
+    strategy = baseline_strategy
+    for path, value in (("retrieval.rerank.enabled", True), ("retrieval.rerank.top_n", 4),
+                        ("retrieval.rerank.overlap_weight", 1.0)):
+        strategy = set_path(strategy, path, value)
+    stemmed = policy(strategy, "english", "snowball")
+    hits = {h.id: h for h in retrieve(memory, Query(question, "single_hop", (), None, WHEN), stemmed)}
+    wanted = set(content_tokens(question))  # the store's token sets hold these, not Snowball stems
+    overlap = len(wanted & memory.token_sets[0]) / len(wanted)
+    assert overlap > 0 and hits["m0"].score == round(overlap, 8)
