@@ -11,9 +11,21 @@ import pytest
 from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import load_strategy
 from evolve.files import TEST_HOOKS_ENV
+from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV
 from llm_server import LoopbackLLMServer
 
 os.environ[TEST_HOOKS_ENV] = "1"  # the crash-injection hook (evolve.files.crash_point) works in tests only
+
+
+@pytest.fixture(scope="session", autouse=True)
+def shared_embeddings(tmp_path_factory, worker_id) -> Iterator[Path]:
+    """One embedding cache for the session's runs, subprocesses and test workers included
+    (``$MEMEVOLVE_EMBEDDING_CACHE``): a run whose texts are all embedded already never loads the model."""
+    root = tmp_path_factory.getbasetemp()
+    directory = (root.parent if worker_id != "master" else root) / "embeddings"
+    os.environ[SHARED_EMBEDDINGS_ENV] = str(directory)
+    yield directory
+    os.environ.pop(SHARED_EMBEDDINGS_ENV, None)
 
 
 @pytest.fixture(scope="session")

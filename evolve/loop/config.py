@@ -49,6 +49,18 @@ class PlannerConfig(_Strict):
                                                               "the observed effects no longer count)")
     max_directions: int = Field(6, ge=1, le=100, description="directions offered per round (at most 100, more than "
                                                              "the schema's evolvable paths)")
+    paths: list[str] | None = Field(
+        None, min_length=1, max_length=200,
+        description="fnmatch patterns (at most 200) of the strategy paths every planner may move (e.g. "
+                    "'retrieval.*'); each must match an evolvable path. Unset: every path the run can move")
+
+    @field_validator("paths")
+    @classmethod
+    def _patterns(cls, paths: list[str] | None) -> list[str] | None:
+        for pattern in paths or ():
+            if not pattern.strip() or len(pattern) > 200:
+                raise ValueError(f"{pattern[:80]!r}: a pattern is 1 to 200 characters, not blank")
+        return paths
 
 
 class ExecutorConfig(_Strict):

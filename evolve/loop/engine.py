@@ -38,7 +38,7 @@ from evolve.runtime.usage import RequestLimitReached
 from evolve.state.records import load_record
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
-from evolve.strategy.schema import live_dimensions
+from evolve.strategy.schema import live_dimensions, restrict_dimensions
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.critic import Critic, DeterministicCritic
 from evolve.verify.dossier import paired as compare_outcomes
@@ -82,7 +82,8 @@ class Engine:
                                              HypothesisTree(c0=config.planner.exploration).to_dict())
         self.planner = Planner(load_bundles(), self.effects, self.tree, use_tree=config.planner.use_tree,
                                cost_violation=config.cost.violation if config.cost.active else None,
-                               dims=live_dimensions(backends.roles.model_roles()))
+                               dims=restrict_dimensions(live_dimensions(backends.roles.model_roles()),
+                                                        config.planner.paths))
         self.advisor = (PlannerAdvisor(backends.planner, self.effects, self.planner.dims)
                         if backends.planner else None)
         self.proposer = RoundPlan(self.planner, self.advisor, config.planner.max_directions)

@@ -25,7 +25,7 @@ from evolve.runtime.usage import UsageStats
 from evolve.state.layout import StoreLayout
 from evolve.strategy.artifact import load_strategy
 from evolve.strategy import schema as strategy_schema
-from evolve.strategy.schema import schema_hash
+from evolve.strategy.schema import live_dimensions, restrict_dimensions, schema_hash
 from evolve.verify.power import PowerCheck
 from evolve.verify.probe import stratified_probe
 
@@ -134,6 +134,11 @@ class RunSetup:
             raise ConfigError(f"acceptance.secondary: {secondary!r} needs {NEEDS[secondary]}, but no scored question "
                               f"of {config.benchmark} has them")
         roles = roles_config(config)
+        try:
+            restrict_dimensions(live_dimensions({r for r in ("extractor", "expander", "answerer")
+                                                 if roles.role(r).backend == "llm"}), config.planner.paths)
+        except ValueError as exc:
+            raise ConfigError(f"planner.paths: {exc}") from None
         try:
             config.budget.check_models(roles)
         except ValueError as exc:

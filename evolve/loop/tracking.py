@@ -10,9 +10,6 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any, Mapping
 
-from mlflow.entities import Metric, Param, RunTag
-from mlflow.tracking import MlflowClient
-
 from evolve.llm import UsageStats
 from evolve.loop.commit import RoundOutcome
 from evolve.loop.config import ConfigError, RunConfig
@@ -100,6 +97,8 @@ class Tracker:
     def _open(self, experiment: str, artifact_root: str | Path | None) -> None:
         if self.uri.startswith("sqlite:///"):
             Path(self.uri.removeprefix("sqlite:///")).parent.mkdir(parents=True, exist_ok=True)
+        from mlflow.tracking import MlflowClient  # imported by a tracked run only: a second of start-up otherwise
+
         self.client = MlflowClient(tracking_uri=self.uri)
         found = self.client.get_experiment_by_name(experiment)
         if found is not None:
@@ -125,6 +124,8 @@ class Tracker:
 
     def log(self, run_id: str, *, params: Mapping[str, Any] | None = None, metrics: Mapping[str, Any] | None = None,
             tags: Mapping[str, Any] | None = None, step: int = 0) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
         self.client.log_batch(
             run_id,
             metrics=[Metric(k, v, int(time.time() * 1000), step) for k, v in _numeric(metrics or {}).items()],

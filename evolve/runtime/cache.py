@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
 import pickle
 import threading
 import warnings
@@ -25,6 +26,10 @@ if TYPE_CHECKING:
 STORE_FORMAT = 5
 #: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
 EMBEDDING_FORMAT = 2
+#: Names a directory of embedding shards that every :class:`IngestionCache` of the machine shares instead of its own
+#: (a vector is keyed by format, embedder and text, so sharing never changes one; nights over the same conversations
+#: then embed each text once, and a process whose texts are all there never loads the model).
+SHARED_EMBEDDINGS_ENV = "MEMEVOLVE_EMBEDDING_CACHE"
 
 
 def _text_key(embedder_name: str, text: str) -> str:
@@ -102,7 +107,7 @@ class IngestionCache:
     """Ingested :class:`MemoryStore` objects keyed by ingestion policy, conversation content and role names.
 
     An in-memory LRU of ``max_entries`` stores, backed by pickles in ``directory/stores`` when a directory
-    is given; embeddings are cached alongside in ``directory/embeddings``.
+    is given; embeddings are cached alongside in ``directory/embeddings``, or in ``$MEMEVOLVE_EMBEDDING_CACHE``.
     """
 
     def __init__(self, directory: str | Path | None = None, max_entries: int = 32):
@@ -114,7 +119,8 @@ class IngestionCache:
         self.misses = 0
         self._lock = threading.RLock()
         self._stores: OrderedDict[str, "MemoryStore"] = OrderedDict()
-        self.embeddings = EmbeddingCache(self.directory / "embeddings" if self.directory else None)
+        shared = os.environ.get(SHARED_EMBEDDINGS_ENV)
+        self.embeddings = EmbeddingCache(shared or (self.directory / "embeddings" if self.directory else None))
 
     @staticmethod
     def key(strategy: dict, conversation: Conversation, extractor_name: str, embedder_name: str) -> str:

@@ -6,8 +6,10 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from functools import lru_cache
 from pathlib import Path
+from typing import Sequence
 
 from evolve.data import BUNDLES_PATH, SCHEMA_PATH
 from evolve.canonical import canonical_json
@@ -104,6 +106,19 @@ def live_dimensions(llm_roles: set[str], dims: dict[str, EvolvableDimension] | N
     extractor, expander and answerer read no prompt, so editing one would change nothing)."""
     dims = dims if dims is not None else evolvable_dimensions()
     return {path: dim for path, dim in dims.items() if dim.kind != "prompt" or dim.role in llm_roles}
+
+
+def restrict_dimensions(dims: dict[str, EvolvableDimension], patterns: Sequence[str] | None
+                        ) -> dict[str, EvolvableDimension]:
+    """The dimensions whose path matches one of the ``fnmatch`` ``patterns`` (``None``: all of them). Raises
+    ``ValueError`` naming each pattern that matches none of ``dims``."""
+    if patterns is None:
+        return dims
+    unmatched = [p for p in patterns if not any(fnmatchcase(path, p) for path in dims)]
+    if unmatched:
+        raise ValueError(f"{', '.join(map(repr, unmatched))}: matches no path the run can move (they are listed "
+                         f"in docs/reference/strategy.md, e.g. {', '.join(sorted(dims)[:3])})")
+    return {path: dim for path, dim in dims.items() if any(fnmatchcase(path, p) for p in patterns)}
 
 
 @lru_cache(maxsize=1)

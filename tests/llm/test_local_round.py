@@ -20,9 +20,11 @@ pytestmark = pytest.mark.heavy
 def _run_config(server: LocalLLMServer, stores: Path) -> RunConfig:
     local = {"backend": "llm", "base_url": server.base_url, "model": server.model, "seed": 0, "timeout_s": 600}
     # Planner and critic without constrained decoding and 8 tokens to answer: their real replies are cut short.
+    # Two movable paths keep the planner's prompt (read three times) short: one CPU thread reads it.
     truncated = {**local, "max_tokens": 8, "structured": "off"}
     return RunConfig(benchmark="synthetic:0", limit=10, probe_size=10, rounds=1, candidates_per_round=1,
-                     stores=stores, roles={"answerer": local, "planner": truncated, "critic": truncated})
+                     stores=stores, roles={"answerer": local, "planner": truncated, "critic": truncated},
+                     planner={"paths": ["answering.span", "retrieval.top_k"]})
 
 
 def _decisions(stores: Path) -> list[tuple]:

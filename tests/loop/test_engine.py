@@ -92,6 +92,15 @@ def test_schema_bound_directions_escalate(tmp_path):
     assert any(e["type"] == "ESCALATE" for e in records(stores, "journal.jsonl"))
 
 
+def test_planner_paths_confine_every_candidate(one_round, tmp_path):
+    unconfined = {k.split("::")[0] for r in records(one_round, "candidate_outcomes.jsonl") for k in r["change_keys"]}
+    stores = tmp_path / "stores"
+    Engine(tiny(stores, planner={"paths": ["retrieval.*"]}), track=False, progress=False).run()
+    confined = {k.split("::")[0] for r in records(stores, "candidate_outcomes.jsonl") for k in r["change_keys"]}
+    assert any(not p.startswith("retrieval.") for p in unconfined)  # the planner's first choice lies outside
+    assert confined and all(p.startswith("retrieval.") for p in confined), confined
+
+
 def test_second_run_on_locked_stores_is_refused(tmp_path):
     stores = tmp_path / "stores"
     with StoreSet(stores):

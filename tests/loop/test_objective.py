@@ -26,10 +26,12 @@ SMALL = dict(benchmark="synthetic:0:3", limit=60, probe_size=20, rounds=1, candi
     ({"cost": {"max_words": 100}}, "cost.max_words: Extra inputs are not permitted"),
     ({"acceptance": {"secondary": "evidnce"}}, "acceptance.secondary: Input should be 'accuracy', 'evidence' or"),
     ({"acceptance": {"non_inferiority_margin": -0.1}}, "acceptance.non_inferiority_margin: Input should be greater"),
+    ({"planner": {"paths": ["retrival.*"]}}, "planner.paths: 'retrival.*': matches no path the run can move"),
+    ({"planner": {"paths": []}}, "planner.paths: List should have at least 1 item"),
     ({"objective": "answer", "acceptance": {"secondary": "answer"}},
      "acceptance.secondary: 'answer' is the objective itself; name another outcome (accuracy, evidence)"),
 ])
-def test_bad_objective_or_cost_settings_exit_2_before_the_stores(capsys, tmp_path, settings, needle):
+def test_bad_objective_cost_or_planner_settings_exit_2_before_the_stores(capsys, tmp_path, settings, needle):
     config = write_config(tmp_path / "run.yaml", **SMALL, stores=tmp_path / "stores", **settings)
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")
     assert code == 2 and str(config) in out and needle in out, out

@@ -12,6 +12,7 @@ from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.improve.planner import REQUIRES, requirements
 from evolve.runtime import IngestionCache, MemoryRuntime, RuleExpander, classify_intent
+from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV
 from evolve.runtime.ingest import windows
 from evolve.runtime.text import resolve_relative_dates, sentences
 from evolve.strategy.policy import Policy
@@ -523,7 +524,8 @@ def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, ca
 # ---------------------------------------------------------------- caching, determinism, speed
 
 
-def test_ingestion_cache_reuses_stores_across_retrieval_changes(baseline_strategy, embedder, tmp_path):
+def test_ingestion_cache_reuses_stores_across_retrieval_changes(baseline_strategy, embedder, tmp_path, monkeypatch):
+    monkeypatch.delenv(SHARED_EMBEDDINGS_ENV)  # the stores' own embeddings, not the session's
     cache = IngestionCache(tmp_path)
     store = MemoryRuntime(baseline_strategy, embedder=embedder, cache=cache).ingest(CONV)
     assert (cache.hits, cache.misses) == (0, 1)
@@ -543,6 +545,19 @@ def test_ingestion_cache_reuses_stores_across_retrieval_changes(baseline_strateg
     assert again.items == store.items and np.array_equal(again.embeddings, store.embeddings)
     assert len(reopened.embeddings) == len(cache.embeddings)
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_caches_of_other_stores_share_the_machine_embedding_cache(baseline_strategy, embedder, tmp_path,
+                                                                   monkeypatch):
+    monkeypatch.setenv(SHARED_EMBEDDINGS_ENV, str(tmp_path / "shared"))
+    first = IngestionCache(tmp_path / "night1")
+    store = MemoryRuntime(baseline_strategy, embedder=embedder, cache=first).ingest(CONV)
+    assert first.embeddings.misses > 0 and list((tmp_path / "shared").glob("*.npz"))
+    second = IngestionCache(tmp_path / "night2")  # other stores, a cold ingestion cache: no text embedded again
+    again = MemoryRuntime(baseline_strategy, embedder=embedder, cache=second).ingest(CONV)
+    assert (second.misses, second.embeddings.misses) == (1, 0)
+    assert np.array_equal(again.embeddings, store.embeddings)
+    assert not (tmp_path / "night1" / "embeddings").exists()
 
 
 def test_same_input_gives_identical_results(baseline_strategy, embedder):

@@ -119,7 +119,7 @@ def test_operator_text_is_bounded(option, capsys, stores, serving):
 
 
 #: One round is enough: every interruption point lies in round 1, and the resumed run must finish it.
-RUN = dict(benchmark="synthetic:0", limit=40, probe_size=20, rounds=1, candidates_per_round=2,
+RUN = dict(benchmark="synthetic:0", limit=20, probe_size=10, rounds=1, candidates_per_round=1,
            strategy=str(BASELINE_PATH))
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -48,7 +49,11 @@ def test_turn_by_turn_capture_recalls_what_batch_ingestion_packs(server, embedde
         expected = runtime.ask(batch, q.question, q.asked_at, answer=False).packed
         assert [(p["id"], p["text"], tuple(p["source_ids"])) for p in served.json()["packed"]] == \
             [(c.id, c.text, c.source_ids) for c in expected], q.question
-    recalls = (server.data / "users/ann/recalls.jsonl").read_text().splitlines()
+    log = server.data / "users/ann/recalls.jsonl"
+    deadline = time.monotonic() + 60  # each line is written after its reply (off the response path)
+    while len(log.read_text().splitlines()) < len(questions) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    recalls = log.read_text().splitlines()
     assert len(recalls) == len(questions)
     first = json.loads(recalls[0])
     assert {"user", "question", "asked_at", "time", "strategy", "packed", "words", "latency_ms"} <= set(first)
