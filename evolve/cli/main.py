@@ -20,6 +20,7 @@ from evolve.data import BASELINE_PATH
 from evolve.errors import UserError
 
 if TYPE_CHECKING:
+    from evolve.loop.engine import Engine
     from evolve.observe.trace import Summary
 
 #: Benchmark specs every command taking --bench accepts.
@@ -194,7 +195,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         from evolve.errors import ConfigError
         from evolve.llm.config import EndpointUnreachable
         from evolve.loop.config import load_config
-        from evolve.loop.engine import Engine
 
     path = config_path(args.config)
     if path is None:
@@ -215,7 +215,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 
                 print(json.dumps(estimate(config, args.rounds), indent=2))
                 return 0
-            with interrupt.deferred():  # model loading and the stores' set-up finish before a signal is raised
+            with interrupt.deferred():  # imports, model loading and the stores' set-up finish before a signal
+                from evolve.loop.engine import Engine  # after the config is read: a bad one is refused at once
+
                 built = Engine(config, track=not args.no_tracking, new_rules=args.new_rules)
             engine = built
         except EndpointUnreachable:

@@ -22,8 +22,10 @@ def _run_config(server: LocalLLMServer, stores: Path) -> RunConfig:
     # Planner and critic without constrained decoding and 8 tokens to answer: their real replies are cut short.
     # Two movable paths keep the planner's prompt (read three times) short: one CPU thread reads it.
     truncated = {**local, "max_tokens": 8, "structured": "off"}
+    # Answers of at most 12 tokens: the synthetic answers are a word or two.
     return RunConfig(benchmark="synthetic:0", limit=10, probe_size=10, rounds=1, candidates_per_round=1,
-                     stores=stores, roles={"answerer": local, "planner": truncated, "critic": truncated},
+                     stores=stores, roles={"answerer": {**local, "max_tokens": 12}, "planner": truncated,
+                                           "critic": truncated},
                      planner={"paths": ["answering.span", "retrieval.top_k"]})
 
 
