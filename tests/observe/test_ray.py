@@ -17,6 +17,7 @@ from workflow_fixtures import cli, write_config  # noqa: E402
 from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy  # noqa: E402
 from evolve.observe.ray_pool import RayPool, WorkerLost  # noqa: E402
 from evolve.runtime import IngestionCache  # noqa: E402
+from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV  # noqa: E402
 from evolve.strategy.artifact import derive  # noqa: E402
 
 pytestmark = pytest.mark.heavy
@@ -26,7 +27,10 @@ BENCH = "synthetic:0:4"
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    with pytest.MonkeyPatch.context() as patch:
+        # Actors embed for themselves: a cold evaluation then lasts long enough to kill a worker in the middle of it.
+        patch.delenv(SHARED_EMBEDDINGS_ENV, raising=False)
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     ray.shutdown()
 
