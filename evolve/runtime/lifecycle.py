@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class Cues:
     retracted: bool = False  # asks what was withdrawn (:func:`asks_retracted`)
 
     @classmethod
+    @lru_cache(maxsize=100_000)  # a night asks every candidate the same questions
     def of(cls, question: str) -> "Cues":
         lowered = normalise(question).lower()  # what looks_back, asks_past and asks_retracted read
         retracted = bool(RETRACTION_QUESTION_CUES.search(lowered))
