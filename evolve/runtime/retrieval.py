@@ -95,6 +95,8 @@ CHANNEL_MEMO_BYTES = 16 * 2**20
 
 @dataclass
 class _Memo:
+    """One store's remembered channel results and their size in bytes."""
+
     entries: dict = field(default_factory=dict)
     nbytes: int = 0
 
@@ -111,7 +113,7 @@ def _memo_channels(store: MemoryStore, query: Query, analyzer: Analyzer, terms: 
     rt = policy.retrieval
     weights, category = rt.weights_for(query.intent), policy.lifecycle.category_channel
     vector = query.vector if weights.vector > 0 and query.vector is not None else None
-    key = (analyzer, tuple(terms), query.subqueries if weights.subquery > 0 else (), weights.bm25 > 0,
+    key = (analyzer, tuple(terms), tuple(query.subqueries) if weights.subquery > 0 else (), weights.bm25 > 0,
            None if vector is None else (vector.dtype.str, vector.tobytes()), rt.candidate_pool, rt.rrf_kappa,
            eligible is None, (category.depth, query.text) if category.enabled else None)
     with _memo_lock:
