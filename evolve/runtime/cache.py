@@ -8,6 +8,7 @@ import pickle
 import threading
 import warnings
 from collections import OrderedDict
+from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
@@ -32,6 +33,7 @@ EMBEDDING_FORMAT = 2
 SHARED_EMBEDDINGS_ENV = "MEMEVOLVE_EMBEDDING_CACHE"
 
 
+@lru_cache(maxsize=200_000)  # a night looks up the same question texts for every candidate
 def _text_key(embedder_name: str, text: str) -> str:
     return hashlib.sha256(f"{EMBEDDING_FORMAT}\0{embedder_name}\0{text}".encode()).hexdigest()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 import numpy as np
 
@@ -54,6 +55,7 @@ class Cues:
     retracted: bool = False  # asks what was withdrawn (:func:`asks_retracted`)
 
     @classmethod
+    @lru_cache(maxsize=100_000)  # a night asks every candidate the same questions
     def of(cls, question: str) -> "Cues":
         lowered = normalise(question).lower()  # what looks_back, asks_past and asks_retracted read
         retracted = bool(RETRACTION_QUESTION_CUES.search(lowered))
@@ -102,6 +104,8 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, no
     """Whether ``item`` may answer a question with ``cues`` asked at ``now``; pruning is decided separately. With
     ``bypass_cues`` a change question sees superseded facts and a retraction question also retracted ones, and the
     standing says so."""
+    if item.superseded_by is None and not item.retracted and not item.versions and item.meta.event_time is None:
+        return ACTIVE  # nothing below applies to it: most facts, read once per hit
     back = lc.bypass_cues and cues.back
     if lc.supersession and item.superseded_by is not None and not back:
         return Standing("superseded", item.superseded_by)

@@ -1,6 +1,8 @@
 """Hybrid retrieval: BM25, vector and sub-query channels fused by weighted RRF, time decay, rerank, filters."""
 from __future__ import annotations
 
+import threading
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Callable
@@ -71,7 +73,7 @@ def _channel_scores(store: MemoryStore, query: Query, analyzer: Analyzer, terms:
         if weights.bm25 > 0:
             out["bm25"] = (_ranking(rows[0], eligible, depth, True), rows[0])
     if weights.vector > 0 and query.vector is not None:
-        scores = np.round(store.embeddings @ query.vector.astype(np.float32), 5)
+        scores = np.round(store.embeddings @ query.vector.astype(np.float32, copy=False), 5)
         out["vector"] = (_ranking(scores, eligible, depth, False), scores)
     if subqueries:
         fused = np.zeros(len(store), dtype=np.float64)
@@ -84,6 +86,50 @@ def _channel_scores(store: MemoryStore, query: Query, analyzer: Analyzer, terms:
                                            np.ones(len(store), dtype=bool) if eligible is None else eligible,
                                            analyzer)
     return out
+
+
+#: Bytes of channel results :func:`_memo_channels` keeps per store (a query costs about 16 bytes per item plus its
+#: vector); once a store's share is spent, further queries are computed and not kept.
+CHANNEL_MEMO_BYTES = 16 * 2**20
+
+
+@dataclass
+class _Memo:
+    """One store's remembered channel results and their size in bytes."""
+
+    entries: dict = field(default_factory=dict)
+    nbytes: int = 0
+
+
+_memos: "weakref.WeakKeyDictionary[MemoryStore, _Memo]" = weakref.WeakKeyDictionary()
+_memo_lock = threading.Lock()
+
+
+def _memo_channels(store: MemoryStore, query: Query, analyzer: Analyzer, terms: list[str], policy: Policy,
+                   eligible: np.ndarray | None) -> dict[str, tuple]:
+    """:func:`_channel_scores`, remembered per store (up to :data:`CHANNEL_MEMO_BYTES`) under everything it reads:
+    a night's candidates retrieve the same questions from the same stores, and a store never changes. The arrays
+    are read-only."""
+    rt = policy.retrieval
+    weights, category = rt.weights_for(query.intent), policy.lifecycle.category_channel
+    vector = query.vector if weights.vector > 0 and query.vector is not None else None
+    key = (analyzer, tuple(terms), tuple(query.subqueries) if weights.subquery > 0 else (), weights.bm25 > 0,
+           None if vector is None else (vector.dtype.str, vector.tobytes()), rt.candidate_pool, rt.rrf_kappa,
+           eligible is None, (category.depth, query.text) if category.enabled else None)
+    with _memo_lock:
+        memo = _memos.setdefault(store, _Memo())
+        found = memo.entries.get(key)
+    if found is None:
+        found = _channel_scores(store, query, analyzer, terms, policy, eligible)
+        size = 0 if vector is None else vector.nbytes
+        for ranked, scores in found.values():
+            ranked.flags.writeable = scores.flags.writeable = False
+            size += ranked.nbytes + (scores if scores.base is None else scores.base).nbytes  # a row keeps its matrix
+        with _memo_lock:
+            if memo.nbytes + size <= CHANNEL_MEMO_BYTES and key not in memo.entries:
+                memo.entries[key] = found
+                memo.nbytes += size
+    return dict(found)
 
 
 def _decay(store: MemoryStore, policy: Policy, ref: float | None) -> np.ndarray:
@@ -138,7 +184,7 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     weights = rt.weights_for(query.intent)
     analyzer = Analyzer(rt.lexical.stopwords, rt.lexical.stemmer)
     terms = analyzer.terms(query.text)
-    channels = _channel_scores(store, query, analyzer, terms, policy, eligible)
+    channels = _memo_channels(store, query, analyzer, terms, policy, eligible)
     fused = np.zeros(len(store), dtype=np.float64)
     ranks: dict[str, np.ndarray] = {}  # channel -> 1-based rank of every item (0: not found by the channel)
 

@@ -12,7 +12,9 @@ One process, in order:
    conversation, default ``bm25s`` parameters, and tokenises documents and questions with the runtime's own
    ``content_tokens`` (lower-cased words, stopwords removed, light stemming). Both sides are timed at
    query time with their indexes built (BM25 index time and the pipeline's one-off ingestion are shown
-   apart); the pipeline's query vectors come from the warm embedding cache;
+   apart); the pipeline's query vectors come from the warm embedding cache, and its stores remember the channel
+   results of earlier passes over the same questions, as a night's later candidates find them (a first pass over
+   copies of the stores, which remember none, is timed apart, best of 3 copies: what a store new to the night costs);
 5. packed evidence at equal word budgets (100, 160, 400): the pipeline (baseline with ``token_budget`` set to the
    budget and ``top_k = 50``, so the budget binds) against plain ``bm25s`` packing raw turns in rank order, first
    fit, into the same number of words; a gold turn counts when the context carries its content
@@ -28,6 +30,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import pickle
 import resource
 import sys
 import tempfile
@@ -219,20 +222,26 @@ def main(argv: list[str] | None = None) -> int:
         questions = recall_questions(bench)
         texts = [q.question for q, _ in questions]
         runtime.prefetch(texts)
+        copies = iter([{cid: pickle.loads(pickle.dumps(store)) for cid, store in stores.items()}  # remember nothing
+                       for _ in range(3)])
+        first, first_s = best_of(3, lambda: pipeline_retrieval(runtime, next(copies), questions))
         ours, ours_s = best_of(3, lambda: pipeline_retrieval(runtime, stores, questions))
         indexes, index_s = best_of(1, lambda: bm25_indexes(bench))
         theirs, theirs_s = best_of(3, lambda: plain_bm25(indexes, questions))
         runtime.embedder.encode(texts[:1])  # the model is loaded (it is not in this process with workers)
         _, embed_s = best_of(1, lambda: runtime.embedder.encode(texts))
-        assert round(ours, 4) == harness_recall, f"recall@10 {ours:.4f} differs from the harness's {harness_recall}"
+        assert round(ours, 4) == harness_recall == round(first, 4), \
+            f"recall@10 {ours:.4f} (first pass {first:.4f}) differs from the harness's {harness_recall}"
         print(f"retrieval on {len(questions)} questions (scored, gold evidence known); query time, best of 3")
         print(f"{'':<44}{'recall@10':>10}{'ms/q':>8}")
         for label, recall, secs in (("pipeline, top_k=10 (bm25+vector+subquery)", ours, ours_s),
+                                    ("  its first pass on fresh stores", first, first_s),
                                     ("plain bm25s top-10 over raw turns", theirs, theirs_s)):
             print(f"{label:<44}{recall:>10.3f}{1000 * secs / len(questions):>8.2f}")
         baseline_recall = cold.summary.evidence_recall["10"]
         print(f"pipeline vs BM25: recall {ours - theirs:+.3f}, time {ours_s / theirs_s:.1f}x "
-              f"(target: better recall at <= 3x); baseline (top_k=5) recall@10 {baseline_recall:.3f}")
+              f"(target: better recall at <= 3x; first pass on fresh stores {first_s / theirs_s:.1f}x); "
+              f"baseline (top_k=5) recall@10 {baseline_recall:.3f}")
         print(f"not in the query time: query embedding {1000 * embed_s / len(texts):.1f} ms/q uncached (one batch); "
               f"index build: BM25 {index_s:.2f}s, pipeline stores = the cold run ({load_s:.2f}s from cache)")
 

@@ -3,8 +3,9 @@
 A refactoring of the runtime (a faster retrieval, say) must not change what a strategy retrieves, packs or answers.
 This script exports git revision ``--against`` (default ``HEAD``) into a temporary directory, evaluates each strategy
 on the benchmark under that tree and under this working tree (one process each, the deterministic roles, fresh
-ingestion caches; item and question vectors are shared, as embedders are batch-invariant), and compares every
-question's trace field by field: the retrieved hits with their channel ranks and scores, the filtered and dropped
+ingestion caches; item and question vectors are shared, as embedders are batch-invariant), twice in one harness (the
+second evaluation reads what the first cached, as a night's later candidates do), and compares every question's trace
+of each pass field by field: the retrieved hits with their channel ranks and scores, the filtered and dropped
 items, the packed text, the answer and its verdict; measured times are left out
 (:meth:`evolve.observe.trace.Trace.deterministic_dict`), and so are fields only one version's traces have.
 
@@ -38,8 +39,9 @@ PINNED_FIELDS = ("intent", "subqueries", "retrieved", "filtered", "packed", "dro
                  "answer_support")
 
 
-def traces(bench_spec: str, strategy: Path, cache_dir: Path) -> dict[str, dict]:
-    """``{question id: deterministic trace}`` of ``strategy`` on the benchmark, under the ``evolve`` imported."""
+def traces(bench_spec: str, strategy: Path, cache_dir: Path, passes: int = 1) -> list[dict[str, dict]]:
+    """``{question id: deterministic trace}`` of each of ``passes`` evaluations of ``strategy`` by one harness on the
+    benchmark, under the ``evolve`` imported."""
     from evolve.benchmarks import load_benchmark
     from evolve.observe.harness import Harness
     from evolve.runtime import IngestionCache
@@ -47,10 +49,11 @@ def traces(bench_spec: str, strategy: Path, cache_dir: Path) -> dict[str, dict]:
 
     harness = Harness(load_benchmark(bench_spec), cache=IngestionCache(cache_dir), progress=False)
     try:
-        run = harness.evaluate(load_strategy(strategy))
+        runs = [harness.evaluate(load_strategy(strategy)) for _ in range(passes)]
     finally:
         harness.close()
-    return {t.question_id: json.loads(json.dumps(t.deterministic_dict(), default=str)) for t in run.traces}
+    return [{t.question_id: json.loads(json.dumps(t.deterministic_dict(), default=str)) for t in run.traces}
+            for run in runs]
 
 
 def digest(trace: dict) -> str:
@@ -59,8 +62,8 @@ def digest(trace: dict) -> str:
 
 
 def dump(bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path) -> None:
-    """Write ``{strategy file name: {question id: trace}}`` to ``out``."""
-    out.write_text(json.dumps({s.name: traces(bench_spec, s, cache_dir) for s in strategies}))
+    """Write ``{strategy file name: [{question id: trace} of each of two passes]}`` to ``out``."""
+    out.write_text(json.dumps({s.name: traces(bench_spec, s, cache_dir, passes=2) for s in strategies}))
 
 
 def run_under(tree: Path, bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path) -> dict:
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.pin:
         with tempfile.TemporaryDirectory(prefix="pin-") as tmp:
-            pinned = {s.name: {qid: digest(t) for qid, t in traces(PINNED_BENCH, s, Path(tmp)).items()}
+            pinned = {s.name: {qid: digest(t) for qid, t in traces(PINNED_BENCH, s, Path(tmp))[0].items()}
                       for s in STRATEGIES}
         args.pin.write_text(json.dumps({"benchmark": PINNED_BENCH, "digests": pinned}, indent=1) + "\n")
         print(f"wrote {args.pin}")
@@ -131,11 +134,12 @@ def main(argv: list[str] | None = None) -> int:
     old, new = results.values()
     status = 0
     for name in old:
-        diff = differences(old[name], new[name])
-        print(f"{name}: {len(old[name])} questions, {len(diff)} with different traces than {args.against}")
-        for qid, changed in diff[:5]:
-            print(f"  {qid}: {', '.join(changed)}")
-        status |= bool(diff)
+        for n, (before, after) in enumerate(zip(old[name], new[name]), start=1):
+            diff = differences(before, after)
+            print(f"{name}, pass {n}: {len(before)} questions, {len(diff)} with different traces than {args.against}")
+            for qid, changed in diff[:5]:
+                print(f"  {qid}: {', '.join(changed)}")
+            status |= bool(diff)
     return status
 
 

@@ -36,11 +36,13 @@ def test_contexts_match_the_pin(strategy, tmp_path):
     pinned = json.loads(PIN.read_text())
     assert pinned["benchmark"] == tool.PINNED_BENCH
     path = next(s for s in tool.STRATEGIES if s.name == strategy)
-    got = {qid: tool.digest(trace) for qid, trace in tool.traces(tool.PINNED_BENCH, path, tmp_path).items()}
     want = pinned["digests"][strategy]
-    changed = sorted(q for q in want.keys() | got.keys() if want.get(q) != got.get(q))
-    assert not changed, (f"{strategy}: {len(changed)} of {len(want)} questions retrieve or pack differently from "
-                         f"the pin, first {changed[:5]}")
+    # the second evaluation by the same harness reads the stores, vectors and channel results the first cached
+    for n, run in enumerate(tool.traces(tool.PINNED_BENCH, path, tmp_path, passes=2), start=1):
+        got = {qid: tool.digest(trace) for qid, trace in run.items()}
+        changed = sorted(q for q in want.keys() | got.keys() if want.get(q) != got.get(q))
+        assert not changed, (f"{strategy}, pass {n}: {len(changed)} of {len(want)} questions retrieve or pack "
+                             f"differently from the pin, first {changed[:5]}")
 
 
 def _store(texts: list[str]) -> MemoryStore:
