@@ -1,5 +1,5 @@
 """Every run config shipped under experiments/ loads and validates (benchmark, roles, budget, holdout), so the
-commands the README gives for them start."""
+commands the README gives for them start; every shipped strategy file validates against today's schema."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +9,11 @@ import yaml
 
 from evolve.loop.config import load_config
 from evolve.loop.setup import RunSetup
+from evolve.strategy.artifact import load_strategy
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "experiments").glob("*.yaml"))
+STRATEGIES = sorted([*(ROOT / "experiments" / "strategies").glob("*.yaml"), *(ROOT / "strategies").glob("*.yaml")])
 
 
 @pytest.mark.parametrize("where", ["root", "elsewhere"])
@@ -33,3 +35,8 @@ def test_shipped_run_configs_validate(path, where, monkeypatch, tmp_path):
 
 def test_there_are_configs_to_check():
     assert {p.name for p in CONFIGS} >= {"nightly.yaml", "locomo.yaml", "locomo_evidence.yaml", "llm.yaml"}
+
+
+@pytest.mark.parametrize("path", STRATEGIES, ids=[p.name for p in STRATEGIES])
+def test_shipped_strategies_validate(path):
+    assert load_strategy(path)["name"]
