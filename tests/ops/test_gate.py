@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,13 @@ def test_bad_input_exits_2_with_nothing_journaled(tmp_path, files, capsys):
     dup = write(tmp_path / "dup.jsonl", [sample(i, True) for i in (*range(80), 7)])
     mixed = write(tmp_path / "mixed.jsonl", [sample(0, True), {**sample(1, True), "trace_version": "2"}])
     noid = write(tmp_path / "noid.jsonl", [sample(0, True), {k: v for k, v in sample(1, True).items() if k != "id"}])
+    mem0 = write(tmp_path / "mem0.jsonl", [{"id": "q0", "category": "temporal", "search": {"results": [{"id": "x"}]}}])
     cases = [((base, fewer), "3 only in .*base.jsonl: q0, q1, q2; 1 only in .*fewer.jsonl: q80"),
              ((base, dup), "dup.jsonl:81: duplicate id 'q7' \\(first at .*dup.jsonl:8\\)"),
              ((mixed, cand), "mixed.jsonl:2: trace_version '2' differs from '1' on line 1"),
              ((noid, cand), "noid.jsonl:2: \\(record\\): 'id' is a required property"),
+             ((mem0, mem0, "--adapter", "mem0"),
+              r"mem0.jsonl:1: the mem0 adapter cannot read this line: KeyError\('memory'\)"),
              ((base, tmp_path / "absent.jsonl"), "absent.jsonl"),
              ((base, cand, "--predict", "temporal"), "--predict needs --hypothesis"),
              ((base, cand, "--hypothesis", "h", "--predict", "lifecycle:up"), "no sample has that category")]
@@ -94,6 +98,29 @@ def test_bad_input_exits_2_with_nothing_journaled(tmp_path, files, capsys):
         assert gate(tmp_path, *args) == 2, args
         err = capsys.readouterr().err
         assert re.search(message, err), err
+    assert not (tmp_path / "gate").exists()
+
+
+def test_a_100_mb_file_is_streamed_and_its_bad_last_line_refused(tmp_path, files, capsys):
+    """Bounded memory over the whole file, then exit 2 naming the last line, nothing journaled."""
+    big, n, text = tmp_path / "big.jsonl", 0, "word " * 4000
+    with big.open("w") as fh:
+        while fh.tell() < 100 * 2**20:
+            fh.write(json.dumps({**sample(n, n % 2 == 0), "retrieved": [
+                {"id": f"m{n}-{k}", "rank": k + 1, "text": f"{n} {k} {text}"} for k in range(5)]}) + "\n")
+            n += 1
+        fh.write(json.dumps(sample(0, True)) + "\n")
+    assert gate(tmp_path, tmp_path / "absent.jsonl", files[1]) == 2  # imports the gate before memory is traced
+    capsys.readouterr()
+    tracemalloc.start()
+    try:
+        code = gate(tmp_path, big, files[1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 2
+    assert f"big.jsonl:{n + 1}: duplicate id 'q0' (first at {big}:1)" in capsys.readouterr().err
+    assert peak < 32 * 2**20, f"peak {peak / 2**20:.1f} MiB reading a {big.stat().st_size / 2**20:.0f} MiB file"
     assert not (tmp_path / "gate").exists()
 
 
