@@ -30,7 +30,7 @@ def strategy_of(spec: str, stores: Path) -> dict:
     return StoreView(stores).get_strategy(found[0])
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     from evolve.loop.config import load_config
     from evolve.loop.setup import RunSetup
 
@@ -40,7 +40,7 @@ def main() -> int:
     parser.add_argument("--stores", type=Path, help="stores the harness uses for its caches and identity check "
                         "(default: the config's; strategies given by hash are read from the config's)")
     parser.add_argument("strategies", nargs="+", metavar="NAME=STRATEGY")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     pairs = [s.split("=", 1) for s in args.strategies]
     if any(len(p) != 2 or not p[0] for p in pairs):
         parser.error("each strategy is NAME=FILE or NAME=HASH_PREFIX")

@@ -154,3 +154,36 @@ def test_gate_reproduces_every_decision_of_a_small_run(tmp_path):
     rows = script.reproduce(config, tmp_path / "out", rounds=1)
     compared = [row for row in rows if row["same"] is not None]
     assert compared and all(row["same"] for row in compared), rows
+
+
+def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
+    """Strategies evaluated under a run config's external system (experiments/bench/eval_strategies.py) give trace
+    files the gate decides on, journaled in the config's gate store."""
+    import yaml
+    from evolve.strategy.schema import activate
+    from external_fixtures import BASELINE, write_system
+
+    spec = importlib.util.spec_from_file_location("eval_strategies", ROOT / "experiments" / "bench" /
+                                                  "eval_strategies.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config = write_system(tmp_path / "ext")
+    wider = tmp_path / "wider.yaml"
+    wider.write_text(yaml.safe_dump({**BASELINE, "name": "wider", "recall": {"top_k": 2}}))
+    out = tmp_path / "eval"
+    try:
+        assert script.main(["--config", str(config), "--out", str(out), f"base={config.parent / 'knobs.yaml'}",
+                            f"wider={wider}"]) == 0
+    finally:
+        activate(None)  # the run config made the knob schema the process's strategy schema
+    printed = capsys.readouterr().out
+    assert "base: answer " in printed and "wider: answer " in printed and "120 traces" in printed
+    traces = [out / name / "traces.jsonl" for name in ("base", "wider")]
+    assert main(["gate", *map(str, traces), "--adapter", "memevolve", "--rules", str(config)]) == 0
+    record = History(config.parent / "stores" / "gate").records[0]
+    summaries = [json.loads((out / name / "summary.json").read_text()) for name in ("base", "wider")]
+    assert (str(record.verdict), record.decision.rule) == ("ACCEPT", "accept")  # one recalled item misses most
+    assert record.paired.n == summaries[0]["n_answer_known"] == summaries[1]["n_answer_known"]
+    assert (record.paired.acc_baseline, record.paired.acc_candidate) == pytest.approx(
+        [s["answer_in_evidence"] for s in summaries], abs=1e-4)
+
