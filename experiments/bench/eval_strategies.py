@@ -44,11 +44,13 @@ def main(argv: list[str] | None = None) -> int:
     pairs = [s.split("=", 1) for s in args.strategies]
     if any(len(p) != 2 or not p[0] for p in pairs):
         parser.error("each strategy is NAME=FILE or NAME=HASH_PREFIX")
+    taken = [str(args.out / name) for name, _ in pairs if (args.out / name / "traces.jsonl").exists()]
+    if taken:
+        parser.error(f"already written, not replaced: {', '.join(taken)}")
     config = load_config(args.config)
-    setup = RunSetup.prepare(config)  # activates the runtime's knob schema before any strategy is read
+    # activates the runtime's knob schema before any strategy is read
+    setup = RunSetup.prepare(config if args.stores is None else config.model_copy(update={"stores": args.stores}))
     strategies = [(name, strategy_of(spec, config.stores)) for name, spec in pairs]
-    if args.stores is not None:
-        setup = RunSetup.prepare(config.model_copy(update={"stores": args.stores}))
     harness = setup.harness(progress=False)[0]
     for name, strategy in strategies:
         wall, cpu = time.perf_counter(), time.process_time()

@@ -174,9 +174,13 @@ def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
     try:
         assert script.main(["--config", str(config), "--out", str(out), f"base={config.parent / 'knobs.yaml'}",
                             f"wider={wider}"]) == 0
+        with pytest.raises(SystemExit):  # traces written before are not replaced
+            script.main(["--config", str(config), "--out", str(out), f"base={wider}"])
     finally:
         activate(None)  # the run config made the knob schema the process's strategy schema
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert f"already written, not replaced: {out / 'base'}" in captured.err
+    printed = captured.out
     assert "base: answer " in printed and "wider: answer " in printed and "120 traces" in printed
     traces = [out / name / "traces.jsonl" for name in ("base", "wider")]
     assert main(["gate", *map(str, traces), "--adapter", "memevolve", "--rules", str(config)]) == 0
