@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -82,10 +83,13 @@ def test_bad_input_exits_2_with_nothing_journaled(tmp_path, files, capsys):
     dup = write(tmp_path / "dup.jsonl", [sample(i, True) for i in (*range(80), 7)])
     mixed = write(tmp_path / "mixed.jsonl", [sample(0, True), {**sample(1, True), "trace_version": "2"}])
     noid = write(tmp_path / "noid.jsonl", [sample(0, True), {k: v for k, v in sample(1, True).items() if k != "id"}])
+    mem0 = write(tmp_path / "mem0.jsonl", [{"id": "q0", "category": "temporal", "search": {"results": [{"id": "x"}]}}])
     cases = [((base, fewer), "3 only in .*base.jsonl: q0, q1, q2; 1 only in .*fewer.jsonl: q80"),
              ((base, dup), "dup.jsonl:81: duplicate id 'q7' \\(first at .*dup.jsonl:8\\)"),
              ((mixed, cand), "mixed.jsonl:2: trace_version '2' differs from '1' on line 1"),
              ((noid, cand), "noid.jsonl:2: \\(record\\): 'id' is a required property"),
+             ((mem0, mem0, "--adapter", "mem0"),
+              r"mem0.jsonl:1: the mem0 adapter cannot read this line: KeyError\('memory'\)"),
              ((base, tmp_path / "absent.jsonl"), "absent.jsonl"),
              ((base, cand, "--predict", "temporal"), "--predict needs --hypothesis"),
              ((base, cand, "--hypothesis", "h", "--predict", "lifecycle:up"), "no sample has that category")]
@@ -94,6 +98,29 @@ def test_bad_input_exits_2_with_nothing_journaled(tmp_path, files, capsys):
         assert gate(tmp_path, *args) == 2, args
         err = capsys.readouterr().err
         assert re.search(message, err), err
+    assert not (tmp_path / "gate").exists()
+
+
+def test_a_100_mb_file_is_streamed_and_its_bad_last_line_refused(tmp_path, files, capsys):
+    """Bounded memory over the whole file, then exit 2 naming the last line, nothing journaled."""
+    big, n, text = tmp_path / "big.jsonl", 0, "word " * 4000
+    with big.open("w") as fh:
+        while fh.tell() < 100 * 2**20:
+            fh.write(json.dumps({**sample(n, n % 2 == 0), "retrieved": [
+                {"id": f"m{n}-{k}", "rank": k + 1, "text": f"{n} {k} {text}"} for k in range(5)]}) + "\n")
+            n += 1
+        fh.write(json.dumps(sample(0, True)) + "\n")
+    assert gate(tmp_path, tmp_path / "absent.jsonl", files[1]) == 2  # imports the gate before memory is traced
+    capsys.readouterr()
+    tracemalloc.start()
+    try:
+        code = gate(tmp_path, big, files[1])
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert code == 2
+    assert f"big.jsonl:{n + 1}: duplicate id 'q0' (first at {big}:1)" in capsys.readouterr().err
+    assert peak < 32 * 2**20, f"peak {peak / 2**20:.1f} MiB reading a {big.stat().st_size / 2**20:.0f} MiB file"
     assert not (tmp_path / "gate").exists()
 
 
@@ -127,3 +154,40 @@ def test_gate_reproduces_every_decision_of_a_small_run(tmp_path):
     rows = script.reproduce(config, tmp_path / "out", rounds=1)
     compared = [row for row in rows if row["same"] is not None]
     assert compared and all(row["same"] for row in compared), rows
+
+
+def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
+    """Strategies evaluated under a run config's external system (experiments/bench/eval_strategies.py) give trace
+    files the gate decides on, journaled in the config's gate store."""
+    import yaml
+    from evolve.strategy.schema import activate
+    from external_fixtures import BASELINE, write_system
+
+    spec = importlib.util.spec_from_file_location("eval_strategies", ROOT / "experiments" / "bench" /
+                                                  "eval_strategies.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config = write_system(tmp_path / "ext")
+    wider = tmp_path / "wider.yaml"
+    wider.write_text(yaml.safe_dump({**BASELINE, "name": "wider", "recall": {"top_k": 2}}))
+    out = tmp_path / "eval"
+    try:
+        assert script.main(["--config", str(config), "--out", str(out), f"base={config.parent / 'knobs.yaml'}",
+                            f"wider={wider}"]) == 0
+        with pytest.raises(SystemExit):  # traces written before are not replaced
+            script.main(["--config", str(config), "--out", str(out), f"base={wider}"])
+    finally:
+        activate(None)  # the run config made the knob schema the process's strategy schema
+    captured = capsys.readouterr()
+    assert f"already written, not replaced: {out / 'base'}" in captured.err
+    printed = captured.out
+    assert "base: answer " in printed and "wider: answer " in printed and "120 traces" in printed
+    traces = [out / name / "traces.jsonl" for name in ("base", "wider")]
+    assert main(["gate", *map(str, traces), "--adapter", "memevolve", "--rules", str(config)]) == 0
+    record = History(config.parent / "stores" / "gate").records[0]
+    summaries = [json.loads((out / name / "summary.json").read_text()) for name in ("base", "wider")]
+    assert (str(record.verdict), record.decision.rule) == ("ACCEPT", "accept")  # one recalled item misses most
+    assert record.paired.n == summaries[0]["n_answer_known"] == summaries[1]["n_answer_known"]
+    assert (record.paired.acc_baseline, record.paired.acc_candidate) == pytest.approx(
+        [s["answer_in_evidence"] for s in summaries], abs=1e-4)
+
