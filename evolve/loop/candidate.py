@@ -24,13 +24,11 @@ from evolve.verify.critic import Critic, CriticPacket
 from evolve.verify.decision import (
     AcceptanceRules, CostLimits, Decision, Rule, Stage, Verdict, decide, evidence_screen, probe_screen,
 )
-from evolve.verify.dossier import compare, paired as compare_outcomes
+from evolve.verify.dossier import compare, examples, paired as compare_outcomes
 from evolve.verify.gates import GateContext, change_keys, run_gates
 from evolve.verify.outcomes import ProbeOutcome
-from evolve.verify.statistics import PairedReport, mcnemar_exact
+from evolve.verify.statistics import mcnemar_exact
 
-#: Improved / regressed questions kept per candidate record for review.
-EXAMPLES_PER_SIDE = 25
 #: Examples the critic sees: of the targeted symptom, and improved / regressed on the probe.
 CRITIC_EXAMPLES = 3
 
@@ -128,7 +126,7 @@ class CandidateVerifier:
         record.summary = run.summary.brief()
         if run.summary.staleness:
             record.staleness = {"parent": screen.run.summary.staleness, "candidate": run.summary.staleness}
-        record.examples = _examples(record.paired, screen.run, run)
+        record.examples = examples(record.paired, screen.run.traces, run.traces)
         decision = decide(record.comparison, self.rules, self.cost)
         if decision.changes_strategy and self.holdout is not None:  # only what would change the strategy is checked
             record.holdout = self.holdout.compare(current, candidate)
@@ -204,15 +202,3 @@ class CandidateVerifier:
 def _spent(record: CandidateRecord, run: EvalRun) -> None:
     """Add an evaluation's LLM usage to the candidate's (per role; nothing without LLM roles)."""
     record.llm = usage_totals([record.llm or {}, run.summary.llm]) or None
-
-
-def _examples(paired: PairedReport, base: EvalRun, cand: EvalRun) -> dict:
-    b, c = base.by_id(), cand.by_id()
-
-    def row(qid: str) -> dict:
-        return {"question_id": qid, "question": b[qid].question, "gold": b[qid].gold_answer,
-                "category": b[qid].category, "baseline_answer": b[qid].answer, "candidate_answer": c[qid].answer,
-                "baseline_root_cause": b[qid].root_cause, "candidate_root_cause": c[qid].root_cause}
-
-    return {"improved": [row(q) for q in paired.improved[:EXAMPLES_PER_SIDE]],
-            "regressed": [row(q) for q in paired.regressed[:EXAMPLES_PER_SIDE]]}

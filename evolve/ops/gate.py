@@ -30,7 +30,7 @@ from evolve.state.records import dump_record, record_hash, report_hash
 from evolve.state.stores import StoreSet
 from evolve.verify.comparison import Comparison
 from evolve.verify.decision import Decision, Stage, decide, journal_type
-from evolve.verify.dossier import compare_traces, failure_set
+from evolve.verify.dossier import compare_traces, examples, failure_set
 from evolve.verify.hypothesis import Direction, predicted
 from evolve.verify.multiplicity import Adjustment, adjust
 from evolve.verify.outcomes import ContextCost
@@ -136,6 +136,7 @@ def evaluate(gate: GateInput) -> GateResult:
     record.confabulation, record.secondary, record.hypothesis = (comparison.confabulation, comparison.secondary,
                                                                  comparison.hypothesis)
     record.multiple_testing, record.secondary_testing = comparison.multiple_testing, comparison.secondary_testing
+    record.examples = examples(comparison.paired, base, cand)
     record.close(decision, Stage.DECISION)
     return GateResult(record, comparison, decision, len(failure_set(outcomes(base, objective),
                                                                      outcomes(cand, objective))))

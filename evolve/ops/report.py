@@ -226,7 +226,8 @@ def render_html(view: History) -> str:
     records = view.records
     h = ov.harness
     harness = (f"{h.get('benchmark', '?')} · {h.get('n_questions', '?')} questions · judge {h.get('judge', '?')} · "
-               f"benchmark {str(h.get('benchmark_hash', '?'))[:12]} · schema {str(h.get('schema_hash', '?'))[:12]}")
+               f"benchmark {str(h.get('benchmark_hash', '?'))[:12]}"
+               + (f" · schema {h['schema_hash'][:12]}" if h.get("schema_hash") else ""))  # a gate store has none
     body = [f"<h1>memevolve report</h1><p class='muted'>stores <code>{_e(view.root)}</code> · {_e(harness)}</p>",
             _cards(ov), "<h2>Trajectory and diagnosis</h2><div class='plots'>",
             f"<figure class='wide'>{trajectory_plot(view.rounds, records)}</figure>",

@@ -128,6 +128,8 @@ def _example_lines(record: CandidateRecord, side: str) -> list[str]:
     total = len(getattr(record.paired, side)) if record.paired else 0
     if not total:
         return [f"{side} questions: none"]
+    if record.examples is None:  # a gate verdict recorded before gates kept examples
+        return [f"{side} questions: {total} (no examples recorded)"]
     lines = [f"{side} questions ({len(examples)} of {total} shown):"]
     for ex in examples:
         lines += [f"  [{ex['question_id']}] ({ex['category']}) {ex['question']}",
@@ -174,9 +176,9 @@ def render_record(record: CandidateRecord, view: History) -> str:
              f"direction: {direction['key']} for symptom {r.symptom}",
              f"  why: {direction.get('why', '-')}"]
     if harness:
+        schema = f", schema {harness['schema_hash'][:12]}" if harness.get("schema_hash") else ""  # a gate has none
         lines.append(f"harness: {harness.get('benchmark', '?')} (benchmark {harness['benchmark_hash'][:12]}), judge "
-                     f"{harness['judge']}, {harness['n_questions']} questions, schema "
-                     f"{str(harness.get('schema_hash', '?'))[:12]}")
+                     f"{harness['judge']}, {harness['n_questions']} questions{schema}")
     if r.strategy_hash:
         lines.append(f"strategy: {r.strategy_hash}  {view.strategy_path(r.strategy_hash)}")
     lines.append(f"parent:   {r.parent_hash}  {view.strategy_path(r.parent_hash)}")

@@ -51,3 +51,21 @@ def compare(base: EvalRun, run: EvalRun, rules: AcceptanceRules, *, objective: O
     return compare_traces(base.traces, run.traces, rules, objective=objective, seed=seed,
                           cost=ContextCost(base.summary.context_words["mean"], run.summary.context_words["mean"]),
                           prediction=predicted(symptom) if symptom is not None else None)
+
+
+#: Improved and regressed questions a record shows, each side.
+EXAMPLES_PER_SIDE = 25
+
+
+def examples(paired: PairedReport, base: Sequence[Trace], cand: Sequence[Trace]) -> dict[str, list[dict]]:
+    """The first improved and regressed questions of ``paired`` with both sides' answers and root causes, as a
+    record shows them."""
+    b, c = {t.question_id: t for t in base}, {t.question_id: t for t in cand}
+
+    def row(qid: str) -> dict:
+        return {"question_id": qid, "question": b[qid].question, "gold": b[qid].gold_answer,
+                "category": b[qid].category, "baseline_answer": b[qid].answer, "candidate_answer": c[qid].answer,
+                "baseline_root_cause": b[qid].root_cause, "candidate_root_cause": c[qid].root_cause}
+
+    return {"improved": [row(q) for q in paired.improved[:EXAMPLES_PER_SIDE]],
+            "regressed": [row(q) for q in paired.regressed[:EXAMPLES_PER_SIDE]]}

@@ -59,7 +59,11 @@ def test_a_verdict_is_journaled_and_read_like_a_candidate(tmp_path, files, capsy
         ("gate-0001", "ACCEPT", "accept"), ("gate-0002", "FEATURE_FLAG", "hypothesis_mismatch")]
     assert records[1].hypothesis.category == "temporal" and records[1].direction["why"] == "fewer misses on dates"
     assert main(["show", "gate-0001", "--stores", str(stores)]) == 0
-    assert "not promotable: no strategy file (a memevolve gate verdict" in capsys.readouterr().out
+    shown = capsys.readouterr().out
+    assert "not promotable: no strategy file (a memevolve gate verdict" in shown
+    improved = records[0].paired.improved
+    assert improved and f"improved questions ({min(len(improved), 25)} of {len(improved)} shown)" in shown
+    assert f"[{improved[0]}]" in shown and "schema ?" not in shown
     assert main(["show", "gate-0002", "--stores", str(stores)]) == 0
     assert "hypothesis mismatch: predicted temporal down" in capsys.readouterr().out
     assert main(["journal", "verify", "--stores", str(stores)]) == 0
