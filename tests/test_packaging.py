@@ -14,6 +14,8 @@ from pathlib import Path
 
 import yaml
 
+from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV
+
 REPO = Path(__file__).resolve().parents[1]
 #: Top-level entries of the repository that are not part of the source tree a wheel is built from.
 NOT_SOURCE = {".git", ".venv", "build", "dist", "stores", "runs", "tests", "experiments", ".pytest_cache"}
@@ -94,8 +96,10 @@ def test_wheel_installs_and_runs_outside_the_repository(tmp_path):
     assert parents
     (purelib / "_memevolve_test_dependencies.pth").write_text("".join(f"{p}\n" for p in parents))
 
+    # Not the session's shared embedding cache either: the installed package must load the embedding model itself.
     env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "MLFLOW_TRACKING_URI")}
+           if k not in ("PYTHONPATH", "PYTHONHOME", "PYTHONSTARTUP", "VIRTUAL_ENV", "MLFLOW_TRACKING_URI",
+                        SHARED_EMBEDDINGS_ENV)}
     env.update(HF_HUB_OFFLINE="1", PATH=f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}")
     work = tmp_path / "work"
     work.mkdir()
