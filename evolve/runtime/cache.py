@@ -28,8 +28,8 @@ STORE_FORMAT = 5
 #: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
 EMBEDDING_FORMAT = 2
 #: Names a directory of embedding shards that every :class:`IngestionCache` of the machine shares instead of its own
-#: (a vector is keyed by format, embedder and text, so sharing never changes one; nights over the same conversations
-#: then embed each text once, and a process whose texts are all there never loads the model).
+#: (a vector is keyed by format, embedder and text; nights over the same conversations then embed each text once, and
+#: a process whose texts are all there never loads the model).
 SHARED_EMBEDDINGS_ENV = "MEMEVOLVE_EMBEDDING_CACHE"
 
 
@@ -42,8 +42,7 @@ class EmbeddingCache:
     """Vectors by (embedder name, text hash): in memory, plus ``.npz`` shards in ``directory`` if given.
 
     Several processes may share ``directory``: before encoding, shards written by others since the last
-    look are loaded, so a text is encoded once per directory (embedders are batch-invariant, so who
-    encodes a text never changes its vector).
+    look are loaded, so a text is encoded once per directory and every reader gets the vector first written.
     """
 
     def __init__(self, directory: str | Path | None = None):

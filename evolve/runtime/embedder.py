@@ -19,8 +19,8 @@ class Embedder(Protocol):
     def dim(self) -> int: ...
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        """``(len(texts), dim)`` float32 rows, L2-normalised; a row depends on its text only, never on the
-        other texts of the call (caches, batching and parallel workers rely on this)."""
+        """``(len(texts), dim)`` float32 rows, L2-normalised; a row depends on its text, and on the other texts of
+        the call at most in float rounding (caches keep a text's first vector, so what they answer never changes)."""
         ...
 
 
@@ -44,9 +44,9 @@ class SentenceTransformerEmbedder:
     ``threads`` sets torch's (process-wide) intra-op thread count at load; one thread is several times
     faster than torch's default on a small, shared machine, where spinning worker threads contend.
 
-    Rows are batch-invariant: texts are grouped by token count and each group is encoded on its own, so no
-    padding enters any row and a text's vector is bit-identical to encoding it alone, whatever else is in
-    the call (a padded batch changes the last bits of a row with its batch-mates).
+    Texts are grouped by token count and each group is encoded on its own, so no padding enters any row (padding
+    would change a row with its batch-mates). A row may still differ from encoding its text alone in the last bits
+    (about 1e-7: the matrix products' blocking depends on the group's size).
     """
 
     def __init__(self, model_dir: Path, name: str, batch_size: int = 64, threads: int | None = 1):

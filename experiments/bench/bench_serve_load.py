@@ -4,8 +4,9 @@ reload under load.
 
 Each store gets a fresh ``memevolve serve`` process on 127.0.0.1 serving ``--strategy`` (an untracked serving file).
 One LoCoMo conversation (default: the dev4 conversation with the most turns) is captured turn by turn, one request per
-turn, and its sessions closed and organised; then its questions are recalled by concurrent HTTP clients (asyncio,
-httpx), ``--requests`` per level (at least 4 per client). Under the file store a second 8-client run replaces the
+turn, and its sessions closed and organised; then it is asked questions by concurrent HTTP clients (asyncio,
+httpx), ``--requests`` per level (at least 4 per client), each a text the service has not seen before (the benchmark's
+questions, then again after lead-ins such as "Remind me: "), so every recall embeds its question: cold figures. Under the file store a second 8-client run replaces the
 serving file with ``--reload-to`` half-way (the service reloads it, rebuilding the user's memory under the new
 ingestion policy while the old strategy serves) and counts failed requests and the strategies that answered. Run from
 the repository root:
@@ -26,6 +27,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import numpy as np
@@ -94,15 +96,29 @@ def capture(server: Server, conversation, user: str) -> dict:
     return {"turns": n, "seconds": round(seconds, 2), "turns_per_s": round(n / seconds, 1)}
 
 
-async def _load(url: str, user: str, questions: list[str], clients: int, requests: int,
+#: Lead-ins that make a question text new again once every benchmark question has been asked.
+LEAD_INS = ("", "Do you remember: ", "Quick question: ", "Remind me: ", "I forgot: ", "Tell me again: ",
+            "One more thing: ", "Can you check: ", "Just wondering: ", "From our chats: ")
+
+
+def fresh_questions(questions: list[str]) -> Iterator[str]:
+    """Every benchmark question, then each again after a lead-in, ...: no text repeats, so no recall finds its
+    question's embedding cached and every figure is a cold one."""
+    for lead in LEAD_INS:
+        yield from (lead + q for q in questions)
+    raise RuntimeError(f"more than {len(LEAD_INS) * len(questions)} recalls requested")
+
+
+async def _load(url: str, user: str, questions: Iterator[str], clients: int, requests: int,
                 during=None) -> dict:
-    """``requests`` recalls by ``clients`` concurrent clients; ``during`` (a coroutine function) runs half-way."""
+    """``requests`` recalls of new question texts by ``clients`` concurrent clients; ``during`` (a coroutine
+    function) runs half-way."""
     latencies: list[float] = []
     failures: list[str] = []
     strategies: dict[str, int] = {}
     queue: asyncio.Queue = asyncio.Queue()
-    for i in range(requests):
-        queue.put_nowait(questions[i % len(questions)])
+    for _ in range(requests):
+        queue.put_nowait(next(questions))
     done = 0
 
     async def worker(client: httpx.AsyncClient) -> None:
@@ -146,7 +162,7 @@ def _machine() -> dict:
     load = os.getloadavg()
     return {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
             "python": platform.python_version(), "load_average_1_5_15": [round(x, 2) for x in load],
-            "note": "2-core machine shared with other jobs running tests at the same time"}
+            "note": "load average when the run started; every recall asks a question text new to the service"}
 
 
 def main() -> int:
@@ -165,6 +181,7 @@ def main() -> int:
     conv_id = args.conversation or max(bench.conversations, key=lambda c: len(bench.conversations[c].turns()))
     conversation = bench.conversations[conv_id]
     questions = [q.question for q in bench.questions if q.conversation_id == conv_id]
+    asked = fresh_questions(list(dict.fromkeys(q.question for q in bench.questions)))
     report = {"machine": _machine(), "conversation": conv_id, "turns": len(conversation.turns()),
               "questions": len(questions), "strategy": Path(args.strategy).name, "stores": {}}
     work = Path(tempfile.mkdtemp(prefix="memevolve-load-"))
@@ -186,11 +203,11 @@ def main() -> int:
             try:
                 result: dict = {"capture": capture(server, conversation, "u1")}
                 started = time.perf_counter()
-                httpx.post(f"{server.url}/v1/users/u1/recall", json={"question": questions[0]}, timeout=600)
+                httpx.post(f"{server.url}/v1/users/u1/recall", json={"question": next(asked)}, timeout=600)
                 result["first_recall_s"] = round(time.perf_counter() - started, 2)  # builds the user's store
                 result["recall"] = []
                 for clients in args.levels:
-                    row = asyncio.run(_load(server.url, "u1", questions, clients, max(args.requests, 4 * clients)))
+                    row = asyncio.run(_load(server.url, "u1", asked, clients, max(args.requests, 4 * clients)))
                     result["recall"].append(row)
                     print(kind, json.dumps(row), flush=True)
                 if kind == "file":
@@ -200,7 +217,7 @@ def main() -> int:
                         os.replace(staged, serving)
 
                     before = httpx.get(f"{server.url}/v1/strategy").json()["serving"]["hash"][:12]
-                    row = asyncio.run(_load(server.url, "u1", questions, 8, max(args.requests, 400), swap))
+                    row = asyncio.run(_load(server.url, "u1", asked, 8, max(args.requests, 400), swap))
                     time.sleep(2)
                     after = httpx.get(f"{server.url}/v1/strategy").json()
                     row.update(before=before, after=after["serving"]["hash"][:12], reloads=after["reloads"])

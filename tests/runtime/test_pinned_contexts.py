@@ -17,6 +17,7 @@ import pytest
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from evolve.runtime import MemoryRuntime
+from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV
 from evolve.runtime.store import MemoryStore
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,7 +32,10 @@ def _tool():
 
 
 @pytest.mark.parametrize("strategy", ["baseline.yaml", "locomo_answer_turns.yaml"])
-def test_contexts_match_the_pin(strategy, tmp_path):
+def test_contexts_match_the_pin(strategy, tmp_path, monkeypatch):
+    # Vectors of this run's own batches, as the pin's were: a text another test embedded among other batch-mates
+    # may differ in its last bits (1e-7), enough to swap a near tie.
+    monkeypatch.delenv(SHARED_EMBEDDINGS_ENV)
     tool = _tool()
     pinned = json.loads(PIN.read_text())
     assert pinned["benchmark"] == tool.PINNED_BENCH
