@@ -43,14 +43,18 @@ class EmbeddingCache:
 
     Several processes may share ``directory``: before encoding, shards written by others since the last
     look are loaded, so a text is encoded once per directory and every reader gets the vector first written.
+    ``max_vectors`` bounds an in-memory cache (least recently used out), e.g. a service's question vectors.
     """
 
-    def __init__(self, directory: str | Path | None = None):
+    def __init__(self, directory: str | Path | None = None, max_vectors: int | None = None):
+        if max_vectors is not None and (directory or max_vectors < 1):
+            raise ValueError("EmbeddingCache.max_vectors: a positive bound, for an in-memory cache only")
         self.directory = Path(directory) if directory else None
+        self.max_vectors = max_vectors
         self.hits = 0
         self.misses = 0
         self._lock = threading.RLock()  # conversations may be ingested in threads (LLM path)
-        self._vectors: dict[str, np.ndarray] = {}
+        self._vectors: OrderedDict[str, np.ndarray] = OrderedDict()
         self._shards: set[str] = set()
         self._refresh()
 
@@ -74,26 +78,38 @@ class EmbeddingCache:
         return len(self._vectors)
 
     def encode(self, embedder: "Embedder", texts: Sequence[str]) -> np.ndarray:
-        """Rows for ``texts`` in order; only texts never seen with this embedder are encoded. Thread-safe."""
-        with self._lock:
-            return self._encode(embedder, texts)
-
-    def _encode(self, embedder: "Embedder", texts: Sequence[str]) -> np.ndarray:
+        """Rows for ``texts`` in order; only texts never seen with this embedder are encoded. Thread-safe; the
+        encoding runs outside the lock, so threads encode at once (the model releases the GIL), and when two
+        encode one text the first vector stored is the one every caller gets."""
         keys = [_text_key(embedder.name, t) for t in texts]
-        if self.directory and any(k not in self._vectors for k in keys):
-            self._refresh()
-        todo = sorted({t for t, k in zip(texts, keys) if k not in self._vectors})
-        self.misses += len(todo)
-        self.hits += len(texts) - sum(1 for k in keys if k not in self._vectors)
+        with self._lock:
+            if self.directory and any(k not in self._vectors for k in keys):
+                self._refresh()
+            todo = sorted({t for t, k in zip(texts, keys) if k not in self._vectors})
+            self.misses += len(todo)
+            self.hits += len(texts) - sum(1 for k in keys if k not in self._vectors)
         if todo:
             vectors = embedder.encode(todo)
-            new_keys = [_text_key(embedder.name, t) for t in todo]
-            self._vectors.update(zip(new_keys, vectors))
-            if self.directory:
-                self._write_shard(new_keys, vectors)
+            with self._lock:
+                fresh = [(k, v) for k, v in zip((_text_key(embedder.name, t) for t in todo), vectors)
+                         if k not in self._vectors]
+                self._vectors.update(fresh)
+                if self.directory and fresh:
+                    self._write_shard([k for k, _ in fresh], np.stack([v for _, v in fresh]))
         if not texts:
             return np.zeros((0, embedder.dim), dtype=np.float32)
-        return np.stack([self._vectors[k] for k in keys]).astype(np.float32, copy=False)
+        with self._lock:
+            rows = [self._vectors.get(k) for k in keys]
+            if self.max_vectors is not None:
+                for k in keys:
+                    if k in self._vectors:
+                        self._vectors.move_to_end(k)
+                while len(self._vectors) > self.max_vectors:
+                    self._vectors.popitem(last=False)
+        if any(row is None for row in rows):  # evicted by other texts of this very call: beyond the bound
+            rows = [row if row is not None else vector
+                    for row, vector in zip(rows, embedder.encode([t for t, r in zip(texts, rows) if r is None]))]
+        return np.stack(rows).astype(np.float32, copy=False)
 
     def _write_shard(self, keys: list[str], vectors: np.ndarray) -> None:
         assert self.directory is not None
@@ -111,7 +127,7 @@ class IngestionCache:
     is given; embeddings are cached alongside in ``directory/embeddings``, or in ``$MEMEVOLVE_EMBEDDING_CACHE``.
     """
 
-    def __init__(self, directory: str | Path | None = None, max_entries: int = 32):
+    def __init__(self, directory: str | Path | None = None, max_entries: int = 32, *, max_vectors: int | None = None):
         if max_entries < 1:
             raise ValueError(f"IngestionCache.max_entries must be >= 1, got {max_entries}")
         self.directory = Path(directory) if directory else None
@@ -120,8 +136,11 @@ class IngestionCache:
         self.misses = 0
         self._lock = threading.RLock()
         self._stores: OrderedDict[str, "MemoryStore"] = OrderedDict()
-        shared = os.environ.get(SHARED_EMBEDDINGS_ENV)
-        self.embeddings = EmbeddingCache(shared or (self.directory / "embeddings" if self.directory else None))
+        if max_vectors is not None:  # a bounded in-memory cache, never on disk
+            self.embeddings = EmbeddingCache(max_vectors=max_vectors)
+        else:
+            shared = os.environ.get(SHARED_EMBEDDINGS_ENV)
+            self.embeddings = EmbeddingCache(shared or (self.directory / "embeddings" if self.directory else None))
 
     @staticmethod
     def key(strategy: dict, conversation: Conversation, extractor_name: str, embedder_name: str) -> str:

@@ -101,7 +101,7 @@ class MemoryRuntime:
 
     def prefetch(self, questions: Sequence[str]) -> None:
         """Embed in one call every question whose intent uses the vector channel, so :meth:`ask` finds its
-        vector cached (embedders are batch-invariant, so the vectors equal those of one-by-one encoding)."""
+        vector cached (equal to one-by-one encoding up to float rounding: see the embedder)."""
         wanted = [q for q in questions if self.policy.retrieval.weights_for(classify_intent(q)).vector > 0]
         if wanted:
             self.cache.embeddings.encode(self.embedder, wanted)

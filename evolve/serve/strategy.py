@@ -15,7 +15,7 @@ from evolve.files import StoreError, now_iso
 from evolve.ops.drift import read_optional, serving_status
 from evolve.ops.history import History
 from evolve.ops.witness import anchor_problems, witness_anchors
-from evolve.runtime import MemoryRuntime
+from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.embedder import Embedder
 from evolve.strategy.artifact import ingestion_key, parse_strategy, strategy_hash
 
@@ -90,8 +90,17 @@ def load_serving(stores: str | Path | None, path: str | Path, embedder: Embedder
         raise ServingRefused(f"{path}: {exc}") from None
     digest = strategy_hash(strategy)
     lineage = [r.candidate_id for r in view.lineage(digest)] if view is not None else []
-    return Loaded(MemoryRuntime(strategy, embedder=embedder), digest, str(path), sha, status.state, status.entry,
-                  lineage)
+    return Loaded(_runtime(strategy, embedder), digest, str(path), sha, status.state, status.entry, lineage)
+
+
+#: Question vectors a served strategy keeps in memory (about 1.5 kB each for MiniLM; least recently asked out).
+QUESTION_VECTORS = 50_000
+
+
+def _runtime(strategy: dict, embedder: Embedder) -> MemoryRuntime:
+    """The served runtime. Users' memories are built through their own caches; this one's embedding cache holds only
+    the questions asked, bounded and in memory (never a shard written on the request path)."""
+    return MemoryRuntime(strategy, embedder=embedder, cache=IngestionCache(max_vectors=QUESTION_VECTORS))
 
 
 def load_candidate(stores: str | Path | None, candidate_id: str, embedder: Embedder) -> Loaded:
@@ -101,7 +110,7 @@ def load_candidate(stores: str | Path | None, candidate_id: str, embedder: Embed
     if record is None:
         raise ServingRefused(f"no candidate {candidate_id!r} in stores {stores}")
     strategy = view.get_strategy(record.strategy_hash)
-    return Loaded(MemoryRuntime(strategy, embedder=embedder), record.strategy_hash, f"candidate {candidate_id}",
+    return Loaded(_runtime(strategy, embedder), record.strategy_hash, f"candidate {candidate_id}",
                   None, "candidate", None, [r.candidate_id for r in view.lineage(record.strategy_hash)])
 
 

@@ -12,7 +12,7 @@ from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.improve.planner import REQUIRES, requirements
 from evolve.runtime import IngestionCache, MemoryRuntime, RuleExpander, classify_intent
-from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV
+from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV, EmbeddingCache
 from evolve.runtime.ingest import windows
 from evolve.runtime.text import resolve_relative_dates, sentences
 from evolve.strategy.policy import Policy
@@ -558,6 +558,20 @@ def test_caches_of_other_stores_share_the_machine_embedding_cache(baseline_strat
     assert (second.misses, second.embeddings.misses) == (1, 0)
     assert np.array_equal(again.embeddings, store.embeddings)
     assert not (tmp_path / "night1" / "embeddings").exists()
+
+
+def test_a_bounded_vector_cache_keeps_the_most_recently_used_in_memory(embedder, tmp_path, monkeypatch):
+    monkeypatch.setenv(SHARED_EMBEDDINGS_ENV, str(tmp_path / "shared"))
+    cache = IngestionCache(max_vectors=2).embeddings  # memory only, whatever the environment says
+    first = cache.encode(embedder, ["a cat", "a dog"])
+    cache.encode(embedder, ["a cat"])  # used last: "a dog" goes first
+    cache.encode(embedder, ["a bird"])
+    assert (len(cache), cache.misses) == (2, 3)
+    assert np.array_equal(cache.encode(embedder, ["a cat"])[0], first[0]) and cache.misses == 3
+    cache.encode(embedder, ["a dog"])
+    assert cache.misses == 4 and not (tmp_path / "shared").exists()
+    with pytest.raises(ValueError, match="in-memory cache only"):
+        EmbeddingCache(tmp_path, max_vectors=2)
 
 
 def test_same_input_gives_identical_results(baseline_strategy, embedder):
