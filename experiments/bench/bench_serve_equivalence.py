@@ -3,8 +3,8 @@
 One ``memevolve serve`` (uvicorn, 127.0.0.1, a fresh data directory) serves the strategy; every turn of every
 conversation is captured with its own ``POST /v1/users/{conversation}/turns`` (one turn per request, in dialogue
 order; a new session id closes the previous session), the last session is closed with ``POST .../close``, then
-every question is recalled with ``POST .../recall``. The offline harness (:class:`evolve.observe.harness.Harness`,
-batch ingestion) evaluates the same strategy up to the packed context.
+every question is asked with ``POST .../answer`` (the packed context and the configured answerer's answer). The offline
+harness (:class:`evolve.observe.harness.Harness`, batch ingestion) evaluates the same strategy, answers included.
 
 Figures:
 
@@ -13,6 +13,9 @@ Figures:
 * **retention** (LiteMem, Mi-Memory report section 7): answer in evidence of a no-memory baseline (nothing packed,
   so 0 by construction), of served memory and of the offline harness, on the questions the answer check scores
   (non-adversarial, gold evidence known, an answer with a content word); retention = served / offline;
+* **accuracy** of the same three on every non-adversarial question, judged as the evaluator judges (the harness's
+  judge; a declined abstention question counts as correct); the no-memory answer is the answerer's on an empty
+  context;
 * capture and recall latency as one client sees them (p50 / p95 ms), and the wall time of each phase.
 
     python experiments/bench/bench_serve_equivalence.py [--file PATH] [--strategy PATH] [--out report.json]
@@ -35,8 +38,10 @@ import httpx
 import numpy as np
 
 from evolve.benchmarks import load_benchmark
+from evolve.observe.abstention import abstains
 from evolve.observe.answer import answer_check
 from evolve.observe.harness import Harness
+from evolve.runtime import MemoryRuntime, classify_intent
 from evolve.strategy.artifact import load_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,12 +85,15 @@ def run(path: Path, strategy_path: Path) -> dict:
     bench = load_benchmark(f"locomo:{path}")
     started = time.perf_counter()
     harness = Harness(bench, progress=False)  # adversarial questions left out, as in every evaluation
-    offline = {t.question_id: t.packed for t in
-               harness.evaluate(load_strategy(strategy_path), answer=False).traces}
+    strategy = load_strategy(strategy_path)
+    traces = harness.evaluate(strategy).traces  # answered and judged: accuracy beside the packed context
+    offline = {t.question_id: t.packed for t in traces}
+    offline_correct = {t.question_id: t.correct for t in traces}
     offline_s = time.perf_counter() - started
     questions = [q for q in bench.questions if q.id in offline]
 
     served: dict[str, list[dict]] = {}
+    answers: dict[str, str] = {}
     capture_ms, recall_ms = [], []
     with tempfile.TemporaryDirectory() as tmp:
         proc, url = _start(strategy_path, Path(tmp) / "data")
@@ -107,12 +115,12 @@ def run(path: Path, strategy_path: Path) -> dict:
                 started = time.perf_counter()
                 for q in questions:
                     sent = time.perf_counter()
-                    reply = client.post(f"/v1/users/{q.conversation_id}/recall",
+                    reply = client.post(f"/v1/users/{q.conversation_id}/answer",
                                         json={"question": q.question,
                                               "asked_at": q.asked_at.isoformat() if q.asked_at else None})
                     recall_ms.append((time.perf_counter() - sent) * 1000)
                     reply.raise_for_status()
-                    served[q.id] = reply.json()["packed"]
+                    served[q.id], answers[q.id] = reply.json()["packed"], reply.json()["answer"]
                 recall_s = time.perf_counter() - started
         finally:
             proc.send_signal(signal.SIGTERM)
@@ -128,6 +136,18 @@ def run(path: Path, strategy_path: Path) -> dict:
         return round(float(np.mean(hits)), 4)
 
     none, live, batch = aie(None), aie(served), aie(offline)
+
+    runtime = MemoryRuntime(strategy)
+
+    def correct(q, answer: str) -> bool:  # as the evaluator judges: the run's judge, a declined abstention counts
+        judged = harness.roles.judge.judge(q.question, q.answer, answer, category=q.category, abstention=q.abstention)
+        return judged.correct or bool(answer and q.abstention and abstains(answer))
+
+    silent = {q.id: runtime.answerer.answer(q.question, [], runtime.policy.answering, classify_intent(q.question)).text
+              for q in questions}  # no memory: the answerer with an empty context
+    accuracy = {name: round(float(np.mean([hit(q) for q in questions])), 4) for name, hit in (
+        ("no_memory", lambda q: correct(q, silent[q.id])), ("served", lambda q: correct(q, answers[q.id])),
+        ("offline", lambda q: offline_correct[q.id]))}
     return {
         "file": str(path), "strategy": str(strategy_path), "conversations": len(bench.conversations),
         "turns": sum(len(c.turns()) for c in bench.conversations.values()), "questions": len(questions),
@@ -135,6 +155,10 @@ def run(path: Path, strategy_path: Path) -> dict:
                              "differing": sorted(set(q.id for q in questions) - set(identical))},
         "answer_in_evidence": {"scored_questions": len(scored), "no_memory": none, "served": live, "offline": batch,
                                "retention": round((live - none) / (batch - none), 4) if batch > none else None},
+        "accuracy": {"questions": len(questions), **accuracy,
+                     "retention": (round((accuracy["served"] - accuracy["no_memory"]) /
+                                         (accuracy["offline"] - accuracy["no_memory"]), 4)
+                                   if accuracy["offline"] > accuracy["no_memory"] else None)},
         "latency": {"capture": _ms(capture_ms), "recall": _ms(recall_ms)},
         "wall_s": {"offline_harness": round(offline_s, 1), "capture": round(capture_s, 1),
                    "recall": round(recall_s, 1)},
