@@ -92,6 +92,15 @@ class SentenceTransformerEmbedder:
                                      convert_to_numpy=True, show_progress_bar=False)
         return out
 
+    def encode_padded(self, texts: Sequence[str]) -> np.ndarray:
+        """Like :meth:`encode`, with texts of different lengths padded into shared forward passes: several times
+        cheaper per text for a handful of short ones (concurrent questions); rows equal :meth:`encode`'s up to float
+        rounding."""
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._load().encode(list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=False)
+
 
 _DEFAULT: SentenceTransformerEmbedder | None = None
 _DEFAULT_LOCK = threading.Lock()

@@ -18,6 +18,7 @@ from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.text import count_tokens
 from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
+from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.memory import MemoryService, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
 from evolve.serve.strategy import StrategySlot
@@ -124,10 +125,34 @@ class _BodyLimit:
             message = await receive()
             seen += len(message.get("body", b""))
             if seen > self.limit:
-                raise _Problem(413, f"request body exceeds {self.limit} bytes")
+                raise HTTPException(413, f"request body exceeds {self.limit} bytes")  # FastAPI re-raises this kind
             return message
 
         return await self.app(scope, limited, send)
+
+
+class _Measure:
+    """Pure ASGI middleware: each request's route, method, status and seconds to its last body byte (background
+    tasks after it excluded) into ``metrics``."""
+
+    def __init__(self, app, metrics: Metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        started, status = time.perf_counter(), 500
+
+        async def sending(message):
+            nonlocal status
+            await send(message)
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            elif message["type"] == "http.response.body" and not message.get("more_body"):
+                route = getattr(scope.get("route"), "path", "unmatched")
+                self.metrics.observe(route, scope["method"], status, time.perf_counter() - started)
+
+        await self.app(scope, receive, sending)
 
 
 def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
@@ -138,18 +163,7 @@ def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
     metrics = Metrics()
     app.state.slot, app.state.memory, app.state.metrics = slot, memory, metrics
 
-    @app.middleware("http")
-    async def measure(request: Request, call_next):
-        started = time.perf_counter()
-        try:
-            response = await call_next(request)
-        except _Problem as exc:
-            response = _error(exc.status, exc.message)
-        route = request.scope.get("route")
-        metrics.observe(getattr(route, "path", "unmatched"), request.method, response.status_code,
-                        time.perf_counter() - started)
-        return response
-
+    app.add_middleware(_Measure, metrics=metrics)
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
 
     @app.exception_handler(_Problem)
@@ -280,6 +294,12 @@ def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
                   ("organisation_steps", "Organisation steps completed since start.", {}, memory.organised_steps),
                   ("organisation_failures", "Organisation steps that failed since start.", {},
                    memory.organise_failures)]
+        embedder = current.runtime.embedder
+        if isinstance(embedder, BatchingEmbedder):
+            gauges += [("embed_passes", "Forward passes that encoded queued texts (questions) since start.", {},
+                        embedder.passes),
+                       ("embed_texts", "Texts those passes encoded; over embed_passes, the mean batch.", {},
+                        embedder.texts)]
         return PlainTextResponse(metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
     return app

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from evolve.runtime.embedder import default_embedder
 from evolve.serve.app import create_app
+from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.backend import StoreUnavailable
 from evolve.serve.stores import open_backend
 from evolve.serve.memory import MemoryService
@@ -50,7 +51,7 @@ class Service:
 
     def __init__(self, config: ServeConfig):
         self.config = config
-        self.slot = StrategySlot(config.stores, config.serving, default_embedder(),
+        self.slot = StrategySlot(config.stores, config.serving, BatchingEmbedder(default_embedder()),
                                  allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
         self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current)

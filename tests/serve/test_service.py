@@ -99,6 +99,16 @@ def test_bad_input_is_a_clear_4xx_and_stores_nothing(server, path, body, raw, st
     assert not (server.data / "users/eve").exists() and not list(server.data.rglob("etc"))
 
 
+
+def test_a_streamed_body_over_the_limit_is_refused_as_it_arrives(server):
+    chunks = (b"x" * 2**16 for _ in range(17))  # chunked: no content-length declares the size
+    reply = post(server, "/v1/users/eve/turns", content=chunks, headers={"content-type": "application/json"})
+    assert reply.status_code == 413 and "exceeds" in reply.json()["error"]["message"]
+    assert not (server.data / "users/eve").exists()
+    metrics = httpx.get(f"{server.url}/metrics").text
+    assert 'route="/v1/users/{user}/turns",method="POST",status="413"' in metrics
+
+
 def test_repeated_ids_and_closed_sessions_are_refused_without_writing(server):
     turn = {"id": "f1", "speaker": "F", "text": "hello there", "session": "s1"}
     assert post(server, "/v1/users/frank/turns", {"turns": [turn]}).status_code == 201
@@ -151,6 +161,9 @@ def test_strategy_metrics_health_and_openapi(server):
     metrics = httpx.get(f"{server.url}/metrics").text
     assert 'memevolve_http_requests_total{route="/v1/users/{user}/recall",method="POST",status="200"}' in metrics
     assert f'memevolve_strategy_info{{hash="{strategy["serving"]["hash"]}",state="untracked"}} 1' in metrics
+    counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
+              if line.startswith("memevolve_embed_")}
+    assert counts["memevolve_embed_texts"] >= counts["memevolve_embed_passes"] >= 1  # questions went through passes
     assert httpx.get(f"{server.url}/healthz").json()["ok"] is True
     schema = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/users/{user}/turns", "/v1/users/{user}/recall", "/v1/users/{user}", "/v1/strategy"} <= set(

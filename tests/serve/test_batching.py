@@ -1,0 +1,51 @@
+"""The service's embedder: concurrent callers share forward passes and each gets its own rows."""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from evolve.serve.batching import MAX_BATCH, BatchingEmbedder
+
+QUESTIONS = [f"What did {name} say about the {thing} in {month}?" for name in ("Caroline", "Mel", "Jon", "Gina")
+             for thing in ("garden", "race", "painting", "concert") for month in ("May", "the summer")]
+
+
+def test_concurrent_callers_share_passes_and_get_their_own_rows(embedder):
+    inner = embedder
+    inner.encode(QUESTIONS[:1])  # loads the model before the callers start
+    batcher = BatchingEmbedder(inner)
+    start = threading.Barrier(len(QUESTIONS))
+
+    def ask(question: str) -> np.ndarray:
+        start.wait()
+        return batcher.encode([question])
+
+    with ThreadPoolExecutor(len(QUESTIONS)) as pool:
+        rows = np.concatenate(list(pool.map(ask, QUESTIONS)))
+    singles = np.concatenate([inner.encode([q]) for q in QUESTIONS])
+    assert np.allclose(rows, singles, atol=1e-6) and not np.allclose(singles[0], singles[1], atol=1e-3)
+    assert batcher.texts == len(QUESTIONS) and batcher.passes < len(QUESTIONS)  # some questions shared a pass
+    ingestion = [f"turn {i}" for i in range(MAX_BATCH + 1)]
+    assert np.allclose(batcher.encode(ingestion), inner.encode(ingestion), atol=1e-6)
+    assert batcher.texts == len(QUESTIONS)  # a store's ingestion encodes in its caller's thread, never queued
+
+
+class _Failing:
+    name, dim = "failing", 4
+
+    def encode(self, texts):
+        raise RuntimeError(f"model failed on {len(texts)} texts")
+
+
+def test_a_model_error_reaches_every_waiting_caller_and_the_worker_goes_on():
+    batcher = BatchingEmbedder(_Failing())
+    with ThreadPoolExecutor(4) as pool:
+        futures = [pool.submit(batcher.encode, [f"q{i}"]) for i in range(4)]
+    for future in futures:
+        with pytest.raises(RuntimeError, match="model failed"):
+            future.result()
+    with pytest.raises(RuntimeError, match="model failed on 1 texts"):
+        batcher.encode(["again"])
