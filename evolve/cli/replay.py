@@ -18,18 +18,17 @@ def _data_of(logs: list[Path]) -> str | None:
     return None
 
 
-def _candidate(stores: str, ref: str, embedder):
+def _candidate(stores: str, ref: str, parts):
     from evolve.canonical import sha256_hex
-    from evolve.runtime import MemoryRuntime
     from evolve.serve.strategy import Loaded, load_candidate
     from evolve.strategy.artifact import load_strategy, strategy_hash
 
     path = Path(ref)
     if path.is_file():
         strategy = load_strategy(path)
-        return Loaded(MemoryRuntime(strategy, embedder=embedder), strategy_hash(strategy), f"file {path}",
+        return Loaded(parts.runtime(strategy), strategy_hash(strategy), f"file {path}",
                       sha256_hex(path.read_bytes()), "candidate", None)
-    return load_candidate(stores, ref, embedder)
+    return load_candidate(stores, ref, parts)
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -41,7 +40,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from evolve.serve.answers import answer_map, load_answers
     from evolve.serve.replay import read_recalls, recall_logs, replay, stored_recalls, text
     from evolve.serve.stores import open_backend
-    from evolve.serve.strategy import ServingRefused, load_serving
+    from evolve.serve.strategy import RuntimeParts, ServingRefused, load_serving
     from evolve.serve.verdict import auto_rollback, journal_replay, rollback_triggers
 
     try:
@@ -59,9 +58,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         backend = open_backend(data)
         records = read_recalls(logs) if logs else stored_recalls(backend)
         answers = answer_map(load_answers(args.answers)) if args.answers else {}
-        embedder = default_embedder()
-        serving = load_serving(args.stores, args.serving, embedder, args.allow_untracked)
-        candidate = _candidate(args.stores, args.candidate, embedder)
+        parts = RuntimeParts(default_embedder())
+        serving = load_serving(args.stores, args.serving, parts, args.allow_untracked)
+        candidate = _candidate(args.stores, args.candidate, parts)
         report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
     except ServingRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)

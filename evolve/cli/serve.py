@@ -4,6 +4,24 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from evolve.errors import ConfigError
+
+
+def served_roles(path: str):
+    """The ``roles:`` mapping of a run config (or of any YAML file holding one), merged over the
+    ``MEMEVOLVE_<ROLE>_*`` environment as a run merges it; :class:`ConfigError` saying what is wrong and where."""
+    import yaml
+
+    from evolve.llm import RolesConfig
+
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not YAML: {exc}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("roles"), dict):
+        raise ConfigError(f"{path}: no 'roles:' mapping (give a run config, e.g. experiments/llm.yaml)")
+    return RolesConfig.from_sources(data["roles"], source=path)
+
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
@@ -19,12 +37,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
+    try:
+        roles = served_roles(args.roles) if args.roles else None
+    except (ConfigError, OSError) as exc:
+        print(f"error: {exc}")
+        return 2
     if not (args.data or args.store):
         print("error: pass --data DIR (the embedded file store) or --store postgresql://... (the shared store)")
         return 2
     config = ServeConfig(Path(args.data or "."), Path(args.serving), Path(args.stores) if args.stores else None,
                          args.host, args.port, args.shadow, canary, args.allow_untracked, args.idle,
-                         args.reload_interval, args.store)
+                         args.reload_interval, args.store, roles)
     try:
         run(config)
     except ServingRefused as exc:
@@ -52,6 +75,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="also compute this candidate's context for every recall, off the response path, and log it")
     p.add_argument("--canary", metavar="CANDIDATE_ID:FRACTION",
                    help="serve this share of users (a stable hash of the user id) with the candidate")
+    p.add_argument("--roles", metavar="CONFIG",
+                   help="put the runtime's model roles (extractor, expander, answerer) on the endpoints of this run "
+                        "config's roles: mapping (default: the embedded deterministic roles)")
     p.add_argument("--allow-untracked", action="store_true",
                    help="also serve a file no journal tracks (drifted or unverified files are refused regardless)")
     p.add_argument("--idle", type=float, default=600.0, metavar="SECONDS",

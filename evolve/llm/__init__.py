@@ -9,7 +9,7 @@ from evolve.lazy import lazy_exports
 
 #: Public name -> module that defines it.
 _EXPORTS = {
-    **dict.fromkeys(("CacheError", "ResponseCache", "cache_key"), "evolve.llm.cache"),
+    **dict.fromkeys(("CacheError", "NoCache", "ResponseCache", "cache_key"), "evolve.llm.cache"),
     **dict.fromkeys(("LLMAuthError", "LLMClient", "LLMError", "LLMModelNotFoundError", "LLMRequestError",
                      "LLMUnavailableError"), "evolve.llm.client"),
     "UsageStats": "evolve.runtime.usage",

@@ -95,3 +95,20 @@ class ResponseCache:
     def put(self, key: str, entry: dict) -> None:
         """Store ``entry`` (which gains ``key``) atomically: temp file, fsync, rename."""
         atomic_write_text(self.path(key), json.dumps({**entry, "key": key}, sort_keys=True, ensure_ascii=False, indent=1))
+
+
+class NoCache(ResponseCache):
+    """Keeps no response: every request goes to the endpoint. For a service, whose prompts hold users' words that
+    erasing a user must remove (extraction is memoised per user, in memory, instead)."""
+
+    def __init__(self) -> None:
+        super().__init__(Path("."))
+
+    def get(self, key: str) -> dict | None:
+        return None
+
+    def put(self, key: str, entry: dict) -> None:
+        pass
+
+    def mean_completion_tokens(self, role: str, model: str, sample: int = 200, scan: int = 2000) -> float | None:
+        return None

@@ -16,7 +16,9 @@ from starlette.exceptions import HTTPException
 from evolve.errors import EvolveError
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
+from evolve.runtime.roles import RoleError
 from evolve.runtime.text import count_tokens
+from evolve.runtime.usage import UsageStats
 from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.memory import MemoryService, UnknownUser, parse_time
@@ -105,6 +107,10 @@ def _packed(result) -> list[dict]:
              "words": count_tokens(c.text)} for c in result.packed]
 
 
+#: Model-role usage counters exported on ``/metrics``, per role.
+LLM_COUNTERS = ("requests", "failures", "prompt_tokens", "completion_tokens")
+
+
 class _BodyLimit:
     """Pure ASGI middleware: 413 for a body over ``limit`` bytes, declared or streamed."""
 
@@ -155,8 +161,9 @@ class _Measure:
         await self.app(scope, receive, sending)
 
 
-def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
-    """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary)."""
+def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None) -> FastAPI:
+    """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary); ``usage``: the model
+    roles' counters, exported on ``/metrics``."""
     app = FastAPI(title="memevolve memory service", version="1",
                   description="The promoted strategy as a per-user memory service: capture turns, recall packed "
                               "context, erase a user.")
@@ -194,6 +201,10 @@ def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
     @app.exception_handler(StoreUnavailable)
     async def unavailable(_: Request, exc: StoreUnavailable):
         return _error(503, f"{exc}; retry later (nothing was stored by this request)")
+
+    @app.exception_handler(RoleError)
+    async def role_failed(_: Request, exc: RoleError):
+        return _error(503, f"a model role failed: {exc}; retry later (captured turns are kept)")
 
     @app.exception_handler(CaptureError)
     async def refused_capture(_: Request, exc: CaptureError):
@@ -300,6 +311,9 @@ def create_app(slot: StrategySlot, memory: MemoryService) -> FastAPI:
                         embedder.passes),
                        ("embed_texts", "Texts those passes encoded; over embed_passes, the mean batch.", {},
                         embedder.texts)]
+        for role, counts in (usage.by_role() if usage is not None else {}).items():
+            gauges += [(f"llm_{counter}", f"Model-role {counter.replace('_', ' ')} since start.", {"role": role}, n)
+                       for counter, n in counts.items() if counter in LLM_COUNTERS]
         return PlainTextResponse(metrics.render(gauges), media_type="text/plain; version=0.0.4")
 
     return app

@@ -8,13 +8,16 @@ import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolve.llm import NoCache, RolesConfig, build_llm_roles, check_reachable
+from evolve.llm.config import EndpointUnreachable
 from evolve.runtime.embedder import default_embedder
+from evolve.runtime.usage import UsageStats
 from evolve.serve.app import create_app
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.backend import StoreUnavailable
 from evolve.serve.stores import open_backend
 from evolve.serve.memory import MemoryService
-from evolve.serve.strategy import Loaded, StrategySlot
+from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +35,7 @@ class ServeConfig:
     idle_seconds: float = 600.0
     reload_seconds: float = 1.0
     store: str | None = None  # a postgresql:// URL: the shared store instead of the files under ``data``
+    roles: RolesConfig | None = None  # model endpoints of the runtime roles (extractor, expander, answerer)
 
 
 def parse_canary(text: str) -> tuple[str, float]:
@@ -46,17 +50,34 @@ def parse_canary(text: str) -> tuple[str, float]:
     return candidate, fraction
 
 
+#: The roles a served runtime plays; the others (judge, planner, critic, questioner) belong to the nightly run.
+RUNTIME_ROLES = ("extractor", "expander", "answerer")
+
+
+def runtime_parts(roles: RolesConfig | None, usage: UsageStats) -> RuntimeParts:
+    """The embedder every served runtime shares (batching concurrent questions) and a model client for each runtime
+    role ``roles`` puts on an endpoint, counting into ``usage``. Replies are not cached: prompts hold users' words."""
+    llm = build_llm_roles(roles, NoCache(), usage) if roles is not None else {}
+    if llm:
+        try:
+            check_reachable(roles)
+        except EndpointUnreachable as exc:  # serve anyway: requests needing the role get 503 until it answers
+            log.warning("%s", exc)
+    return RuntimeParts(BatchingEmbedder(default_embedder()), **{r: llm.get(r) for r in RUNTIME_ROLES})
+
+
 class Service:
     """The app and its workers; :meth:`start_workers` before serving, :meth:`stop` after."""
 
     def __init__(self, config: ServeConfig):
         self.config = config
-        self.slot = StrategySlot(config.stores, config.serving, BatchingEmbedder(default_embedder()),
+        self.usage = UsageStats()
+        self.slot = StrategySlot(config.stores, config.serving, runtime_parts(config.roles, self.usage),
                                  allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
         self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current)
         self.users = self.memory.recover()
-        self.app = create_app(self.slot, self.memory)
+        self.app = create_app(self.slot, self.memory, self.usage)
         self._stop = threading.Event()
         self._reload_now = threading.Event()
 

@@ -17,6 +17,7 @@ from evolve.ops.history import History
 from evolve.ops.witness import anchor_problems, witness_anchors
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.embedder import Embedder
+from evolve.runtime.roles import Answerer, Expander, Extractor
 from evolve.strategy.artifact import ingestion_key, parse_strategy, strategy_hash
 
 
@@ -61,7 +62,28 @@ def _view(stores: str | Path | None) -> History | None:
         return None
 
 
-def load_serving(stores: str | Path | None, path: str | Path, embedder: Embedder,
+#: Question vectors a served strategy keeps in memory (about 1.5 kB each for MiniLM; least recently asked out).
+QUESTION_VECTORS = 50_000
+
+
+@dataclass(frozen=True)
+class RuntimeParts:
+    """What every served strategy's runtime is built with besides the strategy: the embedder and the model roles
+    (``None``: the embedded default of that role)."""
+
+    embedder: Embedder
+    extractor: Extractor | None = None
+    expander: Expander | None = None
+    answerer: Answerer | None = None
+
+    def runtime(self, strategy: dict) -> MemoryRuntime:
+        """The served runtime. Users' memories are built through their own caches; this one's embedding cache holds
+        only the questions asked, bounded and in memory (never a shard written on the request path)."""
+        return MemoryRuntime(strategy, extractor=self.extractor, expander=self.expander, answerer=self.answerer,
+                             embedder=self.embedder, cache=IngestionCache(max_vectors=QUESTION_VECTORS))
+
+
+def load_serving(stores: str | Path | None, path: str | Path, parts: RuntimeParts,
                  allow_untracked: bool = False) -> Loaded:
     """The serving file as a runtime, or :class:`ServingRefused` unless its journal chains, its witness heads match and
     the file is the one the last PROMOTE/ROLLBACK installed (``allow_untracked``: also a file no journal tracks)."""
@@ -90,27 +112,17 @@ def load_serving(stores: str | Path | None, path: str | Path, embedder: Embedder
         raise ServingRefused(f"{path}: {exc}") from None
     digest = strategy_hash(strategy)
     lineage = [r.candidate_id for r in view.lineage(digest)] if view is not None else []
-    return Loaded(_runtime(strategy, embedder), digest, str(path), sha, status.state, status.entry, lineage)
+    return Loaded(parts.runtime(strategy), digest, str(path), sha, status.state, status.entry, lineage)
 
 
-#: Question vectors a served strategy keeps in memory (about 1.5 kB each for MiniLM; least recently asked out).
-QUESTION_VECTORS = 50_000
-
-
-def _runtime(strategy: dict, embedder: Embedder) -> MemoryRuntime:
-    """The served runtime. Users' memories are built through their own caches; this one's embedding cache holds only
-    the questions asked, bounded and in memory (never a shard written on the request path)."""
-    return MemoryRuntime(strategy, embedder=embedder, cache=IngestionCache(max_vectors=QUESTION_VECTORS))
-
-
-def load_candidate(stores: str | Path | None, candidate_id: str, embedder: Embedder) -> Loaded:
+def load_candidate(stores: str | Path | None, candidate_id: str, parts: RuntimeParts) -> Loaded:
     """A recorded candidate's strategy (for a shadow or a canary), or :class:`ServingRefused`."""
     view = _view(stores)
     record = view.record(candidate_id) if view is not None else None
     if record is None:
         raise ServingRefused(f"no candidate {candidate_id!r} in stores {stores}")
     strategy = view.get_strategy(record.strategy_hash)
-    return Loaded(_runtime(strategy, embedder), record.strategy_hash, f"candidate {candidate_id}",
+    return Loaded(parts.runtime(strategy), record.strategy_hash, f"candidate {candidate_id}",
                   None, "candidate", None, [r.candidate_id for r in view.lineage(record.strategy_hash)])
 
 
@@ -123,13 +135,13 @@ class StrategySlot:
     """The serving strategy, swapped whole when the file changes and checks out; a refused file leaves the previous
     strategy serving and is reported (:attr:`refused`)."""
 
-    def __init__(self, stores: str | Path | None, path: str | Path, embedder: Embedder, *,
+    def __init__(self, stores: str | Path | None, path: str | Path, parts: RuntimeParts, *,
                  allow_untracked: bool = False, shadow: str | None = None,
                  canary: tuple[str, float] | None = None):
-        self.stores, self.path, self.embedder, self.allow_untracked = stores, Path(path), embedder, allow_untracked
-        self.current = load_serving(stores, path, embedder, allow_untracked)
-        self.shadow = load_candidate(stores, shadow, embedder) if shadow else None
-        self.canary = (load_candidate(stores, canary[0], embedder), canary[1]) if canary else None
+        self.stores, self.path, self.parts, self.allow_untracked = stores, Path(path), parts, allow_untracked
+        self.current = load_serving(stores, path, parts, allow_untracked)
+        self.shadow = load_candidate(stores, shadow, parts) if shadow else None
+        self.canary = (load_candidate(stores, canary[0], parts), canary[1]) if canary else None
         self.refused: dict | None = None
         self.reloads = 0
         self.refusals = 0
@@ -168,7 +180,7 @@ class StrategySlot:
                 return False
             self._seen = signature
             try:
-                loaded = load_serving(self.stores, self.path, self.embedder, self.allow_untracked)
+                loaded = load_serving(self.stores, self.path, self.parts, self.allow_untracked)
             except (ServingRefused, StoreError, OSError) as exc:
                 self.refusals += 1
                 self.refused = {"at": now_iso(), "reason": str(exc)}

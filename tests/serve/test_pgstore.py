@@ -19,7 +19,7 @@ from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
 from evolve.serve.memory import MemoryService
 from evolve.serve.replay import replay, stored_recalls
-from evolve.serve.strategy import StrategySlot
+from evolve.serve.strategy import RuntimeParts, StrategySlot
 from server_process import ServeProcess, turns_of
 from workflow_fixtures import cli
 
@@ -60,7 +60,7 @@ def _packed(client: TestClient, user: str) -> list:
 
 
 def test_postgres_packs_what_the_file_store_packs(capsys, postgres, serving, embedder, tmp_path):
-    slot = StrategySlot(None, serving, embedder, allow_untracked=True)
+    slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
     database = PostgresBackend(postgres[0].get_uri())
     contexts, services = [], []
     for backend in (FileBackend(tmp_path / "data"), database):

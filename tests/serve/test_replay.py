@@ -19,7 +19,7 @@ from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
 from evolve.serve.memory import MemoryService
 from evolve.serve.replay import ReplayReport
-from evolve.serve.strategy import StrategySlot, load_serving
+from evolve.serve.strategy import RuntimeParts, StrategySlot, load_serving
 from evolve.serve.verdict import rollback_triggers
 from evolve.state.stores import StoreSet
 from workflow_fixtures import cli, journal
@@ -56,13 +56,13 @@ def captured(tmp_path_factory, embedder) -> Path:
     root = tmp_path_factory.mktemp("captured")
     serving = root / "serving.yaml"
     serving.write_bytes(BASELINE_PATH.read_bytes())
-    return _capture_and_recall(StrategySlot(None, serving, embedder, allow_untracked=True), root / "data")
+    return _capture_and_recall(StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True), root / "data")
 
 
 def test_replay_journals_its_verdict_and_rolls_back_on_a_monitor_regression_only_when_asked(
         capsys, stores, serving, embedder, tmp_path):
     promote(stores, "r003-c00", serving, accept_monitor=True)  # ACCEPT_WITH_MONITOR over the baseline
-    served = _capture_and_recall(StrategySlot(stores, serving, embedder, shadow="r002-c00"), tmp_path / "data")
+    served = _capture_and_recall(StrategySlot(stores, serving, RuntimeParts(embedder), shadow="r002-c00"), tmp_path / "data")
     answers = tmp_path / "answers.yaml"
     answers.write_text(yaml.safe_dump([{"user": "ann", "question": q.question, "answer": q.answer}
                                        for q in QUESTIONS]))
@@ -107,13 +107,13 @@ def test_replay_journals_its_verdict_and_rolls_back_on_a_monitor_regression_only
 
 def test_a_replay_regression_triggers_only_against_the_rollback_target(stores, serving, embedder, tmp_path):
     promote(stores, "r002-c00", serving)
-    loaded = load_serving(stores, serving, embedder)
+    loaded = load_serving(stores, serving, RuntimeParts(embedder))
     other = tmp_path / "other.yaml"
     other.write_text(BASELINE_PATH.read_text().replace("top_k: 5", "top_k: 9", 1))
     from evolve.cli.replay import _candidate
 
-    previous, unrelated = _candidate(str(stores), str(BASELINE_PATH), embedder), _candidate(str(stores), str(other),
-                                                                                          embedder)
+    parts = RuntimeParts(embedder)
+    previous, unrelated = _candidate(str(stores), str(BASELINE_PATH), parts), _candidate(str(stores), str(other), parts)
     assert previous.strategy_hash != unrelated.strategy_hash
     report = ReplayReport(loaded.strategy_hash, previous.strategy_hash, 30, 1, verdict="serving_regresses",
                           reasons=["answer in context: serving 0.40 vs candidate 0.70"])
