@@ -303,6 +303,8 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                   ("users_loaded", "Users whose memory is loaded.", {}, len(memory.loaded())),
                   ("organisation_pending", "Closed sessions waiting for organisation.", {}, memory.pending()),
                   ("organisation_steps", "Organisation steps completed since start.", {}, memory.organised_steps),
+                  ("memory_builds_after_capture", "Users' memories built in the background after their captures "
+                   "paused, since start.", {}, memory.warmed),
                   ("organisation_failures", "Organisation steps that failed since start.", {},
                    memory.organise_failures)]
         embedder = current.runtime.embedder

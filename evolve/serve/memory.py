@@ -1,5 +1,6 @@
-"""Per-user served memory: capture into the durable log, incremental derived stores, organisation off the request
-path (a closed session's records and Git commit), erasure; one lock per user serialises its writers."""
+"""Per-user served memory: capture into the durable log, incremental derived stores (built again off the request
+path once a user's captures pause), organisation off the request path (a closed session's records and Git commit),
+erasure; one lock per user serialises its writers."""
 from __future__ import annotations
 
 import logging
@@ -20,6 +21,10 @@ from evolve.serve.backend import Backend
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
+
+#: Seconds a user's captures must pause before their memory is built again in the background (a conversation
+#: imported turn by turn is built once at its end, not after every turn).
+WARM_QUIET_S = 0.1
 
 
 def parse_time(text: str, where: str) -> datetime:
@@ -69,6 +74,9 @@ class MemoryService:
         self._users: dict[str, _User] = {}
         self._registry = threading.Lock()
         self._queue: "queue.Queue[tuple[str, str]]" = queue.Queue()
+        self._captured: set[str] = set()  # users whose memory is stale since their last capture
+        self._capture_seen = threading.Condition()
+        self.warmed = 0
         self.organised_steps = 0
         self.organise_failures = 0
 
@@ -145,6 +153,9 @@ class MemoryService:
                 for session in closed:
                     self._queue.put((user, session))
             state.last_capture = time.monotonic()
+            with self._capture_seen:
+                self._captured.add(user)
+                self._capture_seen.notify()
             return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
                     "closed_sessions": closed}
 
@@ -185,6 +196,38 @@ class MemoryService:
     def forget_strategies(self, keep: set[str]) -> None:
         for user in self.loaded():
             self._get(user).live.forget(keep)
+
+    # ---------------------------------------------------------------- warming (background)
+
+    def warm_captured(self, strategy_for: Callable[[str], Loaded], quiet: float = WARM_QUIET_S,
+                      timeout: float = 0.5) -> int:
+        """Build the memory of the users whose captures paused ``quiet`` seconds ago, each under the strategy that
+        serves them, so their next recall finds it built (a recall meanwhile waits for the build, not twice the
+        work); the number built. Waits up to ``timeout`` for a capture."""
+        with self._capture_seen:
+            self._capture_seen.wait_for(lambda: self._captured, timeout=timeout)
+            with self._registry:
+                states = {user: self._users.get(user) for user in self._captured}
+            now, due, soonest = time.monotonic(), [], timeout
+            for user, state in states.items():
+                left = quiet - (now - state.last_capture) if state is not None else 0.0
+                if left > 0:
+                    soonest = min(soonest, left)
+                    continue
+                self._captured.discard(user)
+                if state is not None:  # an erased user needs no build
+                    due.append(user)
+            if not due and self._captured:
+                self._capture_seen.wait(soonest)  # until the first pause is long enough (or another capture)
+        for user in due:
+            try:
+                self.store(user, strategy_for(user))
+                self.warmed += 1
+            except UnknownUser:  # erased meanwhile
+                pass
+            except Exception:  # noqa: BLE001 - the recall builds it again and reports what fails
+                log.exception("building the memory of user %s after its captures failed", user)
+        return len(due)
 
     # ---------------------------------------------------------------- organisation (background)
 

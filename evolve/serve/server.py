@@ -112,8 +112,12 @@ class Service:
                 log.warning("organisation paused: %s", exc)
                 self._stop.wait(self.config.reload_seconds)
 
+    def _build_captured(self) -> None:
+        while not self._stop.is_set():
+            self.memory.warm_captured(lambda user: self.slot.for_user(user)[0])
+
     def start_workers(self) -> None:
-        for target in (self._watch, self._organise):
+        for target in (self._watch, self._organise, self._build_captured):
             threading.Thread(target=target, daemon=True, name=f"serve{target.__name__}").start()
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGHUP, lambda *_: self._reload_now.set())

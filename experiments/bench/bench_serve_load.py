@@ -1,6 +1,6 @@
 """Load on ``memevolve serve``: capture throughput, recall throughput and p50/p95 latency at 1, 8 and 32 concurrent
-clients, for the embedded file store and for PostgreSQL (pgserver's self-contained server with pgvector), and a hot
-reload under load.
+clients, for the embedded file store and for PostgreSQL (pgserver's self-contained server with pgvector), an agent's
+capture-then-recall pattern, and a hot reload under load.
 
 Each store gets a fresh ``memevolve serve`` process on 127.0.0.1 serving ``--strategy`` (an untracked serving file).
 One LoCoMo conversation (default: the dev4 conversation with the most turns) is captured turn by turn, one request per
@@ -26,6 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Iterator
 
@@ -94,6 +95,29 @@ def capture(server: Server, conversation, user: str) -> dict:
         while client.get("/healthz").json()["organisation_pending"]:
             time.sleep(0.5)
     return {"turns": n, "seconds": round(seconds, 2), "turns_per_s": round(n / seconds, 1)}
+
+
+def chat(server: Server, conversation, user: str, questions: Iterator[str], exchanges: int, think: float) -> dict:
+    """An agent's pattern on the loaded user: capture a turn, wait ``think`` seconds (the agent's model at work),
+    recall with a new question; ``exchanges`` times, in a new session a day after the conversation's last (its first
+    turns' texts said again, under new ids). Every recall reads a memory changed since the one before."""
+    recalls, captures = [], []
+    last = max(s.timestamp for s in conversation.sessions if s.timestamp)
+    turns = [t for s in conversation.sessions for t in s.turns][:exchanges]
+    with httpx.Client(base_url=server.url, timeout=120) as client:
+        for i, t in enumerate(turns):
+            started = time.perf_counter()
+            client.post(f"/v1/users/{user}/turns", json={"turns": [{
+                "id": f"chat:{i}", "speaker": t.speaker, "text": t.text, "session": "chat",
+                "time": (last + timedelta(days=1, minutes=i)).isoformat()}]}).raise_for_status()
+            captures.append((time.perf_counter() - started) * 1000)
+            time.sleep(think)
+            started = time.perf_counter()
+            client.post(f"/v1/users/{user}/recall", json={"question": next(questions)}).raise_for_status()
+            recalls.append((time.perf_counter() - started) * 1000)
+    pct = lambda xs, q: round(float(np.percentile(xs, q)), 1)  # noqa: E731
+    return {"exchanges": len(turns), "think_s": think, "recall_p50_ms": pct(recalls, 50),
+            "recall_p95_ms": pct(recalls, 95), "capture_p50_ms": pct(captures, 50), "capture_p95_ms": pct(captures, 95)}
 
 
 #: Lead-ins that make a question text new again once every benchmark question has been asked.
@@ -174,6 +198,10 @@ def main() -> int:
     p.add_argument("--requests", type=int, default=200, help="recalls per concurrency level (default: %(default)s)")
     p.add_argument("--levels", type=int, nargs="+", default=[1, 8, 32])
     p.add_argument("--stores", nargs="+", default=["file", "postgres"], choices=["file", "postgres"])
+    p.add_argument("--exchanges", type=int, default=60, help="capture-then-recall exchanges of the chat run "
+                                                                "(default: %(default)s)")
+    p.add_argument("--think", type=float, default=0.5, help="seconds between a capture and the next recall in the "
+                                                            "chat run (default: %(default)s)")
     p.add_argument("--out", default=str(ROOT / "experiments/bench/serve_load.json"))
     args = p.parse_args()
 
@@ -210,6 +238,8 @@ def main() -> int:
                     row = asyncio.run(_load(server.url, "u1", asked, clients, max(args.requests, 4 * clients)))
                     result["recall"].append(row)
                     print(kind, json.dumps(row), flush=True)
+                result["chat"] = chat(server, conversation, "u1", asked, args.exchanges, args.think)
+                print(kind, "chat", json.dumps(result["chat"]), flush=True)
                 if kind == "file":
                     async def swap() -> None:
                         staged = serving.with_suffix(".new")

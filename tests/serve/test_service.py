@@ -164,6 +164,12 @@ def test_strategy_metrics_health_and_openapi(server):
     counts = {line.split()[0]: float(line.split()[1]) for line in metrics.splitlines()
               if line.startswith("memevolve_embed_")}
     assert counts["memevolve_embed_texts"] >= counts["memevolve_embed_passes"] >= 1  # questions went through passes
+    assert post(server, "/v1/users/hal/turns", {"turns": [{"id": "h1", "speaker": "Hal", "text": "I sail on Sundays.",
+                                                          "session": "s1"}]}).status_code == 201
+    deadline = time.monotonic() + 30  # built in the background once the captures pause
+    while "memevolve_memory_builds_after_capture 0" in httpx.get(f"{server.url}/metrics").text:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     assert httpx.get(f"{server.url}/healthz").json()["ok"] is True
     schema = httpx.get(f"{server.url}/openapi.json").json()
     assert {"/v1/users/{user}/turns", "/v1/users/{user}/recall", "/v1/users/{user}", "/v1/strategy"} <= set(
