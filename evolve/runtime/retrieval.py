@@ -142,7 +142,7 @@ def _memo_channels(store: MemoryStore, query: Query, analyzer: Analyzer, terms: 
            None if vector is None else (vector.dtype.str, vector.tobytes()), rt.candidate_pool, rt.rrf_kappa,
            eligible is None, (category.depth, query.text) if category.enabled else None)
     with _memo_lock:
-        memo = _memos.setdefault(store, _Memo())
+        memo = _memos.get(store) or _memos.setdefault(store, _Memo())
         found = memo.entries.get(key)
     if found is None:
         found = _channel_scores(store, query, analyzer, terms, policy, eligible)
@@ -244,6 +244,8 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     standings: dict[int, Standing] = {}
 
     def standing_of(i: int) -> Standing:
+        if store.settled[i]:
+            return ACTIVE
         if i not in standings:
             standings[i] = standing(store, store.items[i], policy.lifecycle, cues, now)
         return standings[i]

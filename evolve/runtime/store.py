@@ -36,6 +36,11 @@ class MemoryItem:
     context: str = ""
 
     @property
+    def settled(self) -> bool:
+        """Whether the item has no successor, retraction, later version or dated event: active for every question."""
+        return self.superseded_by is None and not self.retracted and not self.versions and self.meta.event_time is None
+
+    @property
     def index_text(self) -> str:
         """What retrieval matches: the item's text, after its context."""
         return f"{self.context} {self.text}" if self.context else self.text
@@ -59,6 +64,8 @@ class MemoryStore:
         indexed = [content_tokens(item.index_text) for item in self.items]  # tokenised once: sets and BM25 share it
         self.token_sets = [frozenset(tokens) for tokens in indexed]
         self.body_sets = [frozenset(content_tokens(split_attribution(item.text)[2])) for item in self.items]
+        #: :attr:`MemoryItem.settled` of every item.
+        self.settled = [item.settled for item in self.items]
         self.layers = np.array([item.layer for item in self.items], dtype=object)
         self.days = np.array([day_number(item.timestamp) for item in self.items], dtype=np.float64)
         stamps = [item.timestamp for item in self.items if item.timestamp is not None]
