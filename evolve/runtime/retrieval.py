@@ -95,8 +95,8 @@ def _channel_scores(store: MemoryStore, query: Query, analyzer: Analyzer, terms:
         for sub in subqueries:
             ranked = lexical[sub][0]
             fused[ranked] += _rrf(ranked, 1.0, kappa)
-        # one sub-query's fused scores fall along its own ranking
-        out["subquery"] = (ranked if len(subqueries) == 1 else _ranking(fused, eligible, depth, True), fused)
+        ranked = lexical[subqueries[0]][0] if len(subqueries) == 1 else _ranking(fused, eligible, depth, True)
+        out["subquery"] = (ranked, fused)  # one sub-query's fused scores fall along its own ranking
     if policy.lifecycle.category_channel.enabled:
         out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth,
                                            np.ones(len(store), dtype=bool) if eligible is None else eligible,
