@@ -104,8 +104,8 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, no
     """Whether ``item`` may answer a question with ``cues`` asked at ``now``; pruning is decided separately. With
     ``bypass_cues`` a change question sees superseded facts and a retraction question also retracted ones, and the
     standing says so."""
-    if item.superseded_by is None and not item.retracted and not item.versions and item.meta.event_time is None:
-        return ACTIVE  # nothing below applies to it: most facts, read once per hit
+    if item.settled:
+        return ACTIVE  # nothing below applies to it: most facts
     back = lc.bypass_cues and cues.back
     if lc.supersession and item.superseded_by is not None and not back:
         return Standing("superseded", item.superseded_by)

@@ -48,15 +48,30 @@ def _ranking(scores: np.ndarray, eligible: np.ndarray | None, depth: int, positi
     """Indices of the ``depth`` best eligible items (ties by store order); ``eligible`` None: every item. A
     ``positive`` ranking keeps scores above 0 (BM25 sums and rank fusions, finite by construction), any other
     the finite ones."""
+    if eligible is None and (positive or np.isfinite(scores.sum())):  # a finite sum: every score is finite
+        return _best(scores, depth, positive)
     mask = scores > 0 if positive else np.isfinite(scores)
     if eligible is not None:
         mask &= eligible
     idx = mask.nonzero()[0]
-    values = scores[idx]
-    if idx.size > depth:  # only items scoring at least the depth-th best (ties included) can make the cut
-        keep = values >= np.partition(values, idx.size - depth)[idx.size - depth]
-        idx, values = idx[keep], values[keep]
-    return idx[np.argsort(-values, kind="stable")[:depth]]  # stable: ties keep store order
+    return idx[_best(scores[idx], depth, False)]
+
+
+def _best(values: np.ndarray, depth: int, positive: bool) -> np.ndarray:
+    """Positions of the ``depth`` best ``values``, best first, ties in position order; ``positive``: of those above 0.
+    Only values at least the depth-th best (ties included) can make the cut."""
+    n = values.size
+    if n > depth:
+        kth = np.partition(values, n - depth)[n - depth]
+        keep = np.flatnonzero(values > 0 if positive and kth <= 0 else values >= kth)
+    else:
+        keep = np.flatnonzero(values > 0) if positive else np.arange(n)
+    return keep[np.argsort(-values[keep], kind="stable")[:depth]]
+
+
+def _rrf(ranked: np.ndarray, weight: float, kappa: int) -> np.ndarray:
+    """The weighted reciprocal-rank share of each item of a ranking: ``weight / (kappa + rank)``."""
+    return weight / (kappa + np.arange(1, len(ranked) + 1))
 
 
 def _channel_scores(store: MemoryStore, query: Query, analyzer: Analyzer, terms: list[str], policy: Policy,
@@ -67,25 +82,35 @@ def _channel_scores(store: MemoryStore, query: Query, analyzer: Analyzer, terms:
     weights = rt.weights_for(query.intent)
     depth, kappa = rt.candidate_pool, rt.rrf_kappa
     out: dict[str, tuple] = {}
-    subqueries = query.subqueries if weights.subquery > 0 else ()
-    if weights.bm25 > 0 or subqueries:
-        rows = store.bm25_scores_many([terms, *(analyzer.terms(sub) for sub in subqueries)], analyzer)
-        if weights.bm25 > 0:
-            out["bm25"] = (_ranking(rows[0], eligible, depth, True), rows[0])
+    subqueries = [tuple(analyzer.terms(sub)) for sub in query.subqueries] if weights.subquery > 0 else []
+    lexical = _lexical(store, analyzer, ([tuple(terms)] if weights.bm25 > 0 else []) + subqueries, eligible, depth)
+    if weights.bm25 > 0:
+        out["bm25"] = lexical[tuple(terms)]
     if weights.vector > 0 and query.vector is not None:
-        scores = np.round(store.embeddings @ query.vector.astype(np.float32, copy=False), 5)
+        scores = store.embeddings @ query.vector.astype(np.float32, copy=False)
+        np.round(scores, 5, out=scores)
         out["vector"] = (_ranking(scores, eligible, depth, False), scores)
     if subqueries:
         fused = np.zeros(len(store), dtype=np.float64)
-        for row in rows[1:]:
-            ranked = _ranking(row, eligible, depth, True)
-            fused[ranked] += 1.0 / (kappa + np.arange(1, len(ranked) + 1))
-        out["subquery"] = (_ranking(fused, eligible, depth, True), fused)
+        for sub in subqueries:
+            ranked = lexical[sub][0]
+            fused[ranked] += _rrf(ranked, 1.0, kappa)
+        ranked = lexical[subqueries[0]][0] if len(subqueries) == 1 else _ranking(fused, eligible, depth, True)
+        out["subquery"] = (ranked, fused)  # one sub-query's fused scores fall along its own ranking
     if policy.lifecycle.category_channel.enabled:
         out["category"] = category_channel(store, query.text, policy.lifecycle.category_channel.depth,
                                            np.ones(len(store), dtype=bool) if eligible is None else eligible,
                                            analyzer)
     return out
+
+
+def _lexical(store: MemoryStore, analyzer: Analyzer, queries: list[tuple[str, ...]], eligible: np.ndarray | None,
+             depth: int) -> dict[tuple[str, ...], tuple[np.ndarray, np.ndarray]]:
+    """``{terms: (ranked indices, BM25 scores)}`` of each distinct query among ``queries`` (a sub-query often
+    repeats the question's terms)."""
+    distinct = list(dict.fromkeys(queries))
+    rows = store.bm25_scores_many(distinct, analyzer)
+    return {terms: (_ranking(row, eligible, depth, True), row) for terms, row in zip(distinct, rows)}
 
 
 #: Bytes of channel results :func:`_memo_channels` keeps per store (a query costs about 16 bytes per item plus its
@@ -117,7 +142,7 @@ def _memo_channels(store: MemoryStore, query: Query, analyzer: Analyzer, terms: 
            None if vector is None else (vector.dtype.str, vector.tobytes()), rt.candidate_pool, rt.rrf_kappa,
            eligible is None, (category.depth, query.text) if category.enabled else None)
     with _memo_lock:
-        memo = _memos.setdefault(store, _Memo())
+        memo = _memos.get(store) or _memos.setdefault(store, _Memo())
         found = memo.entries.get(key)
     if found is None:
         found = _channel_scores(store, query, analyzer, terms, policy, eligible)
@@ -186,23 +211,17 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     terms = analyzer.terms(query.text)
     channels = _memo_channels(store, query, analyzer, terms, policy, eligible)
     fused = np.zeros(len(store), dtype=np.float64)
-    ranks: dict[str, np.ndarray] = {}  # channel -> 1-based rank of every item (0: not found by the channel)
-
-    def fuse(name: str, ranked: np.ndarray, weight: float) -> None:
-        positions = np.arange(1, len(ranked) + 1)
-        fused[ranked] += weight / (rt.rrf_kappa + positions)
-        ranks[name] = np.zeros(len(store), dtype=np.int64)
-        ranks[name][ranked] = positions
-
     for name, (ranked, _) in channels.items():
-        fuse(name, ranked, policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name))
+        weight = policy.lifecycle.category_channel.weight if name == "category" else getattr(weights, name)
+        fused[ranked] += _rrf(ranked, weight, rt.rrf_kappa)
     if rt.second_hop.enabled:
         everyone = np.ones(len(store), dtype=bool) if eligible is None else eligible
         bridges = bridge_terms(store, query.text, first_hits(store, fused, everyone, rt.second_hop.fan_out))
         if bridges:
             scores = store.bm25_scores(analyzer.terms(" ".join(bridges)), analyzer)
-            channels["second_hop"] = (_ranking(scores, eligible, rt.candidate_pool, True), scores)
-            fuse("second_hop", channels["second_hop"][0], rt.second_hop.weight)
+            ranked = _ranking(scores, eligible, rt.candidate_pool, True)
+            channels["second_hop"] = (ranked, scores)
+            fused[ranked] += _rrf(ranked, rt.second_hop.weight, rt.rrf_kappa)
     now = query.asked_at or store.newest  # when the question is asked: its own time, else the newest memory's
     ref = day_number(now)
     cues = Cues.of(query.text)
@@ -225,20 +244,31 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     standings: dict[int, Standing] = {}
 
     def standing_of(i: int) -> Standing:
+        if store.settled[i]:
+            return ACTIVE
         if i not in standings:
             standings[i] = standing(store, store.items[i], policy.lifecycle, cues, now)
         return standings[i]
 
     k = rt.top_k_for(query.intent)
     top = _refilled(candidates, k, store, policy, standing_of) if policy.lifecycle.refill else candidates[:k]
-    columns = {name: (ranks[name][top].tolist(), scores[top].tolist()) for name, (_, scores) in channels.items()}
-    hits = []
-    for j, (i, score) in enumerate(zip(top.tolist(), final[top].tolist())):
-        item = store.items[i]
-        found = {name: {"rank": r[j], "score": round(s[j], 6)} for name, (r, s) in columns.items() if r[j]}
-        hits.append(Hit(item.id, j + 1, round(score, 8), item.source_ids, found, item.meta,
-                        standing_of(i)))
-    return hits
+    return _hits(store, channels, top, final, standing_of)
+
+
+def _hits(store: MemoryStore, channels: dict[str, tuple], top: np.ndarray, final: np.ndarray,
+          standing_of: Callable[[int], Standing]) -> list[Hit]:
+    """The hits of the ``top`` items (store indices, best first) with their ``final`` scores, each with its rank
+    and score in every channel that found it."""
+    found: list[dict[str, dict]] = [{} for _ in range(len(top))]
+    for name, (ranked, scores) in channels.items():
+        ranks = np.zeros(len(final), dtype=np.int64)  # 1-based rank of every item (0: not found by the channel)
+        ranks[ranked] = np.arange(1, len(ranked) + 1)
+        for channels_of, rank, score in zip(found, ranks[top].tolist(), scores[top].tolist()):
+            if rank:
+                channels_of[name] = {"rank": rank, "score": round(score, 6)}
+    return [Hit(store.items[i].id, j, round(score, 8), store.items[i].source_ids, channels_of, store.items[i].meta,
+                standing_of(i))
+            for j, (i, score, channels_of) in enumerate(zip(top.tolist(), final[top].tolist(), found), start=1)]
 
 
 def filter_hits(store: MemoryStore, hits: list[Hit], policy: Policy) -> tuple[list[Hit], list[tuple[str, str]]]:

@@ -36,6 +36,11 @@ class MemoryItem:
     context: str = ""
 
     @property
+    def settled(self) -> bool:
+        """Whether the item has no successor, retraction, later version or dated event: active for every question."""
+        return self.superseded_by is None and not self.retracted and not self.versions and self.meta.event_time is None
+
+    @property
     def index_text(self) -> str:
         """What retrieval matches: the item's text, after its context."""
         return f"{self.context} {self.text}" if self.context else self.text
@@ -59,6 +64,8 @@ class MemoryStore:
         indexed = [content_tokens(item.index_text) for item in self.items]  # tokenised once: sets and BM25 share it
         self.token_sets = [frozenset(tokens) for tokens in indexed]
         self.body_sets = [frozenset(content_tokens(split_attribution(item.text)[2])) for item in self.items]
+        #: :attr:`MemoryItem.settled` of every item.
+        self.settled = [item.settled for item in self.items]
         self.layers = np.array([item.layer for item in self.items], dtype=object)
         self.days = np.array([day_number(item.timestamp) for item in self.items], dtype=np.float64)
         stamps = [item.timestamp for item in self.items if item.timestamp is not None]
@@ -80,9 +87,12 @@ class MemoryStore:
             for tid in item.source_ids:
                 self._by_source.setdefault(tid, []).append(item.id)
         self._bm25: bm25s.BM25 | None = None
+        #: Each BM25 index's term postings, by analyser (:func:`term_spans`).
+        self._spans: dict[Analyzer, dict[str, tuple[int, int]]] = {}
         if self.items:
             self._bm25 = bm25s.BM25()
             self._bm25.index(indexed, show_progress=False)
+            self._spans[DEFAULT] = term_spans(self._bm25)
         #: BM25 indexes of other lexical analysers, built when a strategy first asks for one (:meth:`bm25_index`).
         self._analysed: dict[Analyzer, bm25s.BM25] = {}
 
@@ -110,6 +120,7 @@ class MemoryStore:
             index = bm25s.BM25()
             index.index([analyzer.terms(item.index_text) for item in self.items], show_progress=False)
             built[analyzer] = index
+            self._spans[analyzer] = term_spans(index)
         return built[analyzer]
 
     def bm25_scores(self, query_tokens: Sequence[str], analyzer: Analyzer = DEFAULT) -> np.ndarray:
@@ -127,15 +138,12 @@ class MemoryStore:
         bm25 = self.bm25_index(analyzer)
         if bm25 is None:
             return scores
-        vocab, index = bm25.vocab_dict, bm25.scores
-        data, indices, indptr = index["data"], index["indices"], index["indptr"]
-        spans = [(row * n, indptr[tid], indptr[tid + 1]) for row, terms in enumerate(queries)
-                 for tid in map(vocab.get, terms) if tid is not None]
-        if spans:
-            at = np.concatenate([indices[start:end] for _, start, end in spans])
-            if len(queries) > 1:
-                at = at + np.repeat([offset for offset, _, _ in spans], [end - start for _, start, end in spans])
-            np.add.at(scores.reshape(-1), at, np.concatenate([data[start:end] for _, start, end in spans]))
+        data, indices, spans = bm25.scores["data"], bm25.scores["indices"], self._spans[analyzer]
+        found = [(row * n, span) for row, terms in enumerate(queries) for span in map(spans.get, terms) if span]
+        if found:
+            at = np.concatenate([indices[start:end] + offset if offset else indices[start:end]
+                                 for offset, (start, end) in found])
+            np.add.at(scores.reshape(-1), at, np.concatenate([data[start:end] for _, (start, end) in found]))
         return scores
 
     def newest_day(self) -> float | None:
@@ -152,6 +160,12 @@ class MemoryStore:
         lo, hi = max(0, at - width), min(len(self.turn_order), at + after + 1)
         out = [self.turns[self.turn_order[i]] for i in range(lo, hi) if i != at]
         return [t for t in out if t.session_id == session]
+
+
+def term_spans(index: bm25s.BM25) -> dict[str, tuple[int, int]]:
+    """Each indexed term's postings in ``index``: ``(start, end)`` into its ``scores["data"]`` and ``["indices"]``."""
+    bounds = index.scores["indptr"].tolist()
+    return {term: (bounds[tid], bounds[tid + 1]) for term, tid in index.vocab_dict.items() if tid + 1 < len(bounds)}
 
 
 def day_number(moment: datetime | None) -> float:
