@@ -3,4 +3,5 @@ import sys
 
 from evolve.cli.main import main
 
-sys.exit(main())
+if __name__ == "__main__":  # a process multiprocessing spawns may import this module
+    sys.exit(main())

@@ -54,6 +54,13 @@ class SentenceTransformerEmbedder:
         self._model: Any = None
         self._lock = threading.Lock()
 
+    def __getstate__(self) -> dict:
+        """Pickled as its configuration: an unpickled copy (in another process) loads its own model."""
+        return {"model_dir": self.model_dir, "name": self.name, "batch_size": self.batch_size, "threads": self.threads}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
     @property
     def dim(self) -> int:
         pooling = self.model_dir / "1_Pooling" / "config.json"

@@ -63,7 +63,7 @@ def runtime_parts(roles: RolesConfig | None, usage: UsageStats) -> RuntimeParts:
             check_reachable(roles)
         except EndpointUnreachable as exc:  # serve anyway: requests needing the role get 503 until it answers
             log.warning("%s", exc)
-    return RuntimeParts(BatchingEmbedder(default_embedder()), **{r: llm.get(r) for r in RUNTIME_ROLES})
+    return RuntimeParts(BatchingEmbedder(default_embedder(), process=True), **{r: llm.get(r) for r in RUNTIME_ROLES})
 
 
 class Service:

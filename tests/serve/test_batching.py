@@ -1,6 +1,8 @@
 """The service's embedder: concurrent callers share forward passes and each gets its own rows."""
 from __future__ import annotations
 
+import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,10 +15,12 @@ QUESTIONS = [f"What did {name} say about the {thing} in {month}?" for name in ("
              for thing in ("garden", "race", "painting", "concert") for month in ("May", "the summer")]
 
 
-def test_concurrent_callers_share_passes_and_get_their_own_rows(embedder):
+@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
+def test_concurrent_callers_share_passes_and_get_their_own_rows(embedder, process):
     inner = embedder
     inner.encode(QUESTIONS[:1])  # loads the model before the callers start
-    batcher = BatchingEmbedder(inner)
+    batcher = BatchingEmbedder(inner, process=process)
+    batcher.encode(["load the model where the passes run"])
     start = threading.Barrier(len(QUESTIONS))
 
     def ask(question: str) -> np.ndarray:
@@ -27,10 +31,10 @@ def test_concurrent_callers_share_passes_and_get_their_own_rows(embedder):
         rows = np.concatenate(list(pool.map(ask, QUESTIONS)))
     singles = np.concatenate([inner.encode([q]) for q in QUESTIONS])
     assert np.allclose(rows, singles, atol=1e-6) and not np.allclose(singles[0], singles[1], atol=1e-3)
-    assert batcher.texts == len(QUESTIONS) and batcher.passes < len(QUESTIONS)  # some questions shared a pass
+    assert batcher.texts == len(QUESTIONS) + 1 and batcher.passes < len(QUESTIONS)  # some questions shared a pass
     ingestion = [f"turn {i}" for i in range(MAX_BATCH + 1)]
     assert np.allclose(batcher.encode(ingestion), inner.encode(ingestion), atol=1e-6)
-    assert batcher.texts == len(QUESTIONS)  # a store's ingestion encodes in its caller's thread, never queued
+    assert batcher.texts == len(QUESTIONS) + 1  # a store's ingestion encodes in its caller's thread, never queued
 
 
 class _Failing:
@@ -49,3 +53,12 @@ def test_a_model_error_reaches_every_waiting_caller_and_the_worker_goes_on():
             future.result()
     with pytest.raises(RuntimeError, match="model failed on 1 texts"):
         batcher.encode(["again"])
+
+
+def test_an_encoding_process_that_dies_is_replaced_and_the_pass_tried_again(embedder):
+    batcher = BatchingEmbedder(embedder, process=True)
+    first = batcher.encode(QUESTIONS[:1])
+    pid = batcher.child_pid
+    os.kill(pid, signal.SIGKILL)
+    again = batcher.encode(QUESTIONS[:1])
+    assert batcher.child_pid not in (None, pid) and np.array_equal(again, first)
