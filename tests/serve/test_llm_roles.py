@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from evolve.data import BASELINE_PATH
+from llm_server import LoopbackLLMServer
 from server_process import ServeProcess
 
 TURN_LINE = re.compile(r"^(?P<speaker>\S+) \(.*?\) \[(?P<id>[^\]]+)\]: (?P<text>.*)$", re.MULTILINE)
@@ -29,17 +30,17 @@ def responder(body: dict) -> str:
     return "ANSWER: Blue Heron" if "Blue Heron" in prompt else "ANSWER: I do not know"
 
 
-@pytest.fixture
-def served(tmp_path, llm_server):
-    llm_server.responder = responder
-    role = {"backend": "llm", "base_url": llm_server.base_url, "model": "test-model", "max_retries": 0,
-            "timeout_s": 5}
-    roles = tmp_path / "roles.yaml"
-    roles.write_text(yaml.safe_dump({"roles": {"extractor": role, "answerer": role}}))
-    serving = tmp_path / "serving.yaml"
-    serving.write_bytes(BASELINE_PATH.read_bytes())
-    with ServeProcess(tmp_path / "data", serving, None, "--allow-untracked", "--roles", str(roles)) as proc:
-        yield proc, llm_server
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    root = tmp_path_factory.mktemp("llm-roles")
+    with LoopbackLLMServer(responder) as llm:
+        role = {"backend": "llm", "base_url": llm.base_url, "model": "test-model", "max_retries": 0, "timeout_s": 5}
+        roles = root / "roles.yaml"
+        roles.write_text(yaml.safe_dump({"roles": {"extractor": role, "answerer": role}}))
+        serving = root / "serving.yaml"
+        serving.write_bytes(BASELINE_PATH.read_bytes())
+        with ServeProcess(root / "data", serving, None, "--allow-untracked", "--roles", str(roles)) as proc:
+            yield proc, llm
 
 
 def test_capture_extracts_and_answer_answers_through_the_configured_roles(served):
@@ -60,13 +61,13 @@ def test_capture_extracts_and_answer_answers_through_the_configured_roles(served
 
 def test_a_failing_answerer_is_a_503_naming_it_and_the_service_recovers(served):
     server, llm = served
-    assert httpx.post(f"{server.url}/v1/users/dana/turns", json={"turns": TURNS}, timeout=60).status_code == 201
+    assert httpx.post(f"{server.url}/v1/users/erin/turns", json={"turns": TURNS}, timeout=60).status_code == 201
     question = {"question": "What is Dana's kayak called?"}
-    assert httpx.post(f"{server.url}/v1/users/dana/recall", json=question, timeout=60).status_code == 200
+    assert httpx.post(f"{server.url}/v1/users/erin/recall", json=question, timeout=60).status_code == 200
     llm.fail_next("500")
-    failed = httpx.post(f"{server.url}/v1/users/dana/answer", json=question, timeout=60)
+    failed = httpx.post(f"{server.url}/v1/users/erin/answer", json=question, timeout=60)
     assert failed.status_code == 503 and "a model role failed" in failed.json()["error"]["message"]
-    assert httpx.post(f"{server.url}/v1/users/dana/answer", json=question, timeout=60).json()["answer"] == "Blue Heron"
+    assert httpx.post(f"{server.url}/v1/users/erin/answer", json=question, timeout=60).json()["answer"] == "Blue Heron"
     assert re.search(r'memevolve_llm_failures\{role="answerer"\} 1', httpx.get(f"{server.url}/metrics").text)
 
 
