@@ -12,7 +12,10 @@ import numpy as np
 
 from evolve.runtime.embedder import Embedder
 
-#: Calls with more texts than this (a store's ingestion) encode in their own thread, never queued behind questions.
+#: Calls with more texts than this (a store's ingestion) encode in their own thread, grouped by length as the inner
+#: embedder groups them, never queued behind questions nor padded to their longest text.
+MAX_QUEUED = 8
+#: Texts one forward pass takes at most.
 MAX_BATCH = 64
 
 
@@ -44,7 +47,7 @@ class BatchingEmbedder:
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         texts = list(texts)
-        if not texts or len(texts) > self.max_batch:
+        if not texts or len(texts) > MAX_QUEUED:
             return self.inner.encode(texts)
         result: Future = Future()
         self._queue.put((texts, result))

@@ -63,6 +63,7 @@ class _User:
     embeddings: EmbeddingCache
     lock: threading.RLock = field(default_factory=threading.RLock)
     last_capture: float = field(default_factory=time.monotonic)
+    capturing: int = 0  # capture requests in progress (some may wait for the lock behind organisation)
     seen: int = 0  # capture-log events applied (with a shared store other replicas append too)
 
 
@@ -142,6 +143,17 @@ class MemoryService:
         """Validate every turn, append them as one durable log line, then add them to memory; all or nothing."""
         records = [turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)]
         state = self._get(user, create=True)
+        with self._capture_seen:
+            state.capturing += 1
+        try:
+            return self._capture(user, state, records)
+        finally:
+            with self._capture_seen:
+                state.capturing -= 1
+                self._captured.add(user)
+                self._capture_seen.notify()
+
+    def _capture(self, user: str, state: _User, records: list[dict]) -> dict:
         with state.lock:
             self._sync(user, state)
             state.live.check([_turn(r) for r in records])
@@ -153,9 +165,6 @@ class MemoryService:
                 for session in closed:
                     self._queue.put((user, session))
             state.last_capture = time.monotonic()
-            with self._capture_seen:
-                self._captured.add(user)
-                self._capture_seen.notify()
             return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
                     "closed_sessions": closed}
 
@@ -210,7 +219,12 @@ class MemoryService:
                 states = {user: self._users.get(user) for user in self._captured}
             now, due, soonest = time.monotonic(), [], timeout
             for user, state in states.items():
-                left = quiet - (now - state.last_capture) if state is not None else 0.0
+                if state is None:  # erased
+                    left = 0.0
+                elif state.capturing:  # a capture in progress, perhaps waiting behind organisation: not a pause
+                    left = quiet
+                else:
+                    left = quiet - (now - state.last_capture)
                 if left > 0:
                     soonest = min(soonest, left)
                     continue

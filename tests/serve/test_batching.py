@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import pytest
 
-from evolve.serve.batching import MAX_BATCH, BatchingEmbedder
+from evolve.serve.batching import MAX_QUEUED, BatchingEmbedder
 
 QUESTIONS = [f"What did {name} say about the {thing} in {month}?" for name in ("Caroline", "Mel", "Jon", "Gina")
              for thing in ("garden", "race", "painting", "concert") for month in ("May", "the summer")]
@@ -32,7 +32,7 @@ def test_concurrent_callers_share_passes_and_get_their_own_rows(embedder, proces
     singles = np.concatenate([inner.encode([q]) for q in QUESTIONS])
     assert np.allclose(rows, singles, atol=1e-6) and not np.allclose(singles[0], singles[1], atol=1e-3)
     assert batcher.texts == len(QUESTIONS) + 1 and batcher.passes < len(QUESTIONS)  # some questions shared a pass
-    ingestion = [f"turn {i}" for i in range(MAX_BATCH + 1)]
+    ingestion = [f"turn {i}" for i in range(MAX_QUEUED + 1)]
     assert np.allclose(batcher.encode(ingestion), inner.encode(ingestion), atol=1e-6)
     assert batcher.texts == len(QUESTIONS) + 1  # a store's ingestion encodes in its caller's thread, never queued
 
