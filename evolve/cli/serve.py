@@ -3,11 +3,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evolve.errors import ConfigError
 
+if TYPE_CHECKING:
+    from evolve.llm import RolesConfig
 
-def served_roles(path: str):
+
+def served_roles(path: str) -> "RolesConfig":
     """The ``roles:`` mapping of a run config (or of any YAML file holding one), merged over the
     ``MEMEVOLVE_<ROLE>_*`` environment as a run merges it; :class:`ConfigError` saying what is wrong and where."""
     import yaml

@@ -13,8 +13,8 @@ from evolve.llm.config import EndpointUnreachable
 from evolve.runtime.embedder import default_embedder
 from evolve.runtime.usage import UsageStats
 from evolve.serve.app import create_app
-from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.backend import StoreUnavailable
+from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.stores import open_backend
 from evolve.serve.memory import MemoryService
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
