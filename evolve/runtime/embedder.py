@@ -95,8 +95,7 @@ class SentenceTransformerEmbedder:
             groups.setdefault(len(row), []).append(i)
         out = np.empty((len(texts), self.dim), dtype=np.float32)
         for rows in groups.values():
-            out[rows] = model.encode([texts[i] for i in rows], batch_size=self.batch_size, normalize_embeddings=True,
-                                     convert_to_numpy=True, show_progress_bar=False)
+            out[rows] = self.encode_padded([texts[i] for i in rows])  # one length: nothing to pad
         return out
 
     def encode_padded(self, texts: Sequence[str]) -> np.ndarray:
