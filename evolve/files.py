@@ -238,8 +238,9 @@ def read_json(path: str | Path, default: Any = _MISSING) -> Any:
 # ---------------------------------------------------------------- append-only JSONL
 
 
-def append_lines(path: Path, lines: list[str]) -> None:
-    """Durably append complete lines (each without its newline) in a single write."""
+def append_lines(path: Path, lines: list[str], sync: bool = True) -> None:
+    """Append complete lines (each without its newline) in a single write; ``sync``: durably (fsynced), else they
+    survive the process's crash but not the machine's."""
     if not lines:
         return
     created = not path.exists()
@@ -248,8 +249,9 @@ def append_lines(path: Path, lines: list[str]) -> None:
         with open(path, "ab") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
-        if created:
+            if sync:
+                os.fsync(fh.fileno())
+        if created and sync:
             fsync_dir(path.parent)
     except OSError as exc:
         raise os_error(path, exc, "append to") from None

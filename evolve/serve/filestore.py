@@ -161,11 +161,13 @@ class FileBackend:
         return self._dir(user) / "derived" / "embeddings"
 
     def log_recall(self, user: str, record: dict) -> None:
+        """One line, one write, not fsynced (telemetry, not state): a killed service loses no line, a machine crash
+        may lose the last seconds' lines."""
         folder = self._dir(user)
         log = folder / "recalls.jsonl"
         if log.exists() and log.stat().st_size >= self.recall_log_bytes:
             os.replace(log, folder / "recalls.1.jsonl")
-        append_lines(log, [canonical_json(record)])
+        append_lines(log, [canonical_json(record)], sync=False)
 
     def recalls(self, user: str) -> list[dict]:
         folder = self._dir(user)

@@ -178,7 +178,8 @@ async def _load(url: str, user: str, questions: Iterator[str], clients: int, req
     lat = np.array(latencies)
     return {"clients": clients, "requests": requests, "failed": len(failures), "failures": failures[:5],
             "seconds": round(seconds, 2), "recalls_per_s": round(requests / seconds, 1),
-            "p50_ms": round(float(np.percentile(lat, 50)), 1), "p95_ms": round(float(np.percentile(lat, 95)), 1),
+            **{f"p{q}_ms": round(float(np.percentile(lat, q)), 1) for q in (50, 90, 95, 99)},
+            "max_ms": round(float(lat.max()), 1),
             "strategies": strategies}
 
 
