@@ -44,6 +44,7 @@ class LiveConversation:
         self._lock = threading.RLock()
         self._built: dict[str, tuple[int, MemoryStore]] = {}
         self._memos: dict[str, IngestMemo] = {}
+        self._building: dict[str, threading.Lock] = {}
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -118,20 +119,31 @@ class LiveConversation:
 
     def store(self, key: str, policy: Policy, extractor: Extractor, embed: Embed, embedder_name: str) -> MemoryStore:
         """The memory store of the turns so far under the ingestion policy whose key is ``key``; rebuilt from
-        memoised parts only when a turn or a closed session came since the last read."""
+        memoised parts only when a turn or a closed session came since the last read. One build per key at a time,
+        outside the conversation's lock: captures and reads under other keys (the strategy serving while a reload
+        builds the next one's store) never wait for it."""
         with self._lock:
             built = self._built.get(key)
             if built is not None and built[0] == self.version:
                 return built[1]
-            memo = self._memos.setdefault(key, IngestMemo())
-            store = build_store(self.conversation(), policy, extractor, embed, embedder_name, memo=memo,
-                                rollup_sessions=set(self.closed))
-            self._built[key] = (self.version, store)
+            building = self._building.setdefault(key, threading.Lock())
+        with building:
+            with self._lock:
+                built = self._built.get(key)
+                if built is not None and built[0] == self.version:  # built by the caller we waited for
+                    return built[1]
+                version, conversation, closed = self.version, self.conversation(), set(self.closed)
+                memo = self._memos.setdefault(key, IngestMemo())
+            store = build_store(conversation, policy, extractor, embed, embedder_name, memo=memo,
+                                rollup_sessions=closed)
+            with self._lock:
+                if key in self._memos:  # not forgotten meanwhile
+                    self._built[key] = (version, store)
             return store
 
     def forget(self, keep: set[str]) -> None:
         """Drop the stores and memos of ingestion policies not in ``keep`` (a strategy no longer served)."""
         with self._lock:
-            for table in (self._built, self._memos):
+            for table in (self._built, self._memos, self._building):
                 for key in [k for k in table if k not in keep]:
                     del table[key]

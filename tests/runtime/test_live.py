@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import threading
 from pathlib import Path
 
 import pytest
@@ -92,3 +93,38 @@ def test_capture_refuses_a_repeated_id_and_a_turn_for_a_closed_session():
     with pytest.raises(CaptureError, match="is closed"):
         live.add(first.turns[1])
     assert live.closed == {first.id} and live.open_session == second.id
+
+
+def test_a_build_under_one_policy_never_blocks_reads_and_captures_under_another(embedder, baseline_strategy):
+    conversation = next(iter(generate_synthetic(0, n_personas=1, n_sessions=5).conversations.values()))
+    runtime = MemoryRuntime(baseline_strategy, embedder=embedder)
+    live = _capture(dataclasses.replace(conversation, sessions=conversation.sessions[:2]))
+    serving = _live_store(runtime, live)
+    started, release = threading.Event(), threading.Event()
+
+    def slow_embed(texts):  # the next strategy's build, held half-way until released
+        started.set()
+        assert release.wait(30)
+        return embedder.encode(texts)
+
+    args = (runtime.policy, runtime.extractor, slow_embed, runtime.embedder.name)
+    building = threading.Thread(target=live.store, args=("next", *args))
+    building.start()
+    assert started.wait(30)
+    try:
+        reader = threading.Thread(target=_live_store, args=(runtime, live))
+        reader.start()
+        reader.join(5)
+        assert not reader.is_alive(), "a read under the serving policy waited for another policy's build"
+        assert _live_store(runtime, live) is serving
+        third = conversation.sessions[2]
+        live.add(dataclasses.replace(third.turns[0], timestamp=third.turns[0].timestamp or third.timestamp))
+        prefix = dataclasses.replace(conversation, sessions=(*conversation.sessions[:2],
+                                                             dataclasses.replace(third, turns=third.turns[:1])))
+        grown = _live_store(runtime, live)  # a capture meanwhile, and the serving policy's store of it
+        assert [dataclasses.astuple(i) for i in grown.items] == \
+            [dataclasses.astuple(i) for i in runtime.ingest(prefix).items]
+    finally:
+        release.set()
+        building.join(30)
+    assert live.store("next", *args) is not None and not building.is_alive()
