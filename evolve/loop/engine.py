@@ -54,7 +54,7 @@ class Engine:
         self.config = config
         self.rules = config.acceptance
         # All input is validated before the stores are opened, so bad input never touches them.
-        setup = RunSetup.prepare(config)
+        setup = RunSetup.for_run(config)
         self.baseline, self.question_ids = setup.baseline, setup.question_ids
         self.power = setup.power
         self.progress = sys.stderr.isatty() if progress is None else progress

@@ -28,7 +28,7 @@ DEFAULT_FULL_SHARE = 0.5
 def estimate(config: RunConfig, rounds: int | None = None) -> dict:
     """Expected LLM calls, tokens and cost of one evaluation, one candidate and the rest of the night of ``config``
     (or of ``rounds`` more rounds), and whether they fit its budget. Touches neither the stores nor any endpoint."""
-    setup = RunSetup.prepare(config)
+    setup = RunSetup.for_run(config, dry=True)
     models = models_by_role(setup.roles)
     current, done, full_share, history = setup.baseline, 0, DEFAULT_FULL_SHARE, 0
     if setup.layout.state.is_file():

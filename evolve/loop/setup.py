@@ -9,7 +9,11 @@ from pathlib import Path
 from evolve.benchmarks import load_benchmark, select_questions
 from evolve.benchmarks.probes import augment
 from evolve.benchmarks.types import PROBE_CATEGORIES, Benchmark, Question
-from evolve.llm import RolesConfig, check_reachable
+from evolve.benchmarks.probes import Questioner
+from evolve.llm import LLMClient, ResponseCache, RolesConfig, check_reachable
+from evolve.llm.client import DryRun
+from evolve.llm.questions import LLMQuestioner
+from evolve.llm.roles import DRY_REPLIES
 from evolve.loop.backends import Backends, build_backends, roles_config
 from evolve.loop.budget import Budget, BudgetedHarness
 from evolve.loop.commit import check_harness
@@ -92,14 +96,15 @@ class RunSetup:
     system: ExternalSystem | None = None
 
     @classmethod
-    def prepare(cls, config: RunConfig) -> "RunSetup":
+    def prepare(cls, config: RunConfig, questioner: Questioner | None = None) -> "RunSetup":
         """Validate every input of ``config`` (raising :class:`ConfigError` naming the field) without touching
-        the stores or any endpoint. A ``runtime:`` block makes its knob schema the process's strategy schema."""
+        the stores or any endpoint (but ``questioner``'s, whose probes ``augment: probes`` then adds). A ``runtime:``
+        block makes its knob schema the process's strategy schema."""
         system = external_system(config)
         baseline = load_strategy(config.strategy)
         benchmark = load_benchmark(config.benchmark)
         if config.augment == "probes":
-            benchmark = augment(benchmark)
+            benchmark = augment(benchmark, questioner)
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
@@ -146,6 +151,25 @@ class RunSetup:
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         return cls(config, baseline, benchmark, [q.id for q in questions], scored, probe_ids, roles,
                    StoreLayout(config.stores), holdout_ids, holdout_bench, system=system)
+
+    @classmethod
+    def for_run(cls, config: RunConfig, *, dry: bool = False) -> "RunSetup":
+        """:meth:`prepare`, then, when ``augment: probes`` meets an LLM ``questioner`` role, again with the probes the
+        role writes (replies cached in the run's response cache). ``dry``: the role calls no endpoint and answers
+        from that cache, so an estimate sees the questions the run saw."""
+        roles = roles_config(config)
+        if config.augment != "probes" or roles.role("questioner").backend != "llm":
+            return cls.prepare(config)
+        if not dry:
+            check_reachable(roles)
+        usage = UsageStats()
+        client = LLMClient(roles.role("questioner"), ResponseCache(StoreLayout(config.stores).cache / "llm"), usage,
+                           role="questioner", dry=DryRun(DRY_REPLIES["questioner"]) if dry else None)
+        setup = cls.prepare(config, LLMQuestioner(client))
+        log.info("questioner: %d probe questions written by %s (%d requests)",
+                 sum(q.category == "probe_llm" for q in setup.benchmark.questions), client.model,
+                 usage.get("questioner", "requests"))
+        return setup
 
     @property
     def power(self) -> PowerCheck:

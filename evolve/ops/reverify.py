@@ -66,7 +66,7 @@ def applied_to(record: CandidateRecord, current: dict) -> dict:
 def reverify(config: RunConfig, candidate_id: str) -> tuple[Reverification, dict]:
     """Evaluate flagged ``candidate_id`` applied to the current strategy of ``config.stores`` against that strategy,
     under the stores' run lock, and journal the result; the reverification and its journal entry."""
-    setup = RunSetup.prepare(config)  # validates the config before the stores are touched
+    setup = RunSetup.for_run(config)  # validates the config before the stores are touched
     record = flagged_record(History(config.stores), candidate_id)
     with StoreSet(config.stores) as store_set:
         view = History(config.stores)

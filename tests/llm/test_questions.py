@@ -4,10 +4,14 @@ from __future__ import annotations
 import json
 from datetime import datetime
 
-from evolve.benchmarks import Benchmark, Conversation, Session, Turn
+import yaml
+
+from evolve.benchmarks import Benchmark, Conversation, Session, Turn, write_locomo
 from evolve.benchmarks.probes import augment
 from evolve.llm import LLMClient, ResponseCache, RoleConfig, RolesConfig, UsageStats, build_llm_roles
 from evolve.llm.questions import LLMQuestioner
+from evolve.loop.config import load_config
+from evolve.loop.setup import RunSetup
 
 WHEN = datetime(2023, 5, 8, 13, 56)
 SESSION = Session("1", WHEN, (Turn("D1:1", "Ana", "We adopted a grey kitten called Pixel.", "1", WHEN),
@@ -58,3 +62,24 @@ def test_questioner_role_is_built_from_config_and_augments_a_benchmark(llm_serve
     llm = [q for q in bench.questions if q.category == "probe_llm"]
     assert [q.question for q in llm] == [GOOD["question"], "Where does Ben's band play?"]
     assert llm_server.requests[0]["response_format"]["type"] == "json_object"
+
+
+def test_a_run_on_unlabelled_conversations_scores_the_questioners_probes_and_an_estimate_reads_them_cached(
+        llm_server, tmp_path):
+    llm_server.responder = lambda body: json.dumps(REPLY)
+    write_locomo(Benchmark("mini", {"c1": CONVERSATION}, []), tmp_path / "conv.json")  # no labelled question
+    config_path = tmp_path / "run.yaml"
+    config_path.write_text(yaml.safe_dump({
+        "benchmark": f"locomo:{tmp_path / 'conv.json'}", "stores": str(tmp_path / "stores"), "objective": "answer",
+        "augment": "probes", "roles": {"questioner": {"backend": "llm", "base_url": llm_server.base_url,
+                                                      "model": "test-model", "max_retries": 0}}}))
+    config = load_config(config_path)
+    setup = RunSetup.for_run(config)
+    written = {q.id: q.question for q in setup.benchmark.questions if q.category == "probe_llm"}
+    assert sorted(written.values()) == sorted([GOOD["question"], "Where does Ben's band play?"])
+    assert set(written) <= set(setup.scored) and len(llm_server.requests) == 1
+    llm_server.responder = lambda body: json.dumps({"questions": []})  # a dry setup must not ask again
+    dry = RunSetup.for_run(config, dry=True)
+    assert dry.question_ids == setup.question_ids and dry.scored == setup.scored and len(llm_server.requests) == 1
+    plain = RunSetup.prepare(config)  # without the role: the deterministic probes only
+    assert not set(written) & set(plain.scored) and set(plain.scored) < set(setup.scored)
