@@ -11,6 +11,7 @@ from pathlib import Path
 from evolve.llm import NoCache, RolesConfig, build_llm_roles, check_reachable
 from evolve.llm.config import EndpointUnreachable
 from evolve.runtime.embedder import default_embedder
+from evolve.runtime.onnx_embedder import OnnxEmbedder
 from evolve.runtime.usage import UsageStats
 from evolve.serve.app import create_app
 from evolve.serve.backend import StoreUnavailable
@@ -55,15 +56,18 @@ RUNTIME_ROLES = ("extractor", "expander", "answerer")
 
 
 def runtime_parts(roles: RolesConfig | None, usage: UsageStats) -> RuntimeParts:
-    """The embedder every served runtime shares (batching concurrent questions) and a model client for each runtime
-    role ``roles`` puts on an endpoint, counting into ``usage``. Replies are not cached: prompts hold users' words."""
+    """The embedder every served runtime shares (concurrent questions batched into ONNX Runtime passes) and a model
+    client for each runtime role ``roles`` puts on an endpoint, counting into ``usage``. Replies are not cached:
+    prompts hold users' words."""
     llm = build_llm_roles(roles, NoCache(), usage) if roles is not None else {}
     if llm:
         try:
             check_reachable(roles)
         except EndpointUnreachable as exc:  # serve anyway: requests needing the role get 503 until it answers
             log.warning("%s", exc)
-    return RuntimeParts(BatchingEmbedder(default_embedder(), process=True), **{r: llm.get(r) for r in RUNTIME_ROLES})
+    embedder = default_embedder()  # questions: ONNX Runtime passes; a store's ingestion: the harness's own encoding
+    return RuntimeParts(BatchingEmbedder(embedder, passes=OnnxEmbedder(embedder)),
+                        **{r: llm.get(r) for r in RUNTIME_ROLES})
 
 
 class Service:

@@ -1,25 +1,25 @@
 """The service's embedder: concurrent callers share forward passes and each gets its own rows."""
 from __future__ import annotations
 
-import os
-import signal
+import pickle
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
 
+from evolve.runtime.onnx_embedder import OnnxEmbedder
 from evolve.serve.batching import MAX_QUEUED, BatchingEmbedder
 
 QUESTIONS = [f"What did {name} say about the {thing} in {month}?" for name in ("Caroline", "Mel", "Jon", "Gina")
              for thing in ("garden", "race", "painting", "concert") for month in ("May", "the summer")]
 
 
-@pytest.mark.parametrize("process", [False, True], ids=["thread", "process"])
-def test_concurrent_callers_share_passes_and_get_their_own_rows(embedder, process):
+@pytest.mark.parametrize("passes", ["inner", "onnx"])
+def test_concurrent_callers_share_passes_and_get_their_own_rows(embedder, passes):
     inner = embedder
     inner.encode(QUESTIONS[:1])  # loads the model before the callers start
-    batcher = BatchingEmbedder(inner, process=process)
+    batcher = BatchingEmbedder(inner, passes=OnnxEmbedder(inner) if passes == "onnx" else None)
     batcher.encode(["load the model where the passes run"])
     start = threading.Barrier(len(QUESTIONS))
 
@@ -55,10 +55,12 @@ def test_a_model_error_reaches_every_waiting_caller_and_the_worker_goes_on():
         batcher.encode(["again"])
 
 
-def test_an_encoding_process_that_dies_is_replaced_and_the_pass_tried_again(embedder):
-    batcher = BatchingEmbedder(embedder, process=True)
-    first = batcher.encode(QUESTIONS[:1])
-    pid = batcher.child_pid
-    os.kill(pid, signal.SIGKILL)
-    again = batcher.encode(QUESTIONS[:1])
-    assert batcher.child_pid not in (None, pid) and np.array_equal(again, first)
+def test_onnx_passes_embed_as_the_model_does_and_must_name_it(embedder):
+    onnx = OnnxEmbedder(embedder)
+    texts = [*QUESTIONS[:6], "a much longer turn that pads every other text of its batch " * 4]
+    rows, alone = onnx.encode(texts), np.concatenate([onnx.encode([t]) for t in texts])
+    assert rows.shape == (len(texts), embedder.dim) and np.allclose(np.linalg.norm(rows, axis=1), 1, atol=1e-6)
+    assert np.allclose(rows, embedder.encode(texts), atol=1e-6) and np.allclose(rows, alone, atol=1e-6)
+    assert onnx.name == embedder.name and np.allclose(pickle.loads(pickle.dumps(onnx)).encode(texts[:2]), rows[:2], atol=1e-6)
+    with pytest.raises(ValueError, match="rows would differ"):
+        BatchingEmbedder(embedder, passes=_Failing())
