@@ -6,10 +6,11 @@ Each store gets a fresh ``memevolve serve`` process on 127.0.0.1 serving ``--str
 One LoCoMo conversation (default: the dev4 conversation with the most turns) is captured turn by turn, one request per
 turn, and its sessions closed and organised; then it is asked questions by concurrent HTTP clients (asyncio,
 httpx), ``--requests`` per level (at least 4 per client), each a text the service has not seen before (the benchmark's
-questions, then again after lead-ins such as "Remind me: "), so every recall embeds its question: cold figures. Under the file store a second 8-client run replaces the
-serving file with ``--reload-to`` half-way (the service reloads it, rebuilding the user's memory under the new
-ingestion policy while the old strategy serves) and counts failed requests and the strategies that answered. Run from
-the repository root:
+questions, then again after lead-ins such as "Remind me: "), so every recall embeds its question: cold figures.
+Under the file store a second 8-client run replaces the serving file with ``--reload-to`` half-way (the service
+reloads it, building the user's memory under the new ingestion policy while the old strategy serves), keeps asking
+until the new strategy answers and then as many recalls again, and counts failed requests and the strategies that
+answered. Run from the repository root:
 
     python experiments/bench/bench_serve_load.py [--bench PATH] [--conversation ID] [--out PATH]
 """
@@ -135,23 +136,20 @@ def fresh_questions(questions: list[str]) -> Iterator[str]:
 
 async def _load(url: str, user: str, questions: Iterator[str], clients: int, requests: int,
                 during=None) -> dict:
-    """``requests`` recalls of new question texts by ``clients`` concurrent clients; ``during`` (a coroutine
-    function) runs half-way."""
+    """``requests`` recalls of new question texts by ``clients`` concurrent clients. ``during`` (a coroutine
+    function) runs half-way, the recalls going on meanwhile, and is followed by ``requests / 2`` more: a reload that
+    takes longer than the first half is still met by a second half."""
     latencies: list[float] = []
     failures: list[str] = []
     strategies: dict[str, int] = {}
-    queue: asyncio.Queue = asyncio.Queue()
-    for _ in range(requests):
-        queue.put_nowait(next(questions))
-    done = 0
+    target = requests if during is None else 10**9  # with ``during``: until it has run, then requests / 2 more
+    done = asked = 0
 
     async def worker(client: httpx.AsyncClient) -> None:
-        nonlocal done
-        while True:
-            try:
-                question = queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return
+        nonlocal done, asked
+        while asked < target:
+            asked += 1
+            question = next(questions)
             started = time.perf_counter()
             try:
                 reply = await client.post(f"/v1/users/{user}/recall", json={"question": question})
@@ -173,14 +171,14 @@ async def _load(url: str, user: str, questions: Iterator[str], clients: int, req
             while done < requests // 2:
                 await asyncio.sleep(0.01)
             await during()
+            target = asked + requests // 2
         await asyncio.gather(*tasks)
         seconds = time.perf_counter() - started
     lat = np.array(latencies)
-    return {"clients": clients, "requests": requests, "failed": len(failures), "failures": failures[:5],
-            "seconds": round(seconds, 2), "recalls_per_s": round(requests / seconds, 1),
+    return {"clients": clients, "requests": done, "failed": len(failures), "failures": failures[:5],
+            "seconds": round(seconds, 2), "recalls_per_s": round(done / seconds, 1),
             **{f"p{q}_ms": round(float(np.percentile(lat, q)), 1) for q in (50, 90, 95, 99)},
-            "max_ms": round(float(lat.max()), 1),
-            "strategies": strategies}
+            "max_ms": round(float(lat.max()), 1), "strategies": strategies}
 
 
 def _machine() -> dict:
@@ -242,10 +240,13 @@ def main() -> int:
                 result["chat"] = chat(server, conversation, "u1", asked, args.exchanges, args.think)
                 print(kind, "chat", json.dumps(result["chat"]), flush=True)
                 if kind == "file":
-                    async def swap() -> None:
+                    async def swap() -> None:  # the new file, then wait until the service serves it
                         staged = serving.with_suffix(".new")
                         shutil.copyfile(args.reload_to, staged)
                         os.replace(staged, serving)
+                        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                            while (await client.get("/v1/strategy")).json()["serving"]["hash"][:12] == before:
+                                await asyncio.sleep(0.05)
 
                     before = httpx.get(f"{server.url}/v1/strategy").json()["serving"]["hash"][:12]
                     row = asyncio.run(_load(server.url, "u1", asked, 8, max(args.requests, 400), swap))
