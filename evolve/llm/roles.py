@@ -231,11 +231,17 @@ DRY_REPLIES = {"extractor": "FACTS:", "expander": "SUBQUERIES:", "answerer": "AN
                "judge": '{"label": "WRONG"}', "planner": "{}", "critic": "{}", "questioner": '{"questions": []}'}
 
 
+def build_llm_role(role: str, config: RolesConfig, cache: ResponseCache, stats: UsageStats, *,
+                   dry_observing: UsageStats | None = None, dry: bool = False) -> Any:
+    """The LLM object of ``role`` on its configured endpoint. With ``dry`` it calls no endpoint: cache misses are
+    tallied in ``stats`` as the requests they would be (``dry_observing``: the real calls whose completion sizes the
+    estimate follows)."""
+    return ROLE_CLASSES[role](LLMClient(config.role(role), cache, stats, role=role,
+                                        dry=DryRun(DRY_REPLIES[role], dry_observing) if dry else None))
+
+
 def build_llm_roles(config: RolesConfig, cache: ResponseCache, stats: UsageStats, *,
                     dry_observing: UsageStats | None = None, dry: bool = False) -> dict[str, Any]:
-    """LLM role objects, by role name, for every role whose backend is ``llm``. With ``dry`` they call no endpoint:
-    cache misses are tallied in ``stats`` as the requests they would be (``dry_observing``: the real calls whose
-    completion sizes the estimate follows)."""
-    return {role: cls(LLMClient(config.role(role), cache, stats, role=role,
-                                dry=DryRun(DRY_REPLIES[role], dry_observing) if dry else None))
-            for role, cls in ROLE_CLASSES.items() if config.role(role).backend == "llm"}
+    """:func:`build_llm_role` for every role whose backend is ``llm``, by role name."""
+    return {role: build_llm_role(role, config, cache, stats, dry_observing=dry_observing, dry=dry)
+            for role in ROLE_CLASSES if config.role(role).backend == "llm"}

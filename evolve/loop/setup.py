@@ -7,13 +7,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.benchmarks import load_benchmark, select_questions
-from evolve.benchmarks.probes import augment
+from evolve.benchmarks.probes import Questioner, augment
 from evolve.benchmarks.types import PROBE_CATEGORIES, Benchmark, Question
-from evolve.benchmarks.probes import Questioner
-from evolve.llm import LLMClient, ResponseCache, RolesConfig, check_reachable
-from evolve.llm.client import DryRun
-from evolve.llm.questions import LLMQuestioner
-from evolve.llm.roles import DRY_REPLIES
+from evolve.llm import ResponseCache, RolesConfig, check_reachable
+from evolve.llm.roles import build_llm_role
 from evolve.loop.backends import Backends, build_backends, roles_config
 from evolve.loop.budget import Budget, BudgetedHarness
 from evolve.loop.commit import check_harness
@@ -163,11 +160,11 @@ class RunSetup:
         if not dry:
             check_reachable(roles)
         usage = UsageStats()
-        client = LLMClient(roles.role("questioner"), ResponseCache(StoreLayout(config.stores).cache / "llm"), usage,
-                           role="questioner", dry=DryRun(DRY_REPLIES["questioner"]) if dry else None)
-        setup = cls.prepare(config, LLMQuestioner(client))
+        questioner = build_llm_role("questioner", roles, ResponseCache(StoreLayout(config.stores).cache / "llm"),
+                                    usage, dry=dry)
+        setup = cls.prepare(config, questioner)
         log.info("questioner: %d probe questions written by %s (%d requests)",
-                 sum(q.category == "probe_llm" for q in setup.benchmark.questions), client.model,
+                 sum(q.category == "probe_llm" for q in setup.benchmark.questions), questioner.client.model,
                  usage.get("questioner", "requests"))
         return setup
 
