@@ -299,3 +299,16 @@ def test_library_prompt_edits_are_offered_only_where_a_model_reads_the_prompt(ba
     edits = [k for k in with_model if k.startswith("answering.prompt::edit:")]
     assert edits and not any("prompt::" in k for k in embedded)
     assert [k for k in with_model if k not in edits] == embedded  # the other directions keep their order
+
+
+def test_a_temporal_answer_cut_in_assembly_offers_the_resolved_date_after_the_speakers_words(baseline):
+    """The shipped table: with resolved dates written in place of "last Sunday", a temporal answer ("the Sunday
+    before 25 May 2023") stored and retrieved but not packed is met by writing the date after the words."""
+    d = make_digest(symptom("kf_filtered", "temporal", 6, 0.3, {"answer_cut": 1.0}))
+    planner = Planner(load_bundles(), DimensionEffects())
+    resolving = set_path(baseline, "extraction.resolve_relative_dates", True)
+    assert resolving["extraction"]["date_style"] == "replace"
+    first = planner.plan(d, resolving)[0]
+    assert first.key == "extraction.date_style::set:annotate"
+    assert "via kf_filtered[answer_cut]/temporal" in first.why
+    assert "extraction.date_style::set:annotate" not in [x.key for x in planner.plan(d, baseline)]  # nothing resolved
