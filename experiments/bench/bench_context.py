@@ -5,9 +5,12 @@ Systems, on a LoCoMo-format file (default: the four dev conversations):
 * the project's strategies: ``strategies/baseline.yaml`` plus every ``--strategy`` file, evaluated up to the packed
   context (no answerer);
 * raw-turn peers: each turn of the conversation is one unit, ``"(session date) Speaker: text [photo caption]"``,
-  ranked for the question by ``bm25s`` (its English stop words), by dense similarity (all-MiniLM-L6-v2 through the
-  project's embedder), or by RRF (k = 60) of the two, and packed in rank order to 100 / 160 / 400 words: a turn
-  that does not fit is skipped, packing stops once within 3 words of the budget;
+  ranked for the question by ``bm25s`` (its English stop words), by ``bm25x`` (``bm25s`` over the terms of a full
+  English function-word list and the Snowball stemmer, ``retrieval.lexical`` ``english`` + ``snowball``: the
+  tokenization AutoRAG's BM25 uses, the stronger lexical peer), by dense similarity (all-MiniLM-L6-v2 through the
+  project's embedder), or by RRF (k = 60) of ``bm25s`` and dense (``rrf``) or of ``bm25x`` and dense (``rrfx``),
+  and packed in rank order to 100 / 160 / 400 words: a turn that does not fit is skipped, packing stops once
+  within 3 words of the budget;
 * the gold-turn ceiling: the question's gold evidence turns only, dated the same way.
 
 Measures per system, over the questions the answer check counts (scored, gold evidence known, an answer with a
@@ -39,13 +42,16 @@ from evolve.observe.answer import answer_check
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.harness import Harness
 from evolve.runtime.embedder import default_embedder
+from evolve.runtime.lexical import Analyzer
 from evolve.strategy.artifact import load_strategy
 from evolve.verify.statistics import paired_comparison
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FILE = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
 BUDGETS = (100, 160, 400)
-RANKERS = ("bm25s", "dense", "rrf")
+RANKERS = ("bm25s", "bm25x", "dense", "rrf", "rrfx")
+#: How ``bm25x`` reads turns and questions.
+BM25X = Analyzer("english", "snowball")
 RRF_K = 60
 MEASURES = ("words", "answer_in_evidence", "answer_anywhere", "all_cited", "evidence_content")
 
@@ -63,19 +69,30 @@ def rankings(turns: list[str], questions: list[str]) -> dict[str, list[list[int]
     index.index(bm25s.tokenize(turns, stopwords="en", show_progress=False), show_progress=False)
     ranked, _ = index.retrieve(bm25s.tokenize(questions, stopwords="en", show_progress=False), k=len(turns),
                                show_progress=False)
+    stemmed = bm25s.BM25()
+    stemmed.index([BM25X.terms(t) for t in turns], show_progress=False)
     embedder = default_embedder()
     similarity = embedder.encode(questions) @ embedder.encode(turns).T
     out: dict[str, list[list[int]]] = {r: [] for r in RANKERS}
-    for row in range(len(questions)):
+    for row, question in enumerate(questions):
         bm, dense = [int(x) for x in ranked[row]], [int(x) for x in np.argsort(-similarity[row], kind="stable")]
-        fused: dict[int, float] = {}
-        for order in (bm, dense):
-            for rank, x in enumerate(order):
-                fused[x] = fused.get(x, 0.0) + 1.0 / (RRF_K + rank + 1)
+        terms = BM25X.terms(question)
+        scores = np.asarray(stemmed.get_scores(terms)) if terms else np.zeros(len(turns))
         out["bm25s"].append(bm)
+        out["bm25x"].append([int(x) for x in np.argsort(-scores, kind="stable")])  # ties in conversation order
         out["dense"].append(dense)
-        out["rrf"].append(sorted(fused, key=lambda x: -fused[x]))
+        out["rrf"].append(fuse(bm, dense))
+        out["rrfx"].append(fuse(out["bm25x"][-1], dense))
     return out
+
+
+def fuse(*orders: list[int]) -> list[int]:
+    """Reciprocal-rank fusion (k = :data:`RRF_K`) of full rankings, best first."""
+    fused: dict[int, float] = {}
+    for order in orders:
+        for rank, x in enumerate(order):
+            fused[x] = fused.get(x, 0.0) + 1.0 / (RRF_K + rank + 1)
+    return sorted(fused, key=lambda x: -fused[x])
 
 
 def pack(order: list[int], turns: list[tuple[str, str]], budget: int) -> list[dict]:
