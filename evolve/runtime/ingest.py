@@ -14,6 +14,7 @@ from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.strategy.policy import FACT_CATEGORIES, Extraction, Lifecycle, Policy
 from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
+from evolve.runtime.dates import without_dates
 from evolve.runtime.facts import FactMeta, annotate, numeric
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
@@ -159,7 +160,11 @@ def _versions(items: list[MemoryItem], first: list[int]) -> list[MemoryItem]:
 def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: list[int]) -> list[MemoryItem]:
     """Mark supersession and retraction. Only ``items[:actors]`` (the L0 facts) act; every item can be a target;
     ``first`` as :func:`_first_turns` gives it."""
-    bodies = [content_set(split_attribution(item.text)[2]) for item in items]
+    texts = [split_attribution(item.text)[2] for item in items]
+    bodies = [content_set(text) for text in texts]
+    # A correction's topic is what it is about, not when: dates (resolved ones included) would make every fact of
+    # the same month or year share two stems with it.
+    undated = [content_set(without_dates(text)) for text in texts]
     superseded: list[str | None] = [None] * len(items)
     retracted = [False] * len(items)
 
@@ -170,9 +175,9 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
     for a in range(actors):
         kind = items[a].kind
         if kind == "correction" and policy.supersession:
-            topic = bodies[a] - CUE_STEMS
+            topic = undated[a] - CUE_STEMS
             for j in targets(a):
-                if superseded[j] is None and len(bodies[j] & topic) >= 2:
+                if superseded[j] is None and len(undated[j] & topic) >= 2:
                     superseded[j] = items[a].id
         elif kind == "retraction" and policy.forget_guard:
             topic = retraction_topic(split_attribution(items[a].text)[2])

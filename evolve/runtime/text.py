@@ -308,11 +308,14 @@ def retraction_cue(sentence: str) -> re.Match[str] | None:
 
 
 def classify_kind(sentence: str) -> str:
-    """``retraction`` | ``correction`` | ``profile`` | ``fact`` by cue phrase (first match wins)."""
+    """``retraction`` | ``correction`` | ``profile`` | ``fact`` by cue phrase (first match wins); a question
+    corrects nothing ("Any more paintings coming up?")."""
     if retraction_cue(sentence) is not None:
         return "retraction"
     lowered = " " + normalise(sentence).lower() + " "
-    return next((kind for kind, pattern in _KIND_CUES if pattern.search(lowered)), "fact")
+    asked = lowered.rstrip().endswith("?")
+    return next((kind for kind, pattern in _KIND_CUES if pattern.search(lowered) and not (asked and kind == "correction")),
+                "fact")
 
 
 def retraction_topic(sentence: str) -> frozenset[str]:

@@ -270,3 +270,29 @@ def test_soft_membership_and_the_category_channel():
     assert channel and all(set(store.item(h.id).meta.members) & {"logistics"} for h in channel)
     assert all("category" not in h.channels for h in runtime().ask(runtime().ingest(conv),
                                                                     "When is Tomas's appointment?").retrieved)
+
+
+def test_a_correction_supersedes_what_it_is_about_not_what_shares_its_dates():
+    """"Actually" in a story ("I was actually just remembering yesterday ...") shares only dates with an earlier
+    fact ("yesterday (…2023)" on both, once resolved): it corrects nothing. A correction sharing what the fact is
+    about still supersedes it."""
+    conv = conversation((datetime(2023, 7, 6, 10), ["Yesterday I took the kids to the museum.",
+                                                    "I work at the bakery on Main Street."]),
+                        (datetime(2023, 8, 25, 10), ["I was actually just remembering yesterday, spending the day "
+                                                     "with my family at the shelter.",
+                                                     "Actually, I no longer work at the bakery; I work at the "
+                                                     "library now."]))
+    rt = runtime(extraction__resolve_relative_dates=True, extraction__date_style="annotate")
+    assert states(rt, conv, "When did Tomas take the kids to the museum?", "museum") == {"active"}
+    assert states(rt, conv, "Where does Tomas work?", "bakery on Main Street") == {"superseded"}
+
+
+@pytest.mark.parametrize("sentence, kind", [
+    ("Have you made any more art lately?", "fact"),
+    ("Any more paintings coming up?", "fact"),
+    ("Actually, did you move?", "fact"),
+    ("Actually, I moved to Denver.", "correction"),
+    ("I don't paint any more.", "correction"),
+])
+def test_a_question_corrects_nothing(sentence, kind):
+    assert classify_kind(sentence) == kind
