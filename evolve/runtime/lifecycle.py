@@ -100,6 +100,16 @@ def _successor(store: MemoryStore, item: MemoryItem, lc: Lifecycle) -> str | Non
     return None
 
 
+def _corrected_by(store: MemoryStore, item: MemoryItem, lc: Lifecycle) -> str | None:
+    """The later correction that supersedes ``item`` (marked at ingestion), if supersession is on; under numeric
+    rescue a numeric fact survives a correction without a number, as it survives such a statement of its slot."""
+    if not lc.supersession or item.superseded_by is None:
+        return None
+    if lc.numeric_rescue.enabled and item.meta.numeric and not store.item(item.superseded_by).meta.numeric:
+        return None
+    return item.superseded_by
+
+
 def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, now: datetime | None) -> Standing:
     """Whether ``item`` may answer a question with ``cues`` asked at ``now``; pruning is decided separately. With
     ``bypass_cues`` a change question sees superseded facts and a retraction question also retracted ones, and the
@@ -107,8 +117,9 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, no
     if item.settled:
         return ACTIVE  # nothing below applies to it: most facts
     back = lc.bypass_cues and cues.back
-    if lc.supersession and item.superseded_by is not None and not back:
-        return Standing("superseded", item.superseded_by)
+    corrected = _corrected_by(store, item, lc)
+    if corrected is not None and not back:
+        return Standing("superseded", corrected)
     if lc.forget_guard and item.retracted:
         return Standing("active", shown_because="retraction_question") if back and cues.retracted \
             else Standing("retracted")
@@ -118,7 +129,7 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, no
     if (lc.hides_passed and not (lc.numeric_rescue.enabled and item.meta.numeric) and cues.current
             and expired(item.meta, now, lc.expiry.buffer_days, lc.expiry.scope)):
         return Standing("expired")
-    replaced_by = (item.superseded_by if lc.supersession else None) or later
+    replaced_by = corrected or later
     if replaced_by is not None:  # only a bypassing question gets here
         return Standing("active", replaced_by, shown_because="retraction_question" if cues.retracted
                         else "change_question")

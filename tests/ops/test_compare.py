@@ -21,15 +21,16 @@ def write_strategy(path, changes: dict):
 
 
 def test_compare_pairs_two_strategies_by_question_on_the_chosen_objective(capsys, tmp_path):
-    wider = write_strategy(tmp_path / "keep.yaml", {"lifecycle.supersession": False})  # superseded turns stay
+    # two hits a question instead of five: some gold turns are no longer packed
+    narrow = write_strategy(tmp_path / "narrow.yaml", {"retrieval.top_k": 2, "retrieval.rerank.top_n": 2})
     cache = tmp_path / "cache"
-    code, out = cli(capsys, "compare", BASELINE_PATH, wider, "--bench", BENCH, "--objective", "evidence",
+    code, out = cli(capsys, "compare", narrow, BASELINE_PATH, "--bench", BENCH, "--objective", "evidence",
                     "--cache", cache, "--json")
     report = json.loads(out)
     assert code == 0 and report["objective"] == "evidence" and report["n"] > 50
     assert report["delta"] > 0 and len(report["improved"]) > len(report["regressed"])
     assert set(report["per_category"]) <= {"multi_hop", "temporal", "open_domain", "single_hop"}
-    code, text = cli(capsys, "compare", BASELINE_PATH, wider, "--bench", BENCH, "--objective", "evidence",
+    code, text = cli(capsys, "compare", narrow, BASELINE_PATH, "--bench", BENCH, "--objective", "evidence",
                      "--cache", cache, "--show", "3")
     assert code == 0 and f"delta {report['delta']:+.4f}" in text and f"McNemar p={report['mcnemar_p']:.4g}" in text
     assert f"improved ({len(report['improved'])}): {', '.join(report['improved'][:3])}" in text

@@ -151,6 +151,19 @@ def test_a_numeric_fact_survives_a_later_statement_without_a_number_but_not_a_ne
     assert states(runtime(lifecycle__supersession=False), raised, asked, "$1200") == {"superseded"}
 
 
+def test_a_numeric_fact_survives_a_correction_without_a_number_but_not_one_with_a_new_number():
+    asked = "How many members does Tomas's book club have?"
+    moved = conversation((D1, ["Our book club has 7 members."]),
+                         (D2, ["Actually, the book club meeting moved to Monday."]))
+    correction_only = {"lifecycle__slots__enabled": False}
+    assert states(runtime(**correction_only), moved, asked, "7 members") == {"active"}
+    assert states(runtime(**correction_only, lifecycle__numeric_rescue__enabled=False), moved, asked,
+                  "7 members") == {"superseded"}
+    grown = conversation((D1, ["Our book club has 7 members."]),
+                         (D2, ["Actually, the book club has 9 members now."]))
+    assert states(runtime(**correction_only), grown, asked, "7 members") == {"superseded"}
+
+
 def test_decay_keeps_the_share_the_category_kernel_gives():
     conv = conversation((D1, ["I have a dentist appointment on 1 May 2023.", "I live in Lyon with my partner.",
                               "The new laptop cost me $1450."]), (D3, ["My favorite color is teal."]))
