@@ -125,8 +125,13 @@ def test_a_retraction_names_its_plan_in_another_form_of_the_word():
     ("Should I cancel my gym membership?", "fact"),  # asked, not done
     ("I didn't cancel the trip.", "fact"),  # negated
     ("I dropped off the kids at school.", "fact"),
+    ("Have you made any more art lately?", "fact"),  # a question corrects nothing
+    ("Any more paintings coming up?", "fact"),
+    ("Actually, did you move?", "fact"),
+    ("Actually, I moved to Denver.", "correction"),
+    ("I don't paint any more.", "correction"),
 ])
-def test_phrasings_that_do_not_retract(sentence, kind):
+def test_phrasings_that_do_not_retract_and_questions_that_do_not_correct(sentence, kind):
     assert classify_kind(sentence) == kind
 
 
@@ -285,14 +290,3 @@ def test_a_correction_supersedes_what_it_is_about_not_what_shares_its_dates():
     rt = runtime(extraction__resolve_relative_dates=True, extraction__date_style="annotate")
     assert states(rt, conv, "When did Tomas take the kids to the museum?", "museum") == {"active"}
     assert states(rt, conv, "Where does Tomas work?", "bakery on Main Street") == {"superseded"}
-
-
-@pytest.mark.parametrize("sentence, kind", [
-    ("Have you made any more art lately?", "fact"),
-    ("Any more paintings coming up?", "fact"),
-    ("Actually, did you move?", "fact"),
-    ("Actually, I moved to Denver.", "correction"),
-    ("I don't paint any more.", "correction"),
-])
-def test_a_question_corrects_nothing(sentence, kind):
-    assert classify_kind(sentence) == kind
