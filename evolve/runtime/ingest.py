@@ -5,6 +5,7 @@ import contextvars
 import dataclasses
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache
 from typing import Callable, Collection, Sequence
 
 import numpy as np
@@ -157,14 +158,19 @@ def _versions(items: list[MemoryItem], first: list[int]) -> list[MemoryItem]:
     return out
 
 
+@lru_cache(maxsize=100_000)
+def _undated_set(text: str) -> frozenset[str]:
+    """The content stems of ``text`` outside its date spans (memoised like :func:`content_set`): what a correction is
+    about, not when; dates, resolved ones included, would make every fact of its month or year share two stems."""
+    return content_set(without_dates(text))
+
+
 def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: list[int]) -> list[MemoryItem]:
     """Mark supersession and retraction. Only ``items[:actors]`` (the L0 facts) act; every item can be a target;
     ``first`` as :func:`_first_turns` gives it."""
     texts = [split_attribution(item.text)[2] for item in items]
     bodies = [content_set(text) for text in texts]
-    # A correction's topic is what it is about, not when: dates (resolved ones included) would make every fact of
-    # the same month or year share two stems with it.
-    undated = [content_set(without_dates(text)) for text in texts]
+    undated = [_undated_set(text) for text in texts]
     superseded: list[str | None] = [None] * len(items)
     retracted = [False] * len(items)
 
@@ -180,7 +186,7 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
                 if superseded[j] is None and len(undated[j] & topic) >= 2:
                     superseded[j] = items[a].id
         elif kind == "retraction" and policy.forget_guard:
-            topic = retraction_topic(split_attribution(items[a].text)[2])
+            topic = retraction_topic(texts[a])
             candidates = targets(a)
             if topic:
                 need = min(2, len(topic))

@@ -314,8 +314,10 @@ def classify_kind(sentence: str) -> str:
         return "retraction"
     lowered = " " + normalise(sentence).lower() + " "
     asked = lowered.rstrip().endswith("?")
-    return next((kind for kind, pattern in _KIND_CUES if pattern.search(lowered) and not (asked and kind == "correction")),
-                "fact")
+    for kind, pattern in _KIND_CUES:
+        if pattern.search(lowered) and not (asked and kind == "correction"):
+            return kind
+    return "fact"
 
 
 def retraction_topic(sentence: str) -> frozenset[str]:
