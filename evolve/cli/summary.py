@@ -66,6 +66,17 @@ def warnings(result: dict, cost: CostLimits) -> list[str]:
     return out
 
 
+def night_line(night: dict) -> str:
+    """How the night ended and what its confirmation decided (a :class:`~evolve.loop.night.NightRecord` dump)."""
+    head = (f"night: rounds {night['first_round']}-{night['last_round']}, {night['evaluations']} candidates compared "
+            f"in {night['minutes']:.1f} min, ended by {night['ended']}; ")
+    confirmation = night.get("confirmation")
+    if confirmation is None:
+        return head + ("no change to confirm" if not night["diff"] else "no confirmation set")
+    return head + (f"confirmation {confirmation['verdict']}: {confirmation['reason']}"
+                   + (f"; the night's start {night['restored'][:12]} restored" if night.get("restored") else ""))
+
+
 def run_table(result: dict, *, config: Path, stores: Path, cost: CostLimits, summary_path: Path | None) -> str:
     """The human summary of a ``memevolve run`` result (:meth:`evolve.loop.engine.Engine.run`)."""
     objective = result["objective"]
@@ -85,6 +96,8 @@ def run_table(result: dict, *, config: Path, stores: Path, cost: CostLimits, sum
     if result.get("holdout"):
         lines.append(_paired("holdout", result["holdout"]))
     lines.append(_decisions(result.get("decisions") or {}))
+    if result.get("night"):
+        lines.append(night_line(result["night"]))
     best = result.get("best")
     lines.append(f"best-ever: {best['hash'][:12]} {label} {_num(best['score'])} (round {best['round']})" if best
                  else "best-ever: none yet")

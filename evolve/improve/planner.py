@@ -117,6 +117,10 @@ def move_values(strategy: dict, dim: EvolvableDimension, step: Step) -> list:
 
 #: The bundle table's list of moves that shrink the packed context, tried with a gain the cost rule blocked.
 RELIEF_KEY = "cost_relief"
+#: The bundle table's list of moves that pack more, offered first while the context leaves its word cap unused.
+FILL_KEY = "budget_fill"
+#: Share of the word cap below which the context counts as leaving it unused.
+FILL_BELOW = 0.9
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,7 @@ class BundleTable:
 
     entries: dict[str, tuple[str, ...]]
     relief: tuple[str, ...] = ()
+    fill: tuple[str, ...] = ()
 
     def lookup(self, symptom: Symptom, min_qualifier_share: float) -> list[tuple[str, float, str]]:
         """``(key, factor, table_key)`` for every direction the symptom triggers, in table order, deduplicated."""
@@ -181,13 +186,17 @@ def switched_off(strategy: dict, move: Move, path: str) -> bool:
 
 
 def can_move(strategy: dict, move: Move, dims: dict[str, EvolvableDimension]) -> bool:
-    """Whether every step of ``move`` is on a dimension of ``dims``, has a legal move from ``strategy`` and is not
-    switched off (:data:`REQUIRES`)."""
+    """Whether every step of ``move`` is on a dimension of ``dims``, is not switched off (:data:`REQUIRES`) and has a
+    legal move from ``strategy`` as the steps before it left it (its smallest), as the evolver applies them: so
+    ``retrieval.top_k::increase&retrieval.rerank.top_n::increase`` can move where ``top_n`` equals ``top_k``."""
+    moved = strategy
     for step in move.steps:
         if step.path not in dims or switched_off(strategy, move, step.path):
             return False
-        if not move_values(strategy, dims[step.path], step):
+        values = move_values(moved, dims[step.path], step)
+        if not values:
             return False
+        moved = set_path(moved, step.path, values[0])
     return True
 
 
@@ -206,7 +215,7 @@ def parse_bundles(text: str, source: str = "<bundles>",
     for key_node, value_node in root.value:
         table_key, line = str(key_node.value), key_node.start_mark.line + 1
         try:
-            if table_key != RELIEF_KEY:
+            if table_key not in (RELIEF_KEY, FILL_KEY):
                 _validate_key(table_key)
         except ValueError as exc:
             raise BundleError(f"{source}:{line}: {table_key}: {exc}") from None
@@ -225,8 +234,8 @@ def parse_bundles(text: str, source: str = "<bundles>",
                 raise BundleError(f"{source}:{item_line}: {table_key}: {item.value}: listed twice")
             keys.append(item.value)
         entries[table_key] = tuple(keys)
-    relief = entries.pop(RELIEF_KEY, ())
-    return BundleTable(entries, relief)
+    relief, fill = entries.pop(RELIEF_KEY, ()), entries.pop(FILL_KEY, ())
+    return BundleTable(entries, relief, fill)
 
 
 def load_bundles(path: str | Path | None = None) -> BundleTable:
@@ -292,12 +301,12 @@ class Planner:
                  use_tree: bool = False, max_symptoms: int = 8, min_qualifier_share: float = 0.25,
                  revert_penalty: float = 0.25,
                  cost_violation: Callable[[float, float], str | None] | None = None,
-                 dims: dict[str, EvolvableDimension] | None = None):
+                 dims: dict[str, EvolvableDimension] | None = None, max_words: float | None = None):
         if use_tree and tree is None:
             raise ValueError("Planner: use_tree=True needs a HypothesisTree")
         self.table, self.effects, self.tree, self.use_tree = table, effects, tree, use_tree
         self.max_symptoms, self.min_qualifier_share = max_symptoms, min_qualifier_share
-        self.revert_penalty, self.cost_violation = revert_penalty, cost_violation
+        self.revert_penalty, self.cost_violation, self.max_words = revert_penalty, cost_violation, max_words
         self.dims = dims if dims is not None else evolvable_dimensions()
 
     def plan(self, digest: Digest, strategy: dict, max_directions: int = 6, *,
@@ -306,12 +315,26 @@ class Planner:
         second, ...) so that one round's candidates probe several diagnosed failures instead of one. Given
         ``cost_violation(words_parent, words_candidate)`` (the decision's cost rule) and the strategy's mean context
         ``words``, a direction whose recorded context growth would break it goes behind the others (the decision
-        would not accept its gain)."""
+        would not accept its gain). While ``words`` leave more than a tenth of ``max_words`` (the cost's word cap)
+        unused, the table's ``budget_fill`` moves come first, for the top symptom."""
         ranked = interleave(self.propose(digest, strategy, self.effects, self.dims))
         if self.cost_violation is not None and words:
             fits = [d for d in ranked if self._fits(d, words)]
             ranked = fits + [self._deferred(d, words) for d in ranked if not self._fits(d, words)]
-        return ranked[:max_directions]
+        fill = self._fill(digest, strategy, words)
+        taken = {d.key for d in fill}
+        return (fill + [d for d in ranked if d.key not in taken])[:max_directions]
+
+    def _fill(self, digest: Digest, strategy: dict, words: float | None) -> list[Direction]:
+        """The ``budget_fill`` moves that can move from ``strategy``, when its context leaves the word cap unused."""
+        symptoms = digest.ranked()
+        if self.max_words is None or not words or words >= FILL_BELOW * self.max_words or not symptoms:
+            return []
+        top = symptoms[0]
+        why = (f"fills the unused word budget: {words:.0f} of {self.max_words:g} context words per question packed; "
+               f"for {top.key} ({top.count} failures)")
+        return [Direction(Move.parse(key), top.key, round(top.share_of_failures + self.effects.reputation(key), 6),
+                          why) for key in self.table.fill if can_move(strategy, Move.parse(key), self.dims)]
 
     def _fits(self, direction: Direction, words: float) -> bool:
         growth = self.effects.growth(direction.key)

@@ -105,9 +105,9 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
 
 
 #: Harness identity fields that must match the stores' for their rounds to be comparable.
-HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash", "objective", "holdout")
+HARNESS_KEYS = ("benchmark_hash", "judge", "n_questions", "schema_hash", "objective", "holdout", "confirmation")
 #: Values of harness fields recorded before they existed.
-_HARNESS_DEFAULTS = {"objective": "accuracy", "holdout": None}
+_HARNESS_DEFAULTS = {"objective": "accuracy", "holdout": None, "confirmation": None}
 
 
 def check_harness(layout: StoreLayout, harness_id: dict) -> None:

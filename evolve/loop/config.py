@@ -63,6 +63,33 @@ class PlannerConfig(_Strict):
         return paths
 
 
+class ConfirmationConfig(_Strict):
+    """The night's one decision that counts: its final strategy against its start, on questions its search never saw
+    (a share of each category's scored questions, drawn once by ``seed``), by a one-sided exact McNemar test."""
+
+    share: float = Field(0.4, ge=0.1, le=0.6, description="share of each category's scored questions set aside for "
+                                                          "the confirmation (0.1 to 0.6: fewer leave the test without "
+                                                          "power, more leave the search without questions)")
+    alpha: float = Field(0.05, gt=0, le=0.2, description="level of the one-sided test of the final against the "
+                                                         "night's start: the false-promotion rate per night")
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of the split")
+
+
+class NightConfig(_Strict):
+    """When one ``memevolve run`` (a night) ends, and the test its final strategy must pass."""
+
+    patience: int | None = Field(None, ge=1, le=1000, description="end the night after this many rounds in a row "
+                                                                  "applied no change (unset: run every round)")
+    max_evaluations: int | None = Field(None, ge=1, le=10**6, description="end the night once its candidates' full "
+                                                                         "evaluations reach this count (checked "
+                                                                         "after each round)")
+    max_minutes: float | None = Field(None, gt=0, le=10**5, description="end the night after the round that passes "
+                                                                        "this wall time")
+    confirmation: ConfirmationConfig | None = Field(None, description="test the night's final against its start on "
+                                                                      "held-back questions; refused, the night's "
+                                                                      "start is restored")
+
+
 class ExecutorConfig(_Strict):
     """Where conversations are evaluated: this machine (``workers`` processes) or Ray actors."""
 
@@ -134,7 +161,8 @@ class RunConfig(_Strict):
     strategy: PathField = Field(BASELINE_PATH, description="the strategy the first round starts from")
     stores: PathField = Field(Path("stores"), description="directory of the run's state (journal, strategies, "
                                                           "records, checkpoint, caches)")
-    rounds: int = Field(4, ge=1, le=10_000, description="rounds in total (at most 10,000, years of nightly runs)")
+    rounds: int = Field(4, ge=1, le=10_000, description="rounds in total (at most 10,000, years of nightly runs); "
+                                                        "night: may end a run sooner")
     candidates_per_round: int = Field(4, ge=1, le=100, description="candidates compared per round (at most 100: each "
                                                                    "is a full evaluation, and the multiplicity "
                                                                    "adjustment leaves more without power)")
@@ -160,6 +188,7 @@ class RunConfig(_Strict):
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     holdout: HoldoutConfig | None = None
     planner: PlannerConfig = Field(default_factory=PlannerConfig)
+    night: NightConfig = Field(default_factory=NightConfig)
     tracking_uri: str | None = Field(None, description="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else "
                                                        "sqlite:///experiments/mlflow.db)")
     experiment: str = Field("memevolve", description="MLflow experiment name")

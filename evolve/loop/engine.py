@@ -29,6 +29,7 @@ from evolve.loop.family import decide_family
 from evolve.loop.holdout import Holdout
 from evolve.loop.learning import learn, merged, relieved, runners_up
 from evolve.loop.monitor import SliceCheck, check_at_acceptance, check_later, monitored_slices
+from evolve.loop.night import EndReason, NightRecord, NightState
 from evolve.state.record import CandidateRecord
 from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
@@ -38,6 +39,8 @@ from evolve.runtime.usage import RequestLimitReached
 from evolve.state.records import load_record
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import policy_hash, strategy_hash
+from evolve.strategy.diff import effective_diff
+from evolve.verify.confirmation import confirm
 from evolve.strategy.schema import live_dimensions, restrict_dimensions
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.critic import Critic, DeterministicCritic
@@ -57,8 +60,13 @@ class Engine:
         setup = RunSetup.for_run(config)
         self.baseline, self.question_ids = setup.baseline, setup.question_ids
         self.power = setup.power
+        self.confirmation_ids = setup.confirmation_ids
+        #: The end of the night this engine's last run closed (``None``: the night is still open).
+        self.night_record: NightRecord | None = None
+        self._night_clock = time.perf_counter()
+        self.night_minutes = 0.0  # wall time of the night this engine ran, up to its latest round
         self.progress = sys.stderr.isatty() if progress is None else progress
-        self.rounds_run = 0
+        self.rounds_run = 0  # set by run()
         self.harness, holdout_harness, backends, self.harness_id = setup.harness(progress, new_rules)
         self.holdout = (Holdout(holdout_harness, setup.holdout_ids, config.objective, self.rules, seed=config.seed)
                         if holdout_harness is not None else None)
@@ -82,6 +90,7 @@ class Engine:
                                              HypothesisTree(c0=config.planner.exploration).to_dict())
         self.planner = Planner(load_bundles(), self.effects, self.tree, use_tree=config.planner.use_tree,
                                cost_violation=config.cost.violation if config.cost.active else None,
+                               max_words=config.cost.max_context_words,
                                dims=restrict_dimensions(live_dimensions(backends.roles.model_roles()),
                                                         config.planner.paths))
         self.advisor = (PlannerAdvisor(backends.planner, self.effects, self.planner.dims)
@@ -118,10 +127,13 @@ class Engine:
                     self._count_failing(self._evaluate_current(current, desc=f"round {first + 1} observe"))
                 for warning in self.power.warnings():
                     log.warning("warning: %s", warning)
+                self._night_clock = time.perf_counter()
                 for i in range(target):
-                    self._say(f"round {self.stores.last_committed_round + 1} ({i + 1} of {target} in this run): "
-                              "observing the current strategy")
-                    self.round(self.stores.last_committed_round + 1)
+                    self._say(f"round {self.stores.last_committed_round + 1} ({i + 1} of at most {target} in this "
+                              "run): observing the current strategy")
+                    self.round(self.stores.last_committed_round + 1, last=i == target - 1)
+                    if self.night_record is not None:
+                        break
             except (BudgetExhausted, RequestLimitReached) as exc:
                 stop = {"round": self.stores.last_committed_round + 1, **exc.figures()}
                 entry = self.stores.append_journal("BUDGET_STOP", stop)
@@ -150,6 +162,7 @@ class Engine:
             "best": {"hash": best.strategy_hash, "score": best.score, "round": best.round} if best else None,
             "current_vs_baseline": None,
             "decisions": self._decision_counts(),
+            "night": self._last_night(),
         }
         try:
             base_run = self.harness.evaluate(self.baseline, self.question_ids, desc="baseline")
@@ -181,7 +194,8 @@ class Engine:
 
     # ------------------------------------------------------------------ one round
 
-    def round(self, n: int) -> dict:
+    def round(self, n: int, *, last: bool = False) -> dict:
+        """Run and commit round ``n``; ``last``: the run has no round after it, so the night ends with it."""
         started = time.perf_counter()
         self.evolver.begin_round(n, self.stores.state.get("optuna_pending", []))
         current = self.current_strategy()
@@ -215,15 +229,33 @@ class Engine:
                                *self._holdout_scores(new_current, best.checkpoint["strategy"] if best.checkpoint
                                                      else prior.strategy if prior else new_current),
                                monitor=self._monitor(n, history, current, cur_run, winner))
+        night = self._night(n, current).after_round(winner is not None,
+                                                    sum(r.record.paired is not None for r in results))
+        ended = night.ends(self.config.night, minutes=(time.perf_counter() - self._night_clock) / 60, last=last)
+        record = None
+        if ended is not None:
+            record, restored = self._end_night(night, ended, n, current, new_current)
+            if restored is not None:
+                new_current, new_run = restored
+                outcome = replace(outcome, new=new_current, new_run=new_run,
+                                  holdout_score=self.holdout.score(new_current) if self.holdout else None)
+                bundle.checkpoint = {"strategy": new_current, "score": new_run.score(self.config.objective),
+                                     "meta": {"round": n, **self.harness_id, "policy_hash": policy_hash(new_current),
+                                              "night_refused": record.final}}
         fill_bundle(bundle, outcome, self.stores, baseline=self.baseline, harness_id=self.harness_id,
                     docs={"dimension_effects": self.effects.to_dict(), "hypothesis_tree": self.tree.to_dict()},
                     escalations=escalations(self.stores.read_doc("escalations", {"blocked": {}, "escalated": []}),
                                             n, current, results, self.tree, self.config.escalation_threshold),
                     restore_threshold=self.rules.restore_threshold)
+        bundle.state["night"] = None if record is not None else night.model_dump()
+        if record is not None:
+            bundle.journal.append(("NIGHT", record.model_dump()))
         bundle.state["optuna_pending"] = pending  # telling after the commit (evolve.improve.evolver)
         self.stores.commit_round(n, bundle)
         self.evolver.apply_pending(pending)
         self._current_run = new_run
+        self.night_record = record
+        self.night_minutes = (time.perf_counter() - self._night_clock) / 60
         summary = round_summary(outcome, time.perf_counter() - started)
         if self.tracker:
             self._track(summary, outcome)
@@ -269,6 +301,46 @@ class Engine:
         for res in decide_family(results, self.rules, self.config.cost):
             self._say(f"{_candidate_line(res)} after the round's multiple-testing adjustment")
         return results
+
+    # ------------------------------------------------------------------ the night
+
+    def _last_night(self) -> dict | None:
+        """The stores' latest ended night (journal entry ``NIGHT``), with its wall time when this engine ran it."""
+        entry = next((e for e in reversed(self.stores.journal.entries()) if e["type"] == "NIGHT"), None)
+        if entry is None:
+            return None
+        ran = self.night_record is not None and self.night_record.model_dump() == entry["payload"]
+        return {**entry["payload"], **({"minutes": round(self.night_minutes, 2)} if ran else {})}
+
+    def _night(self, n: int, current: dict) -> NightState:
+        """The open night (kept in the stores since its last round), or a new one starting with round ``n``."""
+        kept = self.stores.state.get("night")
+        return NightState.model_validate(kept) if kept else NightState(start=strategy_hash(current), first_round=n)
+
+    def _end_night(self, night: NightState, ended: EndReason, n: int, current: dict,
+                   final: dict) -> tuple[NightRecord, tuple[dict, EvalRun] | None]:
+        """The record of a night ending with round ``n`` (which started from ``current``) on ``final``, and, when its
+        confirmation refuses the final, the night's start with its evaluation on the search questions (to restore)."""
+        start = current if strategy_hash(current) == night.start else self.stores.get_strategy(night.start)
+        spec, verdict = self.config.night.confirmation, None
+        if spec is not None and strategy_hash(final) != night.start:
+            self._say(f"night: confirming the final against the night's start on {len(self.confirmation_ids)} "
+                      "held-back questions")
+            runs = [self.harness.evaluate(s, self.confirmation_ids, desc=f"round {n} confirmation")
+                    for s in (start, final)]
+            verdict = confirm(*(r.outcomes(self.config.objective) for r in runs), alpha=spec.alpha,
+                              start_hash=night.start, final_hash=strategy_hash(final),
+                              words=tuple(r.summary.context_words["mean"] for r in runs),
+                              max_words=self.config.cost.max_context_words)
+            self._say(f"night: {verdict.verdict}: {verdict.reason}")
+        refused = verdict is not None and verdict.verdict == "REFUSED"
+        record = NightRecord(ended=ended, first_round=night.first_round, last_round=n, rounds=night.rounds,
+                             evaluations=night.evaluations, start=night.start,
+                             final=strategy_hash(final), diff=effective_diff(start, final), confirmation=verdict,
+                             restored=night.start if refused else None)
+        if not refused:
+            return record, None
+        return record, (start, self.harness.evaluate(start, self.question_ids, desc=f"round {n} restore start"))
 
     # ------------------------------------------------------------------ helpers
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.benchmarks import load_benchmark, select_questions
+from evolve.canonical import canonical_hash
 from evolve.benchmarks.probes import Questioner, augment
 from evolve.benchmarks.types import PROBE_CATEGORIES, Benchmark, Question
 from evolve.llm import ResponseCache, RolesConfig, check_reachable
@@ -43,6 +44,20 @@ def _split(benchmark: Benchmark, questions: list, fraction: float, seed: int) ->
     random.Random(seed).shuffle(conversations)
     k = min(len(conversations) - 1, max(1, round(fraction * len(conversations))))
     return set(conversations[:k])
+
+
+def confirmation_split(scored: dict[str, str], share: float, seed: int) -> list[str]:
+    """The night's confirmation questions: ``share`` of each category's scored questions (rounded, at least one where
+    a category has two), drawn by ``seed`` through a hash of each id, so the split of a question does not depend on
+    which other questions the benchmark holds."""
+    by_category: dict[str, list[str]] = {}
+    for qid, category in scored.items():
+        by_category.setdefault(category, []).append(qid)
+    held: list[str] = []
+    for ids in by_category.values():
+        k = min(len(ids) - 1, max(1, round(share * len(ids)))) if len(ids) > 1 else 0
+        held += sorted(ids, key=lambda q: canonical_hash({"seed": seed, "id": q}))[:k]
+    return sorted(held)
 
 
 def counts(benchmark: Benchmark, question: Question, objective: str) -> bool:
@@ -87,6 +102,9 @@ class RunSetup:
     #: Held-out questions (never searched, probed or decided on) and the benchmark they come from.
     holdout_ids: list[str]
     holdout_benchmark: Benchmark | None
+    #: The night's confirmation questions (config ``night.confirmation``): scored, never searched, probed or decided
+    #: on by a candidate; only the night's final is compared on them.
+    confirmation_ids: list[str]
     #: The change of decision rules :meth:`harness` was told to make (``None``: the stores' rules hold).
     rules_change: RulesChange | None = None
     #: The external memory system evolved instead of the embedded runtime (run config ``runtime:``).
@@ -145,9 +163,17 @@ class RunSetup:
             config.budget.check_models(roles)
         except ValueError as exc:
             raise ConfigError(str(exc)) from None
+        confirmation = config.night.confirmation
+        confirmation_ids = (confirmation_split(scored, confirmation.share, confirmation.seed)
+                            if confirmation is not None else [])
+        if confirmation is not None and not confirmation_ids:
+            raise ConfigError(f"night.confirmation: {config.benchmark} has {len(scored)} scored question(s), too few "
+                              "to set any aside; leave the confirmation out")
+        held = set(confirmation_ids)
+        scored = {q: c for q, c in scored.items() if q not in held}
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
-        return cls(config, baseline, benchmark, [q.id for q in questions], scored, probe_ids, roles,
-                   StoreLayout(config.stores), holdout_ids, holdout_bench, system=system)
+        return cls(config, baseline, benchmark, [q.id for q in questions if q.id not in held], scored, probe_ids,
+                   roles, StoreLayout(config.stores), holdout_ids, holdout_bench, confirmation_ids, system=system)
 
     @classmethod
     def for_run(cls, config: RunConfig, *, dry: bool = False) -> "RunSetup":
@@ -215,6 +241,8 @@ class RunSetup:
                       "judge": backends.roles.judge.name, "n_questions": len(self.question_ids),
                       "schema_hash": schema_hash(), "objective": self.config.objective,
                       "holdout": self.config.holdout.describe() if self.config.holdout else None,
+                      **({"confirmation": self.config.night.confirmation.model_dump()}
+                         if self.config.night.confirmation else {}),
                       "rules": rules_of(self.config.acceptance, self.config.cost)}
         check_harness(self.layout, harness_id)
         if self.system is not None:  # show, report, promote and rollback read the stores' strategies under it

@@ -140,7 +140,7 @@ def record(cid: str, round_no: int, base, cand, cats, resamples: int, **extra) -
     return rec
 
 
-def variants(config: Path, resamples: int) -> dict[str, AcceptanceRules]:
+def variants(config: Path, resamples: int, rounds: int) -> dict[str, AcceptanceRules]:
     """The config's acceptance rules without the secondary outcome, with it as before the split (unsplit), with it
     as shipped (split), and the split under a per-night budget (alpha / rounds per round)."""
     raw = yaml.safe_load(config.read_text())
@@ -150,7 +150,7 @@ def variants(config: Path, resamples: int) -> dict[str, AcceptanceRules]:
                          "without it")
     plain = {k: v for k, v in rules.items() if k not in ("secondary", "secondary_alpha", "non_inferiority_margin")}
     shipped = AcceptanceRules(**rules)
-    night = shipped.alpha / raw["rounds"]
+    night = shipped.alpha / rounds
     return {"no secondary": AcceptanceRules(**plain),
             "secondary, unsplit (before)": AcceptanceRules(**{**rules, "secondary_alpha": None}),
             f"secondary, split {shipped.objective_alpha:g}/{shipped.secondary_alpha:g} (shipped)": shipped,
@@ -215,46 +215,82 @@ def night_task(args: tuple) -> dict[str, tuple[int, int, int, int]]:
                                                            min(probe_size, n), seed)])
     out = {}
     for name, r in rules.items():
-        state = parent(np.random.default_rng([seed, 0]), n)
-        carried: list[Slot] = []
-        applied = accepted = compared = follow_ups = 0
-        for round_no in range(1, rounds + 1):
-            fresh = iter(range(100))
-            queue = list(carried) + [None] * 12  # the plan: runners-up first, then at least 12 planned directions
-            results: list[tuple[CandidateResult, Slot]] = []
-            merge, seen = None, set()
-            while sum(res.record.screened for res, _ in results) < per_round and queue:
-                if merge is not None:
-                    slot, merge = merge, None
-                else:
-                    slot = queue.pop(0)
-                    if slot is None:
-                        k = next(fresh)
-                        drawn = change(np.random.default_rng([seed, round_no, k]), state, effect)
-                        slot = Slot(f"r{round_no}f{k}", (drawn,), frozenset({f"r{round_no}f{k}"}))
-                cand = state
-                for part in reversed(slot.changes):  # the first part's outcomes win where parts overlap
-                    cand = part.apply(cand)
-                cid = f"r{round_no:03d}-c{len(results):02d}"
-                res = _verify(cid, round_no, slot, state, cand, cats, probe, r, resamples)
-                results.append((res, slot))
-                merge = _merged(results, seen)
-            decide_family([res for res, _ in results], r)
-            compared += sum(res.record.paired is not None for res, _ in results)
-            follow_ups += sum(res.record.paired is not None
-                              and (bool(slot.merged_from) or any(slot is c for c in carried)) for res, slot in results)
-            accepts = [(res, slot) for res, slot in results if res.accepted]
-            accepted += len(accepts)
-            winner = max(accepts, key=lambda a: a[0].record.delta, default=None)
-            carried = []
-            if winner is not None:
-                applied += 1
-                for part in reversed(winner[1].changes):
-                    state = part.apply(state)
-                carried = [Slot(slot.key, slot.changes, slot.paths) for res, slot in accepts  # re-applied as set: moves
-                           if slot is not winner[1] and not slot.paths & winner[1].paths]
-        out[name] = (applied, accepted, compared, follow_ups)
+        night = search_night(parent(np.random.default_rng([seed, 0]), n), seed, cats, probe, r, resamples, rounds,
+                             per_round, lambda rng, state, k: effect)
+        out[name] = (night.applied, night.accepted, night.compared, night.follow_ups)
     return out
+
+
+@dataclass
+class Night:
+    """What one simulated night did: its final state, counts, and the fresh changes its final holds."""
+
+    state: tuple[np.ndarray, np.ndarray]
+    rounds: int = 0
+    applied: int = 0
+    accepted: int = 0
+    compared: int = 0
+    follow_ups: int = 0
+    kept: frozenset[str] = frozenset()
+
+
+def search_night(state, seed: int, cats: tuple[str, ...], probe: np.ndarray, rules: AcceptanceRules,
+                 resamples: int, rounds: int, per_round: int, effect, *, sel: np.ndarray | None = None,
+                 patience: int | None = None) -> Night:
+    """The rounds of one night as :class:`~evolve.loop.engine.Engine` runs them, from ``state`` (outcomes of every
+    question): changes redraw every question, candidates are probed and compared on the search questions ``sel``
+    only (default: all; ``cats`` and ``probe`` index them), and the night ends after ``rounds`` rounds or
+    ``patience`` rounds in a row that applied nothing. ``effect(rng, state, k)`` is the gain of the ``k``-th fresh
+    change of a round."""
+    sel = np.arange(len(state[0])) if sel is None else sel
+    night = Night(state)
+    carried: list[Slot] = []
+    idle = 0
+    for round_no in range(1, rounds + 1):
+        fresh = iter(range(100))
+        queue = list(carried) + [None] * 12  # the plan: runners-up first, then at least 12 planned directions
+        results: list[tuple[CandidateResult, Slot]] = []
+        merge, seen = None, set()
+        seen_state = (night.state[0][sel], night.state[1][sel])
+        while sum(res.record.screened for res, _ in results) < per_round and queue:
+            if merge is not None:
+                slot, merge = merge, None
+            else:
+                slot = queue.pop(0)
+                if slot is None:
+                    k = next(fresh)
+                    rng = np.random.default_rng([seed, round_no, k])
+                    drawn = change(rng, night.state, effect(rng, night.state, (round_no, k)))
+                    slot = Slot(f"r{round_no}f{k}", (drawn,), frozenset({f"r{round_no}f{k}"}))
+            cand = night.state
+            for part in reversed(slot.changes):  # the first part's outcomes win where parts overlap
+                cand = part.apply(cand)
+            cid = f"r{round_no:03d}-c{len(results):02d}"
+            res = _verify(cid, round_no, slot, seen_state, (cand[0][sel], cand[1][sel]), cats, probe, rules,
+                          resamples)
+            results.append((res, slot))
+            merge = _merged(results, seen)
+        decide_family([res for res, _ in results], rules)
+        night.rounds = round_no
+        night.compared += sum(res.record.paired is not None for res, _ in results)
+        night.follow_ups += sum(res.record.paired is not None and (bool(slot.merged_from)
+                                                                   or any(slot is c for c in carried))
+                                for res, slot in results)
+        accepts = [(res, slot) for res, slot in results if res.accepted]
+        night.accepted += len(accepts)
+        winner = max(accepts, key=lambda a: a[0].record.delta, default=None)
+        carried = []
+        idle = 0 if winner is not None else idle + 1
+        if winner is not None:
+            night.applied += 1
+            for part in reversed(winner[1].changes):
+                night.state = part.apply(night.state)
+            night.kept |= winner[1].paths
+            carried = [Slot(slot.key, slot.changes, slot.paths) for res, slot in accepts  # re-applied as set: moves
+                       if slot is not winner[1] and not slot.paths & winner[1].paths]
+        if patience is not None and idle >= patience:
+            break
+    return night
 
 
 def _verify(cid, round_no, slot: Slot, state, cand, cats, probe, rules: AcceptanceRules,
@@ -337,11 +373,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--power-runs", type=int, default=400, help="runs per effect and question count")
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of each comparison")
     ap.add_argument("--check", type=int, default=60, help="comparisons decided again at 10,000 resamples")
+    ap.add_argument("--rounds", type=int, default=4, help="rounds of a fixed night (night_simulation.py simulates "
+                                                          "nights that end on patience, with a confirmation)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--report", type=Path)
     args = ap.parse_args(argv)
     raw = yaml.safe_load(args.config.read_text())
-    rules = variants(args.config, args.resamples)
+    rules = variants(args.config, args.resamples, args.rounds)
     names = list(rules)
     lines: list[str] = []
     fig: dict[tuple, tuple] = {}
@@ -353,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     say(f"rules: {args.config} acceptance (alpha {raw['acceptance']['alpha']}, {raw['acceptance']['multiple_testing']}"
         f" per round, non-inferiority margin {raw['acceptance'].get('non_inferiority_margin')}); bootstrap "
-        f"{args.resamples} resamples; night: {raw['rounds']} rounds x {raw['candidates_per_round']} candidates, "
+        f"{args.resamples} resamples; night: {args.rounds} rounds x {raw['candidates_per_round']} candidates, "
         f"probe {raw['probe_size']}")
     say()
     say("## Per comparison (a null candidate decided alone: no probe, family of one)")
@@ -379,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     say()
     say("## Per night (every candidate null; a night promotes falsely when any round applies a change)")
     for n in args.night_sizes:
-        nights = run_tasks(night_task, [(n, s, args.resamples, rules, raw["rounds"], raw["candidates_per_round"],
+        nights = run_tasks(night_task, [(n, s, args.resamples, rules, args.rounds, raw["candidates_per_round"],
                                          raw["probe_size"], 0.0) for s in range(args.nights)], args.workers,
                            f"nights n={n}")
         for name in names:
@@ -430,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.report is not None:
         command = "python experiments/bench/contract_simulation.py " + shlex.join(argv if argv is not None
                                                                                  else sys.argv[1:])
-        atomic_write_text(args.report, report_text(command.strip(), lines, choice(fig, names, raw, args.night_sizes)))
+        atomic_write_text(args.report, report_text(command.strip(), lines, choice(fig, names, raw, args.night_sizes, args.rounds)))
     return 0
 
 
@@ -443,11 +481,11 @@ def report_text(command: str, lines: list[str], reasoning: str) -> str:
             + "\n".join(lines) + "\n```\n\n" + reasoning)
 
 
-def choice(fig: dict, names: list[str], raw: dict, night_sizes: list[int]) -> str:
+def choice(fig: dict, names: list[str], raw: dict, night_sizes: list[int], rounds: int) -> str:
     """The documented choice of what a comparison's and a night's false-promotion rate should be, with the
     figures of this run."""
     plain, unsplit, split, budget = names
-    alpha, rounds = raw["acceptance"]["alpha"], raw["rounds"]
+    alpha = raw["acceptance"]["alpha"]
     big, small = max(SIZES), min(SIZES)
 
     def r(key: tuple) -> str:

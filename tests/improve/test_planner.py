@@ -177,6 +177,33 @@ def test_plan_truncates_and_lists_each_key_once(baseline):
     assert [x.priority for x in plan] == sorted((x.priority for x in plan), reverse=True)
 
 
+FILL_TABLE = parse_bundles("""
+budget_fill:
+  - retrieval.top_k::increase&retrieval.rerank.top_n::increase
+  - assembly.replies::increase
+kf_filtered/*:
+  - retrieval.candidate_pool::increase
+""", "fill-table")
+
+
+@pytest.mark.parametrize("words,filled", [(100.0, True), (150.0, False)])
+def test_moves_that_pack_more_come_first_while_the_word_cap_is_unused(baseline, words, filled):
+    """Under a 160-word cap, 100 words leave more than a tenth unused: the movable budget_fill moves lead the plan,
+    for the top symptom; 150 words do not. A fill move whose path is switched off (rerank) is left out."""
+    d = make_digest(symptom("kf_filtered", "*", 6, 0.6))
+    planner = Planner(FILL_TABLE, DimensionEffects(), max_words=160)
+    plan = planner.plan(d, set_path(baseline, "retrieval.rerank.enabled", False), words=words)
+    keys = [x.key for x in plan]
+    assert (keys[0] == "assembly.replies::increase") is filled
+    assert "retrieval.top_k::increase&retrieval.rerank.top_n::increase" not in keys
+    if filled:
+        assert plan[0].symptom_key == "kf_filtered/*" and "100 of 160" in plan[0].why
+    on = planner.plan(d, set_path(baseline, "retrieval.rerank.enabled", True), words=words)
+    assert (on[0].key == "retrieval.top_k::increase&retrieval.rerank.top_n::increase") is filled
+    assert [x.key for x in Planner(FILL_TABLE, DimensionEffects()).plan(d, baseline, words=words)] == [
+        "retrieval.candidate_pool::increase"]  # no word cap: nothing to fill
+
+
 def test_tree_skips_refuted_and_marks_bounds(baseline):
     baseline = set_path(baseline, "retrieval.rerank.enabled", True)
     tree = HypothesisTree(c0=1.0, refute_after=1)

@@ -40,7 +40,7 @@ def test_round_records_every_candidate_and_decisions_replay(one_round):
         # the record's decision report: paired, dcr and, with several compared candidates, their adjusted p
         assert decide(decision_report(load_record(r)), rules).to_dict() == r["decision"]
     journal = records(one_round, "journal.jsonl")
-    assert [e["type"] for e in journal][-1] == "ROUND"
+    assert [e["type"] for e in journal][-2:] == ["ROUND", "NIGHT"]  # the run's last round ends its night
     assert sum(e["type"] == "CANDIDATE" for e in journal) == len(outcomes)
     state = json.loads((one_round / "state.json").read_text())
     assert state["last_committed_round"] == 1 and state["harness"]["schema_hash"]

@@ -91,7 +91,7 @@ def test_a_later_round_journals_and_shows_a_monitored_slice_regression(tmp_path:
     assert summary["rounds"] == 2
     journal = [json.loads(line) for line in (stores / "journal.jsonl").read_text().splitlines()]
     monitors = [e for e in journal if e["type"] == "MONITOR"]
-    assert monitors and monitors[0]["round"] == 2 and journal[-1]["type"] == "ROUND"
+    assert monitors and monitors[0]["round"] == 2 and [e["type"] for e in journal][-2:] == ["ROUND", "NIGHT"]
     payload = monitors[0]["payload"]
     assert (payload["candidate_id"], payload["category"], payload["where"]) == ("r001-c00", "temporal", "dev")
     assert payload["score"] < 1.0 - RULES.epsilon("temporal")
