@@ -68,8 +68,9 @@ def warnings(result: dict, cost: CostLimits) -> list[str]:
 
 def night_line(night: dict) -> str:
     """How the night ended and what its confirmation decided (a :class:`~evolve.loop.night.NightRecord` dump)."""
-    head = (f"night: rounds {night['first_round']}-{night['last_round']}, {night['evaluations']} candidates compared "
-            f"in {night['minutes']:.1f} min, ended by {night['ended']}; ")
+    took = f" in {night['minutes']:.1f} min" if "minutes" in night else ""
+    head = (f"night: rounds {night['first_round']}-{night['last_round']}, {night['evaluations']} candidates compared"
+            f"{took}, ended by {night['ended']}; ")
     confirmation = night.get("confirmation")
     if confirmation is None:
         return head + ("no change to confirm" if not night["diff"] else "no confirmation set")

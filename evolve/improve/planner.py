@@ -43,6 +43,7 @@ from evolve.strategy.schema import EvolvableDimension, bundles_path, evolvable_d
 from evolve.strategy.invariants import invariant_violations
 from evolve.strategy.paths import get_path, set_path
 from evolve.strategy import strict_yaml
+from evolve.verify.critic import fixing_groups, group_of
 from evolve.strategy.strict_yaml import YAMLInputError
 
 SPECIFICITY = 1.25
@@ -316,7 +317,7 @@ class Planner:
         ``cost_violation(words_parent, words_candidate)`` (the decision's cost rule) and the strategy's mean context
         ``words``, a direction whose recorded context growth would break it goes behind the others (the decision
         would not accept its gain). While ``words`` leave more than a tenth of ``max_words`` (the cost's word cap)
-        unused, the table's ``budget_fill`` moves come first, for the top symptom."""
+        unused, the best-reputed movable move of the table's ``budget_fill`` comes first, for the top symptom."""
         ranked = interleave(self.propose(digest, strategy, self.effects, self.dims))
         if self.cost_violation is not None and words:
             fits = [d for d in ranked if self._fits(d, words)]
@@ -326,15 +327,21 @@ class Planner:
         return (fill + [d for d in ranked if d.key not in taken])[:max_directions]
 
     def _fill(self, digest: Digest, strategy: dict, words: float | None) -> list[Direction]:
-        """The ``budget_fill`` moves that can move from ``strategy``, when its context leaves the word cap unused."""
-        symptoms = digest.ranked()
-        if self.max_words is None or not words or words >= FILL_BELOW * self.max_words or not symptoms:
+        """The best-reputed ``budget_fill`` move that can move from ``strategy`` (table order breaks ties), when its
+        context leaves the word cap unused, for the top symptom its groups can fix (as the critic judges scope); one a
+        round, so the diagnosed symptoms keep the other slots."""
+        if self.max_words is None or not words or words >= FILL_BELOW * self.max_words:
             return []
-        top = symptoms[0]
+        movable = [key for key in self.table.fill if can_move(strategy, Move.parse(key), self.dims)]
+        best = max(movable, key=self.effects.reputation, default=None)  # max keeps the first of equals
+        groups = {group_of(step.path) for step in Move.parse(best).steps} if best else set()
+        top = next((s for s in digest.ranked() if groups & set(fixing_groups(s.root_cause))), None)
+        if top is None:
+            return []
         why = (f"fills the unused word budget: {words:.0f} of {self.max_words:g} context words per question packed; "
-               f"for {top.key} ({top.count} failures)")
-        return [Direction(Move.parse(key), top.key, round(top.share_of_failures + self.effects.reputation(key), 6),
-                          why) for key in self.table.fill if can_move(strategy, Move.parse(key), self.dims)]
+               f"for {top.key} ({top.count} failures), the top symptom a change in {'/'.join(sorted(groups))} can fix")
+        return [Direction(Move.parse(best), top.key, round(top.share_of_failures + self.effects.reputation(best), 6),
+                          why)]
 
     def _fits(self, direction: Direction, words: float) -> bool:
         growth = self.effects.growth(direction.key)

@@ -188,9 +188,10 @@ kf_filtered/*:
 
 @pytest.mark.parametrize("words,filled", [(100.0, True), (150.0, False)])
 def test_moves_that_pack_more_come_first_while_the_word_cap_is_unused(baseline, words, filled):
-    """Under a 160-word cap, 100 words leave more than a tenth unused: the movable budget_fill moves lead the plan,
-    for the top symptom; 150 words do not. A fill move whose path is switched off (rerank) is left out."""
-    d = make_digest(symptom("kf_filtered", "*", 6, 0.6))
+    """Under a 160-word cap, 100 words leave more than a tenth unused: the first movable budget_fill move leads the
+    plan (one a round), for the top symptom; 150 words do not. A fill move whose path is switched off (rerank) is
+    left out; with top_n equal to top_k the coupled move can still move (top_k first)."""
+    d = make_digest(symptom("ingestion_gap", "*", 9, 0.6), symptom("kf_filtered", "*", 6, 0.4))
     planner = Planner(FILL_TABLE, DimensionEffects(), max_words=160)
     plan = planner.plan(d, set_path(baseline, "retrieval.rerank.enabled", False), words=words)
     keys = [x.key for x in plan]
@@ -198,8 +199,11 @@ def test_moves_that_pack_more_come_first_while_the_word_cap_is_unused(baseline, 
     assert "retrieval.top_k::increase&retrieval.rerank.top_n::increase" not in keys
     if filled:
         assert plan[0].symptom_key == "kf_filtered/*" and "100 of 160" in plan[0].why
+    assert "assembly.replies::increase" not in keys[1:]
     on = planner.plan(d, set_path(baseline, "retrieval.rerank.enabled", True), words=words)
+    assert baseline["retrieval"]["rerank"]["top_n"] == baseline["retrieval"]["top_k"]
     assert (on[0].key == "retrieval.top_k::increase&retrieval.rerank.top_n::increase") is filled
+    assert "assembly.replies::increase" not in [x.key for x in on]
     assert [x.key for x in Planner(FILL_TABLE, DimensionEffects()).plan(d, baseline, words=words)] == [
         "retrieval.candidate_pool::increase"]  # no word cap: nothing to fill
 

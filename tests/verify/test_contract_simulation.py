@@ -63,7 +63,7 @@ def test_the_script_prints_false_promotion_and_power_lines_and_writes_its_report
 
 def test_a_night_of_gaining_candidates_merges_accepts_and_carries_runners_up():
     sim = _module()
-    rules = sim.variants(ROOT / "experiments" / "locomo_answer.yaml", 200)
+    rules = sim.variants(ROOT / "experiments" / "locomo_answer.yaml", 200, 4)
     night = sim.night_task((582, 0, 200, rules, 4, 4, 100, 0.06))
     for applied, accepted, compared, follow_ups in night.values():
         assert applied == 4 and accepted > applied and 0 < follow_ups < compared <= 4 * 4, night
