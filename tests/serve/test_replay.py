@@ -167,3 +167,41 @@ def test_replay_names_a_bad_recall_log_line(capsys, captured, stores, serving, t
     code, out = cli(capsys, "replay", "--log", log, "--data", captured, "--serving", serving, "--candidate",
                     BASELINE_PATH, "--stores", stores)
     assert code == 2 and f"{log}: line {lines}: corrupt JSON" in out
+
+
+def _copy(captured: Path, tmp_path: Path) -> Path:
+    """A private copy of the captured data directory."""
+    import shutil
+
+    return Path(shutil.copytree(captured, tmp_path / "data"))
+
+
+def _replay(capsys, stores, serving, *args) -> tuple[int, str]:
+    return cli(capsys, "replay", "--serving", serving, "--candidate", BASELINE_PATH, "--stores", stores,
+               "--allow-untracked", *args)
+
+
+def test_replay_json_and_capture_export_out_refuse_what_report_refuses(capsys, captured, stores, serving, tmp_path):
+    """The journal, a serving file, a file of the service's data, a directory: refused before anything is journaled
+    or written; a --json file in a missing directory likewise (it is written after the verdict is journaled)."""
+    data = _copy(captured, tmp_path)
+    promote(stores, "r002-c00", serving)
+    served = tmp_path / "elsewhere" / "serving.yaml"  # a serving file the journal names, not the one replayed
+    served.parent.mkdir()
+    promote(stores, "r002-c00", served, allow_outside=True)
+    entries = len(journal(stores))
+    capture = data / "users/ann/capture.jsonl"
+    targets = {stores / "journal.jsonl": "lies inside the stores", serving: "is the serving file",
+               served: "is a serving file the journal names", capture: "lies in the service's data directory",
+               tmp_path: "exists and is not a regular file"}
+    kept = {path: path.read_bytes() for path in targets if path.is_file()}
+    for target, words in targets.items():
+        code, out = _replay(capsys, stores, serving, "--log", data, "--json", target)
+        assert code == 2 and f"--json {target}: refused: {words}" in out, out
+        code, out = cli(capsys, "capture-export", "--data", data, "--out", target)
+        assert code == 2 and "refused" in out, out
+    code, out = _replay(capsys, stores, serving, "--log", data, "--json", tmp_path / "missing" / "replay.json")
+    assert code == 2 and f"its directory {tmp_path / 'missing'} does not exist" in out, out
+    assert len(journal(stores)) == entries and {path: path.read_bytes() for path in kept} == kept
+    assert cli(capsys, "journal", "verify", "--stores", stores)[0] == 0
+
