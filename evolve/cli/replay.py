@@ -17,6 +17,12 @@ def _data_of(logs: list[Path]) -> str | None:
     return None
 
 
+def _torn(path: Path, line: int, data: bytes) -> None:
+    """Report a torn last line a reader skips (a crash cut the service's append short)."""
+    print(f"warning: {path}: line {line}: torn last line skipped ({len(data)} bytes of an append a crash cut short; "
+          "the service repairs it before it appends)", file=sys.stderr)
+
+
 def _data_dir(data: str) -> dict[Path, str]:
     """A service data directory as an output's protected path (a database URL protects nothing here)."""
     from evolve.ops.outputs import protect
@@ -40,7 +46,7 @@ def _candidate(stores: str, ref: str, parts):
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
-    from evolve.files import StoreError, atomic_write_json
+    from evolve.files import StoreError, atomic_write_json, reading_only
     from evolve.ops.history import History
     from evolve.ops.outputs import check_output_file, protect, served_files
     from evolve.ops.serving import Refused as RollbackRefused
@@ -71,12 +77,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
                     **protect([args.answers] if args.answers else [], "the answers file")}
             out = check_output_file("--json", args.json, protected=read, new_dirs=False)
         backend = open_backend(data)
-        records = read_recalls(logs) if logs else stored_recalls(backend)
+        with reading_only(_torn):  # the service's logs: a torn last line is skipped, never repaired from here
+            records = read_recalls(logs) if logs else stored_recalls(backend)
         answers = answer_map(load_answers(args.answers)) if args.answers else {}
         parts = RuntimeParts(default_embedder())
         serving = load_serving(args.stores, args.serving, parts, args.allow_untracked)
         candidate = _candidate(args.stores, args.candidate, parts)
-        report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
+        with reading_only(_torn):
+            report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
     except ServingRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
@@ -109,7 +117,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
 def cmd_capture_export(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
-    from evolve.files import atomic_write_json
+    from evolve.files import atomic_write_json, reading_only
     from evolve.ops.outputs import check_output_file, protect
     from evolve.serve.answers import load_answers
     from evolve.serve.export import export_benchmark
@@ -119,7 +127,8 @@ def cmd_capture_export(args: argparse.Namespace) -> int:
         read = {**_data_dir(args.data), **protect([args.answers] if args.answers else [], "the answers file")}
         out = check_output_file("--out", args.out, protected=read)
         answers = load_answers(args.answers) if args.answers else []
-        samples = export_benchmark(open_backend(args.data), args.user or [], answers)
+        with reading_only(_torn):
+            samples = export_benchmark(open_backend(args.data), args.user or [], answers)
     except (EvolveError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -205,3 +205,30 @@ def test_replay_json_and_capture_export_out_refuse_what_report_refuses(capsys, c
     assert len(journal(stores)) == entries and {path: path.read_bytes() for path in kept} == kept
     assert cli(capsys, "journal", "verify", "--stores", stores)[0] == 0
 
+
+def test_replay_and_capture_export_skip_a_torn_last_line_with_a_warning(capsys, captured, stores, serving, tmp_path):
+    """A crash can cut the service's last append short (the recall log is not fsynced): the readers skip that line,
+    say so, and leave the service's files as they found them."""
+    data = _copy(captured, tmp_path)
+    recalls, capture = data / "users/ann/recalls.jsonl", data / "users/ann/capture.jsonl"
+    lines = len(recalls.read_text().splitlines())
+    with recalls.open("a") as fh:
+        fh.write('{"user": "ann", "question": "Where did')
+    with capture.open("a") as fh:
+        fh.write('{"turns": [{"id": "D9:1", "spea')
+    before = {path: path.read_bytes() for path in (recalls, capture)}
+    for source in (("--log", data), ("--data", data)):  # the log files named, or every recall the store holds
+        code, out = _replay(capsys, stores, serving, *source)
+        assert code == 0, out
+        assert f"warning: {recalls}: line {lines + 1}: torn last line skipped" in out
+        assert f"warning: {capture}: line " in out
+        assert journal(stores)[-1]["payload"]["n"] == len(QUESTIONS)
+    out_file = tmp_path / "bench.json"
+    code, out = cli(capsys, "capture-export", "--data", data, "--out", out_file)
+    assert code == 0, out
+    assert f"warning: {recalls}: line {lines + 1}: torn last line skipped" in out
+    assert f"warning: {capture}: line " in out
+    [sample] = json.loads(out_file.read_text())
+    assert len([t for k, v in sample["conversation"].items() if k.startswith("session_") and isinstance(v, list)
+                for t in v]) == len(_turns())
+    assert {path: path.read_bytes() for path in before} == before
