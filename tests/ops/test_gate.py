@@ -195,3 +195,12 @@ def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
     assert (record.paired.acc_baseline, record.paired.acc_candidate) == pytest.approx(
         [s["answer_in_evidence"] for s in summaries], abs=1e-4)
 
+
+
+def test_a_symlink_loop_as_a_trace_file_is_one_line(tmp_path, files, capsys):
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    assert gate(tmp_path, files[0], loop) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {loop}: cannot read: Too many levels of symbolic links" in err, err
+    assert not (tmp_path / "gate").exists()
