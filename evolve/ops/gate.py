@@ -80,7 +80,7 @@ def _listed(ids: set[str]) -> str:
 
 
 def paired_traces(base: Path, candidate: Path, adapter: str) -> tuple[list[Trace], list[Trace]]:
-    """Both files' traces; :class:`ContractError` when their id sets differ, listing the difference."""
+    """Both files' traces; :class:`ContractError` when their id sets differ, or a sample's category, listing them."""
     left, right = read_traces(base, adapter), read_traces(candidate, adapter)
     a, b = {t.question_id for t in left}, {t.question_id for t in right}
     if a != b:
@@ -88,6 +88,14 @@ def paired_traces(base: Path, candidate: Path, adapter: str) -> tuple[list[Trace
                  f"{len(b - a)} only in {candidate}: {_listed(b - a)}" if b - a else ""]
         raise ContractError(f"the two trace files hold different sample ids ({'; '.join(p for p in parts if p)}); "
                             "a paired comparison needs the same samples in both")
+    category = {t.question_id: t.category for t in left}
+    moved = {t.question_id: (category[t.question_id], t.category) for t in right
+             if t.category != category[t.question_id]}
+    if moved:
+        first = min(moved)
+        raise ContractError(f"{len(moved)} sample(s) have another category in {candidate} than in {base}: "
+                            f"{_listed(set(moved))} (e.g. {first}: {moved[first][0]!r} vs {moved[first][1]!r}); a "
+                            "paired comparison needs the same samples in both")
     return left, right
 
 

@@ -197,6 +197,16 @@ def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
 
 
 
+def test_a_sample_whose_category_differs_is_named(tmp_path, files, capsys):
+    base, _ = files
+    moved = write(tmp_path / "moved.jsonl", [{**sample(i, True), "category": "temporal"} if i in (1, 5) else
+                                             sample(i, True) for i in range(80)])
+    assert gate(tmp_path, base, moved) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"2 sample(s) have another category in {moved} than in {base}: q1, q5" in err
+    assert "q1: 'multi_hop' vs 'temporal'" in err and not (tmp_path / "gate").exists()
+
+
 def test_a_symlink_loop_as_a_trace_file_is_one_line(tmp_path, files, capsys):
     loop = tmp_path / "loop.jsonl"
     loop.symlink_to(loop)
