@@ -21,6 +21,7 @@ from evolve.loop.config import RunConfig
 from evolve.loop.rules import rules_of
 from evolve.observe.adapters import read_traces
 from evolve.observe.contract import ContractError
+from evolve.observe.ladder import RESULTS
 from evolve.observe.objective import LABEL, outcomes
 from evolve.observe.summarize import context_words
 from evolve.observe.trace import Trace
@@ -99,6 +100,14 @@ def paired_traces(base: Path, candidate: Path, adapter: str) -> tuple[list[Trace
     return left, right
 
 
+def _unjudged(path: Path, traces: list[Trace]) -> str | None:
+    """How many scored samples of ``path`` lack a valid judge (the accuracy objective's outcome), if any."""
+    missing = {t.question_id for t in traces if t.scored and RESULTS not in t.stages}
+    if not missing:
+        return None
+    return f"{len(missing)} of {sum(t.scored for t in traces)} scored sample(s) in {path}: {_listed(missing)}"
+
+
 def _adjustments(comparison: Comparison, gate: GateInput) -> None:
     """The gain test's (and the secondary outcome's) p adjusted over the named family, as the loop adjusts a
     round's candidates (a family of one keeps its raw p)."""
@@ -118,6 +127,13 @@ def evaluate(gate: GateInput) -> GateResult:
     config = gate.config
     base, cand = paired_traces(gate.base, gate.candidate, gate.adapter)
     objective = config.objective
+    if objective == "accuracy":
+        unjudged = [u for u in (_unjudged(gate.base, base), _unjudged(gate.candidate, cand)) if u is not None]
+        if unjudged:
+            raise UserError(f"objective accuracy needs every scored sample's judge, and "
+                            f"{'; '.join(unjudged)} have no valid one (no \"judge\", or one the trace contract "
+                            "refuses, e.g. \"correct\" not true or false); add the judge's verdicts, mark "
+                            "unjudged samples \"scored\": false, or gate under objective evidence or answer")
     n = len(outcomes(base, objective).keys() & outcomes(cand, objective).keys())
     if n == 0:
         raise UserError(f"no sample counts under objective {objective} ({LABEL[objective]}) in both files")

@@ -197,6 +197,30 @@ def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
 
 
 
+def test_accuracy_needs_a_valid_judge_on_every_scored_sample(tmp_path, files, capsys):
+    """A missing or invalid judge is not a wrong answer: exit 2 counting the samples, nothing journaled."""
+    base, _ = files
+    judged = [sample(i, i % 2 == 0) for i in range(80)]
+    unjudged = write(tmp_path / "unjudged.jsonl", [{k: v for k, v in s.items() if k != "judge"} for s in judged])
+    invalid = write(tmp_path / "invalid.jsonl", [{**s, "judge": {"correct": "yes"}} if i < 5 else s
+                                                 for i, s in enumerate(judged)])
+    for cand, words in ((unjudged, f"80 of 80 scored sample(s) in {unjudged}: q0, q1, q10"),
+                        (invalid, f"5 of 80 scored sample(s) in {invalid}: q0, q1, q2, q3, q4 have no valid one")):
+        assert gate(tmp_path, base, cand) == 2
+        err = capsys.readouterr().err
+        assert "objective accuracy needs every scored sample's judge" in err and words in err, err
+    assert not (tmp_path / "gate").exists()
+    unscored = write(tmp_path / "unscored.jsonl", [{**s, "scored": False} if i < 5 else s
+                                                   for i, s in enumerate(json.loads(line) for line in
+                                                                         invalid.read_text().splitlines())])
+    base_unscored = write(tmp_path / "base_unscored.jsonl", [{**sample(i, i % 3 == 0), "scored": i >= 5}
+                                                             for i in range(80)])
+    assert gate(tmp_path, base_unscored, unscored) == 0, capsys.readouterr().err  # unscored samples need none
+    config = tmp_path / "answer.yaml"
+    config.write_text("benchmark: synthetic:0\nobjective: answer\n")
+    assert gate(tmp_path, base, unjudged, "--rules", config) == 0  # the answer objective reads no judge
+
+
 def test_a_sample_whose_category_differs_is_named(tmp_path, files, capsys):
     base, _ = files
     moved = write(tmp_path / "moved.jsonl", [{**sample(i, True), "category": "temporal"} if i in (1, 5) else
