@@ -232,3 +232,32 @@ def test_replay_and_capture_export_skip_a_torn_last_line_with_a_warning(capsys, 
     assert len([t for k, v in sample["conversation"].items() if k.startswith("session_") and isinstance(v, list)
                 for t in v]) == len(_turns())
     assert {path: path.read_bytes() for path in before} == before
+
+
+def test_a_recall_time_without_a_zone_is_read_as_utc(capsys, captured, stores, serving, tmp_path):
+    data = _copy(captured, tmp_path)
+    recalls = data / "users/ann/recalls.jsonl"
+    records = [json.loads(line) for line in recalls.read_text().splitlines()]
+    assert records[2]["time"].endswith("Z")
+    records[2]["time"] = records[2]["time"].removesuffix("Z")  # naive: sorted among the others as UTC
+    recalls.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out = _replay(capsys, stores, serving, "--log", data)
+    assert code == 0, out
+    assert journal(stores)[-1]["payload"]["n"] == len(QUESTIONS)
+
+
+def test_a_recall_of_another_user_in_a_users_log_is_refused(capsys, captured, stores, serving, tmp_path):
+    """A record in ann's log naming bob would be replayed against bob's memory: refused naming the line."""
+    import shutil
+
+    data = _copy(captured, tmp_path)
+    shutil.copytree(data / "users/ann", data / "users/bob")
+    recalls = data / "users/ann/recalls.jsonl"
+    records = [json.loads(line) for line in recalls.read_text().splitlines()]
+    records[3]["user"] = "bob"
+    recalls.write_text("".join(json.dumps(r) + "\n" for r in records))
+    entries = len(journal(stores))
+    for source, where in ((("--log", data), f"{recalls}:4"), (("--data", data), "user ann recall 3")):
+        code, out = _replay(capsys, stores, serving, *source)
+        assert code == 2 and f"{where}: recall record of user 'bob' in the recall log of user 'ann'" in out, out
+    assert len(journal(stores)) == entries
