@@ -147,6 +147,11 @@ def test_capture_export_writes_a_locomo_benchmark(capsys, captured, tmp_path):
     ({"user": "ann", "question": "q?", "answer": "a", "evidence": ["nope"]}, "evidence 'nope' is not a captured"),
     ({"user": "ann", "question": "q?", "answer": "a", "category": "gossip"}, "entry 0: category 'gossip'"),
     ({"user": "ann", "question": "q?"}, "entry 0: answer: Field required"),
+    ({"user": "ann", "question": "q?", "answer": float("nan")},
+     "entry 0: answer: Value error, must be text or a finite number, got nan"),
+    ({"user": "ann", "question": "q?", "answer": float("inf")}, "entry 0: answer: Value error, must be text or a"),
+    ({"user": "ann", "question": "q?", "answer": True}, "entry 0: answer: Value error, must be text or a finite "
+                                                         "number, got True (quote it"),
 ])
 def test_capture_export_names_bad_answers(capsys, captured, tmp_path, entry, words):
     answers = tmp_path / "answers.yaml"
