@@ -36,7 +36,7 @@ def family_p(text: str) -> tuple[str, float]:
 def cmd_gate(args: argparse.Namespace) -> int:
     from evolve.loop.config import RunConfig, load_config
     from evolve.ops.escalations import escalations
-    from evolve.ops.gate import GateInput, evaluate, journal
+    from evolve.ops.gate import GateInput, evaluate, family, journal
     from evolve.ops.history import History
     from evolve.state.layout import StoreLayout
 
@@ -52,7 +52,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise UserError("--answers needs --rules naming the run config whose stores raised the escalation")
         known = {e.key for e in escalations(History(loop.root)) if e.entry is not None}
     gate = GateInput(Path(args.base), Path(args.candidate), config, args.adapter, args.hypothesis, args.predict,
-                     args.answers, dict(args.family_p), dict(args.family_secondary_p))
+                     args.answers, family("--family-p", args.family_p),
+                     family("--family-secondary-p", args.family_secondary_p))
     result = evaluate(gate)
     entry = journal(result, stores, known)
     r, c, p = result.record, result.comparison, result.comparison.paired

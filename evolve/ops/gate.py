@@ -12,6 +12,7 @@ escalation (``answers``) records that key as its direction and is listed by ``me
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -65,6 +66,21 @@ class GateResult:
     decision: Decision
     #: Size of the failure/discordance set DCR was computed over.
     n_failures: int
+    #: The other tests' ids in the gain and secondary families.
+    family: frozenset[str] = frozenset()
+
+
+def family(option: str, tests: list[tuple[str, float]]) -> dict[str, float]:
+    """The ``option`` (``--family-p ID=P``, repeated) tests as id -> p; :class:`UserError` for an id given twice (the
+    last would win unseen) or for the gate's own name in the family (it would replace the gate's p)."""
+    counts = Counter(name for name, _ in tests)
+    twice = sorted(name for name, count in counts.items() if count > 1)
+    if twice:
+        raise UserError(f"{option} {twice[0]}: given {counts[twice[0]]} times; give each other test of the family "
+                        "once")
+    if SELF in counts:
+        raise UserError(f"{option} {SELF}: is the gate's own name in the family; name only the other tests")
+    return dict(tests)
 
 
 def _digest(path: Path) -> str:
@@ -163,19 +179,24 @@ def evaluate(gate: GateInput) -> GateResult:
     record.examples = examples(comparison.paired, base, cand)
     record.close(decision, Stage.DECISION)
     return GateResult(record, comparison, decision, len(failure_set(outcomes(base, objective),
-                                                                     outcomes(cand, objective))))
+                                                                     outcomes(cand, objective))),
+                      frozenset(gate.family) | frozenset(gate.secondary_family))
 
 
 def journal(result: GateResult, stores: Path, escalations: set[str] | None = None) -> dict:
     """Commit the gate's record to the gate store ``stores`` as its next round (id ``gate-NNNN``) with its CANDIDATE
     and verdict journal entries; returns the verdict's entry. A record answering an escalation must name one of
-    ``escalations`` (:class:`UserError` otherwise, nothing written)."""
+    ``escalations``, and the families must not name the record's own id (:class:`UserError` otherwise, nothing
+    written)."""
     record = result.record
     if record.symptom != SELF and escalations is not None and record.symptom not in escalations:
         raise UserError(f"--answers {record.symptom}: no such escalation (known: "
                         f"{', '.join(sorted(escalations)) or 'none'})")
     with StoreSet(stores) as store:
         n = store.last_committed_round + 1
+        if f"gate-{n:04d}" in result.family:
+            raise UserError(f"--family-p gate-{n:04d}: is the id of this gate run's own record; name only the other "
+                            "tests of the family")
         record.candidate_id, record.round = f"gate-{n:04d}", n
         bundle = RoundBundle()
         bundle.records["candidate_outcomes"] = [dump_record(record)]

@@ -238,3 +238,22 @@ def test_a_symlink_loop_as_a_trace_file_is_one_line(tmp_path, files, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"error: {loop}: cannot read: Too many levels of symbolic links" in err, err
     assert not (tmp_path / "gate").exists()
+
+
+def test_a_family_test_given_twice_or_naming_the_gate_itself_is_refused(tmp_path, files, capsys):
+    """The last of two values no longer wins unseen, and no family member replaces the gate's own p."""
+    cases = [(("--family-p", "x=0.01", "--family-p", "x=0.9"), "--family-p x: given 2 times"),
+             (("--family-secondary-p", "y=0.2", "--family-secondary-p", "y=0.2"),
+              "--family-secondary-p y: given 2 times"),
+             (("--family-p", "gate=0.9"), "--family-p gate: is the gate's own name in the family"),
+             (("--family-p", "gate-0001=0.9"), "--family-p gate-0001: is the id of this gate run's own record")]
+    for args, words in cases:
+        assert gate(tmp_path, *files, *args) == 2, args
+        assert words in capsys.readouterr().err
+    assert not (tmp_path / "gate" / "journal.jsonl").exists()
+    assert gate(tmp_path, *files) == 0
+    assert gate(tmp_path, *files, "--family-p", "gate-0002=0.5") == 2
+    assert gate(tmp_path, *files, "--family-p", "gate-0001=0.5") == 0  # an earlier run is another test
+    records = History(tmp_path / "gate").records
+    assert [r.candidate_id for r in records] == ["gate-0001", "gate-0002"]
+    assert records[1].multiple_testing.family == ["gate", "gate-0001"]
