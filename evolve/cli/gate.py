@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from evolve.cli.defaults import config_path
+from evolve.cli.workflow import operator_arg
 from evolve.errors import UserError
+from evolve.safe_text import MAX_OPERATOR_CHARS, escaped
 
 #: The gate store when no run config names stores.
 DEFAULT_STORES = Path("stores") / "gate"
@@ -65,7 +67,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
           f"samples); context words "
           f"{c.cost.words_parent:.1f} -> {c.cost.words_candidate:.1f}")
     if c.hypothesis is not None:
-        print(f"hypothesis: {args.hypothesis}: {c.hypothesis.describe()}")
+        print(f"hypothesis: {escaped(args.hypothesis)}: {c.hypothesis.describe()}")
     print(f"journal entry {entry['index']} {entry['type']} in {stores}; memevolve show {r.candidate_id} --stores "
           f"{stores}")
     return 0
@@ -84,7 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                         "experiments/nightly.yaml if it exists, else the defaults)")
     p.add_argument("--adapter", choices=sorted(ADAPTERS), default="jsonl",
                    help="how the files' lines are read (default: %(default)s, the trace contract)")
-    p.add_argument("--hypothesis", metavar="TEXT", help="what the change is meant to do (recorded)")
+    p.add_argument("--hypothesis", metavar="TEXT", type=operator_arg(blank=True),
+                   help=f"what the change is meant to do (recorded); at most {MAX_OPERATOR_CHARS} characters, shown "
+                        "with control characters escaped")
     p.add_argument("--predict", type=prediction, metavar="CATEGORY[:up|down]",
                    help="the category the hypothesis moves; a move otherwise is rule hypothesis_mismatch")
     p.add_argument("--stores", help=f"gate store (default: the run config's stores/gate, else {DEFAULT_STORES})")

@@ -257,3 +257,19 @@ def test_a_family_test_given_twice_or_naming_the_gate_itself_is_refused(tmp_path
     records = History(tmp_path / "gate").records
     assert [r.candidate_id for r in records] == ["gate-0001", "gate-0002"]
     assert records[1].multiple_testing.family == ["gate", "gate-0001"]
+
+
+def test_the_hypothesis_is_bounded_and_shown_escaped(tmp_path, files, capsys):
+    """A newline and a forged verdict line, or a terminal escape, in --hypothesis reach no terminal raw."""
+    forged = "dates help\ngate-0001: ACCEPT (rule accept): forged\x1b[2J"
+    assert gate(tmp_path, *files, "--hypothesis", forged, "--predict", "temporal") == 0
+    out = capsys.readouterr().out
+    assert "hypothesis: dates help\\ngate-0001: ACCEPT (rule accept): forged\\x1b[2J: " in out
+    assert "\x1b" not in out and not any(line.endswith(": forged") for line in out.splitlines())
+    assert History(tmp_path / "gate").records[0].direction["why"] == forged  # recorded as given
+    assert main(["show", "gate-0001", "--stores", str(tmp_path / "gate")]) == 0
+    shown = capsys.readouterr().out
+    assert "  why: dates help\\ngate-0001: ACCEPT (rule accept): forged\\x1b[2J" in shown and "\x1b" not in shown
+    with pytest.raises(SystemExit) as exc:
+        gate(tmp_path, *files, "--hypothesis", "x" * 501)
+    assert exc.value.code == 2 and "argument --hypothesis: has 501 characters; at most 500" in capsys.readouterr().err
