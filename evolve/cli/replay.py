@@ -20,7 +20,7 @@ def _data_of(logs: list[Path]) -> str | None:
 def _torn(path: Path, line: int, data: bytes) -> None:
     """Report a torn last line a reader skips (a crash cut the service's append short)."""
     print(f"warning: {path}: line {line}: torn last line skipped ({len(data)} bytes of an append a crash cut short; "
-          "the service repairs it before it appends)", file=sys.stderr)
+          "left in place)", file=sys.stderr)
 
 
 def _data_dir(data: str) -> dict[Path, str]:
