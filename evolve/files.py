@@ -12,9 +12,11 @@ import os
 import signal
 import stat
 import tempfile
+from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from evolve.errors import EvolveError, UserError
 
@@ -283,9 +285,27 @@ def require_appendable(path: Path) -> None:
         raise os_error(path, exc, "open for appending") from None
 
 
+#: How a torn last line is reported within :func:`reading_only` (``None`` outside it).
+_TORN_TAIL: ContextVar[Callable[[Path, int, bytes], None] | None] = ContextVar("torn_tail", default=None)
+
+
+@contextmanager
+def reading_only(report: Callable[[Path, int, bytes], None]) -> Iterator[None]:
+    """Within it, the JSONL logs another process appends to (a service's capture and recall logs) are only read:
+    :func:`iter_jsonl` passes a torn last line (an append a crash cut short) to ``report(path, line_no, data)`` and
+    stops before it, and :func:`repair_torn_tail` leaves it in place. Outside, the first raises and the second
+    truncates, as a log's own writer must before it appends."""
+    token = _TORN_TAIL.set(report)
+    try:
+        yield
+    finally:
+        _TORN_TAIL.reset(token)
+
+
 def repair_torn_tail(path: Path) -> bytes:
-    """Truncate an unterminated last line left by a crash mid-append; return the bytes removed (logged)."""
-    if not is_torn(path):
+    """Truncate an unterminated last line left by a crash mid-append; return the bytes removed (logged). Within
+    :func:`reading_only` nothing is truncated (the line is reported when read)."""
+    if _TORN_TAIL.get() is not None or not is_torn(path):
         return b""
     try:
         with open(path, "r+b") as fh:
@@ -321,7 +341,8 @@ def repair_torn_tail(path: Path) -> bytes:
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
-    """``(line_no, record)`` for each line; :class:`StoreError` naming file and line if one is not a JSON object."""
+    """``(line_no, record)`` for each line; :class:`StoreError` naming file and line if one is not a JSON object, or
+    for a torn last line (within :func:`reading_only`: reported and skipped)."""
     try:
         fh = open_regular(path)
     except FileNotFoundError:
@@ -331,7 +352,11 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict]]:
     with fh:
         for line_no, raw in enumerate(fh, 1):
             if not raw.endswith(b"\n"):
-                raise StoreError(path, f"line {line_no}: torn last line (interrupted append not yet repaired)")
+                report = _TORN_TAIL.get()
+                if report is None:
+                    raise StoreError(path, f"line {line_no}: torn last line (interrupted append not yet repaired)")
+                report(path, line_no, raw)
+                return
             try:
                 record = json.loads(raw)
             except (json.JSONDecodeError, UnicodeDecodeError) as exc:

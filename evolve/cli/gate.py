@@ -6,7 +6,9 @@ import argparse
 from pathlib import Path
 
 from evolve.cli.defaults import config_path
+from evolve.cli.workflow import operator_arg
 from evolve.errors import UserError
+from evolve.safe_text import MAX_OPERATOR_CHARS, escaped
 
 #: The gate store when no run config names stores.
 DEFAULT_STORES = Path("stores") / "gate"
@@ -36,7 +38,7 @@ def family_p(text: str) -> tuple[str, float]:
 def cmd_gate(args: argparse.Namespace) -> int:
     from evolve.loop.config import RunConfig, load_config
     from evolve.ops.escalations import escalations
-    from evolve.ops.gate import GateInput, evaluate, journal
+    from evolve.ops.gate import GateInput, evaluate, family, journal
     from evolve.ops.history import History
     from evolve.state.layout import StoreLayout
 
@@ -52,7 +54,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
             raise UserError("--answers needs --rules naming the run config whose stores raised the escalation")
         known = {e.key for e in escalations(History(loop.root)) if e.entry is not None}
     gate = GateInput(Path(args.base), Path(args.candidate), config, args.adapter, args.hypothesis, args.predict,
-                     args.answers, dict(args.family_p), dict(args.family_secondary_p))
+                     args.answers, family("--family-p", args.family_p),
+                     family("--family-secondary-p", args.family_secondary_p))
     result = evaluate(gate)
     entry = journal(result, stores, known)
     r, c, p = result.record, result.comparison, result.comparison.paired
@@ -64,7 +67,7 @@ def cmd_gate(args: argparse.Namespace) -> int:
           f"samples); context words "
           f"{c.cost.words_parent:.1f} -> {c.cost.words_candidate:.1f}")
     if c.hypothesis is not None:
-        print(f"hypothesis: {args.hypothesis}: {c.hypothesis.describe()}")
+        print(f"hypothesis: {escaped(args.hypothesis)}: {c.hypothesis.describe()}")
     print(f"journal entry {entry['index']} {entry['type']} in {stores}; memevolve show {r.candidate_id} --stores "
           f"{stores}")
     return 0
@@ -83,7 +86,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                         "experiments/nightly.yaml if it exists, else the defaults)")
     p.add_argument("--adapter", choices=sorted(ADAPTERS), default="jsonl",
                    help="how the files' lines are read (default: %(default)s, the trace contract)")
-    p.add_argument("--hypothesis", metavar="TEXT", help="what the change is meant to do (recorded)")
+    p.add_argument("--hypothesis", metavar="TEXT", type=operator_arg(blank=True),
+                   help=f"what the change is meant to do (recorded); at most {MAX_OPERATOR_CHARS} characters, shown "
+                        "with control characters escaped")
     p.add_argument("--predict", type=prediction, metavar="CATEGORY[:up|down]",
                    help="the category the hypothesis moves; a move otherwise is rule hypothesis_mismatch")
     p.add_argument("--stores", help=f"gate store (default: the run config's stores/gate, else {DEFAULT_STORES})")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -16,6 +15,20 @@ def _data_of(logs: list[Path]) -> str | None:
         if len(log.parents) > 2 and log.parent.parent.name == "users":
             return str(log.parents[2])
     return None
+
+
+def _torn(path: Path, line: int, data: bytes) -> None:
+    """Report a torn last line a reader skips (a crash cut the service's append short)."""
+    print(f"warning: {path}: line {line}: torn last line skipped ({len(data)} bytes of an append a crash cut short; "
+          "left in place)", file=sys.stderr)
+
+
+def _data_dir(data: str) -> dict[Path, str]:
+    """A service data directory as an output's protected path (a database URL protects nothing here)."""
+    from evolve.ops.outputs import protect
+    from evolve.serve.stores import POSTGRES_SCHEMES
+
+    return {} if data.startswith(POSTGRES_SCHEMES) else protect([data], "the service's data directory")
 
 
 def _candidate(stores: str, ref: str, parts):
@@ -33,8 +46,9 @@ def _candidate(stores: str, ref: str, parts):
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
-    from evolve.files import StoreError
+    from evolve.files import StoreError, atomic_write_json, reading_only
     from evolve.ops.history import History
+    from evolve.ops.outputs import check_output_file, protect, served_files
     from evolve.ops.serving import Refused as RollbackRefused
     from evolve.runtime.embedder import default_embedder
     from evolve.serve.answers import answer_map, load_answers
@@ -44,7 +58,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from evolve.serve.verdict import auto_rollback, journal_replay, rollback_triggers
 
     try:
-        History(args.stores)
+        view = History(args.stores)
     except StoreError as exc:
         print(f"error: replay journals its verdict in the stores: {exc}", file=sys.stderr)
         return 2
@@ -55,13 +69,22 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print("error: pass --data: the recall logs do not lie in a service data directory "
                   "(<data>/users/<user>/recalls.jsonl)" if logs else "error: pass --log or --data", file=sys.stderr)
             return 2
+        out = None
+        if args.json:  # written after the verdict is journaled: every check is made now
+            read = {**protect([args.stores], "the stores this replay journals in"), **served_files(view.entries),
+                    **protect([args.serving], "the serving file"), **_data_dir(data),
+                    **protect(logs, "a recall log this replay reads"),
+                    **protect([args.answers] if args.answers else [], "the answers file")}
+            out = check_output_file("--json", args.json, protected=read, new_dirs=False)
         backend = open_backend(data)
-        records = read_recalls(logs) if logs else stored_recalls(backend)
+        with reading_only(_torn):  # the service's logs: a torn last line is skipped, never repaired from here
+            records = read_recalls(logs) if logs else stored_recalls(backend)
         answers = answer_map(load_answers(args.answers)) if args.answers else {}
         parts = RuntimeParts(default_embedder())
         serving = load_serving(args.stores, args.serving, parts, args.allow_untracked)
         candidate = _candidate(args.stores, args.candidate, parts)
-        report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
+        with reading_only(_torn):
+            report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
     except ServingRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
@@ -71,6 +94,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
     entry = journal_replay(args.stores, report, logs, args.candidate)
     print(text(report))
     print(f"journaled: REPLAY entry {entry['index']}")
+    if out is not None:
+        atomic_write_json(out, entry["payload"])
+        print(f"wrote {args.json}")
     triggers, notes = rollback_triggers(args.stores, args.serving, serving, candidate, report)
     for note in notes:
         print(f"note: {note}")
@@ -86,25 +112,27 @@ def cmd_replay(args: argparse.Namespace) -> int:
               f"{result.entry['index']}, automatic)")
     elif triggers:
         print("not rolled back: pass --auto-rollback to roll back on these triggers")
-    if args.json:
-        Path(args.json).write_text(json.dumps(entry["payload"], indent=2), encoding="utf-8")
     return 0
 
 
 def cmd_capture_export(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
-    from evolve.files import atomic_write_json
+    from evolve.files import atomic_write_json, reading_only
+    from evolve.ops.outputs import check_output_file, protect
     from evolve.serve.answers import load_answers
     from evolve.serve.export import export_benchmark
     from evolve.serve.stores import open_backend
 
     try:
+        read = {**_data_dir(args.data), **protect([args.answers] if args.answers else [], "the answers file")}
+        out = check_output_file("--out", args.out, protected=read)
         answers = load_answers(args.answers) if args.answers else []
-        samples = export_benchmark(open_backend(args.data), args.user or [], answers)
+        with reading_only(_torn):
+            samples = export_benchmark(open_backend(args.data), args.user or [], answers)
     except (EvolveError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    atomic_write_json(Path(args.out), samples)
+    atomic_write_json(out, samples)
     questions = sum(len(s["qa"]) for s in samples)
     unanswered = sum(len(s["unanswered"]) for s in samples)
     print(f"wrote {args.out}: {len(samples)} conversation(s), {questions} answered question(s), {unanswered} "
@@ -133,12 +161,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--allow-untracked", action="store_true", help="also replay a serving file no journal tracks")
     p.add_argument("--serving-dir", help="directory serving files must lie in (for --auto-rollback)")
     p.add_argument("--allow-outside", action="store_true", help="allow a serving file outside the serving directory")
-    p.add_argument("--json", metavar="PATH", help="also write the journaled figures as JSON")
+    p.add_argument("--json", metavar="PATH", help="also write the journaled figures as JSON to PATH, in an existing "
+                                                  "directory; checked before anything is journaled (never inside "
+                                                  "stores, the service's data, a serving or strategy file)")
     p.set_defaults(func=cmd_replay)
 
     p = sub.add_parser("capture-export", help="captured conversations as a LoCoMo-format benchmark file")
     p.add_argument("--data", required=True, help="the service's store (data directory or postgresql:// URL)")
     p.add_argument("--user", nargs="+", metavar="USER", help="users to export (default: every user with memory)")
-    p.add_argument("--out", required=True, help="benchmark file to write (JSON)")
+    p.add_argument("--out", required=True, help="benchmark file to write (JSON); checked before anything is read "
+                                                "(never inside stores, the service's data, a serving or strategy "
+                                                "file)")
     p.add_argument("--answers", metavar="ANSWERS_YAML", help="the operator's answers: these questions become qa items")
     p.set_defaults(func=cmd_capture_export)

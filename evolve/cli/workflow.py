@@ -258,13 +258,12 @@ def _lineage(view: "History | None", strategy: dict) -> str:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
-    from evolve.ops.drift import serving_targets
     from evolve.ops.history import History
-    from evolve.ops.outputs import check_output_file
+    from evolve.ops.outputs import check_output_file, served_files
     from evolve.files import StoreError
 
     view = History(args.stores)
-    served = tuple(Path(t).resolve() for t in serving_targets(view.entries))
+    served = served_files(view.entries)
     out = check_output_file("--out", args.out, protected=served)
     markdown = check_output_file("--markdown", args.markdown, protected=served) if args.markdown else None
     if markdown == out:

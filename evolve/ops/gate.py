@@ -12,6 +12,7 @@ escalation (``answers``) records that key as its direction and is listed by ``me
 from __future__ import annotations
 
 import hashlib
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping
@@ -21,6 +22,7 @@ from evolve.loop.config import RunConfig
 from evolve.loop.rules import rules_of
 from evolve.observe.adapters import read_traces
 from evolve.observe.contract import ContractError
+from evolve.observe.ladder import RESULTS
 from evolve.observe.objective import LABEL, outcomes
 from evolve.observe.summarize import context_words
 from evolve.observe.trace import Trace
@@ -64,6 +66,21 @@ class GateResult:
     decision: Decision
     #: Size of the failure/discordance set DCR was computed over.
     n_failures: int
+    #: The other tests' ids in the gain and secondary families.
+    family: frozenset[str] = frozenset()
+
+
+def family(option: str, tests: list[tuple[str, float]]) -> dict[str, float]:
+    """The ``option`` (``--family-p ID=P``, repeated) tests as id -> p; :class:`UserError` for an id given twice (the
+    last would win unseen) or for the gate's own name in the family (it would replace the gate's p)."""
+    counts = Counter(name for name, _ in tests)
+    twice = sorted(name for name, count in counts.items() if count > 1)
+    if twice:
+        raise UserError(f"{option} {twice[0]}: given {counts[twice[0]]} times; give each other test of the family "
+                        "once")
+    if SELF in counts:
+        raise UserError(f"{option} {SELF}: is the gate's own name in the family; name only the other tests")
+    return dict(tests)
 
 
 def _digest(path: Path) -> str:
@@ -80,7 +97,7 @@ def _listed(ids: set[str]) -> str:
 
 
 def paired_traces(base: Path, candidate: Path, adapter: str) -> tuple[list[Trace], list[Trace]]:
-    """Both files' traces; :class:`ContractError` when their id sets differ, listing the difference."""
+    """Both files' traces; :class:`ContractError` when their id sets differ, or a sample's category, listing them."""
     left, right = read_traces(base, adapter), read_traces(candidate, adapter)
     a, b = {t.question_id for t in left}, {t.question_id for t in right}
     if a != b:
@@ -88,7 +105,23 @@ def paired_traces(base: Path, candidate: Path, adapter: str) -> tuple[list[Trace
                  f"{len(b - a)} only in {candidate}: {_listed(b - a)}" if b - a else ""]
         raise ContractError(f"the two trace files hold different sample ids ({'; '.join(p for p in parts if p)}); "
                             "a paired comparison needs the same samples in both")
+    category = {t.question_id: t.category for t in left}
+    moved = {t.question_id: (category[t.question_id], t.category) for t in right
+             if t.category != category[t.question_id]}
+    if moved:
+        first = min(moved)
+        raise ContractError(f"{len(moved)} sample(s) have another category in {candidate} than in {base}: "
+                            f"{_listed(set(moved))} (e.g. {first}: {moved[first][0]!r} vs {moved[first][1]!r}); a "
+                            "paired comparison needs the same samples in both")
     return left, right
+
+
+def _unjudged(path: Path, traces: list[Trace]) -> str | None:
+    """How many scored samples of ``path`` lack a valid judge (the accuracy objective's outcome), if any."""
+    missing = {t.question_id for t in traces if t.scored and RESULTS not in t.stages}
+    if not missing:
+        return None
+    return f"{len(missing)} of {sum(t.scored for t in traces)} scored sample(s) in {path}: {_listed(missing)}"
 
 
 def _adjustments(comparison: Comparison, gate: GateInput) -> None:
@@ -110,6 +143,13 @@ def evaluate(gate: GateInput) -> GateResult:
     config = gate.config
     base, cand = paired_traces(gate.base, gate.candidate, gate.adapter)
     objective = config.objective
+    if objective == "accuracy":
+        unjudged = [u for u in (_unjudged(gate.base, base), _unjudged(gate.candidate, cand)) if u is not None]
+        if unjudged:
+            raise UserError(f"objective accuracy needs every scored sample's judge, and "
+                            f"{'; '.join(unjudged)} have no valid one (no \"judge\", or one the trace contract "
+                            "refuses, e.g. \"correct\" not true or false); add the judge's verdicts, mark "
+                            "unjudged samples \"scored\": false, or gate under objective evidence or answer")
     n = len(outcomes(base, objective).keys() & outcomes(cand, objective).keys())
     if n == 0:
         raise UserError(f"no sample counts under objective {objective} ({LABEL[objective]}) in both files")
@@ -139,19 +179,24 @@ def evaluate(gate: GateInput) -> GateResult:
     record.examples = examples(comparison.paired, base, cand)
     record.close(decision, Stage.DECISION)
     return GateResult(record, comparison, decision, len(failure_set(outcomes(base, objective),
-                                                                     outcomes(cand, objective))))
+                                                                     outcomes(cand, objective))),
+                      frozenset(gate.family) | frozenset(gate.secondary_family))
 
 
 def journal(result: GateResult, stores: Path, escalations: set[str] | None = None) -> dict:
     """Commit the gate's record to the gate store ``stores`` as its next round (id ``gate-NNNN``) with its CANDIDATE
     and verdict journal entries; returns the verdict's entry. A record answering an escalation must name one of
-    ``escalations`` (:class:`UserError` otherwise, nothing written)."""
+    ``escalations``, and the families must not name the record's own id (:class:`UserError` otherwise, nothing
+    written)."""
     record = result.record
     if record.symptom != SELF and escalations is not None and record.symptom not in escalations:
         raise UserError(f"--answers {record.symptom}: no such escalation (known: "
                         f"{', '.join(sorted(escalations)) or 'none'})")
     with StoreSet(stores) as store:
         n = store.last_committed_round + 1
+        if f"gate-{n:04d}" in result.family:
+            raise UserError(f"--family-p gate-{n:04d}: is the id of this gate run's own record; name only the other "
+                            "tests of the family")
         record.candidate_id, record.round = f"gate-{n:04d}", n
         bundle = RoundBundle()
         bundle.records["candidate_outcomes"] = [dump_record(record)]

@@ -1,16 +1,20 @@
 """Where command outputs may be written: the rules every output option (``report --out/--markdown``,
-``eval --out``) checks before any work, so that no output replaces state.
+``eval --out``, ``--summary-out``, ``replay --json``, ``capture-export --out``) checks before any work, so that no
+output replaces state.
 
 An output path must not be a symbolic link (nor resolve through a loop), must not lie inside a stores directory
 (the one given, or any directory holding ``state.json`` or ``journal.jsonl``), must not be a serving file, a
-strategy file or a witness (``*.witness``), and, if it exists, must be a regular file. Refusals are
+strategy file or a witness (``*.witness``), nor be or lie in a path the command protects (what it reads: a serving
+file, a recall log, a service's data directory), and, if it exists, must be a regular file. Refusals are
 :class:`~evolve.files.StoreError` naming the option, the path and the rule (CLI exit code 2). The writes
 themselves go through :func:`~evolve.files.atomic_write_bytes`.
 """
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable, Mapping
 
+from evolve.ops.drift import serving_targets
 from evolve.ops.targets import WITNESS_SUFFIX, is_strategy_file
 from evolve.files import StoreError, require_output_dir
 
@@ -40,10 +44,30 @@ def enclosing_stores(path: Path) -> Path | None:
     return None
 
 
-def check_output_file(option: str, path: str | Path, *, protected: tuple[Path, ...] = ()) -> Path:
+def protect(paths: Iterable[str | Path], what: str) -> dict[Path, str]:
+    """``paths`` resolved, each mapped to ``what``, as :func:`check_output_file`'s ``protected`` (a path that cannot
+    be resolved is left out: no output resolves to it)."""
+    out = {}
+    for path in paths:
+        try:
+            out[Path(path).resolve()] = what
+        except (RuntimeError, OSError):  # a symlink loop
+            continue
+    return out
+
+
+def served_files(entries: list[dict]) -> dict[Path, str]:
+    """The serving files the journal ``entries`` name, as :func:`check_output_file`'s ``protected``."""
+    return protect(serving_targets(entries), "a serving file the journal names")
+
+
+def check_output_file(option: str, path: str | Path, *, protected: Mapping[Path, str] | None = None,
+                      new_dirs: bool = True) -> Path:
     """The resolved path of output file ``path`` given as ``option``; :class:`StoreError` naming the broken rule.
 
-    ``protected`` are further files (resolved) the output must not replace, e.g. the serving files a journal names.
+    ``protected`` maps further paths (resolved files or directories) the output must not be nor lie in to what each
+    is, e.g. the serving files a journal names. Without ``new_dirs`` the output's directory must already exist (an
+    output written after state is committed, which must not fail then).
     """
     given = Path(path)
     resolved = _resolved(option, given)
@@ -52,13 +76,16 @@ def check_output_file(option: str, path: str | Path, *, protected: tuple[Path, .
         raise _refuse(option, given, f"lies inside the stores {stores}; outputs are written outside them")
     if resolved.name.endswith(WITNESS_SUFFIX):
         raise _refuse(option, given, "is a witness file (*.witness) of a serving file")
-    if resolved in protected:
-        raise _refuse(option, given, "is a serving file the journal names")
+    for kept, what in (protected or {}).items():
+        if kept == resolved or kept in resolved.parents:
+            raise _refuse(option, given, f"is {what}" if kept == resolved else f"lies in {what} {kept}")
     if resolved.exists() and not resolved.is_file():
         raise _refuse(option, given, "exists and is not a regular file (a directory, device, pipe or socket)")
     if resolved.exists() and is_strategy_file(resolved):
         raise _refuse(option, given, "holds a strategy (a serving or strategy file); outputs never replace one")
     require_output_dir(resolved.parent)
+    if not new_dirs and not resolved.parent.is_dir():
+        raise _refuse(option, given, f"its directory {resolved.parent} does not exist; create it first")
     return resolved
 
 

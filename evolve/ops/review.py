@@ -9,6 +9,7 @@ from evolve.ops.formatting import change_summary, fmt_ci, fmt_num, text_table
 from evolve.ops.history import History
 from evolve.observe.objective import LABEL
 from evolve.runtime.roles import ANSWER_VERDICTS
+from evolve.safe_text import escaped
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.gates import GateTrail
 from evolve.verify.statistics import PairedReport
@@ -174,7 +175,7 @@ def render_record(record: CandidateRecord, view: History) -> str:
              f"(rule {r.decision.rule}); applied: {'yes' if r.applied else 'no'}",
              f"reason: {r.reason}",
              f"direction: {direction['key']} for symptom {r.symptom}",
-             f"  why: {direction.get('why', '-')}"]
+             f"  why: {escaped(direction.get('why', '-'))}"]
     if harness:
         schema = f", schema {harness['schema_hash'][:12]}" if harness.get("schema_hash") else ""  # a gate has none
         lines.append(f"harness: {harness.get('benchmark', '?')} (benchmark {harness['benchmark_hash'][:12]}), judge "

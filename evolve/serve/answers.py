@@ -9,10 +9,11 @@ capture-export's benchmark questions::
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evolve.benchmarks.locomo import CATEGORY_BY_CODE
 from evolve.errors import EvolveError
@@ -31,6 +32,14 @@ class Answer(BaseModel):
     answer: str | int | float
     category: str = "single_hop"
     evidence: list[str] = Field(default_factory=list)
+
+    @field_validator("answer", mode="before")
+    @classmethod
+    def _text_or_finite_number(cls, value: object) -> object:
+        """YAML reads ``.nan``, ``.inf`` and ``yes`` as numbers and a boolean no benchmark can hold as an answer."""
+        if isinstance(value, bool) or (isinstance(value, float) and not math.isfinite(value)):
+            raise ValueError(f"must be text or a finite number, got {value!r} (quote it to keep it as text)")
+        return value
 
 
 def load_answers(path: str | Path) -> list[Answer]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterable
 
@@ -61,39 +61,50 @@ def recall_logs(paths: Iterable[str | Path]) -> list[Path]:
     return out
 
 
+def _owner(log: Path) -> str | None:
+    """The user whose folder a recall log lies in (``<data>/users/<user>/recalls*.jsonl``), if it lies in one."""
+    return log.parent.name if len(log.parents) > 1 and log.parent.parent.name == "users" else None
+
+
+def _checked(record: dict, where: str, owner: str | None) -> dict:
+    """``record`` with ``_where``; :class:`ReplayError` when it lacks a field or names another user than the log's."""
+    for key in ("user", "question", "time"):
+        if not isinstance(record.get(key), str):
+            raise ReplayError(f"{where}: recall record has no string field {key!r}")
+    if owner is not None and record["user"] != owner:
+        raise ReplayError(f"{where}: recall record of user {record['user']!r} in the recall log of user {owner!r}; "
+                          "a user's log holds only that user's recalls")
+    return {**record, "_where": where}
+
+
+def _oldest_first(records: list[dict]) -> list[dict]:
+    return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
+
+
 def read_recalls(logs: list[Path]) -> list[dict]:
     """Every logged recall of ``logs`` (each with ``_where``: file and line), oldest first."""
     records = []
     for log in logs:
         try:
-            for line, record in iter_jsonl(log):
-                where = f"{log}:{line}"
-                for key in ("user", "question", "time"):
-                    if not isinstance(record.get(key), str):
-                        raise ReplayError(f"{where}: recall record has no string field {key!r}")
-                records.append({**record, "_where": where})
+            records += [_checked(record, f"{log}:{line}", _owner(log)) for line, record in iter_jsonl(log)]
         except StoreError as exc:
             raise ReplayError(str(exc)) from None
-    return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
+    return _oldest_first(records)
 
 
 def stored_recalls(backend: Backend) -> list[dict]:
     """Every recall the store still holds (each with ``_where``: user and position), oldest first."""
-    records = []
-    for user in backend.users():
-        for i, record in enumerate(backend.recalls(user)):
-            where = f"user {user} recall {i}"
-            if not all(isinstance(record.get(k), str) for k in ("user", "question", "time")):
-                raise ReplayError(f"{where}: recall record lacks user, question or time")
-            records.append({**record, "_where": where})
-    return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
+    return _oldest_first([_checked(record, f"user {user} recall {i}", user) for user in backend.users()
+                          for i, record in enumerate(backend.recalls(user))])
 
 
 def _moment(text: str, where: str) -> datetime:
+    """The moment ``text`` names; one without a time zone is UTC (the service logs UTC)."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00"))
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ReplayError(f"{where}: unparseable time {text!r}") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
 def _jaccard(a: set, b: set) -> float:

@@ -195,3 +195,81 @@ def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
     assert (record.paired.acc_baseline, record.paired.acc_candidate) == pytest.approx(
         [s["answer_in_evidence"] for s in summaries], abs=1e-4)
 
+
+
+def test_accuracy_needs_a_valid_judge_on_every_scored_sample(tmp_path, files, capsys):
+    """A missing or invalid judge is not a wrong answer: exit 2 counting the samples, nothing journaled."""
+    base, _ = files
+    judged = [sample(i, i % 2 == 0) for i in range(80)]
+    unjudged = write(tmp_path / "unjudged.jsonl", [{k: v for k, v in s.items() if k != "judge"} for s in judged])
+    invalid = write(tmp_path / "invalid.jsonl", [{**s, "judge": {"correct": "yes"}} if i < 5 else s
+                                                 for i, s in enumerate(judged)])
+    for cand, words in ((unjudged, f"80 of 80 scored sample(s) in {unjudged}: q0, q1, q10"),
+                        (invalid, f"5 of 80 scored sample(s) in {invalid}: q0, q1, q2, q3, q4 have no valid one")):
+        assert gate(tmp_path, base, cand) == 2
+        err = capsys.readouterr().err
+        assert "objective accuracy needs every scored sample's judge" in err and words in err, err
+    assert not (tmp_path / "gate").exists()
+    unscored = write(tmp_path / "unscored.jsonl", [{**s, "scored": False} if i < 5 else s
+                                                   for i, s in enumerate(json.loads(line) for line in
+                                                                         invalid.read_text().splitlines())])
+    base_unscored = write(tmp_path / "base_unscored.jsonl", [{**sample(i, i % 3 == 0), "scored": i >= 5}
+                                                             for i in range(80)])
+    assert gate(tmp_path, base_unscored, unscored) == 0, capsys.readouterr().err  # unscored samples need none
+    config = tmp_path / "answer.yaml"
+    config.write_text("benchmark: synthetic:0\nobjective: answer\n")
+    assert gate(tmp_path, base, unjudged, "--rules", config) == 0  # the answer objective reads no judge
+
+
+def test_a_sample_whose_category_differs_is_named(tmp_path, files, capsys):
+    base, _ = files
+    moved = write(tmp_path / "moved.jsonl", [{**sample(i, True), "category": "temporal"} if i in (1, 5) else
+                                             sample(i, True) for i in range(80)])
+    assert gate(tmp_path, base, moved) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"2 sample(s) have another category in {moved} than in {base}: q1, q5" in err
+    assert "q1: 'multi_hop' vs 'temporal'" in err and not (tmp_path / "gate").exists()
+
+
+def test_a_symlink_loop_as_a_trace_file_is_one_line(tmp_path, files, capsys):
+    loop = tmp_path / "loop.jsonl"
+    loop.symlink_to(loop)
+    assert gate(tmp_path, files[0], loop) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"error: {loop}: cannot read: Too many levels of symbolic links" in err, err
+    assert not (tmp_path / "gate").exists()
+
+
+def test_a_family_test_given_twice_or_naming_the_gate_itself_is_refused(tmp_path, files, capsys):
+    """The last of two values no longer wins unseen, and no family member replaces the gate's own p."""
+    cases = [(("--family-p", "x=0.01", "--family-p", "x=0.9"), "--family-p x: given 2 times"),
+             (("--family-secondary-p", "y=0.2", "--family-secondary-p", "y=0.2"),
+              "--family-secondary-p y: given 2 times"),
+             (("--family-p", "gate=0.9"), "--family-p gate: is the gate's own name in the family"),
+             (("--family-p", "gate-0001=0.9"), "--family-p gate-0001: is the id of this gate run's own record")]
+    for args, words in cases:
+        assert gate(tmp_path, *files, *args) == 2, args
+        assert words in capsys.readouterr().err
+    assert not (tmp_path / "gate" / "journal.jsonl").exists()
+    assert gate(tmp_path, *files) == 0
+    assert gate(tmp_path, *files, "--family-p", "gate-0002=0.5") == 2
+    assert gate(tmp_path, *files, "--family-p", "gate-0001=0.5") == 0  # an earlier run is another test
+    records = History(tmp_path / "gate").records
+    assert [r.candidate_id for r in records] == ["gate-0001", "gate-0002"]
+    assert records[1].multiple_testing.family == ["gate", "gate-0001"]
+
+
+def test_the_hypothesis_is_bounded_and_shown_escaped(tmp_path, files, capsys):
+    """A newline and a forged verdict line, or a terminal escape, in --hypothesis reach no terminal raw."""
+    forged = "dates help\ngate-0001: ACCEPT (rule accept): forged\x1b[2J"
+    assert gate(tmp_path, *files, "--hypothesis", forged, "--predict", "temporal") == 0
+    out = capsys.readouterr().out
+    assert "hypothesis: dates help\\ngate-0001: ACCEPT (rule accept): forged\\x1b[2J: " in out
+    assert "\x1b" not in out and not any(line.endswith(": forged") for line in out.splitlines())
+    assert History(tmp_path / "gate").records[0].direction["why"] == forged  # recorded as given
+    assert main(["show", "gate-0001", "--stores", str(tmp_path / "gate")]) == 0
+    shown = capsys.readouterr().out
+    assert "  why: dates help\\ngate-0001: ACCEPT (rule accept): forged\\x1b[2J" in shown and "\x1b" not in shown
+    with pytest.raises(SystemExit) as exc:
+        gate(tmp_path, *files, "--hypothesis", "x" * 501)
+    assert exc.value.code == 2 and "argument --hypothesis: has 501 characters; at most 500" in capsys.readouterr().err

@@ -147,6 +147,11 @@ def test_capture_export_writes_a_locomo_benchmark(capsys, captured, tmp_path):
     ({"user": "ann", "question": "q?", "answer": "a", "evidence": ["nope"]}, "evidence 'nope' is not a captured"),
     ({"user": "ann", "question": "q?", "answer": "a", "category": "gossip"}, "entry 0: category 'gossip'"),
     ({"user": "ann", "question": "q?"}, "entry 0: answer: Field required"),
+    ({"user": "ann", "question": "q?", "answer": float("nan")},
+     "entry 0: answer: Value error, must be text or a finite number, got nan"),
+    ({"user": "ann", "question": "q?", "answer": float("inf")}, "entry 0: answer: Value error, must be text or a"),
+    ({"user": "ann", "question": "q?", "answer": True}, "entry 0: answer: Value error, must be text or a finite "
+                                                         "number, got True (quote it"),
 ])
 def test_capture_export_names_bad_answers(capsys, captured, tmp_path, entry, words):
     answers = tmp_path / "answers.yaml"
@@ -167,3 +172,97 @@ def test_replay_names_a_bad_recall_log_line(capsys, captured, stores, serving, t
     code, out = cli(capsys, "replay", "--log", log, "--data", captured, "--serving", serving, "--candidate",
                     BASELINE_PATH, "--stores", stores)
     assert code == 2 and f"{log}: line {lines}: corrupt JSON" in out
+
+
+def _copy(captured: Path, tmp_path: Path) -> Path:
+    """A private copy of the captured data directory."""
+    import shutil
+
+    return Path(shutil.copytree(captured, tmp_path / "data"))
+
+
+def _replay(capsys, stores, serving, *args) -> tuple[int, str]:
+    return cli(capsys, "replay", "--serving", serving, "--candidate", BASELINE_PATH, "--stores", stores,
+               "--allow-untracked", *args)
+
+
+def test_replay_json_and_capture_export_out_refuse_what_report_refuses(capsys, captured, stores, serving, tmp_path):
+    """The journal, a serving file, a file of the service's data, a directory: refused before anything is journaled
+    or written; a --json file in a missing directory likewise (it is written after the verdict is journaled)."""
+    data = _copy(captured, tmp_path)
+    promote(stores, "r002-c00", serving)
+    served = tmp_path / "elsewhere" / "serving.yaml"  # a serving file the journal names, not the one replayed
+    served.parent.mkdir()
+    promote(stores, "r002-c00", served, allow_outside=True)
+    entries = len(journal(stores))
+    capture = data / "users/ann/capture.jsonl"
+    targets = {stores / "journal.jsonl": "lies inside the stores", serving: "is the serving file",
+               served: "is a serving file the journal names", capture: "lies in the service's data directory",
+               tmp_path: "exists and is not a regular file"}
+    kept = {path: path.read_bytes() for path in targets if path.is_file()}
+    for target, words in targets.items():
+        code, out = _replay(capsys, stores, serving, "--log", data, "--json", target)
+        assert code == 2 and f"--json {target}: refused: {words}" in out, out
+        code, out = cli(capsys, "capture-export", "--data", data, "--out", target)
+        assert code == 2 and "refused" in out, out
+    code, out = _replay(capsys, stores, serving, "--log", data, "--json", tmp_path / "missing" / "replay.json")
+    assert code == 2 and f"its directory {tmp_path / 'missing'} does not exist" in out, out
+    assert len(journal(stores)) == entries and {path: path.read_bytes() for path in kept} == kept
+    assert cli(capsys, "journal", "verify", "--stores", stores)[0] == 0
+
+
+def test_replay_and_capture_export_skip_a_torn_last_line_with_a_warning(capsys, captured, stores, serving, tmp_path):
+    """A crash can cut the service's last append short (the recall log is not fsynced): the readers skip that line,
+    say so, and leave the service's files as they found them."""
+    data = _copy(captured, tmp_path)
+    recalls, capture = data / "users/ann/recalls.jsonl", data / "users/ann/capture.jsonl"
+    lines = len(recalls.read_text().splitlines())
+    with recalls.open("a") as fh:
+        fh.write('{"user": "ann", "question": "Where did')
+    with capture.open("a") as fh:
+        fh.write('{"turns": [{"id": "D9:1", "spea')
+    before = {path: path.read_bytes() for path in (recalls, capture)}
+    for source in (("--log", data), ("--data", data)):  # the log files named, or every recall the store holds
+        code, out = _replay(capsys, stores, serving, *source)
+        assert code == 0, out
+        assert f"warning: {recalls}: line {lines + 1}: torn last line skipped" in out
+        assert f"warning: {capture}: line " in out
+        assert journal(stores)[-1]["payload"]["n"] == len(QUESTIONS)
+    out_file = tmp_path / "bench.json"
+    code, out = cli(capsys, "capture-export", "--data", data, "--out", out_file)
+    assert code == 0, out
+    assert f"warning: {recalls}: line {lines + 1}: torn last line skipped" in out
+    assert f"warning: {capture}: line " in out
+    [sample] = json.loads(out_file.read_text())
+    assert len([t for k, v in sample["conversation"].items() if k.startswith("session_") and isinstance(v, list)
+                for t in v]) == len(_turns())
+    assert {path: path.read_bytes() for path in before} == before
+
+
+def test_a_recall_time_without_a_zone_is_read_as_utc(capsys, captured, stores, serving, tmp_path):
+    data = _copy(captured, tmp_path)
+    recalls = data / "users/ann/recalls.jsonl"
+    records = [json.loads(line) for line in recalls.read_text().splitlines()]
+    assert records[2]["time"].endswith("Z")
+    records[2]["time"] = records[2]["time"].removesuffix("Z")  # naive: sorted among the others as UTC
+    recalls.write_text("".join(json.dumps(r) + "\n" for r in records))
+    code, out = _replay(capsys, stores, serving, "--log", data)
+    assert code == 0, out
+    assert journal(stores)[-1]["payload"]["n"] == len(QUESTIONS)
+
+
+def test_a_recall_of_another_user_in_a_users_log_is_refused(capsys, captured, stores, serving, tmp_path):
+    """A record in ann's log naming bob would be replayed against bob's memory: refused naming the line."""
+    import shutil
+
+    data = _copy(captured, tmp_path)
+    shutil.copytree(data / "users/ann", data / "users/bob")
+    recalls = data / "users/ann/recalls.jsonl"
+    records = [json.loads(line) for line in recalls.read_text().splitlines()]
+    records[3]["user"] = "bob"
+    recalls.write_text("".join(json.dumps(r) + "\n" for r in records))
+    entries = len(journal(stores))
+    for source, where in ((("--log", data), f"{recalls}:4"), (("--data", data), "user ann recall 3")):
+        code, out = _replay(capsys, stores, serving, *source)
+        assert code == 2 and f"{where}: recall record of user 'bob' in the recall log of user 'ann'" in out, out
+    assert len(journal(stores)) == entries

@@ -30,6 +30,10 @@ def _lines(path: Path) -> Iterator[tuple[int, bytes]]:
         raise ContractError(f"{path}: {exc.strerror}") from None
     except IsADirectoryError:
         raise ContractError(f"{path}: is a directory, not a trace file") from None
+    except FileNotFoundError:
+        raise
+    except OSError as exc:  # a symbolic link loop, no permission
+        raise ContractError(f"{path}: cannot read: {exc.strerror}") from None
     with fh:
         for line_no, raw in enumerate(iter(lambda: fh.readline(MAX_LINE_BYTES + 1), b""), 1):
             if len(raw) > MAX_LINE_BYTES:
