@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evolve.cli.argtypes import positive_int
 from evolve.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -88,7 +89,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     config = ServeConfig(Path(args.data or "."), Path(args.serving), Path(args.stores) if args.stores else None,
                          args.host, args.port, args.shadow, canary, args.allow_untracked, args.idle,
-                         args.reload_interval, args.store, roles)
+                         args.reload_interval, args.store, roles, args.max_users)
     try:
         run(config, reload_now)
     except ServingRefused as exc:
@@ -125,6 +126,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--idle", type=seconds(*IDLE_SECONDS), default=600.0, metavar="SECONDS",
                    help="close (and organise) a user's open session after this long without a capture, 1 s to 30 "
                         "days (default: %(default)s)")
+    p.add_argument("--max-users", type=positive_int, metavar="N",
+                   help="keep at most N users' memory loaded; the least recently used idle ones are unloaded and "
+                        "loaded again from the store when they return (default: no bound)")
     p.add_argument("--reload-interval", type=seconds(*RELOAD_SECONDS), default=1.0, metavar="SECONDS",
                    help="how often the serving file is checked for a promote or rollback, 0.05 s to 1 h; SIGHUP "
                         "checks at once (default: %(default)s)")

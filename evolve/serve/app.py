@@ -311,7 +311,8 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict:
         return {"ok": True, "strategy": slot.current.strategy_hash, "users": len(memory.loaded()),
-                "organisation_pending": memory.pending(), "quarantined": dict(memory.quarantined)}
+                "max_users": memory.max_users, "organisation_pending": memory.pending(),
+                "quarantined": dict(memory.quarantined)}
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], summary="Prometheus text format")
     def prometheus() -> PlainTextResponse:
@@ -323,6 +324,7 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                   ("strategy_reloads", "Serving-file reloads since start.", {}, slot.reloads),
                   ("strategy_refusals", "Serving-file versions refused since start.", {}, slot.refusals),
                   ("users_loaded", "Users whose memory is loaded.", {}, len(memory.loaded())),
+                  ("users_evicted", "Users' memories unloaded for --max-users since start.", {}, memory.evictions),
                   ("organisation_pending", "Closed sessions waiting for organisation.", {}, memory.pending()),
                   ("organisation_steps", "Organisation steps completed since start.", {}, memory.organised_steps),
                   ("memory_builds_after_capture", "Users' memories built in the background after their captures "

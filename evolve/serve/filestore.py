@@ -90,6 +90,9 @@ class FileBackend:
     def users(self) -> list[str]:
         return sorted(p.name for p in (self.root / "users").iterdir() if p.is_dir() and valid_user(p.name))
 
+    def exists(self, user: str) -> bool:
+        return self._dir(user).is_dir()
+
     # ---------------------------------------------------------------- capture log
 
     def append(self, user: str, event: dict) -> None:

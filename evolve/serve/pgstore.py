@@ -111,6 +111,10 @@ class PostgresBackend:
     def users(self) -> list[str]:
         return self._run(lambda c: [r[0] for r in c.execute("SELECT user_id FROM mem_users ORDER BY 1")])
 
+    def exists(self, user: str) -> bool:
+        return self._run(lambda c: c.execute("SELECT 1 FROM mem_users WHERE user_id = %s",
+                                             (self._check(user),)).fetchone() is not None)
+
     # ---------------------------------------------------------------- capture log
 
     def append(self, user: str, event: dict) -> int:

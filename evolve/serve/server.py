@@ -39,6 +39,7 @@ class ServeConfig:
     reload_seconds: float = 1.0
     store: str | None = None  # a postgresql:// URL: the shared store instead of the files under ``data``
     roles: RolesConfig | None = None  # model endpoints of the runtime roles (extractor, expander, answerer)
+    max_users: int | None = None  # users whose memory stays loaded (least recently used unloaded beyond it)
 
 
 def parse_canary(text: str) -> tuple[str, float]:
@@ -108,7 +109,8 @@ class Service:
         self.slot = StrategySlot(config.stores, config.serving, runtime_parts(config.roles, self.usage),
                                  allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
-        self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current)
+        self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current,
+                                    config.max_users)
         self.users = self.memory.recover()
         self.app = create_app(self.slot, self.memory, self.usage)
         self._stop = threading.Event()
