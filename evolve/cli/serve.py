@@ -109,7 +109,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                       "(default: %(default)s)")
     p.add_argument("--data", help="directory holding every user's memory (created if missing)")
     p.add_argument("--store", metavar="POSTGRES_URL",
-                   help="keep every user's memory in PostgreSQL (with pgvector) instead, shared by every replica "
+                   help="keep every user's memory in PostgreSQL instead, shared by every replica "
                         "started with the same URL, e.g. postgresql://user@host/db")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
     p.add_argument("--port", type=port_number, default=8420,
