@@ -68,20 +68,34 @@ class FileRefused(EvolveError, OSError):
         return str(self.strerror)
 
 
-def open_regular(path: str | Path):
-    """``path`` opened for binary reading once it is known to be a regular file (a FIFO is opened without blocking
-    and refused, so nothing hangs); :class:`FileRefused` otherwise, ``FileNotFoundError`` if it does not exist."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def _open_regular_fd(path: str | Path, flags: int, mode: int = 0o666) -> int:
+    """A descriptor of ``path`` opened with ``flags`` once it is known to be a regular file (a FIFO is opened
+    without blocking and refused, so nothing hangs); :class:`FileRefused` otherwise."""
     try:
-        mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
-            raise FileRefused(errno.EINVAL, f"is {kind}, not a regular file")
+        fd = os.open(path, flags | os.O_NONBLOCK | os.O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ENXIO:  # a FIFO opened for writing with no reader, or a socket
+            _refuse_irregular(os.stat(path).st_mode)
+        raise
+    try:
+        _refuse_irregular(os.fstat(fd).st_mode)
         os.set_blocking(fd, True)
-        return os.fdopen(fd, "rb")
+        return fd
     except BaseException:
         os.close(fd)
         raise
+
+
+def _refuse_irregular(mode: int) -> None:
+    if not stat.S_ISREG(mode):
+        name = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+        raise FileRefused(errno.EINVAL, f"is {name}, not a regular file")
+
+
+def open_regular(path: str | Path):
+    """``path`` opened for binary reading once it is known to be a regular file (a FIFO is opened without blocking
+    and refused, so nothing hangs); :class:`FileRefused` otherwise, ``FileNotFoundError`` if it does not exist."""
+    return os.fdopen(_open_regular_fd(path, os.O_RDONLY), "rb")
 
 
 def read_bounded(path: str | Path, limit: int) -> bytes:
@@ -99,17 +113,22 @@ def read_bounded(path: str | Path, limit: int) -> bytes:
 class StoreError(UserError, RuntimeError):
     """A persistent store could not be read or written; names the file and the cause."""
 
-    def __init__(self, path: str | Path, cause: str):
-        self.path, self.cause = str(path), cause
+    def __init__(self, path: str | Path, cause: str, errno: int | None = None):
+        self.path, self.cause, self.errno = str(path), cause, errno
         super().__init__(f"{path}: {cause}")
+
+    @property
+    def out_of_space(self) -> bool:
+        """Whether the write failed for want of space (disk full or quota exceeded)."""
+        return self.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def os_error(path: str | Path, exc: OSError, action: str) -> StoreError:
-    """A :class:`StoreError` that says in words why ``action`` on ``path`` failed."""
+    """A :class:`StoreError` that says in words why ``action`` on ``path`` failed (``errno`` kept)."""
     if isinstance(exc, FileRefused):
-        return StoreError(path, f"cannot {action}: {exc}")
+        return StoreError(path, f"cannot {action}: {exc}", exc.errno)
     cause = _CAUSES.get(exc.errno or 0, exc.strerror or str(exc))
-    return StoreError(path, f"cannot {action}: {cause} (errno {exc.errno}: {exc.strerror})")
+    return StoreError(path, f"cannot {action}: {cause} (errno {exc.errno}: {exc.strerror})", exc.errno)
 
 
 def now_iso() -> str:
@@ -240,29 +259,54 @@ def read_json(path: str | Path, default: Any = _MISSING) -> Any:
 # ---------------------------------------------------------------- append-only JSONL
 
 
-def append_lines(path: Path, lines: list[str], sync: bool = True) -> None:
-    """Append complete lines (each without its newline) in a single write; ``sync``: durably (fsynced), else they
-    survive the process's crash but not the machine's."""
+def append_lines(path: Path, lines: list[str], sync: bool = True, repair: bool = False) -> None:
+    """Append complete lines (each without its newline); ``sync``: durably (fsynced), else they survive the
+    process's crash but not the machine's. A failed write or fsync (a full disk) truncates the file back to its
+    length before, so a refused append leaves it as it was. ``repair``: first drop an unterminated last line a crash
+    left mid-append (never acknowledged), so the new lines never join it. :class:`StoreError` saying why."""
     if not lines:
         return
+    data = memoryview("".join(line + "\n" for line in lines).encode("utf-8"))
+    if repair:
+        repair_torn_tail(path)
     created = not path.exists()
-    data = "".join(line + "\n" for line in lines).encode("utf-8")
     try:
-        with open(path, "ab") as fh:
-            fh.write(data)
-            fh.flush()
-            if sync:
-                os.fsync(fh.fileno())
-        if created and sync:
-            fsync_dir(path.parent)
+        fd = _open_regular_fd(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
     except OSError as exc:
         raise os_error(path, exc, "append to") from None
+    size = os.fstat(fd).st_size
+    try:
+        while data:
+            data = data[os.write(fd, data):]
+        if sync:
+            os.fsync(fd)
+    except OSError as exc:
+        _truncate_back(path, fd, size, sync)
+        raise os_error(path, exc, "append to") from None
+    finally:
+        os.close(fd)
+    if created and sync:
+        try:
+            fsync_dir(path.parent)
+        except OSError as exc:
+            raise os_error(path.parent, exc, "sync directory") from None
+
+
+def _truncate_back(path: Path, fd: int, size: int, sync: bool) -> None:
+    """Undo a partial append: ``fd`` back to ``size`` bytes (if even that fails, the torn tail it leaves is dropped
+    by the next repairing append or read, and the lines were never acknowledged)."""
+    try:
+        os.ftruncate(fd, size)
+        if sync:
+            os.fsync(fd)
+    except OSError as exc:
+        log.error("%s: could not truncate a failed append back to %d bytes: %s", path, size, exc)
 
 
 def is_torn(path: Path) -> bool:
     """Whether ``path`` ends in an unterminated line (read-only: a file that cannot be written is no obstacle)."""
     try:
-        with open(path, "rb") as fh:
+        with open_regular(path) as fh:
             if fh.seek(0, os.SEEK_END) == 0:
                 return False
             fh.seek(-1, os.SEEK_END)

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.cli import interrupt
+from evolve.cli.argtypes import positive_int
 from evolve.cli.defaults import CONFIG_HELP, config_path, stores_dir
 from evolve.data import BASELINE_PATH
 from evolve.errors import UserError
@@ -267,17 +268,6 @@ def cmd_local_llm(args: argparse.Namespace) -> int:
     hint = f" (killed by a signal: if it crashed computing, {REBUILD_HINT})" if code < 0 else ""
     print(f"error: llama.cpp server exited with code {code}{hint}:\n{tail}", file=sys.stderr)
     return 1
-
-
-def positive_int(text: str) -> int:
-    """An argparse type: an integer >= 1."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
-    return value
 
 
 def threshold(text: str) -> float:

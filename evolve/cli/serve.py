@@ -2,9 +2,12 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from evolve.cli.argtypes import positive_int
 from evolve.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,7 +30,42 @@ def served_roles(path: str) -> "RolesConfig":
     return RolesConfig.from_sources(data["roles"], source=path)
 
 
+#: Bounds of the service's periods (seconds): the serving-file check (a shorter one spins a core for nothing) and
+#: the idle time that closes a session.
+RELOAD_SECONDS = (0.05, 3_600.0)
+IDLE_SECONDS = (1.0, 30 * 86_400.0)
+
+
+def seconds(low: float, high: float):
+    """An argparse type: a number of seconds in ``[low, high]`` (``nan`` and infinities refused)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{text} is not in [{low:g}, {high:g}] seconds")
+        return value
+
+    return parse
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (any free port) to 65535."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= value <= 65_535:
+        raise argparse.ArgumentTypeError(f"{value} is not a port in 0..65535 (0: any free port)")
+    return value
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
+    reload_now = threading.Event()
+    if threading.current_thread() is threading.main_thread():  # before the model loads: a SIGHUP then is a reload
+        signal.signal(signal.SIGHUP, lambda *_: reload_now.set())
     try:
         from evolve.serve.server import ServeConfig, parse_canary, run
     except ImportError as exc:
@@ -51,9 +89,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     config = ServeConfig(Path(args.data or "."), Path(args.serving), Path(args.stores) if args.stores else None,
                          args.host, args.port, args.shadow, canary, args.allow_untracked, args.idle,
-                         args.reload_interval, args.store, roles)
+                         args.reload_interval, args.store, roles, args.max_users)
     try:
-        run(config)
+        run(config, reload_now)
     except ServingRefused as exc:
         print(f"refused: {exc}")
         return 1
@@ -71,10 +109,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                       "(default: %(default)s)")
     p.add_argument("--data", help="directory holding every user's memory (created if missing)")
     p.add_argument("--store", metavar="POSTGRES_URL",
-                   help="keep every user's memory in PostgreSQL (with pgvector) instead, shared by every replica "
+                   help="keep every user's memory in PostgreSQL instead, shared by every replica "
                         "started with the same URL, e.g. postgresql://user@host/db")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default: %(default)s)")
-    p.add_argument("--port", type=int, default=8420, help="port (default: %(default)s)")
+    p.add_argument("--port", type=port_number, default=8420,
+                   help="port, 0 for any free one (the one bound is printed) (default: %(default)s)")
     p.add_argument("--shadow", metavar="CANDIDATE_ID",
                    help="also compute this candidate's context for every recall, off the response path, and log it")
     p.add_argument("--canary", metavar="CANDIDATE_ID:FRACTION",
@@ -84,10 +123,13 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "config's roles: mapping (default: the embedded deterministic roles)")
     p.add_argument("--allow-untracked", action="store_true",
                    help="also serve a file no journal tracks (drifted or unverified files are refused regardless)")
-    p.add_argument("--idle", type=float, default=600.0, metavar="SECONDS",
-                   help="close (and organise) a user's open session after this long without a capture "
-                        "(default: %(default)s)")
-    p.add_argument("--reload-interval", type=float, default=1.0, metavar="SECONDS",
-                   help="how often the serving file is checked for a promote or rollback; SIGHUP checks at once "
-                        "(default: %(default)s)")
+    p.add_argument("--idle", type=seconds(*IDLE_SECONDS), default=600.0, metavar="SECONDS",
+                   help="close (and organise) a user's open session after this long without a capture, 1 s to 30 "
+                        "days (default: %(default)s)")
+    p.add_argument("--max-users", type=positive_int, metavar="N",
+                   help="keep at most N users' memory loaded; the least recently used idle ones are unloaded and "
+                        "loaded again from the store when they return (default: no bound)")
+    p.add_argument("--reload-interval", type=seconds(*RELOAD_SECONDS), default=1.0, metavar="SECONDS",
+                   help="how often the serving file is checked for a promote or rollback, 0.05 s to 1 h; SIGHUP "
+                        "checks at once (default: %(default)s)")
     p.set_defaults(func=cmd_serve)

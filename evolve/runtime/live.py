@@ -141,6 +141,11 @@ class LiveConversation:
                     self._built[key] = (version, store)
             return store
 
+    def building(self) -> bool:
+        """Whether a store is being built now (under any key)."""
+        with self._lock:
+            return any(lock.locked() for lock in self._building.values())
+
     def forget(self, keep: set[str]) -> None:
         """Drop the stores and memos of ingestion policies not in ``keep`` (a strategy no longer served)."""
         with self._lock:

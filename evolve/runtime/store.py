@@ -86,15 +86,13 @@ class MemoryStore:
         for item in self.items:
             for tid in item.source_ids:
                 self._by_source.setdefault(tid, []).append(item.id)
-        self._bm25: bm25s.BM25 | None = None
         #: Each BM25 index's term postings, by analyser (:func:`term_spans`).
         self._spans: dict[Analyzer, dict[str, tuple[int, int]]] = {}
-        if self.items:
-            self._bm25 = bm25s.BM25()
-            self._bm25.index(indexed, show_progress=False)
+        self._bm25: bm25s.BM25 | None = _bm25(indexed)
+        if self._bm25 is not None:
             self._spans[DEFAULT] = term_spans(self._bm25)
         #: BM25 indexes of other lexical analysers, built when a strategy first asks for one (:meth:`bm25_index`).
-        self._analysed: dict[Analyzer, bm25s.BM25] = {}
+        self._analysed: dict[Analyzer, bm25s.BM25 | None] = {}
 
     def __len__(self) -> int:
         return len(self.items)
@@ -112,15 +110,14 @@ class MemoryStore:
         return [item for item in self.items if item.layer in wanted]
 
     def bm25_index(self, analyzer: Analyzer = DEFAULT) -> bm25s.BM25 | None:
-        """The BM25 index of the items' texts as ``analyzer`` reads them (``None`` for an empty store)."""
-        if self._bm25 is None or analyzer.is_default:
+        """The BM25 index of the items' texts as ``analyzer`` reads them (``None`` when they hold no term)."""
+        if analyzer.is_default:
             return self._bm25
         built = self._analysed
         if analyzer not in built:
-            index = bm25s.BM25()
-            index.index([analyzer.terms(item.index_text) for item in self.items], show_progress=False)
-            built[analyzer] = index
-            self._spans[analyzer] = term_spans(index)
+            built[analyzer] = index = _bm25([analyzer.terms(item.index_text) for item in self.items])
+            if index is not None:
+                self._spans[analyzer] = term_spans(index)
         return built[analyzer]
 
     def bm25_scores(self, query_tokens: Sequence[str], analyzer: Analyzer = DEFAULT) -> np.ndarray:
@@ -160,6 +157,16 @@ class MemoryStore:
         lo, hi = max(0, at - width), min(len(self.turn_order), at + after + 1)
         out = [self.turns[self.turn_order[i]] for i in range(lo, hi) if i != at]
         return [t for t in out if t.session_id == session]
+
+
+def _bm25(tokens: list[list[str]]) -> bm25s.BM25 | None:
+    """The BM25 index of tokenised texts; ``None`` when no text holds a term (an empty store, or texts such as "ok"
+    or "?!" only: bm25s cannot index an empty vocabulary)."""
+    if not any(tokens):
+        return None
+    index = bm25s.BM25()
+    index.index(tokens, show_progress=False)
+    return index
 
 
 def term_spans(index: bm25s.BM25) -> dict[str, tuple[int, int]]:

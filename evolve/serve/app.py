@@ -2,6 +2,7 @@
 verified serving strategy. Every error is a JSON ``{"error": {"status", "message"}}`` with a 4xx/5xx status."""
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from datetime import datetime
@@ -14,16 +15,18 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
 from evolve.errors import EvolveError
-from evolve.files import now_iso
+from evolve.files import StoreError, now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.roles import RoleError
 from evolve.runtime.text import count_tokens
 from evolve.runtime.usage import UsageStats
 from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
 from evolve.serve.batching import BatchingEmbedder
-from evolve.serve.memory import MemoryService, UnknownUser, parse_time
+from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
 from evolve.serve.strategy import StrategySlot
+
+log = logging.getLogger(__name__)
 
 #: Largest request body accepted (bytes), longest turn text, most turns per capture, longest question.
 MAX_BODY_BYTES = 1 * 2**20
@@ -192,15 +195,28 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
         return _error(422, f"{where}: {first.get('msg')}")
 
     @app.exception_handler(UnknownUser)
-    async def unknown(_: Request, exc: UnknownUser):
+    def unknown(_: Request, exc: UnknownUser):
         user = exc.args[0]
-        stone = memory.backend.tombstone(user)
-        note = f" (erased at {stone['erased_at']})" if stone else ""
+        try:
+            stone = memory.backend.tombstone(user)
+            note = f" (erased at {stone['erased_at']})" if isinstance(stone, dict) and "erased_at" in stone else ""
+        except (StoreError, StoreUnavailable) as error:  # an unreadable tombstone changes no answer
+            note = f" (its tombstone is unreadable: {error})"
         return _error(404, f"unknown user {user!r}: no memory is held{note}")
 
     @app.exception_handler(StoreUnavailable)
     async def unavailable(_: Request, exc: StoreUnavailable):
         return _error(503, f"{exc}; retry later (nothing was stored by this request)")
+
+    @app.exception_handler(StoreError)
+    async def store_failed(_: Request, exc: StoreError):
+        """A store write refused (507 for a full disk, else 503): the request changed nothing; reads go on."""
+        return _error(507 if exc.out_of_space else 503, f"{exc}; nothing was changed by this request, retry once "
+                                                        "the store can be written")
+
+    @app.exception_handler(Quarantined)
+    async def quarantined(_: Request, exc: Quarantined):
+        return _error(503, f"{exc}; the other users are served (repair or erase this user's memory, then restart)")
 
     @app.exception_handler(RoleError)
     async def role_failed(_: Request, exc: RoleError):
@@ -217,10 +233,19 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
             raise _Problem(422, str(exc)) from None
 
     def _shadow_and_log(user: str, body: RecallIn, record: dict) -> None:
+        """After the reply: the shadow's context (if any) and the recall-log line; a user erased meanwhile gets
+        neither, and nothing here fails the connection."""
         shadow = slot.shadow
         if shadow is not None:
             started = time.perf_counter()
-            result = shadow.runtime.ask(memory.store(user, shadow), body.question, _asked(body), answer=False)
+            try:
+                result = shadow.runtime.ask(memory.store(user, shadow), body.question, _asked(body), answer=False)
+            except (UnknownUser, Quarantined):  # erased (or quarantined) since the reply
+                return
+            except Exception:  # noqa: BLE001 - after the reply: logged, the served record still logged
+                log.exception("shadow recall of user %s failed", user)
+                memory.log_recall(user, record)
+                return
             packed = _packed(result)
             mine, theirs = {p["id"] for p in record["packed"]}, {p["id"] for p in packed}
             record["shadow"] = {"strategy": shadow.strategy_hash, "source": shadow.source,
@@ -229,10 +254,7 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                                 "overlap": len(mine & theirs) / max(1, len(mine | theirs)),
                                 "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
             metrics.count("shadow_recalls")
-        try:
-            memory.backend.log_recall(user, record)
-        except (UnknownUser, OSError, ValueError):  # erased between the reply and the log line
-            pass
+        memory.log_recall(user, record)
 
     def _recall(user: str, body: RecallIn, tasks: BackgroundTasks, answer: bool) -> dict:
         started = time.perf_counter()
@@ -289,7 +311,8 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict:
         return {"ok": True, "strategy": slot.current.strategy_hash, "users": len(memory.loaded()),
-                "organisation_pending": memory.pending()}
+                "max_users": memory.max_users, "organisation_pending": memory.pending(),
+                "quarantined": dict(memory.quarantined)}
 
     @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], summary="Prometheus text format")
     def prometheus() -> PlainTextResponse:
@@ -301,12 +324,17 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                   ("strategy_reloads", "Serving-file reloads since start.", {}, slot.reloads),
                   ("strategy_refusals", "Serving-file versions refused since start.", {}, slot.refusals),
                   ("users_loaded", "Users whose memory is loaded.", {}, len(memory.loaded())),
+                  ("users_evicted", "Users' memories unloaded for --max-users since start.", {}, memory.evictions),
                   ("organisation_pending", "Closed sessions waiting for organisation.", {}, memory.pending()),
                   ("organisation_steps", "Organisation steps completed since start.", {}, memory.organised_steps),
                   ("memory_builds_after_capture", "Users' memories built in the background after their captures "
                    "paused, since start.", {}, memory.warmed),
                   ("organisation_failures", "Organisation steps that failed since start.", {},
-                   memory.organise_failures)]
+                   memory.organise_failures),
+                  ("users_quarantined", "Users whose stored memory cannot be read (503 for them).", {},
+                   len(memory.quarantined)),
+                  ("recall_log_failures", "Recall-log lines that could not be appended since start.", {},
+                   memory.recall_log_failures)]
         embedder = current.runtime.embedder
         if isinstance(embedder, BatchingEmbedder):
             gauges += [("embed_passes", "Forward passes that encoded queued texts (questions) since start.", {},

@@ -34,6 +34,10 @@ class Backend(Protocol):
         """Every user with memory."""
         ...
 
+    def exists(self, user: str) -> bool:
+        """Whether memory is stored for ``user``."""
+        ...
+
     def append(self, user: str, event: dict) -> None:
         """Append one capture-log event (``{"turns": [...]}`` or ``{"close": session}``), durable on return."""
         ...

@@ -30,7 +30,7 @@ import yaml
 from evolve.benchmarks.types import Turn
 from evolve.canonical import canonical_json, sha256_hex
 from evolve.files import (StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir,
-                          iter_jsonl, now_iso, read_json, remove_stale_temps, repair_torn_tail)
+                          iter_jsonl, now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail)
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.serve.backend import valid_user
 
@@ -90,16 +90,27 @@ class FileBackend:
     def users(self) -> list[str]:
         return sorted(p.name for p in (self.root / "users").iterdir() if p.is_dir() and valid_user(p.name))
 
+    def exists(self, user: str) -> bool:
+        return self._dir(user).is_dir()
+
     # ---------------------------------------------------------------- capture log
 
     def append(self, user: str, event: dict) -> None:
+        """Append one event durably (a torn tail left by a crash is dropped first); a failed append (a full or
+        read-only disk) leaves the log as it was, and a new user's folder is removed again."""
         folder = self._dir(user)
-        if not folder.is_dir():
-            ensure_dir(folder)
-            self._git(folder, "init", "-q")
-            atomic_write_text(folder / ".gitignore", _IGNORED)
-        crash_point("serve.capture.before_log")
-        append_lines(folder / "capture.jsonl", [canonical_json({**event, "at": now_iso()})])
+        created = not folder.is_dir()
+        try:
+            if created:
+                ensure_dir(folder)
+                self._git(folder, "init", "-q")
+                atomic_write_text(folder / ".gitignore", _IGNORED)
+            crash_point("serve.capture.before_log")
+            append_lines(folder / "capture.jsonl", [canonical_json({**event, "at": now_iso()})], repair=True)
+        except StoreError:
+            if created:
+                shutil.rmtree(folder, ignore_errors=True)
+            raise
         crash_point("serve.capture.after_log")
 
     def events(self, user: str) -> list[dict]:
@@ -162,12 +173,12 @@ class FileBackend:
 
     def log_recall(self, user: str, record: dict) -> None:
         """One line, one write, not fsynced (telemetry, not state): a killed service loses no line, a machine crash
-        may lose the last seconds' lines."""
+        may lose the last seconds' lines or tear the last one, which the next append drops."""
         folder = self._dir(user)
         log = folder / "recalls.jsonl"
-        if log.exists() and log.stat().st_size >= self.recall_log_bytes:
+        append_lines(log, [canonical_json(record)], sync=False, repair=True)
+        if log.stat().st_size >= self.recall_log_bytes:  # rotated after a complete line: never a torn one
             os.replace(log, folder / "recalls.1.jsonl")
-        append_lines(log, [canonical_json(record)], sync=False)
 
     def recalls(self, user: str) -> list[dict]:
         folder = self._dir(user)
@@ -180,15 +191,27 @@ class FileBackend:
         return hashlib.sha256(user.encode("utf-8")).hexdigest()
 
     def erase(self, user: str) -> dict:
+        """Rename the folder out of ``users/``, write the tombstone, delete the folder. A failure before the
+        tombstone is written (a read-only or full disk) puts the folder back: nothing is erased."""
         folder = self._dir(user)
-        turns = sum(len(e.get("turns", ())) for e in self.events(user)) if folder.is_dir() else 0
+        try:  # a corrupt log (a quarantined user) is erased all the same, its turns uncounted
+            turns = sum(len(e.get("turns", ())) for e in self.events(user)) if folder.is_dir() else 0
+        except StoreError:
+            turns = None
         tombstone = {"user_sha256": self._user_key(user), "erased_at": now_iso(), "turns_erased": turns}
         if folder.is_dir():
             parked = self.root / "trash" / uuid.uuid4().hex
-            os.replace(folder, parked)
-            atomic_write_json(self.root / "tombstones" / f"{tombstone['user_sha256']}.json", tombstone)
+            try:
+                os.replace(folder, parked)
+            except OSError as exc:
+                raise os_error(folder, exc, "erase (move out of users/)") from None
+            try:
+                atomic_write_json(self.root / "tombstones" / f"{tombstone['user_sha256']}.json", tombstone)
+            except StoreError:
+                os.replace(parked, folder)
+                raise
             crash_point("serve.erase.before_delete")
-            shutil.rmtree(parked)
+            shutil.rmtree(parked, ignore_errors=True)  # what is left is removed at the next start
         return tombstone
 
     def tombstone(self, user: str) -> dict | None:

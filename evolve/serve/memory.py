@@ -1,23 +1,31 @@
 """Per-user served memory: capture into the durable log, incremental derived stores (built again off the request
 path once a user's captures pause), organisation off the request path (a closed session's records and Git commit),
-erasure; one lock per user serialises its writers."""
+erasure; one lock per user serialises its writers. A user whose stored memory cannot be read is quarantined (503 for
+that user, the others served)."""
 from __future__ import annotations
 
 import logging
 import queue
 import threading
 import time
+from contextlib import nullcontext
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
+from pathlib import Path
 from typing import Callable
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolve.errors import EvolveError
 from evolve.benchmarks.locomo import parse_locomo_date
 from evolve.benchmarks.types import Turn
+from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
-from evolve.serve.backend import Backend
+from evolve.serve.backend import Backend, StoreUnavailable
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -27,71 +35,181 @@ log = logging.getLogger(__name__)
 WARM_QUIET_S = 0.1
 
 
+def _naive(moment: datetime) -> datetime:
+    """A zoned moment in UTC without its zone, so every time of a user compares (naive ones are taken as given)."""
+    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo is not None else moment
+
+
 def parse_time(text: str, where: str) -> datetime:
-    """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment; :class:`CaptureError` naming ``where``."""
+    """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment, a zoned one as naive UTC;
+    :class:`CaptureError` naming ``where``."""
     try:
-        return datetime.fromisoformat(text)
+        return _naive(datetime.fromisoformat(text))
     except ValueError:
         pass
     try:
-        return parse_locomo_date(text)
+        return _naive(parse_locomo_date(text))
     except ValueError:
         raise CaptureError(f"{where}: unparseable time {text!r} (ISO 8601 or e.g. '1:56 pm on 8 May, 2023')") from None
 
 
+class TurnRecord(BaseModel):
+    """A captured turn as the capture log keeps it."""
+
+    model_config = ConfigDict(extra="ignore")
+    id: str
+    speaker: str
+    text: str
+    session: str
+    time: str | None = None
+
+
 def turn_record(raw: dict, where: str) -> dict:
     """A request's turn as the capture log keeps it: the image caption folded into the text (as the LoCoMo adapter
-    folds it), the time in ISO form."""
+    folds it), the time in ISO form (naive UTC for a zoned one)."""
     caption = (raw.get("image_caption") or "").strip()
     text = f"{raw['text']} [shares a photo of {caption}]" if caption else raw["text"]
     when = parse_time(raw["time"], f"{where}.time").isoformat() if raw.get("time") else None
-    return {"id": raw["id"], "speaker": raw["speaker"], "text": text, "session": raw["session"], "time": when}
+    return TurnRecord(id=raw["id"], speaker=raw["speaker"], text=text, session=raw["session"],
+                      time=when).model_dump()
 
 
 def _turn(record: dict) -> Turn:
-    when = datetime.fromisoformat(record["time"]) if record.get("time") else None
-    return Turn(record["id"], record["speaker"], record["text"], record["session"], when)
+    """The turn a capture-log record holds; ``ValueError`` (a pydantic ``ValidationError``) naming a missing or
+    mistyped field or an unparseable time."""
+    turn = TurnRecord.model_validate(record)
+    when = _naive(datetime.fromisoformat(turn.time)) if turn.time else None
+    return Turn(turn.id, turn.speaker, turn.text, turn.session, when)
 
 
 class UnknownUser(EvolveError, LookupError):
     """No memory is held for the user (never captured, or erased)."""
 
 
-@dataclass
+class Quarantined(EvolveError):
+    """The user's stored memory cannot be read (a corrupt, damaged or foreign file); the service answers 503 for
+    this user until the file is repaired and the service restarted, and serves the others."""
+
+    def __init__(self, user: str, reason: str):
+        super().__init__(f"user {user!r} is quarantined: {reason}")
+        self.user, self.reason = user, reason
+
+
+#: What loading one user's stored memory can fail with (a corrupt line, a missing field, an inconsistent log).
+LOAD_ERRORS = (StoreError, ValueError, OSError)
+
+
+@dataclass(eq=False)
+class _Tenant:
+    """What outlives a user's loaded memory in this process: the erasure lock, held by the erasure and by the writes
+    that run outside the user's lock (embedding shards, recall-log lines), a leaf lock; and the number of erasures,
+    so a memory loaded before one never writes after it (even once the user has captured again)."""
+
+    erasing: threading.Lock = field(default_factory=threading.Lock)
+    erasures: int = 0
+
+
+class _UserEmbeddings(EmbeddingCache):
+    """A user's embedding cache: a shard is written only while the memory it belongs to is not erased (checked under
+    the tenant's erasure lock), so a build that ran across an erasure never re-creates the user's folder; a shard
+    that cannot be written (a full or read-only disk) is logged, the vectors kept in memory."""
+
+    def __init__(self, directory: Path | None, user: "_User"):
+        super().__init__(directory)
+        self.user = user
+
+    def _write_shard(self, keys: list[str], vectors: np.ndarray) -> None:
+        with self.user.tenant.erasing:
+            if self.user.erased:
+                return
+            try:
+                super()._write_shard(keys, vectors)
+            except StoreError as exc:
+                log.warning("embedding shard not persisted (kept in memory): %s", exc)
+
+
+@dataclass(eq=False)
 class _User:
     live: LiveConversation
-    embeddings: EmbeddingCache
+    directory: Path | None  # where the embedding cache persists
+    tenant: _Tenant
     lock: threading.RLock = field(default_factory=threading.RLock)
+    #: Set (under ``lock``) once this is no longer the user's loaded memory (erased or evicted): a writer that
+    #: waited for ``lock`` looks the user up again.
+    gone: bool = False
     last_capture: float = field(default_factory=time.monotonic)
     capturing: int = 0  # capture requests in progress (some may wait for the lock behind organisation)
     seen: int = 0  # capture-log events applied (with a shared store other replicas append too)
+
+    def __post_init__(self) -> None:
+        self.erasures = self.tenant.erasures
+        self.embeddings = _UserEmbeddings(self.directory, self)
+
+    @property
+    def erased(self) -> bool:
+        return self.erasures != self.tenant.erasures
+
+    def idle(self) -> bool:
+        """Nothing in progress on this memory (no capture, no build); a capture may still be on its way."""
+        return not self.capturing and not self.live.building()
+
+
+def _reason(exc: Exception) -> str:
+    """A load failure in one line, without the stored text (a pydantic error names the field, not its value)."""
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        return f"turn field {'.'.join(map(str, first['loc'])) or '?'}: {first['msg']}"
+    return str(exc)
 
 
 class MemoryService:
     """Every user's memory over one :class:`Backend`; ``current`` gives the strategy organisation runs under."""
 
-    def __init__(self, backend: Backend, current: Callable[[], Loaded]):
-        self.backend, self.current = backend, current
-        self._users: dict[str, _User] = {}
+    def __init__(self, backend: Backend, current: Callable[[], Loaded], max_users: int | None = None):
+        if max_users is not None and max_users < 1:
+            raise ValueError(f"max_users must be >= 1, got {max_users}")
+        self.backend, self.current, self.max_users = backend, current, max_users
+        self._users: OrderedDict[str, _User] = OrderedDict()  # least recently used first
+        self._tenants: dict[str, _Tenant] = {}
+        #: Users evicted with an open session, with their last capture's time (their session still closes when idle).
+        self._open_evicted: dict[str, float] = {}
         self._registry = threading.Lock()
         self._queue: "queue.Queue[tuple[str, str]]" = queue.Queue()
         self._captured: set[str] = set()  # users whose memory is stale since their last capture
         self._capture_seen = threading.Condition()
+        self._organising = 0  # organisation steps taken off the queue and not finished
+        #: Users whose stored memory could not be read, with the reason (503 for them until a restart).
+        self.quarantined: dict[str, str] = {}
         self.warmed = 0
         self.organised_steps = 0
         self.organise_failures = 0
+        self.recall_log_failures = 0
+        self.evictions = 0
 
     # ---------------------------------------------------------------- loading and repair
 
     def _load(self, user: str) -> _User:
-        live = LiveConversation(user)
-        events = self.backend.events(user)
-        for event in events:
-            for record in event.get("turns", ()):
-                live.add(_turn(record))
-            if "close" in event:
-                live.close(event["close"])
-        return _User(live, EmbeddingCache(self.backend.embeddings_dir(user)), seen=len(events))
+        """The user's memory from the capture log, read under the erasure lock (a memory loaded while an erasure runs
+        is already marked erased); a load error (see :data:`LOAD_ERRORS`) naming the event, or the sessions
+        organised that the log lacks (a log truncated, emptied or deleted)."""
+        with self._registry:
+            tenant = self._tenants.setdefault(user, _Tenant())
+        with tenant.erasing:
+            live = LiveConversation(user)
+            events = self.backend.events(user)
+            for n, event in enumerate(events, 1):
+                try:
+                    for record in event.get("turns", ()):
+                        live.add(_turn(record))
+                    if "close" in event:
+                        live.close(event["close"])
+                except ValueError as exc:
+                    raise ValueError(f"capture log event {n}: {_reason(exc)}") from None
+            lost = self.backend.organised(user) - live.closed
+            if lost:
+                raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
+                                 "that were organised: truncated, emptied or deleted? (the organised records hold them)")
+            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events))
 
     def _sync(self, user: str, state: _User) -> list[str]:
         """With a shared store (``backend.shared``), apply the events other replicas appended since the last look,
@@ -101,8 +219,9 @@ class MemoryService:
         with state.lock:
             events = self.backend.events(user, since=state.seen)
             if not events and state.seen and self.backend.event_count(user) < state.seen:
-                with self._registry:
-                    self._users.pop(user, None)
+                with state.tenant.erasing:  # erased through another replica
+                    state.tenant.erasures += 1
+                self._drop(user, state)
                 raise UnknownUser(user)
             closed = []
             for event in events:
@@ -115,20 +234,89 @@ class MemoryService:
             return closed
 
     def _get(self, user: str, create: bool = False) -> _User:
+        """The user's loaded state (loaded now if it is not); :class:`UnknownUser` if none is stored (unless
+        ``create``), :class:`Quarantined` if the stored one cannot be read."""
+        while True:
+            state = self._lookup(user, create)
+            if state is not None:
+                return state
+
+    def _lookup(self, user: str, create: bool) -> _User | None:
+        """:meth:`_get`; ``None`` when the memory loaded was erased before it could be registered (look again)."""
         with self._registry:
+            reason = self.quarantined.get(user)
+            if reason is not None:
+                raise Quarantined(user, reason)
             state = self._users.get(user)
-            if state is None:
-                if not create and user not in self.backend.users():
-                    raise UnknownUser(user)
-                state = self._users[user] = self._load(user)
+            if state is not None:
+                self._users.move_to_end(user)
+                self._evict()  # over the bound while a user was busy: unload it now it may be idle
+                return state
+        if not create and not self.backend.exists(user):  # outside the registry: others are served meanwhile
+            raise UnknownUser(user)
+        try:
+            state = self._load(user)
+        except StoreUnavailable:
+            raise
+        except LOAD_ERRORS as exc:
+            with self._registry:
+                self.quarantined[user] = _reason(exc)
+            log.error("user %s quarantined (503 for this user; the others are served): %s", user, _reason(exc))
+            raise Quarantined(user, _reason(exc)) from None
+        with self._registry:
+            if user in self._users:  # loaded by another request meanwhile
+                self._users.move_to_end(user)
+                return self._users[user]
+            if state.erased:
+                return None
+            self._users[user] = state
+            if user in self._open_evicted:
+                state.last_capture = self._open_evicted.pop(user)
+            self._evict()
             return state
 
+    def _evict(self) -> None:
+        """Unload least recently used idle users beyond ``max_users`` (registry lock held). Nothing is lost: every
+        acknowledged turn is in the capture log, queued organisation steps load the user again, and a build due
+        after a capture is skipped (the user's next recall builds it); a user with a capture or build in progress
+        stays (the bound is then exceeded until it is idle)."""
+        if self.max_users is None:
+            return
+        for user in list(self._users)[:-1]:
+            if len(self._users) <= self.max_users:
+                return
+            state = self._users[user]
+            if not state.idle() or not state.lock.acquire(blocking=False):
+                continue
+            try:
+                if not state.idle():  # a build began meanwhile
+                    continue
+                state.gone = True
+                del self._users[user]
+                if state.live.open_session is not None:
+                    self._open_evicted[user] = state.last_capture
+                self.evictions += 1
+            finally:
+                state.lock.release()
+
+    def _drop(self, user: str, state: _User) -> None:
+        """Forget ``state`` (erased, or a new user whose first capture was refused; its lock held): writers that
+        waited for its lock look the user up again."""
+        state.gone = True
+        with self._registry:
+            if self._users.get(user) is state:
+                del self._users[user]
+            self._open_evicted.pop(user, None)
+
     def recover(self) -> int:
-        """Load every stored user and queue the organisation of closed sessions whose step never completed (a crash
-        mid-organisation); return the number of users."""
+        """Load every stored user (quarantining those whose files cannot be read) and queue the organisation of
+        closed sessions whose step never completed (a crash mid-organisation); return the number of users."""
         users = self.backend.users()
         for user in users:
-            state = self._get(user)
+            try:
+                state = self._get(user)
+            except Quarantined:
+                continue
             for session in sorted(state.live.closed - self.backend.organised(user)):
                 self._queue.put((user, session))
         return len(users)
@@ -142,50 +330,66 @@ class MemoryService:
     def capture(self, user: str, turns: list[dict]) -> dict:
         """Validate every turn, append them as one durable log line, then add them to memory; all or nothing."""
         records = [turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)]
-        state = self._get(user, create=True)
-        with self._capture_seen:
-            state.capturing += 1
-        try:
-            return self._capture(user, state, records)
-        finally:
+        while True:
+            state = self._get(user, create=True)
             with self._capture_seen:
-                state.capturing -= 1
-                self._captured.add(user)
-                self._capture_seen.notify()
+                state.capturing += 1
+            try:
+                with state.lock:
+                    if not state.gone:  # else erased or evicted while this waited: look the user up again
+                        return self._capture(user, state, records)
+            finally:
+                with self._capture_seen:
+                    state.capturing -= 1
+                    self._captured.add(user)
+                    self._capture_seen.notify()
 
     def _capture(self, user: str, state: _User, records: list[dict]) -> dict:
-        with state.lock:
-            self._sync(user, state)
-            state.live.check([_turn(r) for r in records])
+        self._sync(user, state)
+        state.live.check([_turn(r) for r in records])
+        try:
             self.backend.append(user, {"turns": records})
-            if getattr(self.backend, "shared", False):
-                closed = self._sync(user, state)  # this capture and any other replica's, in log order
-            else:
-                closed = [c for c in (state.live.add(_turn(r)) for r in records) if c is not None]
-                for session in closed:
-                    self._queue.put((user, session))
-            state.last_capture = time.monotonic()
-            return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
-                    "closed_sessions": closed}
+        except Exception:
+            if not len(state.live):  # a new user's refused first capture registers nobody
+                with state.tenant.erasing:
+                    state.tenant.erasures += 1  # nor keeps an embedding shard
+                self._drop(user, state)
+            raise
+        if getattr(self.backend, "shared", False):
+            closed = self._sync(user, state)  # this capture and any other replica's, in log order
+        else:
+            closed = [c for c in (state.live.add(_turn(r)) for r in records) if c is not None]
+            for session in closed:
+                self._queue.put((user, session))
+        state.last_capture = time.monotonic()
+        return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
+                "closed_sessions": closed}
 
     def close(self, user: str) -> str | None:
         """Close the user's open session (logged), queueing its organisation; the id closed, if any."""
-        state = self._get(user)
-        with state.lock:
-            session = state.live.open_session
-            if session is None:
-                return None
-            self.backend.append(user, {"close": session})
-            if getattr(self.backend, "shared", False):
-                self._sync(user, state)
-            else:
-                state.live.close(session)
-                self._queue.put((user, session))
-            return session
+        while True:
+            state = self._get(user)
+            with state.lock:
+                if state.gone:  # erased (the next look says so) or evicted meanwhile
+                    continue
+                session = state.live.open_session
+                if session is None:
+                    return None
+                self.backend.append(user, {"close": session})
+                if getattr(self.backend, "shared", False):
+                    self._sync(user, state)
+                else:
+                    state.live.close(session)
+                    self._queue.put((user, session))
+                with self._registry:
+                    self._open_evicted.pop(user, None)
+                return session
 
     def store(self, user: str, loaded: Loaded) -> MemoryStore:
         """The user's memory store under ``loaded``'s ingestion policy (rebuilt from memoised parts when stale)."""
-        state = self._get(user)
+        return self._store(user, self._get(user), loaded)
+
+    def _store(self, user: str, state: _User, loaded: Loaded) -> MemoryStore:
         self._sync(user, state)
         rt = loaded.runtime
         return state.live.store(loaded.key, rt.policy, rt.extractor,
@@ -194,17 +398,48 @@ class MemoryService:
     def turn_count(self, user: str) -> int:
         return len(self._get(user).live)
 
+    def log_recall(self, user: str, record: dict) -> None:
+        """Append ``record`` to the user's recall log unless the user was erased meanwhile. Runs after the reply:
+        a failed append (a full or read-only disk, the database down) is logged and counted, never raised."""
+        with self._registry:
+            state, tenant = self._users.get(user), self._tenants.get(user)
+        if state is None and not self.backend.exists(user):
+            return  # erased since the reply
+        try:
+            with tenant.erasing if tenant is not None else nullcontext():
+                if state is None or not state.erased:
+                    self.backend.log_recall(user, record)
+        except Exception as exc:  # noqa: BLE001 - telemetry after the reply; the service keeps serving
+            self.recall_log_failures += 1
+            log.warning("recall of user %s not logged: %s", user, exc)
+
     def erase(self, user: str) -> dict:
-        """Forget the user everywhere (memory, caches, logs, records and their history); the tombstone."""
-        state = self._get(user)
-        with state.lock:
-            with self._registry:
-                self._users.pop(user, None)
-            return self.backend.erase(user)
+        """Forget the user everywhere (memory, caches, logs, records and their history), a quarantined one too;
+        the tombstone. A failed erasure (a read-only disk) changes nothing and raises."""
+        while True:
+            try:
+                state: _User | None = self._get(user)
+            except Quarantined:
+                state = None
+            with state.lock if state is not None else nullcontext():
+                if state is not None and state.gone:  # evicted (or erased) while this waited
+                    continue
+                with self._registry:
+                    tenant = self._tenants.setdefault(user, _Tenant())
+                with tenant.erasing:
+                    tombstone = self.backend.erase(user)
+                    tenant.erasures += 1
+                if state is not None:
+                    self._drop(user, state)
+                with self._registry:
+                    self.quarantined.pop(user, None)
+                return tombstone
 
     def forget_strategies(self, keep: set[str]) -> None:
-        for user in self.loaded():
-            self._get(user).live.forget(keep)
+        with self._registry:
+            states = list(self._users.values())
+        for state in states:
+            state.live.forget(keep)
 
     # ---------------------------------------------------------------- warming (background)
 
@@ -237,7 +472,7 @@ class MemoryService:
             try:
                 self.store(user, strategy_for(user))
                 self.warmed += 1
-            except UnknownUser:  # erased meanwhile
+            except (UnknownUser, Quarantined):  # erased or quarantined meanwhile
                 pass
             except Exception:  # noqa: BLE001 - the recall builds it again and reports what fails
                 log.exception("building the memory of user %s after its captures failed", user)
@@ -253,37 +488,55 @@ class MemoryService:
                 user, session = self._queue.get(block=block and done == 0, timeout=timeout if block else None)
             except queue.Empty:
                 return done
+            self._organising += 1
+            try:
+                done += self._organise(user, session)
+            finally:
+                self._organising -= 1
+
+    def _organise(self, user: str, session: str) -> int:
+        """One organisation step; 1 if it ran (or failed), 0 if it was not needed (erased, quarantined, done)."""
+        while True:
             try:
                 state = self._get(user)
-            except UnknownUser:  # erased meanwhile
-                continue
+            except (UnknownUser, Quarantined):  # erased or quarantined meanwhile
+                return 0
             with state.lock:
-                if session in self.backend.organised(user):
-                    continue
-                loaded = self.current()
-                try:
-                    store = self.store(user, loaded)
-                    self.backend.organise(user, session, state.live.session_turns(session), store,
-                                          loaded.strategy_hash)
-                    self.organised_steps += 1
-                except Exception:  # noqa: BLE001 - logged and retried at the next start, never lost
-                    self.organise_failures += 1
-                    log.exception("organising session %s of user %s failed", session, user)
-            done += 1
+                if not state.gone:  # else erased (the next look says so) or evicted meanwhile
+                    return self._organise_step(user, session, state)
+
+    def _organise_step(self, user: str, session: str, state: _User) -> int:
+        """The step, the user's lock held."""
+        try:
+            if session in self.backend.organised(user):
+                return 0
+            loaded = self.current()
+            store = self._store(user, state, loaded)
+            self.backend.organise(user, session, state.live.session_turns(session), store, loaded.strategy_hash)
+            self.organised_steps += 1
+        except Exception:  # noqa: BLE001 - logged and retried at the next start, never lost
+            self.organise_failures += 1
+            log.exception("organising session %s of user %s failed", session, user)
+        return 1
 
     def close_idle(self, idle_seconds: float) -> list[str]:
         """Close the open session of every user idle for ``idle_seconds``; the users closed."""
         now = time.monotonic()
         closed = []
-        for user in self.loaded():
+        with self._registry:
+            idle = [user for user, state in self._users.items()
+                    if state.live.open_session is not None and now - state.last_capture >= idle_seconds]
+            idle += [user for user, last in self._open_evicted.items() if now - last >= idle_seconds]
+        for user in idle:
             try:
-                state = self._get(user)
-            except UnknownUser:
-                continue
-            if state.live.open_session is not None and now - state.last_capture >= idle_seconds:
                 if self.close(user) is not None:
                     closed.append(user)
+            except (UnknownUser, Quarantined):
+                continue
+            except StoreError as exc:  # a full or read-only disk: tried again at the next look
+                log.warning("closing the idle session of user %s failed: %s", user, exc)
         return closed
 
     def pending(self) -> int:
-        return self._queue.qsize()
+        """Closed sessions waiting for organisation, the steps running included."""
+        return self._queue.qsize() + self._organising

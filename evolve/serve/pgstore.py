@@ -1,11 +1,11 @@
-"""The shared store: every user's memory in PostgreSQL (psycopg 3, a connection pool; pgvector for the organised
-facts' embeddings), so several service replicas serve the same users.
+"""The shared store: every user's memory in PostgreSQL (psycopg 3, a connection pool), so several service replicas
+serve the same users.
 
 Tables (created if missing): ``mem_users``; ``mem_events`` - the capture log, ``(user, seq)`` numbered without gaps
 under a per-user advisory lock, one row per acknowledged request, committed before the reply; ``mem_steps`` - one
 row per organisation step (the provenance a Git commit gives the file store) with ``mem_records`` (one per turn,
 with the sha256 of its text) and ``mem_facts`` (the facts as that step left them, supersession and retraction
-marks included, each with its embedding as a pgvector ``vector``); ``mem_organised``; ``mem_recalls`` - the recall
+marks included); ``mem_organised``; ``mem_recalls`` - the recall
 log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id. Erasure deletes every
 row of the user in one transaction. When the database cannot be reached, every call raises
 :class:`evolve.serve.backend.StoreUnavailable` (the service answers 503) and the pool reconnects once it is back.
@@ -15,9 +15,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-import numpy as np
 import psycopg
-from pgvector.psycopg import register_vector
 from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
@@ -33,7 +31,6 @@ from evolve.serve.filestore import _fact
 RECALLS_KEPT = 10_000
 
 SCHEMA = """
-CREATE EXTENSION IF NOT EXISTS vector;
 CREATE TABLE IF NOT EXISTS mem_users (user_id text PRIMARY KEY, created timestamptz NOT NULL DEFAULT now());
 CREATE TABLE IF NOT EXISTS mem_events (user_id text NOT NULL, seq bigint NOT NULL, event jsonb NOT NULL,
                                        PRIMARY KEY (user_id, seq));
@@ -43,8 +40,7 @@ CREATE TABLE IF NOT EXISTS mem_steps (step bigserial PRIMARY KEY, user_id text N
 CREATE TABLE IF NOT EXISTS mem_records (user_id text NOT NULL, session text NOT NULL, n int NOT NULL,
                                         turn_id text NOT NULL, meta jsonb NOT NULL, body text NOT NULL,
                                         PRIMARY KEY (user_id, session, n));
-CREATE TABLE IF NOT EXISTS mem_facts (user_id text NOT NULL, step bigint NOT NULL, fact jsonb NOT NULL,
-                                      embedding vector);
+CREATE TABLE IF NOT EXISTS mem_facts (user_id text NOT NULL, step bigint NOT NULL, fact jsonb NOT NULL);
 CREATE INDEX IF NOT EXISTS mem_facts_user ON mem_facts (user_id, step);
 CREATE TABLE IF NOT EXISTS mem_organised (user_id text NOT NULL, session text NOT NULL, step bigint NOT NULL,
                                           PRIMARY KEY (user_id, session));
@@ -72,19 +68,14 @@ class PostgresBackend:
     def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0):
         self.url, self.timeout = url, timeout
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, timeout=timeout, open=False,
-                                   configure=self._configure, kwargs={"connect_timeout": max(1, int(timeout))})
+                                   kwargs={"connect_timeout": max(1, int(timeout))})
         try:
             with psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout))) as conn:
-                conn.execute(SCHEMA)  # before the pool: its connections register the vector type
+                conn.execute(SCHEMA)
             self.pool.open(wait=True, timeout=timeout)
         except (psycopg.Error, PoolTimeout) as exc:
             self.pool.close()
             raise StoreUnavailable(f"memory store {self._where()} unavailable: {exc}") from None
-
-    @staticmethod
-    def _configure(conn: psycopg.Connection) -> None:
-        register_vector(conn)
-        conn.commit()
 
     def _where(self) -> str:
         """The database without credentials."""
@@ -110,6 +101,10 @@ class PostgresBackend:
 
     def users(self) -> list[str]:
         return self._run(lambda c: [r[0] for r in c.execute("SELECT user_id FROM mem_users ORDER BY 1")])
+
+    def exists(self, user: str) -> bool:
+        return self._run(lambda c: c.execute("SELECT 1 FROM mem_users WHERE user_id = %s",
+                                             (self._check(user),)).fetchone() is not None)
 
     # ---------------------------------------------------------------- capture log
 
@@ -145,8 +140,7 @@ class PostgresBackend:
 
     def organise(self, user: str, session: str, turns: list[Turn], store: MemoryStore, strategy_hash: str) -> None:
         self._check(user)
-        chosen = [(i, item) for i, item in enumerate(store.items) if item.layer in ("L0", "L2")]
-        vectors = store.embeddings if len(store.embeddings) == len(store.items) else None
+        chosen = [item for item in store.items if item.layer in ("L0", "L2")]
 
         def work(c):
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
@@ -161,9 +155,8 @@ class PostgresBackend:
                                                     "time": t.timestamp.isoformat() if t.timestamp else None,
                                                     "sha256": sha256_hex(t.text.encode("utf-8"))}), t.text)
                     for n, t in enumerate(turns)])
-                cur.executemany("INSERT INTO mem_facts VALUES (%s, %s, %s, %s)", [
-                    (user, step, Jsonb(_fact(item)), None if vectors is None else np.asarray(vectors[i]))
-                    for i, item in chosen])
+                cur.executemany("INSERT INTO mem_facts (user_id, step, fact) VALUES (%s, %s, %s)",
+                                [(user, step, Jsonb(_fact(item))) for item in chosen])
             c.execute("INSERT INTO mem_organised VALUES (%s, %s, %s)", (user, session, step))
         self._run(work)
 

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolve.errors import ConfigError
 from evolve.llm import NoCache, RolesConfig, build_llm_roles, check_reachable
 from evolve.llm.config import EndpointUnreachable
 from evolve.runtime.embedder import default_embedder
@@ -17,7 +19,7 @@ from evolve.serve.app import create_app
 from evolve.serve.backend import StoreUnavailable
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.stores import open_backend
-from evolve.serve.memory import MemoryService
+from evolve.serve.memory import MemoryService, Quarantined
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
 
 log = logging.getLogger(__name__)
@@ -37,6 +39,7 @@ class ServeConfig:
     reload_seconds: float = 1.0
     store: str | None = None  # a postgresql:// URL: the shared store instead of the files under ``data``
     roles: RolesConfig | None = None  # model endpoints of the runtime roles (extractor, expander, answerer)
+    max_users: int | None = None  # users whose memory stays loaded (least recently used unloaded beyond it)
 
 
 def parse_canary(text: str) -> tuple[str, float]:
@@ -70,33 +73,66 @@ def runtime_parts(roles: RolesConfig | None, usage: UsageStats) -> RuntimeParts:
                         **{r: llm.get(r) for r in RUNTIME_ROLES})
 
 
-class Service:
-    """The app and its workers; :meth:`start_workers` before serving, :meth:`stop` after."""
+def bind(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (0: any free port), before the model loads, so a taken or forbidden
+    address fails at once; :class:`ConfigError` saying which."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        sock = socket.socket(family, kind, proto)
+    except OSError as exc:
+        raise ConfigError(f"--host {host!r}: {exc}") from None
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+    return sock
 
-    def __init__(self, config: ServeConfig):
+
+def url_of(sock: socket.socket) -> str:
+    """The address ``sock`` is bound to, as a URL (the real port when 0 was asked for)."""
+    host, port = sock.getsockname()[:2]
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}"
+
+
+class Service:
+    """The app and its workers; :meth:`start_workers` before serving, :meth:`stop` after. ``reload_now``: the event
+    SIGHUP sets (installed before the model loads by :func:`run`, so a SIGHUP during start-up is a reload)."""
+
+    #: Seconds :meth:`stop` waits for each worker to finish its current step.
+    STOP_WAIT_S = 60.0
+
+    def __init__(self, config: ServeConfig, reload_now: threading.Event | None = None):
         self.config = config
         self.usage = UsageStats()
         self.slot = StrategySlot(config.stores, config.serving, runtime_parts(config.roles, self.usage),
                                  allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
-        self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current)
+        self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current,
+                                    config.max_users)
         self.users = self.memory.recover()
         self.app = create_app(self.slot, self.memory, self.usage)
         self._stop = threading.Event()
-        self._reload_now = threading.Event()
+        self._reload_now = reload_now or threading.Event()
+        self._workers: list[threading.Thread] = []
 
     def _warm(self, loaded: Loaded) -> None:
         """Build every loaded user's memory under ``loaded`` while the old strategy serves."""
         for user in self.memory.loaded():
+            if self._stop.is_set():
+                return
             try:
                 self.memory.store(user, loaded)
-            except LookupError:
+            except (LookupError, Quarantined):
                 continue
 
     def _watch(self) -> None:
         while not self._stop.is_set():
             forced = self._reload_now.wait(self.config.reload_seconds)
             self._reload_now.clear()
+            if self._stop.is_set():
+                return
             try:
                 if self.slot.check(self._warm, force=forced):
                     log.warning("serving strategy reloaded: %s", self.slot.current.strategy_hash)
@@ -122,23 +158,36 @@ class Service:
 
     def start_workers(self) -> None:
         for target in (self._watch, self._organise, self._build_captured):
-            threading.Thread(target=target, daemon=True, name=f"serve{target.__name__}").start()
+            worker = threading.Thread(target=target, daemon=True, name=f"serve{target.__name__}")
+            worker.start()
+            self._workers.append(worker)
         if threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGHUP, lambda *_: self._reload_now.set())
 
     def stop(self) -> None:
+        """Stop the workers and wait for each to finish its step: none is inside the model or a store write when
+        the interpreter exits (a thread still encoding then aborts the process from C++)."""
         self._stop.set()
+        self._reload_now.set()  # wakes the watcher now
+        for worker in self._workers:
+            worker.join(self.STOP_WAIT_S)
+            if worker.is_alive():
+                log.warning("worker %s still running after %.0f s at stop", worker.name, self.STOP_WAIT_S)
 
 
-def run(config: ServeConfig) -> None:
-    """Serve until interrupted."""
+def run(config: ServeConfig, reload_now: threading.Event | None = None) -> None:
+    """Serve until interrupted (SIGINT or SIGTERM); the address is bound before anything loads."""
     import uvicorn
 
-    service = Service(config)
-    service.start_workers()
-    print(f"serving {service.slot.current.strategy_hash[:12]} ({service.slot.current.state}) from {config.serving}; "
-          f"{service.users} user(s) in {config.data}; http://{config.host}:{config.port}/docs", flush=True)
+    sock = bind(config.host, config.port)
     try:
-        uvicorn.run(service.app, host=config.host, port=config.port, log_level="warning")
+        service = Service(config, reload_now)
+        service.start_workers()
+        print(f"serving {service.slot.current.strategy_hash[:12]} ({service.slot.current.state}) from "
+              f"{config.serving}; {service.users} user(s) in {config.data}; {url_of(sock)}/docs", flush=True)
+        try:
+            uvicorn.Server(uvicorn.Config(service.app, log_level="warning")).run(sockets=[sock])
+        finally:
+            service.stop()
     finally:
-        service.stop()
+        sock.close()

@@ -87,7 +87,10 @@ def load_serving(stores: str | Path | None, path: str | Path, parts: RuntimePart
                  allow_untracked: bool = False) -> Loaded:
     """The serving file as a runtime, or :class:`ServingRefused` unless its journal chains, its witness heads match and
     the file is the one the last PROMOTE/ROLLBACK installed (``allow_untracked``: also a file no journal tracks)."""
-    path = Path(path).resolve()
+    try:
+        path = Path(path).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop (RuntimeError before Python 3.13)
+        raise ServingRefused(f"{path}: cannot resolve the serving file: {exc}") from None
     data = read_optional(path)
     if data is None:
         raise ServingRefused(f"{path}: serving file does not exist")

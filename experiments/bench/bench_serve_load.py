@@ -1,5 +1,5 @@
 """Load on ``memevolve serve``: capture throughput, recall throughput and p50/p95 latency at 1, 8 and 32 concurrent
-clients, for the embedded file store and for PostgreSQL (pgserver's self-contained server with pgvector), an agent's
+clients, for the embedded file store and for PostgreSQL (pgserver's self-contained server), an agent's
 capture-then-recall pattern, and a hot reload under load.
 
 Each store gets a fresh ``memevolve serve`` process on 127.0.0.1 serving ``--strategy`` (an untracked serving file).
