@@ -257,6 +257,8 @@ class Engine:
         self.night_record = record
         self.night_minutes = (time.perf_counter() - self._night_clock) / 60
         summary = round_summary(outcome, time.perf_counter() - started)
+        if record is not None:
+            summary["night"] = record.model_dump()
         if self.tracker:
             self._track(summary, outcome)
         self._say(f"round {n} committed in {time.perf_counter() - started:.1f}s: "

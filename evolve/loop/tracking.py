@@ -159,6 +159,17 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
                 metrics={**outcome.new_run.summary.metrics(), **(usage.to_dict() if usage else {})},
                 tags={"accepted": summary["accepted"] or "none", "restored": summary["restored"]}, step=n)
     tracker.artifact(run_id, "round_summary.json", summary)
+    night = summary.get("night")
+    if night:  # the round that ended a night: why, and its confirmation
+        confirmation = night.get("confirmation") or {}
+        tracker.log(run_id, metrics={f"night.{k}": v for k, v in (("rounds", night["rounds"]),
+                                                                   ("evaluations", night["evaluations"]),
+                                                                   *((f"confirmation.{k}", confirmation.get(k)) for k
+                                                                     in ("p", "improved", "regressed", "score_start",
+                                                                         "score_final"))) if v is not None},
+                    tags={"night.ended": night["ended"], "night.verdict": confirmation.get("verdict", "none"),
+                          "night.restored": night.get("restored") or "none"}, step=n)
+        tracker.artifact(run_id, "night.json", night)
     for r in outcome.results:
         rec = r.record
         child = tracker.start(rec.candidate_id, {"memevolve.decision": rec.verdict}, parent_run_id=run_id)

@@ -57,6 +57,10 @@ def test_round_and_candidate_runs_read_back(tracked_round):
     assert accuracy == pytest.approx(tracked_round["summary"]["current"]["accuracy"], abs=1e-12)
     assert 0.0 < accuracy < 1.0
     assert {"f1", "dcr_at_3", "recall_at_10"} <= set(round_run.data.metrics)
+    # the run's only round ended its night: why, and (no confirmation set) no verdict
+    assert round_run.data.tags["night.ended"] == tracked_round["summary"]["night"]["ended"] == "rounds"
+    assert round_run.data.tags["night.verdict"] == "none"
+    assert round_run.data.metrics["night.rounds"] == 1
 
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(children) == len(records) == len(runs) - 1
