@@ -128,7 +128,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
         if asm.unit == "memory" or item.layer == "L1":  # a session summary has no one turn to stand for it
             if asm.fact_unit == "fact" or item.layer not in FRAGMENT_LAYERS + WHOLE_TURN_LAYERS:
                 return [[own(hit, item)]]
-            if set(item.source_ids) <= whole:  # its turns are in context word for word
+            if item.source_ids and set(item.source_ids) <= whole:  # its turns are in context word for word
                 return [[]]
             if item.layer in WHOLE_TURN_LAYERS:
                 return [[own(hit, item)]]

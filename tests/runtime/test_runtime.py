@@ -369,6 +369,20 @@ def test_fact_units_pack_the_facts_turn_or_its_span_as_the_budget_allows(run, ba
         assert same[0] == same[1]
 
 
+def test_a_fact_without_a_known_turn_packs_its_own_text_under_every_fact_unit(baseline_strategy):
+    from evolve.runtime.assembly import assemble
+    from evolve.runtime.retrieval import Hit
+    from evolve.runtime.store import MemoryItem, MemoryStore
+
+    items = [MemoryItem("L0:0", "L0", "Ann said: the starfish was tiny", (), "Ann", None, "fact", 0.5),
+             MemoryItem("L0:1", "L0", "Ann said: the lighthouse was red", ("D9:9",), "Ann", None, "fact", 0.5)]
+    store = MemoryStore("c", items, [], np.zeros((2, 4), dtype=np.float32), "none")
+    hits = [Hit(item.id, n, 1.0, item.source_ids) for n, item in enumerate(items, 1)]
+    for unit in ("fact", "span", "turn"):
+        policy = Policy.from_strategy(set_path(baseline_strategy, "assembly.fact_unit", unit))
+        assert [c.id for c in assemble(store, hits, policy).packed] == ["L0:0", "L0:1"]
+
+
 def test_a_turn_packed_word_for_word_is_not_packed_again_by_its_facts(run, baseline_strategy):
     from evolve.runtime.assembly import assemble
     from evolve.runtime.retrieval import Hit
