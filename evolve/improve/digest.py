@@ -14,7 +14,7 @@ from statistics import fmean
 from typing import Any, Iterable
 
 from evolve.errors import EvolveError
-from evolve.observe.ladder import ROOT_CAUSES, RootCause, derives_from
+from evolve.observe.ladder import ROOT_CAUSES, WORDS_CUT, RootCause, derives_from
 from evolve.observe.trace import Trace, TraceError
 from evolve.strategy.policy import FACT_CATEGORIES
 
@@ -28,11 +28,12 @@ from evolve.strategy.policy import FACT_CATEGORIES
 #: generation_error[not_from_evidence] — the answer's words reached the context, not through items from the gold
 #: turns (``Trace.answer_loss``; only the answer objective's failure view keeps it);
 #: ingestion_gap[answer_not_stored], retrieval_gap[answer_not_retrieved], kf_filtered[answer_cut] — the answer
-#: objective lost the answer's words at that rung (:data:`ANSWER_QUALIFIERS`).
+#: objective lost the answer's words at that rung; kf_filtered[words_cut] — every gold turn was cited, but the packed
+#: units lost an answer word their turns carry (:data:`ANSWER_QUALIFIERS`).
 QUALIFIERS: dict[RootCause, tuple[str, ...]] = {
     RootCause.INGESTION_GAP: ("answer_not_stored",),
     RootCause.KF_FILTERED: ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict",
-                    "answer_cut"),
+                    "answer_cut", "words_cut"),
     RootCause.RETRIEVAL_GAP: ("no_subqueries", "answer_not_retrieved"),
     RootCause.GENERATION_ERROR: ("near_miss", "wrong_support", "stale", "not_from_evidence")
                         + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
@@ -149,7 +150,7 @@ def _fill(record: Trace) -> float | None:
 #: Answer-objective losses (``Trace.answer_loss``) that qualify their rung: the answer's words, not a cited turn,
 #: were lost there, so moves that carry the dialogue itself lead.
 ANSWER_QUALIFIERS = {"never_stored": "answer_not_stored", "not_retrieved": "answer_not_retrieved",
-                     "cut_in_assembly": "answer_cut"}
+                     "cut_in_assembly": "answer_cut", WORDS_CUT: "words_cut"}
 
 
 def _qualifier_hits(record: Trace) -> set[str]:

@@ -7,7 +7,7 @@ from typing import Collection, Iterable
 
 from evolve.observe.answer import carried
 from evolve.observe.contract import from_trace, valid_stages
-from evolve.observe.ladder import ANSWER_LOSS, RootCause, Stage, lost_at, reaches
+from evolve.observe.ladder import ANSWER_LOSS, WORDS_CUT, RootCause, Stage, lost_at, reaches
 from evolve.observe.trace import DCR_TAUS, Trace
 
 
@@ -20,16 +20,20 @@ def root_cause(trace: Trace) -> RootCause | None:
     return lost_at(trace, reaches)
 
 
-def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: bool | None) -> str:
+def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: bool | None,
+                cited_gold: list[str] = ()) -> str:
     """Where a gold answer that the packed evidence items do not carry was lost. ``stored`` and ``retrieved`` are the
     dated texts of the stored and of the retrieved items deriving from the gold turns (with the turns they derive
-    from, which ``assembly.unit: turn`` packs in their place); ``anywhere`` whether the
-    whole packed context carries the answer.
+    from, which ``assembly.unit: turn`` packs in their place); ``anywhere`` whether the whole packed context carries
+    the answer; ``cited_gold`` the texts of the gold turns when a packed item cites every one of them (else empty).
 
-    When the context carries it through other items the answer was packed, not from evidence
-    (``packed_not_from_evidence``); otherwise it is lost at the first stage whose gold-derived items, taken
-    together, do not carry it: ``never_stored``, ``not_retrieved``, else ``cut_in_assembly`` (filtered, dropped by
-    the budget, or compressed away when packed)."""
+    When every gold turn is cited and those turns carry the answer, the packed units lost its words (``words_cut``:
+    a fact or a fragment stood for its turn). Else, when the context carries it through other items the answer was
+    packed, not from evidence (``packed_not_from_evidence``); otherwise it is lost at the first stage whose
+    gold-derived items, taken together, do not carry it: ``never_stored``, ``not_retrieved``, else
+    ``cut_in_assembly`` (filtered, dropped by the budget, or compressed away when packed)."""
+    if cited_gold and carried(answer, cited_gold):
+        return WORDS_CUT
     if anywhere:
         return ANSWER_LOSS[Stage.GENERATION]
     for stage, texts in ((Stage.INGESTION, stored), (Stage.RETRIEVAL, retrieved)):

@@ -73,8 +73,13 @@ ANSWER_LOSS: dict[Stage, str] = {
     Stage.ASSEMBLY: "cut_in_assembly",
     Stage.GENERATION: "packed_not_from_evidence",
 }
+#: The answer loss of a question whose every gold turn a packed item cites, and whose gold turns carry the answer,
+#: yet the packed items citing them do not: the unit packed (a fact, a fragment or a rewritten turn) lost an answer
+#: word. Judged by the words that reach the context, not by the cited ids alone; an assembly loss.
+WORDS_CUT = "words_cut"
 #: Each answer loss with the rung the planner's bundle table aims at for it.
-ANSWER_LOSSES: dict[str, RootCause] = {loss: RUNGS[stage] for stage, loss in ANSWER_LOSS.items()}
+ANSWER_LOSSES: dict[str, RootCause] = {**{loss: RUNGS[stage] for stage, loss in ANSWER_LOSS.items()},
+                                       WORDS_CUT: RootCause.KF_FILTERED}
 
 
 def through(stage: Stage) -> tuple[Stage, ...]:

@@ -43,8 +43,10 @@ def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, tur
         trace.answer_in_evidence, trace.answer_anywhere = answer_check(q.answer, known, trace.packed)
         if trace.answer_in_evidence is False:
             retrieved = [hit["id"] for hit in trace.retrieved if derives_from(hit, known)]
+            cited = {s for item in trace.packed for s in item["source_ids"]}
             trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
-                                            _dated_texts(store, retrieved), trace.answer_anywhere)
+                                            _dated_texts(store, retrieved), trace.answer_anywhere,
+                                            [turn_text[t] for t in known] if set(known) <= cited else [])
     return diagnose(trace)
 
 

@@ -126,7 +126,7 @@ class Trace:
     answer_in_evidence: bool | None = None
     #: See ``answer_in_evidence``.
     answer_anywhere: bool | None = None
-    #: Where the answer was lost when it is not in evidence (:data:`evolve.observe.ladder.ANSWER_LOSS`).
+    #: Where the answer was lost when it is not in evidence (:data:`evolve.observe.ladder.ANSWER_LOSSES`).
     answer_loss: str | None = None
     #: Turns stating what is no longer true (:attr:`Question.outdated`); whether one is among the sources of the top
     #: 5 / 10 retrieved items; and those the packed context carries (content-checked). ``None`` without any.

@@ -1,5 +1,6 @@
 """Budgeted context assembly: conflict resolution, packing units (memory text, source turns, query-relevant
-sentences of them), reserved shares, source windows, raw-dialogue backfill."""
+sentences of them; what a retrieved fact packs of the turn it came from), reserved shares, source windows,
+raw-dialogue backfill."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -11,10 +12,16 @@ from evolve.runtime.retrieval import Hit
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.render import render
 from evolve.runtime.extractor import resolved
-from evolve.runtime.text import attribute, content_set, count_tokens, jaccard, sentences
+from evolve.runtime.text import attribute, content_set, count_tokens, jaccard, sentences, split_attribution
 
 #: Body token-Jaccard at which two same-speaker memories are taken to describe the same thing.
 CONFLICT_JACCARD = 0.5
+#: Layers whose items are fragments of a turn (extracted facts and their profile copies): ``assembly.fact_unit``
+#: chooses what of their turn they pack. Items of :data:`WHOLE_TURN_LAYERS` are a whole turn already.
+FRAGMENT_LAYERS = ("L0", "L2")
+WHOLE_TURN_LAYERS = ("RT", "SM")
+#: Sentences of its turn packed on each side of a fact's own under ``assembly.fact_unit: span``.
+SPAN_AROUND = 1
 
 
 @dataclass(frozen=True)
@@ -55,6 +62,17 @@ def compress(text: str, wanted: frozenset[str], keep: int) -> str:
     return " ".join(parts[i] for i in sorted(best))
 
 
+def span(text: str, fact: str, around: int = SPAN_AROUND) -> str:
+    """The sentence of ``text`` sharing most content words with ``fact`` (the one it was extracted from; the earliest
+    on ties) and ``around`` sentences on each side of it, in their original order."""
+    parts = sentences(text)
+    if len(parts) <= 1:
+        return text
+    wanted = content_set(fact)
+    best = max(range(len(parts)), key=lambda i: (len(content_set(parts[i]) & wanted), -i))
+    return " ".join(parts[max(0, best - around):best + around + 1])
+
+
 def raw_turn(turn: Turn, fmt: str, score: float = 0.0, body: str | None = None) -> ContextItem:
     """A raw dialogue turn as a dated context line (``body`` replaces its text, e.g. compressed)."""
     said = attribute(turn.speaker, turn.timestamp, turn.text if body is None else body)
@@ -80,6 +98,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
     reserve["general"] = budget - reserve["profile"] - reserve["correction"]
     used = {"profile": 0, "correction": 0, "general": 0}
     raw_taken: set[str] = set()
+    whole: set[str] = set()  # turns packed word for word (raw turns, turn-layer and session-memory items)
     placed: dict[str, list[ContextItem]] = {}
 
     def raw_unit(t: Turn, score: float) -> ContextItem:
@@ -87,32 +106,63 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
         return raw_turn(t, asm.format, score, compress(body, wanted, asm.sentences_per_turn)
                         if asm.unit == "sentences" else body)
 
-    def heads(hit: Hit, item: MemoryItem) -> list[ContextItem]:
-        """What the hit itself packs: its text, or the source turns not packed yet (none: already in context)."""
+    def own(hit: Hit, item: MemoryItem) -> ContextItem:
+        return ContextItem(hit.id, render(item.id, item.layer, item.text, item.timestamp, asm.format), item.layer,
+                           item.source_ids, item.timestamp, hit.score)
+
+    def fact_span(hit: Hit, item: MemoryItem) -> ContextItem | None:
+        """The fact's span in the source turn it shares most words with (:func:`span`), citing that turn."""
+        fact = split_attribution(item.text)[2]
+        options = [(len(content_set(store.turns[s].text) & content_set(fact)), -n, s)
+                   for n, s in enumerate(item.source_ids) if s in store.turns]
+        if not options:
+            return None
+        turn = store.turns[max(options)[2]]
+        said = attribute(turn.speaker, turn.timestamp, span(resolved(turn.text, turn, policy.extraction), fact))
+        return ContextItem(hit.id, render(item.id, item.layer, said, turn.timestamp, asm.format), item.layer,
+                           (turn.id,), turn.timestamp, hit.score)
+
+    def heads(hit: Hit, item: MemoryItem) -> list[list[ContextItem]]:
+        """What the hit itself may pack, richest first: its text, or the source turns not packed yet (none: already
+        in context); under ``fact_unit`` a fact's whole turn, else its span, else its own text."""
         if asm.unit == "memory" or item.layer == "L1":  # a session summary has no one turn to stand for it
-            return [ContextItem(hit.id, render(item.id, item.layer, item.text, item.timestamp, asm.format),
-                                item.layer, item.source_ids, item.timestamp, hit.score)]
-        return [raw_unit(store.turns[s], hit.score) for s in item.source_ids
-                if s in store.turns and f"RAW:{s}" not in raw_taken]
+            if asm.fact_unit == "fact" or item.layer not in FRAGMENT_LAYERS + WHOLE_TURN_LAYERS:
+                return [[own(hit, item)]]
+            if item.source_ids and set(item.source_ids) <= whole:  # its turns are in context word for word
+                return [[]]
+            if item.layer in WHOLE_TURN_LAYERS:
+                return [[own(hit, item)]]
+            turns = [raw_unit(store.turns[s], hit.score) for s in item.source_ids
+                     if s in store.turns and s not in whole]
+            cut = fact_span(hit, item)
+            options = ([turns] if asm.fact_unit == "turn" and turns else []) + ([[cut]] if cut else [])
+            return [*options, [own(hit, item)]]
+        return [[raw_unit(store.turns[s], hit.score) for s in item.source_ids
+                 if s in store.turns and f"RAW:{s}" not in raw_taken]]
 
     def replies(turn_id: str) -> int:
         """Turns packed after ``turn_id``: its replies when it asks something."""
         return asm.replies if "?" in store.turns[turn_id].text else 0
 
     def variants(hit: Hit, item: MemoryItem) -> list[list[ContextItem]]:
-        head = heads(hit, item)
-        if not head:
-            return [[]]
-        own = {c.id for c in head}
-        window = {t.id: t for s in item.source_ids if s in store.turns
-                  for t in store.neighbours(s, asm.source_window, max(asm.source_window, replies(s)))}
-        extra = [raw_unit(t, hit.score) for tid, t in sorted(window.items(), key=lambda kv: store.turn_position[kv[0]])
-                 if f"RAW:{tid}" not in raw_taken and f"RAW:{tid}" not in own]
-        return [[*head, *extra], head] if extra else [head]
+        """The units the hit may pack, first choice first: each head with its window turns, then without them."""
+        out: list[list[ContextItem]] = []
+        for head in heads(hit, item):
+            if not head:
+                return [[]]
+            ids = {c.id for c in head}
+            window = {t.id: t for s in item.source_ids if s in store.turns
+                      for t in store.neighbours(s, asm.source_window, max(asm.source_window, replies(s)))}
+            extra = [raw_unit(t, hit.score)
+                     for tid, t in sorted(window.items(), key=lambda kv: store.turn_position[kv[0]])
+                     if f"RAW:{tid}" not in raw_taken and f"RAW:{tid}" not in ids]
+            out += [[*head, *extra], head] if extra else [head]
+        return out
 
     def place(hit: Hit, unit: list[ContextItem], share: str) -> None:
         used[share] += sum(count_tokens(c.text) for c in unit)
         raw_taken.update(c.id for c in unit if c.layer == "RAW")
+        whole.update(s for c in unit if c.layer in ("RAW", *WHOLE_TURN_LAYERS) for s in c.source_ids)
         placed[hit.id] = unit
 
     pending = []

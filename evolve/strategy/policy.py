@@ -219,6 +219,7 @@ class Assembly(_Frozen):
     format: Literal["bullets", "dialogue", "json"]
     unit: Literal["memory", "turn", "sentences"]
     sentences_per_turn: int
+    fact_unit: Literal["fact", "span", "turn"]
 
 
 class Answering(_Frozen):

@@ -72,7 +72,7 @@ def test_unscored_questions_are_ignored(traces):
 def test_qualifiers_split_kf_filtered_by_loss_reason(traces):
     kf = digest(traces).symptom("kf_filtered/multi_hop")
     assert kf.qualifiers == {"budget": 0.5, "superseded": 0.5, "slot_superseded": 0.0, "retracted": 0.0, "expired": 0.0, "pruned": 0.0,
-                             "conflict": 0.0, "answer_cut": 0.0}
+                             "conflict": 0.0, "answer_cut": 0.0, "words_cut": 0.0}
     assert kf.evidence["loss_reasons"] == {"budget": 1, "superseded": 1}
     assert kf.evidence["gold_rank_mean"] == pytest.approx(2.5)  # best gold ranks 4 and 1
     assert kf.evidence["gold_rank_low_share"] == pytest.approx(0.5)  # 4 of 4 is low, 1 of 3 is not

@@ -343,3 +343,14 @@ def test_a_temporal_answer_cut_in_assembly_offers_the_resolved_date_after_the_sp
     assert first.key == "extraction.date_style::set:annotate"
     assert "via kf_filtered[answer_cut]/temporal" in first.why
     assert "extraction.date_style::set:annotate" not in [x.key for x in planner.plan(d, baseline)]  # nothing resolved
+
+
+def test_words_cut_aims_at_packing_the_facts_turn_and_only_under_memory_units(baseline):
+    """The shipped table: answers whose every gold turn was cited, but whose packed facts lost an answer word, are met
+    first by packing a fact's whole turn (or its span); once the unit packs turns anyway, fact_unit cannot act."""
+    d = make_digest(symptom("kf_filtered", "*", 8, 0.4, {"words_cut": 1.0}))
+    planner = Planner(load_bundles(), DimensionEffects())
+    keys = [x.key for x in planner.plan(d, baseline)]
+    assert keys[:3] == ["assembly.fact_unit::set:turn", "assembly.fact_unit::set:span", "assembly.unit::set:turn"]
+    turns = [x.key for x in planner.plan(d, set_path(baseline, "assembly.unit", "turn"))]
+    assert not any(k.startswith("assembly.fact_unit") for k in turns)

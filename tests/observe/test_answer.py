@@ -99,6 +99,17 @@ def test_a_lost_answer_is_placed_on_the_ladder(stored, retrieved, anywhere, expe
     assert answer_loss("LGBTQ support group", stored, retrieved, anywhere) == expected
 
 
+@pytest.mark.parametrize("cited_gold, anywhere, expected", [
+    (["Caroline: I went to the LGBTQ support group yesterday. It was powerful."], False, "words_cut"),
+    (["Caroline: I went to the LGBTQ support group yesterday. It was powerful."], True, "words_cut"),
+    (["Caroline: I went to a group yesterday."], False, "cut_in_assembly"),  # the turns lack a word: no cut
+    ([], False, "cut_in_assembly"),  # a gold turn not cited
+])
+def test_words_cut_is_judged_by_the_words_the_cited_gold_turns_carry(cited_gold, anywhere, expected):
+    stored = retrieved = ["[8 May 2023] Caroline: went to the LGBTQ support group"]
+    assert answer_loss("LGBTQ support group", stored, retrieved, anywhere, cited_gold) == expected
+
+
 @pytest.fixture(scope="module")
 def synthetic_run():
     from evolve import BASELINE_PATH, Harness, load_benchmark, load_strategy
@@ -146,10 +157,10 @@ def test_cut_in_assembly_is_where_a_tight_budget_loses_the_answer():
     assert tight.summary.answer_in_evidence < base.summary.answer_in_evidence
 
 
-def test_a_fact_that_lost_the_answer_words_its_turn_carries_is_cut_in_assembly_not_never_stored():
-    """A gold turn's stored fact can bring the turn itself into the context (assembly.unit: turn), so an answer its
-    turn carries was lost in assembly, not at ingestion, even when the fact itself was packed; packing the turn
-    brings it."""
+def test_a_fact_that_lost_the_answer_words_its_turn_carries_is_words_cut_not_never_stored():
+    """A gold turn's stored fact can bring the turn itself into the context (assembly.unit: turn, or
+    assembly.fact_unit), so an answer its cited turn carries was cut by the unit packed, not lost at ingestion; the
+    diagnosis names it ``words_cut``, and packing the fact's turn or its span brings the answer."""
     from datetime import datetime
 
     from evolve import BASELINE_PATH, Harness, load_strategy
@@ -168,9 +179,14 @@ def test_a_fact_that_lost_the_answer_words_its_turn_carries_is_cut_in_assembly_n
                                 "shelter?", "five years", "single_hop", ("D1:1",))])
     trace = Harness(bench).evaluate(load_strategy(BASELINE_PATH)).traces[0]
     assert any("D1:1" in p["source_ids"] for p in trace.packed)  # the fact was packed, without "five years"
-    assert trace.answer_in_evidence is False and trace.answer_loss == "cut_in_assembly"
-    turn = Harness(bench).evaluate(derive(load_strategy(BASELINE_PATH), {"assembly.unit": "turn"})).traces[0]
-    assert turn.answer_in_evidence
+    assert trace.answer_in_evidence is False and trace.answer_loss == "words_cut"
+    assert failure_view([trace], "answer")[0].root_cause == "kf_filtered"
+    from evolve.improve.digest import digest
+    cut = digest(failure_view([trace], "answer")).symptom("kf_filtered/*")
+    assert cut.qualifiers["words_cut"] == 1.0 and cut.qualifiers["answer_cut"] == 0.0
+    for changes in ({"assembly.unit": "turn"}, {"assembly.fact_unit": "turn"}, {"assembly.fact_unit": "span"}):
+        fixed = Harness(bench).evaluate(derive(load_strategy(BASELINE_PATH), changes)).traces[0]
+        assert fixed.answer_in_evidence, changes
 
 
 def test_an_answer_packed_not_from_evidence_aims_the_planner_at_evidence_moves_only_under_the_answer_objective():
@@ -186,5 +202,6 @@ def test_an_answer_packed_not_from_evidence_aims_the_planner_at_evidence_moves_o
     accuracy = digest(failure_view(ts, "accuracy")).symptom("generation_error/*")
     assert accuracy.qualifiers["not_from_evidence"] == 0.0  # accuracy decisions do not see the answer ladder
     keys = [key for key, _, table_key in load_bundles().lookup(answer, 0.3)]
-    assert keys[:3] == ["assembly.unit::set:turn", "assembly.replies::increase", "assembly.source_window::increase"] and "answering.span::set:keywords" in keys
+    assert keys[:4] == ["assembly.fact_unit::set:turn", "assembly.unit::set:turn", "assembly.replies::increase",
+                        "assembly.source_window::increase"] and "answering.span::set:keywords" in keys
     assert keys.index("features.raw_dialogue_backfill::enable") < keys.index("answering.span::set:keywords")

@@ -324,6 +324,83 @@ def test_sentence_units_keep_the_sentences_the_question_asks_about(run):
     assert two["D1:5"] == whole["D1:5"]
 
 
+SEASIDE = conversation("c3", [
+    (datetime(2023, 5, 1, 10, 0), [
+        ("Ann", "We went to the coast last weekend. The weather was perfect for a long walk. I found a tiny starfish "
+                "in a rock pool. My brother took photos of the lighthouse all afternoon. Then we ate fish and chips "
+                "by the harbour."),
+        ("Bob", "That sounds like a lovely weekend by the sea."),
+    ]),
+    (datetime(2023, 5, 9, 10, 0), [("Bob", "Ok.")]),  # the latest session's turns are stored whole (SM): not these
+])
+
+
+def test_fact_units_pack_the_facts_turn_or_its_span_as_the_budget_allows(run, baseline_strategy):
+    from evolve.runtime.assembly import assemble
+    from evolve.runtime.retrieval import Hit
+
+    runtime, store = run(conv=SEASIDE)
+    starfish, harbour = by_text(store, "starfish")[0], by_text(store, "harbour")[0]
+    turn = store.turns["D1:1"]
+    hits = [Hit(item.id, rank, 1.0 / rank, item.source_ids) for rank, item in enumerate((starfish, harbour), 1)]
+
+    def packed(unit: str, budget: int = 160, which=hits):
+        strategy = set_path(set_path(baseline_strategy, "assembly.fact_unit", unit), "assembly.token_budget", budget)
+        return assemble(store, which, Policy.from_strategy(strategy)).packed
+
+    assert [c.text for c in packed("fact")] == [f"- {starfish.text}", f"- {harbour.text}"]
+    # span: the fact's own sentence and one on each side, citing its turn
+    cut = packed("span")[0]
+    assert cut.text == ("- Ann said (1 May 2023): The weather was perfect for a long walk. I found a tiny starfish in "
+                        "a rock pool. My brother took photos of the lighthouse all afternoon.")
+    assert cut.source_ids == ("D1:1",) and cut.id == starfish.id
+    # turn: the whole dated turn, once however many of its facts are hits
+    whole = packed("turn")
+    assert [c.id for c in whole] == ["RAW:D1:1"] and whole[0].text == f"- Ann said (1 May 2023): {turn.text}"
+    # what does not fit falls back to the next smaller unit
+    words = len(whole[0].text.split())
+    assert [c.text for c in packed("turn", words - 1, hits[:1])] == [cut.text]
+    assert [c.text for c in packed("turn", len(cut.text.split()) - 1, hits[:1])] == [f"- {starfish.text}"]
+    # under another packing unit the dimension does nothing
+    for unit in ("turn", "sentences"):
+        strategy = set_path(baseline_strategy, "assembly.unit", unit)
+        same = [assemble(store, hits, Policy.from_strategy(set_path(strategy, "assembly.fact_unit", f))).packed
+                for f in ("fact", "turn")]
+        assert same[0] == same[1]
+
+
+def test_a_fact_without_a_known_turn_packs_its_own_text_under_every_fact_unit(baseline_strategy):
+    from evolve.runtime.assembly import assemble
+    from evolve.runtime.retrieval import Hit
+    from evolve.runtime.store import MemoryItem, MemoryStore
+
+    items = [MemoryItem("L0:0", "L0", "Ann said: the starfish was tiny", (), "Ann", None, "fact", 0.5),
+             MemoryItem("L0:1", "L0", "Ann said: the lighthouse was red", ("D9:9",), "Ann", None, "fact", 0.5)]
+    store = MemoryStore("c", items, [], np.zeros((2, 4), dtype=np.float32), "none")
+    hits = [Hit(item.id, n, 1.0, item.source_ids) for n, item in enumerate(items, 1)]
+    for unit in ("fact", "span", "turn"):
+        policy = Policy.from_strategy(set_path(baseline_strategy, "assembly.fact_unit", unit))
+        assert [c.id for c in assemble(store, hits, policy).packed] == ["L0:0", "L0:1"]
+
+
+def test_a_turn_packed_word_for_word_is_not_packed_again_by_its_facts(run, baseline_strategy):
+    from evolve.runtime.assembly import assemble
+    from evolve.runtime.retrieval import Hit
+
+    runtime, store = run({"features.turn_layer": True}, conv=SEASIDE)
+    turn_item = next(i for i in store.items if i.layer == "RT" and i.source_ids == ("D1:1",))
+    starfish = by_text(store, "starfish")[0]
+    for unit in ("span", "turn"):
+        strategy = set_path(set_path(baseline_strategy, "assembly.fact_unit", unit), "features.turn_layer", True)
+        policy = Policy.from_strategy(strategy)
+        turn_first = assemble(store, [Hit(turn_item.id, 1, 1.0, turn_item.source_ids),
+                                      Hit(starfish.id, 2, 0.5, starfish.source_ids)], policy).packed
+        assert [c.id for c in turn_first] == [turn_item.id]
+        fact_first = assemble(store, [Hit(starfish.id, 1, 1.0, starfish.source_ids),
+                                      Hit(turn_item.id, 2, 0.5, turn_item.source_ids)], policy).packed
+        assert [c.id for c in fact_first] == (["RAW:D1:1"] if unit == "turn" else [starfish.id, turn_item.id])
+
+
 def test_turn_layer_stores_every_turn_and_competes_in_the_ranking(run):
     runtime, store = run()
     assert not store.in_layers(["RT"])
