@@ -56,6 +56,9 @@ TOUCHED = (0.01, 0.10)  # log-uniform share of questions a change redraws
 #: A harder case for the rules: changes that redraw 10-40 % of the questions (discordance of 5-20 %).
 STRESS = (0.10, 0.40)
 SIZES = (228, 582)
+#: The per-comparison contract's levels: every comparison and round at 0.05, the secondary outcome's share a fifth
+#: (a config's search under a night's confirmation may compare at other levels; its other rules are read from it).
+CONTRACT = {"alpha": 0.05, "secondary_alpha": 0.01}
 EFFECTS = (0.02, 0.05)
 
 
@@ -144,7 +147,7 @@ def variants(config: Path, resamples: int, rounds: int) -> dict[str, AcceptanceR
     """The config's acceptance rules without the secondary outcome, with it as before the split (unsplit), with it
     as shipped (split), and the split under a per-night budget (alpha / rounds per round)."""
     raw = yaml.safe_load(config.read_text())
-    rules = {**raw["acceptance"], "bootstrap_resamples": resamples}
+    rules = {**raw["acceptance"], **CONTRACT, "bootstrap_resamples": resamples}
     if rules.get("secondary") is None:
         raise SystemExit(f"{config}: acceptance.secondary is not set; the simulation compares rules with and "
                          "without it")
@@ -389,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         lines.append(line)
 
     started = time.perf_counter()
-    say(f"rules: {args.config} acceptance (alpha {raw['acceptance']['alpha']}, {raw['acceptance']['multiple_testing']}"
+    say(f"rules: {args.config} acceptance (alpha {CONTRACT['alpha']}, {raw['acceptance']['multiple_testing']}"
         f" per round, non-inferiority margin {raw['acceptance'].get('non_inferiority_margin')}); bootstrap "
         f"{args.resamples} resamples; night: {args.rounds} rounds x {raw['candidates_per_round']} candidates, "
         f"probe {raw['probe_size']}")
@@ -485,7 +488,7 @@ def choice(fig: dict, names: list[str], raw: dict, night_sizes: list[int], round
     """The documented choice of what a comparison's and a night's false-promotion rate should be, with the
     figures of this run."""
     plain, unsplit, split, budget = names
-    alpha = raw["acceptance"]["alpha"]
+    alpha = CONTRACT["alpha"]
     big, small = max(SIZES), min(SIZES)
 
     def r(key: tuple) -> str:
