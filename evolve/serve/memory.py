@@ -110,13 +110,14 @@ class _Tenant:
 
 
 class _UserEmbeddings(EmbeddingCache):
-    """A user's embedding cache: a shard is written only while the memory it belongs to is not erased (checked under
-    the tenant's erasure lock), so a build that ran across an erasure never re-creates the user's folder; a shard
-    that cannot be written (a full or read-only disk) is logged, the vectors kept in memory."""
+    """A user's embedding cache: its shards are read at the first build, not at load (a user loaded at start and
+    never recalled holds no vector); a shard is written only while the memory it belongs to is not erased (checked
+    under the tenant's erasure lock), so a build that ran across an erasure never re-creates the user's folder; a
+    shard that cannot be written (a full or read-only disk) is logged, the vectors kept in memory."""
 
     def __init__(self, directory: Path | None, user: "_User"):
-        super().__init__(directory)
-        self.user = user
+        super().__init__()
+        self.directory, self.user = directory, user
 
     def _write_shard(self, keys: list[str], vectors: np.ndarray) -> None:
         with self.user.tenant.erasing:

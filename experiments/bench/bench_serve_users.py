@@ -223,7 +223,8 @@ def main() -> int:
     bench = load_locomo(args.bench)
     conversations = list(bench.conversations.values())
     questions = [[q.question for q in bench.questions if q.conversation_id == c.id] for c in conversations]
-    report = {"machine": _machine(), "conversations": [c.id for c in conversations],
+    report = {"machine": {**_machine(), "note": "load average when the run started (a shared machine)"},
+              "conversations": [c.id for c in conversations],
               "turns": [len(c.turns()) for c in conversations], "clients": args.clients, "zipf": args.zipf,
               "runs": []}
     work = Path(tempfile.mkdtemp(prefix="memevolve-users-"))

@@ -77,3 +77,15 @@ def test_a_user_whose_memory_is_being_built_is_not_unloaded(tmp_path, serving, e
     builder.join(60)
     memory.capture("bob", _turns(1, "b1", start=3))
     assert memory.loaded() == ["bob"]
+
+
+def test_a_user_loaded_at_start_holds_no_vector_until_recalled(tmp_path, serving, embedder):
+    slot, memory = _memory(tmp_path, serving, embedder, max_users=10)
+    memory.capture("ann", _turns(5))
+    memory.store("ann", slot.current)  # writes ann's embedding shards
+    restarted = MemoryService(FileBackend(tmp_path / "data"), memory.current, max_users=10)
+    assert restarted.recover() == 1
+    vectors = restarted._get("ann").embeddings
+    assert len(vectors) == 0  # loaded, not recalled: the shards stay on disk
+    restarted.store("ann", slot.current)
+    assert len(vectors) > 0 and vectors.misses == 0  # read from the shards at the first build, nothing encoded
