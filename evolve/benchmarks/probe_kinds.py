@@ -277,6 +277,30 @@ def _clause(statement: Statement, form: str = "base") -> str:
     return re.sub(r" (?:about|around|over|again)$", "", " ".join(TIME.sub("", " ".join(w for w in words if w)).split()))
 
 
+_PAST_FORMS = "|".join(sorted({f["past"] for f in _FORM.values() if "_" not in f["past"] and " " not in f["past"]}))
+_PAST_CLAUSE = re.compile(rf"\b(?:I|[Ww]e)(?: just| finally| also| actually| recently| even)? "
+                          rf"((?:[a-z]{{3,}}ed|{_PAST_FORMS})\b[^.!?]*)")
+_CLAUSE_END = re.compile(r",|;|:| [-–—] | and | but | because | so | which | when | while | after | before ")
+
+
+def _timed(turn: Turn, done: set[str]) -> list[Probe]:
+    """``temporal`` probes of a turn's first-person past clauses said with a relative time that no statement
+    covered (``done``: turn ids already asked about): ``When was it that ...`` → the date it resolves to."""
+    if turn.id in done or turn.timestamp is None:
+        return []
+    out = []
+    for sentence in sentences(turn):
+        time, event = TIME.search(sentence), _PAST_CLAUSE.search(sentence)
+        if time is None or event is None:
+            continue
+        clause = " ".join(TIME.sub("", event.group(1)).split())
+        clause = third_person(clean_clause(_CLAUSE_END.split(clause)[0]))
+        if 2 <= len(content_words(clause)) and len(clause.split()) <= 12 and not DEICTIC.search(clause):
+            out.append(Probe("temporal", f"When was it that {turn.speaker} {clause}?",
+                             resolve_time(time.group(0), turn.timestamp), (turn.id,)))
+    return out
+
+
 def temporal(conversation: Conversation) -> list[Probe]:
     """``temporal`` probes over every dated event: when it happened (or will), and how long a stated state lasts."""
     out = []
@@ -302,9 +326,7 @@ def temporal(conversation: Conversation) -> list[Probe]:
                 question = (f"How long before {format_date(turn.timestamp)} {did} {s} {clause}?" if ago else
                             f"When {did} {s} {clause}?")
                 out.append(Probe("temporal", question, statement.time if ago else answer, (turn.id,)))
-            elif statement.tense == "past":
-                out.append(Probe("temporal", f"In which month {did} {s} {clause}?",
-                                 f"{turn.timestamp:%B} {turn.timestamp.year}", (turn.id,)))
+        out += _timed(turn, {p.evidence[0] for p in out})
         for sentence in sentences(turn):
             duration = _DURATION.search(sentence)
             event = _STATEMENT.search(sentence[:duration.start()]) if duration else None
@@ -378,7 +400,8 @@ def _monthly(conversation: Conversation, max_items: int) -> list[Probe]:
 
 def _caption_phrase(text: str) -> str:
     """The first noun phrase of a caption (``a dog walking past a wall`` → ``dog``)."""
-    first = re.split(r"\b(?:with|and|on|in|at|of|next|holding|sitting|standing|walking|posing|that|is|are)\b", text)[0]
+    first = re.split(r"\b(?:with|and|on|in|at|over|under|next|near|holding|sitting|standing|walking|posing|that|is|"
+                     r"are)\b", text)[0]
     return _LEAD.sub("", clean_clause(first))
 
 
@@ -454,6 +477,18 @@ def _rarest(sentence: str, said_in: dict[str, int], skip: set[str]) -> str | Non
                key=lambda w: (said_in[w.lower()], words.index(w)), default=None)
 
 
+def _chunk(sentence: str, word: str) -> str:
+    """``word`` with the content words next to it in ``sentence`` (at most three words: ``lake sunrise``)."""
+    tokens = re.findall(r"[A-Za-z]+", sentence)
+    i = tokens.index(word)
+    lo, hi = i, i + 1
+    while lo > 0 and hi - lo < 3 and _plain(tokens[lo - 1]) and not tokens[lo - 1][0].isupper():
+        lo -= 1
+    while hi < len(tokens) and hi - lo < 3 and _plain(tokens[hi]):
+        hi += 1
+    return " ".join(tokens[lo:hi])
+
+
 def topic_lists(conversation: Conversation, max_items: int = 4) -> list[Probe]:
     """``aggregation`` probes over a topic: what a speaker brought up with a word (said in 3 to 15 turns) in at
     least two sessions, one item (the sentence's rarest word) per session, with every evidence turn."""
@@ -490,9 +525,11 @@ def mentions(conversation: Conversation) -> list[Probe]:
             lower = {w.lower() for w in re.findall(r"[A-Za-z]+", sentence) if content_words(w)} - speakers
             if len(lower) < 6:
                 continue
-            answer = _rarest(sentence, said_in, speakers)
+            rarest = _rarest(sentence, said_in, speakers)
+            answer = _chunk(sentence, rarest) if rarest else None
+            taken = {w.lower() for w in (answer or "").split()}
             cues = sorted({w for w in lower if _plain(w) and 2 <= said_in[w] <= 12 and len(w) > 3
-                           and w != (answer or "").lower()}, key=lambda w: (-said_in[w], w))[:2]
+                           and w not in taken}, key=lambda w: (-said_in[w], w))[:2]
             if answer is None or len(cues) < 2 or verbatim_pairs(" ".join(cues), sentence, set()):
                 continue
             other = _other(conversation, turn.speaker)

@@ -1,6 +1,6 @@
-"""Which generated probes a conversation keeps: those the raw-turn BM25 peer does not answer from its first hit (the
-difficulty filter), in a mix matched to a target distribution over LoCoMo's categories, at least one per
-``per_turns`` turns when the conversation has them."""
+"""Which generated probes a conversation keeps: a mix matched to a target distribution over LoCoMo's categories, at
+least one per ``per_turns`` turns when the conversation has them, optionally without those the raw-turn BM25 peer
+answers from its first hit (the difficulty filter)."""
 from __future__ import annotations
 
 import math
@@ -38,8 +38,10 @@ class ProbeSettings(BaseModel):
     per_turns: int = Field(3, ge=1, le=1000, description="at least one probe per this many turns, when the "
                                                          "conversation yields enough")
     difficulty: Literal["drop_trivial", "keep"] = Field(
-        "drop_trivial", description="drop_trivial: leave out the probes that raw-turn BM25 answers from its first "
-                                    "hit (the hit is an evidence turn and holds every answer word); keep: keep them")
+        "keep", description="keep: every probe may be drawn; drop_trivial: leave out the probes that raw-turn BM25 "
+                            "answers from its first hit (the hit is an evidence turn and holds every answer word). "
+                            "keep predicted labelled deltas better within the evolution half "
+                            "(experiments/bench/validity.py)")
 
     @field_validator("mix")
     @classmethod

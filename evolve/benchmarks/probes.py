@@ -28,8 +28,7 @@ from pathlib import Path
 from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.probe_base import (Probe, Questioner, clean_clause, format_date, probe_quality, resolve_time,
                                           sentences, turn_facts)
-from evolve.benchmarks.probe_kinds import (aggregations, images, inferences, mentions, paraphrases, temporal,
-                                           topic_lists)
+from evolve.benchmarks.probe_kinds import aggregations, images, inferences, paraphrases, temporal, topic_lists
 from evolve.benchmarks.probe_mix import ProbeSettings, select
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 
@@ -153,7 +152,7 @@ def candidates(conversation: Conversation) -> list[Probe]:
     facts = _attributes(conversation)
     names = frozenset(w.lower() for s in conversation.speakers for w in s.split())
     singles = ([p for p, _ in facts] + paraphrases(conversation, names) + images(conversation)
-               + mentions(conversation) + temporal(conversation) + inferences(conversation))
+               + temporal(conversation) + inferences(conversation))
     found = singles + aggregations(conversation) + topic_lists(conversation) + _links(conversation) + _chains(conversation, facts, singles)
     turns = {t.id: t for t in conversation.turns()}
     out, asked = [], set()

@@ -128,8 +128,11 @@ class RunSetup:
         block makes its knob schema the process's strategy schema."""
         system = external_system(config)
         baseline = load_strategy(config.strategy)
-        benchmark = load_benchmark(config.benchmark)
-        if not benchmark.questions and benchmark.conversations:  # unlabelled (no qa, capture-export): label-free
+        scheme, _, rest = config.benchmark.partition(":")
+        benchmark = load_benchmark(f"locomo:{rest}" if scheme == "probes" else config.benchmark)
+        if scheme == "probes":  # the probes of the file's conversations, chosen under the config's probes: settings
+            benchmark = probe_benchmark(benchmark, config.probes, questioner)
+        elif not benchmark.questions and benchmark.conversations:  # unlabelled (no qa, capture-export): label-free
             log.info("benchmark: %s holds no labelled question; evolving on probe questions generated from its "
                      "conversations", config.benchmark)
             benchmark = probe_benchmark(benchmark, config.probes, questioner)

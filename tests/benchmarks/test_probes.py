@@ -41,6 +41,7 @@ CONVERSATION = Conversation("c1", ("Ana", "Ben"), (
         ("Ben", "Honestly, Lisbon keeps calling me back, the custard tarts were unforgettable."),
         ("Ana", "I painted a quiet harbour at dawn for my grandmother."),
         ("Ben", "I've been restoring vintage bicycles for 3 years now."),
+        ("Ben", "We camped by the river last weekend, it was chilly."),
     ]),
 ))
 
@@ -59,7 +60,7 @@ def test_temporal_probes_date_every_event_with_absolute_and_relative_answers():
     assert when["When did Ana take Biscuit to the lakeside park?"].answer == "the week before 25 May 2023"
     assert when["When did Ben visit Lisbon?"].answer == "2022"
     assert when["When was Ben planning to go to a jazz festival with their cousin?"].answer == "June 2023"
-    assert when["In which month did Ana paint a quiet harbour at dawn for their grandmother?"].answer == "May 2023"
+    assert when["When was it that Ben camped by the river?"].answer == "the weekend before 25 May 2023"
     assert when["How long has Ben been restoring vintage bicycles?"].answer == "3 years"
     assert resolve_time("last Saturday", SECOND) == "the Saturday before 25 May 2023"
     assert resolve_time("last Fri", SECOND) == "the Friday before 25 May 2023"
@@ -118,13 +119,14 @@ def test_difficulty_filter_drops_what_raw_turn_bm25_answers_from_its_first_hit()
     easy = Probe("paraphrase", "What is Ben's favorite hobby in the marsh?", "birdwatching", ("D1:2",))
     hard = Probe("paraphrase", "What does the one who visited Lisbon do for fun?", "birdwatching", ("D1:2",))
     assert peer.trivial(easy) and not peer.trivial(hard)
-    kept = conversation_probes(CONVERSATION)
+    filtered = ProbeSettings(difficulty="drop_trivial")
+    kept = conversation_probes(CONVERSATION, filtered)
     assert not any(peer.trivial(p) for p in kept) and len(kept) >= len(CONVERSATION.turns()) / 3
     tiny = Conversation("c3", ("Ana", "Ben"), (_session("1", FIRST, [
         ("Ana", "We adopted a grey kitten called Pixel."), ("Ben", "Lovely. Our band plays at the Blue Note.")]),))
-    few = conversation_probes(tiny)  # no hard probe: trivial ones fill in up to one per 3 turns
+    few = conversation_probes(tiny, filtered)  # no hard probe: trivial ones fill in up to one per 3 turns
     assert len(few) == 1 and FirstHit(tiny).trivial(few[0])
-    assert len(conversation_probes(CONVERSATION, ProbeSettings(difficulty="keep"))) >= len(kept)
+    assert len(conversation_probes(CONVERSATION)) >= len(kept)  # the default keeps them
 
 
 def test_every_probe_passes_the_quality_filter_and_generation_is_deterministic():
