@@ -4,11 +4,13 @@
   words: another person and tense, a synonym for common verbs, relative times resolved, or the other speaker's view
   (*What did Melanie tell Caroline they had painted in 2022?* → lake sunrise); kept only when no word pair of the
   evidence turn is repeated side by side, beyond names and the answer (:func:`verbatim_pairs`);
-* ``temporal`` — every dated first-person event or plan: its date resolved from the relative time said with it
-  (absolute: ``7 May 2023``, ``2022``; relative to the session: ``the week before 9 June 2023``), the session's month
-  for an event said without one, or a duration (``How long has ...`` → ``4 years``);
+* ``temporal`` — every first-person event or plan said with a relative time: its date resolved against the session
+  (absolute: ``7 May 2023``, ``2022``; relative to the session: ``the week before 9 June 2023``), ``N years ago``
+  as said, or a duration (``How long has ...`` → ``4 years``). An event said without a time is not asked: every
+  packed item carries its session's date, so its answer would test nothing but finding the turn;
 * ``aggregation`` — facts of one kind told in several sessions, asked together (*What has Melanie painted?* →
-  ``horse, sunset, lake sunrise``; activities, places, things made, read or bought), with every evidence turn;
+  ``horse, sunset, lake sunrise``; activities, places, things made, read or bought; what a speaker did in one
+  month; what they brought up with one topic word), with every evidence turn;
 * ``image`` — a shared photo: what its caption shows, asked through its turn's words, or what the turn says of the
   photo, asked through its caption;
 * ``inference`` — what a stated passion suggests (*What would Jon most likely spend a free afternoon on?* →
@@ -477,18 +479,6 @@ def _rarest(sentence: str, said_in: dict[str, int], skip: set[str]) -> str | Non
                key=lambda w: (said_in[w.lower()], words.index(w)), default=None)
 
 
-def _chunk(sentence: str, word: str) -> str:
-    """``word`` with the content words next to it in ``sentence`` (at most three words: ``lake sunrise``)."""
-    tokens = re.findall(r"[A-Za-z]+", sentence)
-    i = tokens.index(word)
-    lo, hi = i, i + 1
-    while lo > 0 and hi - lo < 3 and _plain(tokens[lo - 1]) and not tokens[lo - 1][0].isupper():
-        lo -= 1
-    while hi < len(tokens) and hi - lo < 3 and _plain(tokens[hi]):
-        hi += 1
-    return " ".join(tokens[lo:hi])
-
-
 def topic_lists(conversation: Conversation, max_items: int = 4) -> list[Probe]:
     """``aggregation`` probes over a topic: what a speaker brought up with a word (said in 3 to 15 turns) in at
     least two sessions, one item (the sentence's rarest word) per session, with every evidence turn."""
@@ -510,34 +500,4 @@ def topic_lists(conversation: Conversation, max_items: int = 4) -> list[Probe]:
             out.append(Probe("aggregation", f"What has {speaker} brought up in connection with {topic} across their "
                                             f"conversations?", ", ".join(i for i, _ in items),
                              tuple(dict.fromkeys(t for _, t in items))))
-    return out
-
-
-def mentions(conversation: Conversation) -> list[Probe]:
-    """``mention`` probes (and their ``temporal`` twins): a sentence of six or more content words asked through two
-    of its commoner words (said in 2 to 12 turns, not side by side): what it brought up with them (its rarest word,
-    said in at most two turns), and on which date it was said."""
-    said_in = _said_in(conversation)
-    speakers = {w.lower() for s in conversation.speakers for w in s.split()}
-    out = []
-    for turn in conversation.turns():
-        for sentence in sentences(turn):
-            lower = {w.lower() for w in re.findall(r"[A-Za-z]+", sentence) if content_words(w)} - speakers
-            if len(lower) < 6:
-                continue
-            rarest = _rarest(sentence, said_in, speakers)
-            answer = _chunk(sentence, rarest) if rarest else None
-            taken = {w.lower() for w in (answer or "").split()}
-            cues = sorted({w for w in lower if _plain(w) and 2 <= said_in[w] <= 12 and len(w) > 3
-                           and w not in taken}, key=lambda w: (-said_in[w], w))[:2]
-            if answer is None or len(cues) < 2 or verbatim_pairs(" ".join(cues), sentence, set()):
-                continue
-            other = _other(conversation, turn.speaker)
-            pick = _stable(turn.id, sentence) % 2
-            question = (f"What did {turn.speaker} bring up when talking with {other} about {cues[0]} and {cues[1]}?",
-                        f"Talking about {cues[0]} and {cues[1]}, what did {turn.speaker} mention?")[pick]
-            out.append(Probe("mention", question, answer, (turn.id,)))
-            if turn.timestamp is not None:
-                out.append(Probe("temporal", f"When did {turn.speaker} talk about {cues[0]} and {cues[1]}?",
-                                 format_date(turn.timestamp), (turn.id,)))
     return out

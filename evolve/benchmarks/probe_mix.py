@@ -19,7 +19,7 @@ from evolve.english import english_terms
 from evolve.words import content_words
 
 #: The LoCoMo category each probe kind stands for (``llm``: the questioner's, counted apart).
-KIND_CATEGORY = {"paraphrase": "single_hop", "mention": "single_hop", "image": "single_hop", "attribute": "single_hop",
+KIND_CATEGORY = {"paraphrase": "single_hop", "image": "single_hop", "attribute": "single_hop",
                  "temporal": "temporal", "link": "temporal", "aggregation": "multi_hop", "multi_hop": "multi_hop",
                  "inference": "open_domain"}
 #: LoCoMo's mix of its answerable categories (dev4: single-hop 53 %, temporal 22 %, multi-hop 19 %, open-domain 5 %).
