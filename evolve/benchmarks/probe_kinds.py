@@ -76,7 +76,8 @@ _GERUND_VERBS = frozenset({"start", "begin", "love", "enjoy", "like", "adore", "
 _TIME_WORDS = frozenset("last next week weekend month year years weeks months days ago today yesterday tomorrow "
                         "tonight recently lately".split())
 _MOTION = frozenset({"go", "travel", "come", "fly", "drive", "run", "ride"})
-_PARTICLES = ("up for", "up", "into", "out", "for", "to", "on", "at", "about", "over", "in", "with", "around")
+_PARTICLES = ("up for", "up", "into", "out", "for", "to", "on", "at", "about", "over", "in", "with", "around",
+              "through", "off", "back", "down", "away", "by")
 #: Where an object noun phrase ends: a preposition, a conjunction, a time word, a relative pronoun.
 _NP_END = re.compile(r"\b(?:with|for|at|in|on|to|from|by|about|during|since|until|after|before|last|next|this|"
                      r"yesterday|today|tonight|tomorrow|ago|and|but|so|because|cause|cuz|when|while|which|who|that|where|"
@@ -150,6 +151,8 @@ def _object(tail: str) -> tuple[str, str, str, str]:
     end = _NP_END.search(after)
     phrase = clean_clause(after[:end.start()] if end else after)
     rest = after[len(phrase):] if after.startswith(phrase) else ""
+    if phrase.lower() in _PARTICLES:  # "powered through": no object
+        return "", "", "", ""
     rest = clean_clause(re.split(r"[,;:!?()]| [-–—] | but | because | so | and ", rest)[0])
     return particle, _LEAD.sub("", phrase), phrase, rest
 
@@ -293,8 +296,8 @@ def _timed(turn: Turn, done: set[str]) -> list[Probe]:
     out = []
     for sentence in sentences(turn):
         time, event = TIME.search(sentence), _PAST_CLAUSE.search(sentence)
-        if time is None or event is None:
-            continue
+        if time is None or event is None or TIME.match(event.group(1).split(" ", 1)[-1]):
+            continue  # no time, no event, or the time right after the verb ("the figurines I bought yesterday")
         clause = " ".join(TIME.sub("", event.group(1)).split())
         clause = third_person(clean_clause(_CLAUSE_END.split(clause)[0]))
         if 2 <= len(content_words(clause)) and len(clause.split()) <= 12 and not DEICTIC.search(clause):
@@ -376,6 +379,26 @@ def aggregations(conversation: Conversation, max_items: int = 5) -> list[Probe]:
             question = templates[_stable(speaker, group) % len(templates)].format(s=speaker)
         evidence = tuple(dict.fromkeys(i.turn.id for i in items))
         out.append(Probe("aggregation", _tidy(question), ", ".join(i.obj for i in items), evidence))
+    return out
+
+
+def name_facts(conversation: Conversation) -> list[tuple[str, str, str]]:
+    """Statements whose object names something (a name, ``I went to Rome``, or a phrase of two or three words,
+    ``I started a dance studio``), as ``(name, turn id, description)``: how a later question can name it through the
+    statement (``the place Jon went to in January 2023``, ``what Jon started in January 2023``)."""
+    speakers = {w for s in conversation.speakers for w in s.split()}
+    out = []
+    for turn in conversation.turns():
+        if turn.timestamp is None:
+            continue
+        for st in statements(turn):
+            named = re.fullmatch(r"[A-Z][a-z]+(?: [A-Z][a-z]+)?", st.obj) or \
+                (2 <= len(st.obj.split()) <= 3 and len(content_words(st.obj)) >= 2)
+            if st.tense in ("past", "perfect", "progressive") and named and not set(st.obj.split()) & speakers:
+                did = " ".join(w for w in (_form(st.base, "past"), st.particle) if w)
+                what = "the place" if st.base in _MOTION else "what"
+                out.append((st.obj, turn.id, f"{what} {subject(st)} {did} in {turn.timestamp:%B} "
+                                             f"{turn.timestamp.year}"))
     return out
 
 

@@ -28,7 +28,8 @@ from pathlib import Path
 from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.probe_base import (Probe, Questioner, clean_clause, format_date, probe_quality, resolve_time,
                                           sentences, turn_facts)
-from evolve.benchmarks.probe_kinds import aggregations, images, inferences, paraphrases, temporal, topic_lists
+from evolve.benchmarks.probe_kinds import (aggregations, images, inferences, name_facts, paraphrases, temporal,
+                                           topic_lists)
 from evolve.benchmarks.probe_mix import ProbeSettings, select
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 
@@ -126,23 +127,23 @@ def _links(conversation: Conversation) -> list[Probe]:
     return out
 
 
-def _chains(conversation: Conversation, facts: list[tuple[Probe, str]], singles: list[Probe]) -> list[Probe]:
-    """Multi-hop probes: a probe of another turn whose question names what a fact's answer is (a name, a place),
-    with the name replaced by the fact (``Melanie's dog``, ``the place Caroline moved from``; ``their dog`` when the
-    same speaker says both); evidence: the fact's turn, then the probe's."""
+def _chains(conversation: Conversation, facts: list[tuple[str, str, str]], singles: list[Probe]) -> list[Probe]:
+    """Multi-hop probes: a probe of a later turn whose question names what an earlier fact named (``facts``:
+    ``(name, turn id, description)``), with the name replaced by the fact (``Melanie's dog``, ``the place Caroline
+    moved from``; ``their dog`` when the same speaker says both); evidence: the fact's turn, then the probe's."""
+    order = {t.id: i for i, t in enumerate(conversation.turns())}
     speaker_of = {t.id: t.speaker for t in conversation.turns()}
     out = []
-    for fact, description in facts:
-        if not description or not re.fullmatch(r"[A-Z][\w' -]*", fact.answer):
-            continue
-        speaker = speaker_of[fact.evidence[0]]
+    for name, fact_turn, description in facts:
+        speaker = speaker_of[fact_turn]
         for probe in singles:
-            if probe.kind != "attribute" and fact.evidence[0] not in probe.evidence and \
-                    re.search(rf"\b{re.escape(fact.answer)}\b", probe.question):
-                named = description.replace(f"{speaker}'s ", "their ") if speaker_of[probe.evidence[0]] == speaker \
-                    and description.startswith(f"{speaker}'s ") else description
-                question = re.sub(rf"\b{re.escape(fact.answer)}\b", named, probe.question)
-                out.append(Probe("multi_hop", question, probe.answer, fact.evidence + probe.evidence))
+            if probe.kind in ("attribute", "link") or order[probe.evidence[0]] <= order[fact_turn] or \
+                    not re.search(rf"\b{re.escape(name)}\b", probe.question, re.IGNORECASE):
+                continue
+            named = description.replace(f"{speaker}'s ", "their ") if speaker_of[probe.evidence[0]] == speaker \
+                and description.startswith(f"{speaker}'s ") else description
+            question = re.sub(rf"\b{re.escape(name)}\b", named, probe.question, flags=re.IGNORECASE)
+            out.append(Probe("multi_hop", question, probe.answer, (fact_turn, *probe.evidence)))
     return out
 
 
@@ -153,7 +154,10 @@ def candidates(conversation: Conversation) -> list[Probe]:
     names = frozenset(w.lower() for s in conversation.speakers for w in s.split())
     singles = ([p for p, _ in facts] + paraphrases(conversation, names) + images(conversation)
                + temporal(conversation) + inferences(conversation))
-    found = singles + aggregations(conversation) + topic_lists(conversation) + _links(conversation) + _chains(conversation, facts, singles)
+    named = [(p.answer, p.evidence[0], d) for p, d in facts if d and re.fullmatch(r"[A-Z][\w' -]*", p.answer)]
+    named += name_facts(conversation)
+    found = (singles + aggregations(conversation) + topic_lists(conversation) + _links(conversation)
+             + _chains(conversation, named, singles))
     turns = {t.id: t for t in conversation.turns()}
     out, asked = [], set()
     for probe in found:
