@@ -11,6 +11,7 @@ import yaml
 
 from evolve.benchmarks import Benchmark, BenchmarkError, Conversation, Session, Turn, load_benchmark, write_locomo
 from evolve.benchmarks.probe_base import verbatim_pairs
+from evolve.benchmarks.probe_kinds import name_facts
 from evolve.benchmarks.probe_mix import FirstHit, ProbeSettings, quotas
 from evolve.benchmarks.probes import (Probe, augment, candidates, conversation_probes, probe_quality, probe_questions,
                                       resolve_time)
@@ -100,6 +101,9 @@ def test_multi_hop_probes_chain_a_name_fact_to_a_later_fact_about_it():
     chained = {p.question: p for p in _by_kind()["multi_hop"]}
     park = chained["When did Ana take their puppy to the lakeside park?"]
     assert park.evidence == ("D1:3", "D2:1") and park.answer == "the week before 25 May 2023"
+    named = {name: (turn, description) for name, turn, description in name_facts(CONVERSATION)}
+    assert named["pottery workshop"] == ("D1:1", "the place Ana went to in May 2023")
+    assert named["Lisbon"] == ("D1:4", "what Ben visited in May 2023")
 
 
 def test_mix_quotas_match_the_target_and_grow_to_the_minimum():
