@@ -26,6 +26,13 @@ KIND_CATEGORY = {"paraphrase": "single_hop", "image": "single_hop", "attribute":
 LOCOMO_MIX = {"single_hop": 0.53, "temporal": 0.22, "multi_hop": 0.19, "open_domain": 0.05}
 
 
+def locomo_category(category: str) -> str:
+    """The LoCoMo category a question counts in: a probe's is the one its kind stands for (``probe_temporal`` →
+    ``temporal``; the questioner's ``probe_llm`` stays as it is), any other question's its own."""
+    kind = category.removeprefix("probe_")
+    return KIND_CATEGORY.get(kind, category) if category.startswith("probe_") else category
+
+
 class ProbeSettings(BaseModel):
     """How probe questions are chosen (run config ``probes:``)."""
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from evolve import Harness, load_strategy
 from evolve.benchmarks import Benchmark, load_locomo
 from evolve.benchmarks.locomo import CODE_BY_CATEGORY, read_json_list
-from evolve.benchmarks.probe_mix import KIND_CATEGORY, ProbeSettings
+from evolve.benchmarks.probe_mix import ProbeSettings, locomo_category
 from evolve.benchmarks.probes import probe_questions
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.runtime import IngestionCache
@@ -33,14 +33,9 @@ HALVES = {"evolution half (conv-26/30)": ("conv-26", "conv-30"), "held-out half 
 CATEGORIES = ("single_hop", "temporal", "multi_hop", "open_domain")
 
 
-def probe_category(category: str) -> str:
-    """The LoCoMo category a question counts in: its own, or the one its probe kind stands for."""
-    return KIND_CATEGORY.get(category.removeprefix("probe_"), category) if category.startswith("probe_") else category
-
-
 def write_probe_file(bench: Benchmark, path: Path) -> dict[str, str]:
     """The probes as a LoCoMo file (the original conversations, the probes as ``qa`` with the category codes of
-    :func:`probe_category`); returns probe id -> the file's question id."""
+    :func:`~evolve.benchmarks.probe_mix.locomo_category`); returns probe id -> the file's question id."""
     samples = read_json_list(DATA, "samples")
     ids, by_conv = {}, defaultdict(list)
     for q in bench.questions:
@@ -48,7 +43,7 @@ def write_probe_file(bench: Benchmark, path: Path) -> dict[str, str]:
             ids[q.id] = f"{q.conversation_id}/q{len(by_conv[q.conversation_id])}"
             by_conv[q.conversation_id].append({"question": q.question, "answer": q.answer,
                                                "evidence": list(q.evidence),
-                                               "category": CODE_BY_CATEGORY[probe_category(q.category)]})
+                                               "category": CODE_BY_CATEGORY[locomo_category(q.category)]})
     atomic_write_json(path, [{**s, "qa": by_conv[s["sample_id"]]} for s in samples])
     return ids
 
@@ -68,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
              "|---|---|---|---|" + "---|" * len(CATEGORIES) + "---|"]
     for cid, conv in labelled.conversations.items():
         mine = [q for q in probes if q.conversation_id == cid]
-        mix = Counter(probe_category(q.category) for q in mine)
+        mix = Counter(locomo_category(q.category) for q in mine)
         kinds = ", ".join(f"{k.removeprefix('probe_')} {n}" for k, n in Counter(q.category for q in mine).most_common())
         lines.append(f"| {cid} | {len(conv.turns())} | {len(mine)} | {len(conv.turns()) / max(1, len(mine)):.2f} | "
                      + " | ".join(f"{mix[c] / max(1, len(mine)):.0%}" for c in CATEGORIES) + f" | {kinds} |")
@@ -85,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
             kind = "probes" if t.category.startswith("probe_") else "labelled"
             for half, convs in HALVES.items():
                 if t.question_id.split("/")[0] in convs:
-                    for cat in (probe_category(t.category), "all"):
+                    for cat in (locomo_category(t.category), "all"):
                         cell = cells[(half, kind, cat)]
                         cell[0] += int(t.answer_in_evidence)
                         cell[1] += 1
