@@ -73,8 +73,10 @@ def use_stores_schema(stores: Path) -> None:
     strategy_schema.activate(read_json(path)["schema"] if path.is_file() else None)
 
 
-#: What the validity study measured of the probes alone, said in a label-free run's summary.
-PROBE_VALIDITY = "see experiments/bench/validity_report.md"
+#: What the validity study (experiments/bench/validity.py) measured of the probes alone, said in a label-free run's
+#: summary.
+PROBE_VALIDITY = ("Spearman 0.65 with labelled deltas over 47 moves within LoCoMo conv-26/30, 0.73 on held-out "
+                  "conv-41/42; labelled alone 0.69 and 0.81")
 
 
 @dataclass(frozen=True)
