@@ -212,7 +212,8 @@ def _question(record: Any, qid: str, conversation: Conversation, where: str, log
 
 
 def load_locomo(path: str | Path) -> Benchmark:
-    """Load a ``locomo10.json``-layout file. Question ids are ``"{sample_id}/q{index}"`` (0-based)."""
+    """Load a ``locomo10.json``-layout file. Question ids are ``"{sample_id}/q{index}"`` (0-based); a sample without
+    ``qa`` has no labelled question (its conversation is still read)."""
     path = Path(path)
     data = read_json_list(path, "samples")
     conversations: dict[str, Conversation] = {}
@@ -232,7 +233,8 @@ def load_locomo(path: str | Path) -> Benchmark:
             )
         first_index[sample_id] = index
         conversation = _conversation(sample_id, require_field(sample, "conversation", dict, where), where, warnings)
-        for q_index, record in enumerate(require_field(sample, "qa", list, where)):
+        labelled = require_field(sample, "qa", list, where) if "qa" in sample else []  # unlabelled: no questions
+        for q_index, record in enumerate(labelled):
             qid = f"{sample_id}/q{q_index}"
             questions.append(_question(record, qid, conversation, f"{where}.qa[{q_index}]", log))
         conversations[sample_id] = conversation

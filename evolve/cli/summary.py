@@ -78,6 +78,20 @@ def night_line(night: dict) -> str:
                    + (f"; the night's start {night['restored'][:12]} restored" if night.get("restored") else ""))
 
 
+def questions_line(sources: dict | None) -> str | None:
+    """Where the scored questions came from, when probes are among them: label-free (probes only) or augmented,
+    with the probes' LoCoMo category mix."""
+    if not sources or not sources.get("probes"):
+        return None
+    total = sources["probes"]
+    mix = ", ".join(f"{c.replace('_', '-')} {n / total:.0%}" for c, n in
+                    sorted(sources["probe_mix"].items(), key=lambda kv: -kv[1]))
+    if sources["label_free"]:
+        return (f"label-free: no labelled question, evolved on {total} probe questions generated from the "
+                f"conversations (mix {mix}; validity of probes alone: {sources['probe_validity']})")
+    return f"questions: {sources['labelled']} labelled and {total} probe questions (probe mix {mix})"
+
+
 def run_table(result: dict, *, config: Path, stores: Path, cost: CostLimits, summary_path: Path | None) -> str:
     """The human summary of a ``memevolve run`` result (:meth:`evolve.loop.engine.Engine.run`)."""
     objective = result["objective"]
@@ -96,6 +110,8 @@ def run_table(result: dict, *, config: Path, stores: Path, cost: CostLimits, sum
         lines.append(_paired("final vs. baseline", paired))
     if result.get("holdout"):
         lines.append(_paired("holdout", result["holdout"]))
+    if (line := questions_line(result.get("questions"))) is not None:
+        lines.append(line)
     lines.append(_decisions(result.get("decisions") or {}))
     if result.get("night"):
         lines.append(night_line(result["night"]))

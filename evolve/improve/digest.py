@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from statistics import fmean
 from typing import Any, Iterable
 
+from evolve.benchmarks.probe_mix import locomo_category
 from evolve.errors import EvolveError
 from evolve.observe.ladder import ROOT_CAUSES, WORDS_CUT, RootCause, derives_from
 from evolve.observe.trace import Trace, TraceError
@@ -240,11 +241,11 @@ def digest(traces: Iterable[Trace | dict]) -> Digest:
     records = [_checked(record, index) for index, record in enumerate(traces)]
     scored = [r for r in records if r.scored]
     failures = [r for r in scored if not r.correct]
-    per_category = Counter(r.category for r in scored)
+    per_category = Counter(locomo_category(r.category) for r in scored)  # a probe's symptoms are its category's
     cells: dict[tuple[str, str], list[Trace]] = {}
     by_cause: dict[str, list[Trace]] = {}
     for r in failures:
-        cells.setdefault((r.root_cause, r.category), []).append(r)
+        cells.setdefault((r.root_cause, locomo_category(r.category)), []).append(r)
         by_cause.setdefault(r.root_cause, []).append(r)
     symptoms = [_symptom(c, cat, rs, len(failures), per_category[cat]) for (c, cat), rs in cells.items()]
     aggregates = [_symptom(c, WILDCARD, rs, len(failures), len(scored)) for c, rs in by_cause.items()]

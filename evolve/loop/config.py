@@ -11,6 +11,7 @@ from pydantic import (
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
+from evolve.benchmarks.probe_mix import ProbeSettings
 from evolve.benchmarks.types import file_spec
 from evolve.data import BASELINE_PATH
 from evolve.errors import ConfigError
@@ -158,6 +159,9 @@ class RunConfig(_Strict):
                                                       "lifecycle:SEED[:PERSONAS]")
     augment: Literal["probes"] | None = Field(None, description="add questions to the benchmark's own: probes "
                                                                "(generated from its conversations; never held out)")
+    probes: ProbeSettings = Field(default_factory=ProbeSettings, description="how probe questions are chosen (for "
+                                  "augment: probes, and on a benchmark with no labelled question, which is then "
+                                  "evolved on probes alone): mix, per_turns, difficulty")
     strategy: PathField = Field(BASELINE_PATH, description="the strategy the first round starts from")
     stores: PathField = Field(Path("stores"), description="directory of the run's state (journal, strategies, "
                                                           "records, checkpoint, caches)")

@@ -65,6 +65,7 @@ class Engine:
         self.night_record: NightRecord | None = None
         self._night_clock = time.perf_counter()
         self.night_minutes = 0.0  # wall time of the night this engine ran, up to its latest round
+        self.sources = setup.sources
         self.progress = sys.stderr.isatty() if progress is None else progress
         self.rounds_run = 0  # set by run()
         self.harness, holdout_harness, backends, self.harness_id = setup.harness(progress, new_rules)
@@ -183,6 +184,7 @@ class Engine:
                                   **self.holdout.compare(self.baseline, current).to_dict()}
         out["llm"] = self.llm_stats.by_role() if self.llm_stats else {}
         out["power"] = self.power.to_dict()
+        out["questions"] = self.sources.to_dict() if self.sources else None
         out["tracking"] = ({"uri": self.tracker.uri, "experiment": self.config.experiment,
                             "runs": {str(n): run_id for n, run_id in sorted(self.tracked_runs.items())}}
                            if self.tracker else None)

@@ -8,7 +8,8 @@ from pathlib import Path
 
 from evolve.benchmarks import load_benchmark, select_questions
 from evolve.canonical import canonical_hash
-from evolve.benchmarks.probes import Questioner, augment
+from evolve.benchmarks.probe_mix import mix_of
+from evolve.benchmarks.probes import Questioner, augment, probe_benchmark
 from evolve.benchmarks.types import PROBE_CATEGORIES, Benchmark, Question
 from evolve.llm import ResponseCache, RolesConfig, check_reachable
 from evolve.llm.roles import build_llm_role
@@ -87,6 +88,34 @@ def use_stores_schema(stores: Path) -> None:
     strategy_schema.activate(read_json(path)["schema"] if path.is_file() else None)
 
 
+#: What the validity study (experiments/bench/validity.py) measured of the probes alone, said in a label-free run's
+#: summary.
+PROBE_VALIDITY = ("Spearman 0.65 with labelled deltas over 47 moves within LoCoMo conv-26/30, 0.73 on held-out "
+                  "conv-41/42; labelled alone 0.69 and 0.81")
+
+
+@dataclass(frozen=True)
+class QuestionSources:
+    """How many scored questions are labelled and how many are probes, and the probes' LoCoMo category mix."""
+
+    labelled: int
+    probes: int
+    mix: dict[str, int]
+
+    @classmethod
+    def of(cls, questions: list[Question]) -> "QuestionSources":
+        kinds = [q.category.removeprefix("probe_") for q in questions if q.category in PROBE_CATEGORIES]
+        return cls(len(questions) - len(kinds), len(kinds), mix_of(kinds))
+
+    @property
+    def label_free(self) -> bool:
+        return self.labelled == 0 and self.probes > 0
+
+    def to_dict(self) -> dict:
+        return {"labelled": self.labelled, "probes": self.probes, "probe_mix": self.mix,
+                "label_free": self.label_free, "probe_validity": PROBE_VALIDITY}
+
+
 @dataclass
 class RunSetup:
     """A run config's validated inputs: baseline, benchmark, the questions evaluated and scored, the probe, roles."""
@@ -109,6 +138,8 @@ class RunSetup:
     rules_change: RulesChange | None = None
     #: The external memory system evolved instead of the embedded runtime (run config ``runtime:``).
     system: ExternalSystem | None = None
+    #: Where the scored questions come from: labelled, probes, or both.
+    sources: "QuestionSources | None" = None
 
     @classmethod
     def prepare(cls, config: RunConfig, questioner: Questioner | None = None) -> "RunSetup":
@@ -117,9 +148,16 @@ class RunSetup:
         block makes its knob schema the process's strategy schema."""
         system = external_system(config)
         baseline = load_strategy(config.strategy)
-        benchmark = load_benchmark(config.benchmark)
-        if config.augment == "probes":
-            benchmark = augment(benchmark, questioner)
+        scheme, _, rest = config.benchmark.partition(":")
+        benchmark = load_benchmark(f"locomo:{rest}" if scheme == "probes" else config.benchmark)
+        if scheme == "probes":  # the probes of the file's conversations, chosen under the config's probes: settings
+            benchmark = probe_benchmark(benchmark, config.probes, questioner)
+        elif not benchmark.questions and benchmark.conversations:  # unlabelled (no qa, capture-export): label-free
+            log.info("benchmark: %s holds no labelled question; evolving on probe questions generated from its "
+                     "conversations", config.benchmark)
+            benchmark = probe_benchmark(benchmark, config.probes, questioner)
+        elif config.augment == "probes":
+            benchmark = augment(benchmark, questioner, config.probes)
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)
@@ -173,15 +211,17 @@ class RunSetup:
         scored = {q: c for q, c in scored.items() if q not in held}
         probe_ids = stratified_probe(scored, min(config.probe_size, len(scored)), config.seed)
         return cls(config, baseline, benchmark, [q.id for q in questions if q.id not in held], scored, probe_ids,
-                   roles, StoreLayout(config.stores), holdout_ids, holdout_bench, confirmation_ids, system=system)
+                   roles, StoreLayout(config.stores), holdout_ids, holdout_bench, confirmation_ids, system=system,
+                   sources=QuestionSources.of([q for q in benchmark.questions if q.id in scored or q.id in held]))
 
     @classmethod
     def for_run(cls, config: RunConfig, *, dry: bool = False) -> "RunSetup":
-        """:meth:`prepare`, then, when ``augment: probes`` meets an LLM ``questioner`` role, again with the probes the
-        role writes (replies cached in the run's response cache). ``dry``: the role calls no endpoint and answers
-        from that cache, so an estimate sees the questions the run saw."""
+        """:meth:`prepare`, with the probes an LLM ``questioner`` role writes when one is configured (they join the
+        deterministic ones wherever probes are generated: ``augment: probes``, or a benchmark with no labelled
+        question; replies cached in the run's response cache). ``dry``: the role calls no endpoint and answers from
+        that cache, so an estimate sees the questions the run saw."""
         roles = roles_config(config)
-        if config.augment != "probes" or roles.role("questioner").backend != "llm":
+        if roles.role("questioner").backend != "llm":
             return cls.prepare(config)
         if not dry:
             check_reachable(roles)

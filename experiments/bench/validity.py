@@ -7,8 +7,12 @@ Candidate outcomes, per question, mean over the questions that count for both st
 * ``answer`` — answer in evidence (binary), labelled questions;
 * ``coverage`` — graded answer coverage: share of the gold answer's content words in the packed evidence items;
 * ``evidence`` — every known gold turn packed (binary), labelled questions;
-* ``probes`` — answer in evidence on the probe questions (:mod:`evolve.benchmarks.probes`), no label used;
-* ``probes+labelled`` — answer in evidence on labelled and probe questions together.
+* ``probes`` — answer in evidence on the probe questions (:mod:`evolve.benchmarks.probes`, default settings: the
+  LoCoMo-like mix, no difficulty filter), no label used;
+* ``probes (drop trivial)`` — the same with the difficulty filter on (``difficulty: drop_trivial``), no label used;
+* ``probes+labelled`` — answer in evidence on labelled and (default) probe questions together.
+
+The probe rows choose the difficulty rule (filter or not) the same way, within the evolution half.
 
 The outcome is chosen inside the evolution half only: two folds, conv-26 → conv-30 and conv-30 → conv-26, by mean
 Spearman rank correlation (sign agreement breaks ties). conv-26/30 → conv-41/42 is reported once, after the choice,
@@ -30,7 +34,8 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from evolve import Harness, load_benchmark, load_strategy
-from evolve.benchmarks.probes import augment
+from evolve.benchmarks import Benchmark, Question
+from evolve.benchmarks.probes import ProbeSettings, probe_questions
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.observe.ladder import derives_from
 from evolve.runtime import IngestionCache
@@ -39,7 +44,9 @@ from evolve.words import content_words
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
-OUTCOMES = ("answer", "coverage", "evidence", "probes", "probes+labelled")
+#: The probe selections compared, by outcome name.
+PROBE_SETS = {"probes": ProbeSettings(), "probes (drop trivial)": ProbeSettings(difficulty="drop_trivial")}
+OUTCOMES = ("answer", "coverage", "evidence", *PROBE_SETS, "probes+labelled")
 FOLDS = ((("conv-26",), ("conv-30",)), (("conv-30",), ("conv-26",)))
 CONFIRMATION = (("conv-26", "conv-30"), ("conv-41", "conv-42"))
 PARENTS = {"baseline": "strategies/baseline.yaml", "evolved": "experiments/strategies/locomo_answer_evolved.yaml",
@@ -88,14 +95,31 @@ def coverage(trace) -> float | None:
     return len(words & held) / len(words)
 
 
-def record(trace) -> dict:
+def record(trace, sets: list[str]) -> dict:
     """The per-question values every outcome is computed from (``None`` where the question does not count: the
-    loop's objectives leave unscored questions, LoCoMo's adversarial ones, out)."""
+    loop's objectives leave unscored questions, LoCoMo's adversarial ones, out); ``sets``: the probe selections
+    the question belongs to."""
     probe = trace.category.startswith("probe_")
     if not trace.scored:
-        return {"probe": probe, "answer": None, "coverage": None, "evidence": None}
-    return {"probe": probe, "answer": trace.answer_in_evidence, "coverage": coverage(trace),
+        return {"probe": probe, "sets": sets, "answer": None, "coverage": None, "evidence": None}
+    return {"probe": probe, "sets": sets, "answer": trace.answer_in_evidence, "coverage": coverage(trace),
             "evidence": trace.all_evidence_packed if trace.evidence_known else None}
+
+
+def probe_bench() -> tuple[Benchmark, dict[str, list[str]]]:
+    """dev4's labelled questions and the probes of every selection of :data:`PROBE_SETS` (a probe two selections
+    share asked once), with each probe's selections."""
+    labelled = load_benchmark(f"locomo:{DATA}")
+    questions, sets, ids = list(labelled.questions), {}, {}
+    for name, settings in PROBE_SETS.items():
+        for q in probe_questions(labelled, settings):
+            key = (q.conversation_id, q.question)
+            if key not in ids:
+                ids[key] = f"{q.conversation_id}/p{len(ids)}"
+                questions.append(Question(ids[key], q.conversation_id, q.question, q.answer, q.category, q.evidence,
+                                          asked_at=q.asked_at))
+            sets.setdefault(ids[key], []).append(name)
+    return Benchmark("dev4+probe sets", labelled.conversations, questions), sets
 
 
 class Evaluations:
@@ -103,7 +127,7 @@ class Evaluations:
     conversation)."""
 
     def __init__(self, cache: Path):
-        bench = augment(load_benchmark(f"locomo:{DATA}"))
+        bench, self.sets = probe_bench()
         self.dir = cache / "records" / f"{bench.content_hash()[:16]}-scored"  # new probe questions: new records
         self.dir.mkdir(parents=True, exist_ok=True)
         self.ids = {c: [q.id for q in bench.questions if q.conversation_id == c] for c in bench.conversations}
@@ -114,16 +138,16 @@ class Evaluations:
         if path.exists():
             return json.loads(path.read_text(encoding="utf-8"))
         run = self.harness.evaluate(strategy, self.ids[conversation], answer=False)
-        records = {t.question_id: record(t) for t in run.traces}
+        records = {t.question_id: record(t, self.sets.get(t.question_id, [])) for t in run.traces}
         atomic_write_json(path, records)
         return records
 
 
 def value(rec: dict, outcome: str) -> float | None:
-    if outcome == "probes":
-        return rec["answer"] if rec["probe"] else None
+    if outcome in PROBE_SETS:
+        return rec["answer"] if outcome in rec["sets"] else None
     if outcome == "probes+labelled":
-        return rec["answer"]
+        return rec["answer"] if not rec["probe"] or "probes" in rec["sets"] else None
     return None if rec["probe"] else rec[outcome]
 
 
@@ -178,20 +202,22 @@ def main(argv: list[str] | None = None) -> int:
                    "mean_rho": float(np.mean([f[0] for f in folds])),
                    "mean_sign": float(np.nanmean([f[1] for f in folds]))}
     chosen = max(OUTCOMES, key=lambda o: (rows[o]["mean_rho"], rows[o]["mean_sign"]))
+    label_free = max(PROBE_SETS, key=lambda o: (rows[o]["mean_rho"], rows[o]["mean_sign"]))  # the probe rule
     for o in OUTCOMES:  # confirmation, computed once the choice above is fixed
         rho, sign, n = agreement(np.array(pooled[o]["dev"]), np.array(pooled["answer"]["held"]))
         rows[o]["confirmation"] = {"rho": rho, "sign": sign, "n_sign": n}
     result = {"moves": [{"parent": p, "changes": c} for p, c in moves], "deltas": deltas, "pooled": pooled,
-              "outcomes": rows, "chosen": chosen}
+              "outcomes": rows, "chosen": chosen, "label_free": label_free}
+    text = report(rows, chosen, label_free, moves, pooled)
     atomic_write_json(args.out / "validity.json", result)
-    atomic_write_text(args.out / "validity_report.md", report(rows, chosen, len(moves)))
+    atomic_write_text(args.out / "validity_report.md", text)
     plot(pooled, chosen, args.out / "validity.png")
-    print(report(rows, chosen, len(moves)))
+    print(text)
     return 0
 
 
-def report(rows: dict, chosen: str, n_moves: int) -> str:
-    lines = [f"# Outcome validity ({n_moves} moves)", "",
+def report(rows: dict, chosen: str, label_free: str, moves: list, pooled: dict) -> str:
+    lines = [f"# Outcome validity ({len(moves)} moves)", "",
              "Chosen within the evolution half (folds conv-26 → conv-30 and conv-30 → conv-26, target: answer in "
              "evidence); conv-26/30 → conv-41/42 computed after the choice, as confirmation.", "",
              "| outcome | fold 26→30 ρ | sign | fold 30→26 ρ | sign | mean ρ | confirmation 26/30→41/42 ρ | sign |",
@@ -202,7 +228,19 @@ def report(rows: dict, chosen: str, n_moves: int) -> str:
                      f"({f1['n_sign']}) | {f2['rho']:+.3f} | {f2['sign']:.2f} ({f2['n_sign']}) | "
                      f"**{row['mean_rho']:+.3f}** | {conf['rho']:+.3f} | {conf['sign']:.2f} ({conf['n_sign']}) |")
     lines += ["", "ρ: Spearman rank correlation of the moves' deltas; sign: share of moves with the same sign of delta "
-                  "among those that move both (their number in brackets)."]
+                  "among those that move both (their number in brackets).", "",
+              f"Probe rule chosen the same way among the label-free rows: **{label_free}**.", "",
+              "## Deltas in pp (evolution half conv-26/30 pooled; held-out labelled conv-41/42)", "",
+              "| outcome | mean abs. Δ dev (pp) | moves with Δ ≠ 0 |", "|---|---|---|"]
+    for o in rows:
+        dev = np.array(pooled[o]["dev"]) * 100
+        lines.append(f"| {o} | {np.mean(np.abs(dev)):.2f} | {int(np.sum(dev != 0))} |")
+    lines += ["", "| move | labelled Δ dev | probes Δ dev | probes (drop trivial) Δ dev | labelled Δ held out |",
+              "|---|---|---|---|---|"]
+    for i, (parent, changes) in enumerate(moves):
+        cells = [pooled[o][k][i] * 100 for o, k in (("answer", "dev"), ("probes", "dev"),
+                                                     ("probes (drop trivial)", "dev"), ("answer", "held"))]
+        lines.append(f"| {parent} {changes} | " + " | ".join(f"{c:+.1f}" for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -122,3 +122,13 @@ def test_bad_records_named():
     odd = record("q9", "temporal", "lost_somewhere")
     with pytest.raises(DigestError, match="unknown value 'lost_somewhere'"):
         digest([odd])
+
+
+def test_probe_failures_are_symptoms_of_the_category_their_kind_stands_for(traces):
+    probes = [record("p1", "probe_temporal", "ingestion_gap"), record("p2", "probe_aggregation", "kf_filtered"),
+              record("p3", "probe_llm", "retrieval_gap")]
+    d = digest(traces + probes)
+    assert d.symptom("ingestion_gap/temporal").count == 1  # where resolving relative dates is looked up
+    assert d.symptom("kf_filtered/multi_hop").count == 3
+    assert d.symptom("retrieval_gap/probe_llm").count == 1  # the questioner's probes have no LoCoMo category
+    assert d.symptom("retrieval_gap/temporal").share_of_category == pytest.approx(3 / 5)
