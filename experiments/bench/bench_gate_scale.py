@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 CATEGORIES = ("single_hop", "multi_hop", "temporal", "open_domain")
 
 
-def record(i: int, correct: bool, stages: str) -> dict:
+def record(i: int, correct: bool, stages: str = "full") -> dict:
     """One sample's contract record: the judge's verdict, and with ``full`` every stage on one packed item."""
     out = {"trace_version": "1", "id": f"q{i}", "category": CATEGORIES[i % 4], "question": f"question {i}",
            "gold": {"answer": f"answer {i}", "evidence": [f"D1:{i}"]}, "judge": {"correct": correct}}

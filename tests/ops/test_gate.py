@@ -16,19 +16,19 @@ from evolve.state.bundle import RoundBundle
 from evolve.state.stores import StoreSet
 
 ROOT = Path(__file__).resolve().parents[2]
-CATEGORIES = ("single_hop", "multi_hop", "temporal", "open_domain")
 
 
-def sample(i: int, correct: bool, stages: str = "full") -> dict:
-    """One sample of a constructed trace file: all six stages (``full``) or the judge's verdict alone."""
-    out = {"trace_version": "1", "id": f"q{i}", "category": CATEGORIES[i % 4], "question": f"question {i}",
-           "gold": {"answer": f"answer {i}", "evidence": [f"D1:{i}"]}, "judge": {"correct": correct}}
-    if stages == "full":
-        out.update(stored=[f"m{i}"], retrieved=[{"id": f"m{i}", "rank": 1, "score": 0.5}],
-                   filtered=[{"id": f"m{i}", "decision": "kept", "reason": "in budget"}],
-                   packed=[{"text": f"answer {i}" if correct else "other", "source_ids": [f"D1:{i}"]}],
-                   answer=f"answer {i}" if correct else "no idea")
-    return out
+def _bench():
+    spec = importlib.util.spec_from_file_location("bench_gate_scale", ROOT / "experiments" / "bench" /
+                                                  "bench_gate_scale.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+#: One sample of a constructed trace file: all six stages (``full``) or the judge's verdict alone; the gate benchmark
+#: builds its files from the same records.
+sample = _bench().record
 
 
 def write(path: Path, samples: list[dict]) -> Path:
