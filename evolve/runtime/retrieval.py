@@ -17,6 +17,12 @@ from evolve.runtime.second_hop import bridge_terms, first_hits
 from evolve.runtime.store import MemoryStore, day_number
 from evolve.runtime.text import content_tokens
 
+#: Decimals a dense (cosine) score is rounded to before ranking, so near-equal scores tie and keep store order. A
+#: vector's last bits depend on the CPU's kernels (scores move by up to about 1e-6), so a score that close to a
+#: rounding midpoint rounds up on one machine and down on another: one unit in this decimal.
+DENSE_DECIMALS = 5
+
+
 @dataclass(frozen=True)
 class Hit:
     """One retrieved memory: final rank (1-based) and score, and its rank/score in each channel that found it."""
@@ -88,7 +94,7 @@ def _channel_scores(store: MemoryStore, query: Query, analyzer: Analyzer, terms:
         out["bm25"] = lexical[tuple(terms)]
     if weights.vector > 0 and query.vector is not None:
         scores = store.embeddings @ query.vector.astype(np.float32, copy=False)
-        np.round(scores, 5, out=scores)
+        np.round(scores, DENSE_DECIMALS, out=scores)
         out["vector"] = (_ranking(scores, eligible, depth, False), scores)
     if subqueries:
         fused = np.zeros(len(store), dtype=np.float64)

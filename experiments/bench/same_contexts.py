@@ -12,9 +12,12 @@ items, the packed text, the answer and its verdict; measured times are left out
     python experiments/bench/same_contexts.py [--against REV] [--bench SPEC] [--strategy PATH ...]
 
 Prints, per strategy, the number of questions whose traces differ and the first fields that differ; exits 1 when
-any does. ``--pin PATH`` instead writes this tree's per-question digests of the retrieval and packing fields on the pinned
-benchmark (``synthetic:0:2``) for the default strategies: the file ``tests/runtime/test_pinned_contexts.py``
-checks; rewrite it only for a deliberate change of what the runtime retrieves or packs.
+any does. ``--pin PATH`` instead writes this tree's pin of the retrieval and packing fields on the pinned benchmark
+(``synthetic:0:2``) for the default strategies: the file ``tests/runtime/test_pinned_contexts.py`` checks; rewrite it
+only for a deliberate change of what the runtime retrieves or packs. A trace matches its pin when every pinned field
+is equal, but for each hit's dense (vector channel) score, which may be one unit of its last rounded decimal away:
+the score a CPU's kernels round up another's round down (:data:`evolve.runtime.retrieval.DENSE_DECIMALS`). ``--pin``
+writes a pin only when an evaluation on other kernels of this machine matches it too.
 """
 from __future__ import annotations
 
@@ -27,6 +30,8 @@ import sys
 import tarfile
 import tempfile
 from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BENCH = f"locomo:{(ROOT / '../shared/data/locomo/locomo_dev4.json').resolve()}"
@@ -56,9 +61,75 @@ def traces(bench_spec: str, strategy: Path, cache_dir: Path, passes: int = 1) ->
             for run in runs]
 
 
-def digest(trace: dict) -> str:
-    """SHA-256 of the trace's :data:`PINNED_FIELDS`."""
-    return hashlib.sha256(json.dumps({k: trace[k] for k in PINNED_FIELDS}, sort_keys=True).encode()).hexdigest()
+#: Other x86_64 kernels for the model's forward pass, on any x86_64 CPU: torch's vectorised operators and oneDNN's
+#: matrix products without AVX. Their vectors differ from the native ones in the last bits, as another CPU's do.
+OTHER_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "ONEDNN_MAX_CPU_ISA": "SSE41"}
+
+
+class PinnedQuestion(BaseModel):
+    """One question's pin: the SHA-256 of its :data:`PINNED_FIELDS` without the dense scores, and each retrieved
+    hit's dense score (``None``: the vector channel did not find it)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    digest: str
+    dense: list[float | None]
+
+
+class Pin(BaseModel):
+    """The file ``--pin`` writes: the benchmark and, per strategy file name, each question's pin."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    benchmark: str
+    strategies: dict[str, dict[str, PinnedQuestion]]
+
+
+def pin_of(trace: dict) -> PinnedQuestion:
+    """The pin of a deterministic trace (:func:`traces`)."""
+    fields = json.loads(json.dumps({k: trace[k] for k in PINNED_FIELDS}))
+    dense = [hit["channels"].get("vector", {}).pop("score", None) for hit in fields["retrieved"]]
+    return PinnedQuestion(digest=hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest(), dense=dense)
+
+
+def mismatch(pinned: PinnedQuestion, trace: dict) -> str | None:
+    """Why ``trace`` does not match ``pinned`` (``None`` when it does): a field other than a dense score differs, or
+    a hit's dense score is more than one unit of its last rounded decimal from the pinned one."""
+    from evolve.runtime.retrieval import DENSE_DECIMALS
+
+    got = pin_of(trace)
+    if got.digest != pinned.digest:
+        return "retrieved ids, ranks or scores, filtered, packed, dropped or the answer differ"
+    for rank, (want, have) in enumerate(zip(pinned.dense, got.dense), start=1):  # the digest holds which are None
+        if want is not None and round(abs(have - want) * 10**DENSE_DECIMALS) > 1:
+            return f"hit {rank}'s dense score {have} (pinned {want})"
+    return None
+
+
+def pin(strategies: list[Path], cache_dir: Path) -> Pin:
+    """This tree's pin of ``strategies`` on :data:`PINNED_BENCH`; ``ValueError`` when an evaluation under
+    :data:`OTHER_KERNELS` (a child process, its own vectors) does not match it, on either pass."""
+    from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV
+
+    os.environ.pop(SHARED_EMBEDDINGS_ENV, None)  # each evaluation embeds its texts itself
+    pinned = Pin(benchmark=PINNED_BENCH, strategies={
+        s.name: {qid: pin_of(t) for qid, t in traces(PINNED_BENCH, s, cache_dir / "native")[0].items()}
+        for s in strategies})
+    (cache_dir / "other").mkdir()
+    other = run_under(ROOT, PINNED_BENCH, strategies, cache_dir / "other", cache_dir / "other.json", OTHER_KERNELS)
+    failed, rounded = [], 0
+    for name, runs in other.items():
+        for n, run in enumerate(runs, start=1):
+            for qid, trace in run.items():
+                why = mismatch(pinned.strategies[name][qid], trace)
+                if why:
+                    failed.append(f"{name}, pass {n}, {qid}: {why}")
+                rounded += pin_of(trace).dense != pinned.strategies[name][qid].dense
+    if failed:
+        raise ValueError(f"{len(failed)} traces on other kernels do not match the pin: " + "; ".join(failed[:5]))
+    print(f"other kernels ({', '.join(f'{k}={v}' for k, v in OTHER_KERNELS.items())}): every trace matches, "
+          f"{rounded} of {sum(len(r) for runs in other.values() for r in runs)} by a dense score rounded the other way")
+    return pinned
 
 
 def dump(bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path) -> None:
@@ -66,9 +137,11 @@ def dump(bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path) ->
     out.write_text(json.dumps({s.name: traces(bench_spec, s, cache_dir, passes=2) for s in strategies}))
 
 
-def run_under(tree: Path, bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path) -> dict:
-    """The traces of :func:`dump` with ``tree``'s ``evolve`` package (a child process)."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+def run_under(tree: Path, bench_spec: str, strategies: list[Path], cache_dir: Path, out: Path,
+              env: dict[str, str] | None = None) -> dict:
+    """The traces of :func:`dump` with ``tree``'s ``evolve`` package (a child process, with ``env`` added to this
+    one's environment)."""
+    env = {**os.environ, **(env or {}), "PYTHONPATH": str(tree)}
     command = [sys.executable, __file__, "--dump", str(out), "--cache", str(cache_dir), "--bench", bench_spec,
                *(arg for s in strategies for arg in ("--strategy", str(s)))]
     subprocess.run(command, cwd=tree, env=env, check=True)
@@ -116,9 +189,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.pin:
         with tempfile.TemporaryDirectory(prefix="pin-") as tmp:
-            pinned = {s.name: {qid: digest(t) for qid, t in traces(PINNED_BENCH, s, Path(tmp))[0].items()}
-                      for s in STRATEGIES}
-        args.pin.write_text(json.dumps({"benchmark": PINNED_BENCH, "digests": pinned}, indent=1) + "\n")
+            try:
+                pinned = pin(list(STRATEGIES), Path(tmp))
+            except ValueError as error:
+                print(f"{args.pin} not written: {error}", file=sys.stderr)
+                return 1
+        args.pin.write_text(pinned.model_dump_json(indent=1) + "\n")
         print(f"wrote {args.pin}")
         return 0
     with tempfile.TemporaryDirectory(prefix="same-contexts-") as tmp:

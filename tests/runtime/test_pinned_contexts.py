@@ -2,13 +2,14 @@
 
 Speed work on retrieval must not change a context: ``tests/fixtures/pinned_contexts.json`` holds, per question of
 ``synthetic:0:2``, a digest of the retrieval and packing fields of the trace for the baseline and the turn
-strategy. Rewrite it (``python experiments/bench/same_contexts.py --pin tests/fixtures/pinned_contexts.json``)
-only for a deliberate change of what the runtime retrieves or packs.
+strategy, and each hit's dense score, which another CPU may round one unit of its last decimal the other way
+(``same_contexts.mismatch``). Rewrite it (``python experiments/bench/same_contexts.py --pin
+tests/fixtures/pinned_contexts.json``) only for a deliberate change of what the runtime retrieves or packs.
 """
 from __future__ import annotations
 
 import importlib.util
-import json
+import sys
 from pathlib import Path
 
 import bm25s
@@ -25,10 +26,12 @@ PIN = ROOT / "tests" / "fixtures" / "pinned_contexts.json"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("same_contexts", ROOT / "experiments" / "bench" / "same_contexts.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    """``experiments/bench/same_contexts.py``, imported once (its pydantic models resolve in ``sys.modules``)."""
+    if "same_contexts" not in sys.modules:
+        spec = importlib.util.spec_from_file_location("same_contexts", ROOT / "experiments/bench/same_contexts.py")
+        sys.modules["same_contexts"] = module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    return sys.modules["same_contexts"]
 
 
 @pytest.mark.parametrize("strategy", ["baseline.yaml", "locomo_answer_turns.yaml"])
@@ -37,16 +40,36 @@ def test_contexts_match_the_pin(strategy, tmp_path, monkeypatch):
     # may differ in its last bits (1e-7), enough to swap a near tie.
     monkeypatch.delenv(SHARED_EMBEDDINGS_ENV)
     tool = _tool()
-    pinned = json.loads(PIN.read_text())
-    assert pinned["benchmark"] == tool.PINNED_BENCH
+    pinned = tool.Pin.model_validate_json(PIN.read_text())
+    assert pinned.benchmark == tool.PINNED_BENCH
     path = next(s for s in tool.STRATEGIES if s.name == strategy)
-    want = pinned["digests"][strategy]
+    want = pinned.strategies[strategy]
     # the second evaluation by the same harness reads the stores, vectors and channel results the first cached
     for n, run in enumerate(tool.traces(tool.PINNED_BENCH, path, tmp_path, passes=2), start=1):
-        got = {qid: tool.digest(trace) for qid, trace in run.items()}
-        changed = sorted(q for q in want.keys() | got.keys() if want.get(q) != got.get(q))
+        assert run.keys() == want.keys()
+        changed = {qid: why for qid in sorted(run) if (why := tool.mismatch(want[qid], run[qid]))}
         assert not changed, (f"{strategy}, pass {n}: {len(changed)} of {len(want)} questions retrieve or pack "
-                             f"differently from the pin, first {changed[:5]}")
+                             f"differently from the pin, first {list(changed.items())[:5]}")
+
+
+def _trace(dense: float, bm25: float = 1.267428, order: tuple[str, str] = ("L0:1", "L0:2")) -> dict:
+    """A trace's pinned fields: two hits, the first with the given dense and BM25 scores."""
+    hits = [{"id": i, "rank": r, "score": 0.03 - r / 1000, "source_ids": [], "fact": {},
+             "channels": {"bm25": {"rank": r, "score": bm25 if r == 1 else 0.5}, "vector": {"rank": r, "score": dense}}}
+            for r, i in enumerate(order, start=1)]
+    return {"intent": "single_hop", "subqueries": [], "retrieved": hits, "filtered": [], "dropped": [],
+            "packed": [{"id": order[0], "text": "Tomas has two cats"}], "context_tokens": 4, "answer": "two",
+            "answer_support": [order[0]]}
+
+
+def test_a_pinned_dense_score_may_round_one_unit_the_other_way_and_nothing_else_may_change():
+    tool = _tool()
+    pinned = tool.pin_of(_trace(0.81072))
+    assert pinned.dense == [0.81072, 0.81072] and tool.mismatch(pinned, _trace(0.81072)) is None
+    assert tool.mismatch(pinned, _trace(0.81071)) is None and tool.mismatch(pinned, _trace(0.81073)) is None
+    assert "dense score 0.8107" in tool.mismatch(pinned, _trace(0.8107))
+    assert tool.mismatch(pinned, _trace(0.81072, bm25=1.267429)) is not None
+    assert tool.mismatch(pinned, _trace(0.81072, order=("L0:2", "L0:1"))) is not None
 
 
 def _store(texts: list[str]) -> MemoryStore:
