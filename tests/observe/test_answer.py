@@ -202,6 +202,7 @@ def test_an_answer_packed_not_from_evidence_aims_the_planner_at_evidence_moves_o
     accuracy = digest(failure_view(ts, "accuracy")).symptom("generation_error/*")
     assert accuracy.qualifiers["not_from_evidence"] == 0.0  # accuracy decisions do not see the answer ladder
     keys = [key for key, _, table_key in load_bundles().lookup(answer, 0.3)]
-    assert keys[:4] == ["assembly.fact_unit::set:turn", "assembly.unit::set:turn", "assembly.replies::increase",
+    assert keys[:5] == ["assembly.fact_unit::set:turn", "assembly.unit::set:turn",
+                        "assembly.unit::set:turn&features.turn_context::decrease", "assembly.replies::increase",
                         "assembly.source_window::increase"] and "answering.span::set:keywords" in keys
     assert keys.index("features.raw_dialogue_backfill::enable") < keys.index("answering.span::set:keywords")

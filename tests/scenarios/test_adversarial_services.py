@@ -305,8 +305,9 @@ def test_mark_on_an_endpoint_that_always_fails_commits_an_unscored_round(capsys,
         for stores, rounds in ((lived, 2), (tmp_path / "fresh", 1)):
             code, out = cli(capsys, "run", "--config", config(stores), "--rounds", 1, "--no-tracking")
             assert code == 0 and "Traceback" not in out and "invalid bundle" not in out, out[-2000:]
-            last = journal(stores)[-1]
+            last, night = journal(stores)[-2:]  # the run's one round ends its night
             assert last["type"] == "ROUND" and last["round"] == rounds and last["payload"]["accuracy"] is None
+            assert night["type"] == "NIGHT" and night["payload"]["diff"] == {}
             assert cli(capsys, "journal", "verify", "--stores", stores, "--tracking-uri", "")[0] == 0
     assert snapshot(lived / "best") == best  # a round that scored nothing neither checkpoints nor restores
     assert not (tmp_path / "fresh" / "best").exists() or not any((tmp_path / "fresh" / "best").iterdir())

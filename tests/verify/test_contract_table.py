@@ -274,7 +274,12 @@ def test_holm_adjusts_the_secondary_outcome_over_the_round_and_the_record_replay
     (SINGLE_HOP_FALLS, Verdict.REJECT, "category_floor"),
 ])
 def test_the_d2acci_table_replays_under_every_shipped_config(config, rows, verdict, rule):
-    d = decide(report(rows), shipped_rules(config))
+    rules = shipped_rules(config)
+    if rows is SUPPLEMENT and rules.alpha >= 0.2:
+        # a search at alpha 0.2 under a night's confirmation holds every category's floor to the same alpha: the
+        # multi-hop fall (Holm-adjusted p 0.19 over 3 categories) is significant there
+        verdict, rule = Verdict.REJECT, "category_floor"
+    d = decide(report(rows), rules)
     assert (d.verdict, d.rule) == (verdict, rule), d
 
 
