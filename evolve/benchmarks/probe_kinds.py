@@ -128,7 +128,6 @@ class Statement:
     particle: str
     who: str  # "" when the speaker did it, else whom they name ("kids" for "my kids")
     time: str | None  # the relative time expression of the sentence
-    sentence: str
 
 
 def subject(statement: Statement) -> str:
@@ -198,7 +197,7 @@ def statements(turn: Turn) -> list[Statement]:
             if known[1] == "progressive" and time and re.match(r"(?i)next|tomorrow|tonight", time.group(0)):
                 known = (known[0], "future")  # I'm going to a festival next month
             out.append(Statement(turn, known[0], known[1], obj, phrase, rest if len(rest.split()) <= 6 else "",
-                                 particle, who, time.group(0) if time else None, sentence))
+                                 particle, who, time.group(0) if time else None))
     return out
 
 

@@ -156,7 +156,6 @@ def _without_qa() -> bytes:
 
 
 BENCHMARK_CASES = {
-    "missing qa": ("locomo", _without_qa(), "sample 0 (s1): missing field 'qa'"),
     "duplicate sample ids": ("locomo", json.dumps([locomo_sample(), locomo_sample()]).encode(),
                              "sample 1 (s1): duplicate sample_id (also sample 0)"),
     "duplicate question ids": ("longmemeval", None, "item 1: duplicate question_id 'q1'"),
@@ -186,6 +185,16 @@ def test_malformed_benchmark_is_refused(case, capsys, tmp_path):
                     "--no-tracking")
     assert code == 2 and message in out, out
     assert not (tmp_path / "stores").exists() and not (tmp_path / "eval").exists()
+
+
+def test_a_file_without_qa_is_read_and_eval_says_it_has_nothing_to_score(capsys, tmp_path):
+    """No qa is no labelled question, not a malformed file (a run evolves on its probes: tests/loop/test_label_free.py);
+    eval, which scores labelled questions, says so."""
+    path = tmp_path / "bench.json"
+    path.write_bytes(_without_qa())
+    code, out = cli(capsys, "eval", "--bench", f"locomo:{path}", "--out", tmp_path / "eval")
+    assert code == 2 and "nothing to score: no questions" in out, out
+    assert not (tmp_path / "eval").exists()
 
 
 def test_unknown_evidence_ids_are_counted_and_excluded_from_recall(capsys, tmp_path):
