@@ -35,18 +35,22 @@ def test_coverage_is_the_share_of_answer_words_packed_from_evidence(validity):
     assert validity.coverage(_trace("c/q0", "single_hop", [], None)) is None
     unscored = _trace("c/q1", "adversarial", packed, True)
     unscored.scored = False  # left out of every outcome, as the loop's objectives leave it out
-    assert validity.record(unscored) == {"probe": False, "answer": None, "coverage": None, "evidence": None}
+    assert validity.record(unscored, []) == {"probe": False, "sets": [], "answer": None, "coverage": None,
+                                             "evidence": None}
 
 
 def test_delta_pairs_questions_per_outcome(validity):
-    parent = {"q0": validity.record(_trace("c/q0", "single_hop", [], False)),
-              "p0": validity.record(_trace("c/p0", "probe_cloze", [], False))}
-    child = {"q0": validity.record(_trace("c/q0", "single_hop", [{"text": "pottery workshop Lisbon",
-                                                                   "source_ids": ["D1:1"]}], True)),
-             "p0": validity.record(_trace("c/p0", "probe_cloze", [], False))}
+    packed = [{"text": "pottery workshop Lisbon", "source_ids": ["D1:1"]}]
+    parent = {"q0": validity.record(_trace("c/q0", "single_hop", [], False), []),
+              "p0": validity.record(_trace("c/p0", "probe_image", [], False), ["probes"]),
+              "p1": validity.record(_trace("c/p1", "probe_image", [], False), ["probes (drop trivial)"])}
+    child = {"q0": validity.record(_trace("c/q0", "single_hop", packed, True), []),
+             "p0": validity.record(_trace("c/p0", "probe_image", [], False), ["probes"]),
+             "p1": validity.record(_trace("c/p1", "probe_image", packed, True), ["probes (drop trivial)"])}
     assert validity.delta(parent, child, "answer") == 1.0  # labelled only
-    assert validity.delta(parent, child, "probes") == 0.0  # probes only
-    assert validity.delta(parent, child, "probes+labelled") == 0.5
+    assert validity.delta(parent, child, "probes") == 0.0  # the default probes only
+    assert validity.delta(parent, child, "probes (drop trivial)") == 1.0  # the filtered selection only
+    assert validity.delta(parent, child, "probes+labelled") == 0.5  # labelled and the default probes
     assert validity.delta(parent, child, "coverage") == 1.0
 
 

@@ -159,19 +159,24 @@ def _sample(qa: list[dict]) -> dict:
         "session_1": [{"speaker": "Ann", "dia_id": "D1:1", "text": "I adopted a beagle named Rex."}]}}
 
 
-@pytest.mark.parametrize("data, expected", [
-    ([], "nothing to score: no questions"),
-    ([_sample([])], "nothing to score: no questions"),
+@pytest.mark.parametrize("data, expected, run_expected", [
+    ([], "nothing to score: no questions", "nothing to score: no questions"),
+    # no labelled question: a run is not refused but evolves on the probes of the conversation (label-free)
+    ([_sample([])], "nothing to score: no questions", None),
     ([_sample([{"question": "Who is Rex?", "adversarial_answer": "a cat", "evidence": ["D1:1"], "category": 5}])],
-     "nothing to score: 1 question(s), all adversarial"),
+     "nothing to score: 1 question(s), all adversarial", "nothing to score: 1 question(s), all adversarial"),
 ], ids=["empty list", "no qa", "only adversarial"])
-def test_unscorable_benchmark_is_refused_before_anything_is_written(data, expected, capsys, tmp_path):
+def test_unscorable_benchmark_is_refused_before_anything_is_written(data, expected, run_expected, capsys,
+                                                                    tmp_path):
     spec = _locomo(tmp_path / "bench.json", data)
     code, out = cli(capsys, "eval", "--bench", spec, "--out", tmp_path / "eval")
     assert code == 2 and expected in out and not (tmp_path / "eval").exists(), out
     code, out = cli(capsys, "run", "--config", small_config(tmp_path / "run.yaml", benchmark=spec,
                                                             stores=tmp_path / "stores"), "--no-tracking")
-    assert code == 2 and expected in out and "Traceback" not in out, out
+    if run_expected is None:
+        assert code == 0 and "label-free: no labelled question, evolved on" in out, out
+        return
+    assert code == 2 and run_expected in out and "Traceback" not in out, out
     assert not (tmp_path / "stores").exists()
 
 
