@@ -95,11 +95,17 @@ def answer_field(record: dict, where: str) -> str:
     return str(value)
 
 
-def _turn_text(turn: dict) -> str:
-    caption = turn.get("blip_caption")
+def fold_caption(text: str, caption: object) -> str:
+    """A turn's text with its photo's caption folded in, as every reader of a turn writes it (the LoCoMo adapter,
+    the memory service): ``text [shares a photo of CAPTION]``, a leading "a photo of" (or picture, image) dropped
+    from the caption; the text alone without a caption."""
     if not isinstance(caption, str) or not caption.strip():
-        return turn["text"]
-    return f"{turn['text']} [shares a photo of {_CAPTION_PREFIX.sub('', caption).strip()}]"
+        return text
+    return f"{text} [shares a photo of {_CAPTION_PREFIX.sub('', caption).strip()}]"
+
+
+def _turn_text(turn: dict) -> str:
+    return fold_caption(turn["text"], turn.get("blip_caption"))
 
 
 class _EvidenceLog:

@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolve.errors import EvolveError
-from evolve.benchmarks.locomo import parse_locomo_date
+from evolve.benchmarks.locomo import fold_caption, parse_locomo_date
 from evolve.benchmarks.types import Turn
 from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
@@ -65,10 +65,9 @@ class TurnRecord(BaseModel):
 
 
 def turn_record(raw: dict, where: str) -> dict:
-    """A request's turn as the capture log keeps it: the image caption folded into the text (as the LoCoMo adapter
-    folds it), the time in ISO form (naive UTC for a zoned one)."""
-    caption = (raw.get("image_caption") or "").strip()
-    text = f"{raw['text']} [shares a photo of {caption}]" if caption else raw["text"]
+    """A request's turn as the capture log keeps it: the image caption folded into the text by the LoCoMo adapter's
+    own :func:`~evolve.benchmarks.locomo.fold_caption`, the time in ISO form (naive UTC for a zoned one)."""
+    text = fold_caption(raw["text"], raw.get("image_caption"))
     when = parse_time(raw["time"], f"{where}.time").isoformat() if raw.get("time") else None
     return TurnRecord(id=raw["id"], speaker=raw["speaker"], text=text, session=raw["session"],
                       time=when).model_dump()
