@@ -82,6 +82,14 @@ class PostgresBackend:
         info = psycopg.conninfo.conninfo_to_dict(self.url)
         return f"{info.get('dbname', '?')} at {info.get('host', 'localhost')}"
 
+    @property
+    def where(self) -> str:
+        return self._where()
+
+    def run(self, work):
+        """``work(conn)`` in one transaction, for tables kept beside the users' (the audit)."""
+        return self._run(work)
+
     def _run(self, work):
         """``work(conn)`` in one transaction; :class:`StoreUnavailable` when the database cannot be reached."""
         try:
