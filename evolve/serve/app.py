@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import BackgroundTasks, FastAPI, Path as PathParam, Request
+from fastapi import BackgroundTasks, FastAPI, Request, Security
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse
 from pydantic import BaseModel, ConfigDict, Field
@@ -20,6 +20,7 @@ from evolve.runtime.live import CaptureError
 from evolve.runtime.roles import RoleError
 from evolve.runtime.text import count_tokens
 from evolve.runtime.usage import UsageStats
+from evolve.serve.access import Access, AuditFailed, Caller, Denied, UserId, for_service, for_user
 from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
@@ -34,8 +35,8 @@ MAX_TURN_CHARS = 20_000
 MAX_TURNS = 500
 MAX_QUESTION_CHARS = 2_000
 
-UserId = Annotated[str, PathParam(description="The user (tenant) whose memory is read or written: letters, digits, "
-                                              "'_', '-', '.', at most 128 characters.", max_length=200)]
+#: A purpose: what a memory may be used for (named by a capture, checked against a recall's).
+PURPOSE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
 
 
 class TurnIn(BaseModel):
@@ -51,6 +52,10 @@ class TurnIn(BaseModel):
 class CaptureIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS)
+    purpose: str | None = Field(None, pattern=PURPOSE, description="what these turns may be recalled for; a user's "
+                                "memory holds one purpose (default: the user's, none for a new user)")
+    retain_until: datetime | None = Field(None, description="ISO 8601 moment after which these turns are purged "
+                                          "(earlier than the service's --retention-days if both apply)")
 
 
 class CaptureOut(BaseModel):
@@ -65,6 +70,8 @@ class RecallIn(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
     asked_at: str | None = Field(None, max_length=64, description="when the question is asked (default: the "
                                                                    "newest memory's time)")
+    purpose: str | None = Field(None, pattern=PURPOSE, description="what the recall is for; must be the purpose the "
+                                                                   "user's memory was captured for, if any")
 
 
 class PackedItem(BaseModel):
@@ -164,14 +171,17 @@ class _Measure:
         await self.app(scope, receive, sending)
 
 
-def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None) -> FastAPI:
+def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None,
+               access: Access | None = None) -> FastAPI:
     """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary); ``usage``: the model
-    roles' counters, exported on ``/metrics``."""
+    roles' counters, exported on ``/metrics``; ``access``: the keys callers must present and the audit (default:
+    none of either)."""
     app = FastAPI(title="memevolve memory service", version="1",
                   description="The promoted strategy as a per-user memory service: capture turns, recall packed "
                               "context, erase a user.")
     metrics = Metrics()
-    app.state.slot, app.state.memory, app.state.metrics = slot, memory, metrics
+    access = access or Access()
+    app.state.slot, app.state.memory, app.state.metrics, app.state.access = slot, memory, metrics, access
 
     app.add_middleware(_Measure, metrics=metrics)
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
@@ -179,6 +189,17 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
     @app.exception_handler(_Problem)
     async def problem(_: Request, exc: _Problem):
         return _error(exc.status, exc.message)
+
+    @app.exception_handler(Denied)
+    async def denied(_: Request, exc: Denied):
+        response = _error(exc.status, exc.message)
+        if exc.status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
+
+    @app.exception_handler(AuditFailed)
+    async def unaudited(_: Request, exc: AuditFailed):
+        return _error(503, str(exc))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
@@ -256,9 +277,13 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
             metrics.count("shadow_recalls")
         memory.log_recall(user, record)
 
-    def _recall(user: str, body: RecallIn, tasks: BackgroundTasks, answer: bool) -> dict:
+    def _recall(user: str, body: RecallIn, tasks: BackgroundTasks, caller: Caller, answer: bool) -> dict:
         started = time.perf_counter()
-        loaded, role = slot.for_user(_user(user))  # held to the end: a reload meanwhile does not change it
+        bound = memory.purpose(_user(user))
+        if bound is not None and body.purpose != bound:
+            raise access.deny(403, f"user {user!r}'s memory was captured for purpose {bound!r}; this {caller.scope} "
+                                   f"names {body.purpose!r}", caller.key, user, caller.scope, "purpose")
+        loaded, role = slot.for_user(user)  # held to the end: a reload meanwhile does not change it
         store = memory.store(user, loaded)
         result = loaded.runtime.ask(store, body.question, _asked(body), answer=answer)
         packed = _packed(result)
@@ -273,34 +298,50 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                   "words": out["words"], "latency_ms": out["latency_ms"]}
         if answer:
             record["answer"] = out["answer"]
+        access.record("ANSWER" if answer else "RECALL", caller.key, user, purpose=body.purpose,
+                      ids=sorted({s for p in packed for s in p["source_ids"]}),
+                      counts={"packed": len(packed), "words": out["words"]})
         tasks.add_task(_shadow_and_log, user, body, record)
         return out
 
     @app.post("/v1/users/{user}/turns", status_code=201, response_model=CaptureOut, tags=["memory"],
               summary="Capture one or more turns (durable before the reply)")
-    def capture(user: UserId, body: CaptureIn) -> dict:
-        return memory.capture(_user(user), [t.model_dump() for t in body.turns])
+    def capture(user: UserId, body: CaptureIn, caller: Annotated[Caller, Security(for_user, scopes=["capture"])]
+                ) -> dict:
+        out = memory.capture(_user(user), [t.model_dump() for t in body.turns], body.purpose, body.retain_until)
+        access.record("CAPTURE", caller.key, user, ids=[t.id for t in body.turns], purpose=body.purpose,
+                      counts={"turns": out["captured"]})
+        return out
 
     @app.post("/v1/users/{user}/recall", response_model=RecallOut, tags=["memory"],
               summary="Packed context for a question")
-    def recall(user: UserId, body: RecallIn, tasks: BackgroundTasks) -> dict:
-        return _recall(user, body, tasks, answer=False)
+    def recall(user: UserId, body: RecallIn, tasks: BackgroundTasks,
+               caller: Annotated[Caller, Security(for_user, scopes=["recall"])]) -> dict:
+        return _recall(user, body, tasks, caller, answer=False)
 
     @app.post("/v1/users/{user}/answer", response_model=AnswerOut, tags=["memory"],
               summary="Packed context and the configured answerer's answer")
-    def answer(user: UserId, body: RecallIn, tasks: BackgroundTasks) -> dict:
-        return _recall(user, body, tasks, answer=True)
+    def answer(user: UserId, body: RecallIn, tasks: BackgroundTasks,
+               caller: Annotated[Caller, Security(for_user, scopes=["answer"])]) -> dict:
+        return _recall(user, body, tasks, caller, answer=True)
 
     @app.post("/v1/users/{user}/close", tags=["memory"],
               summary="Close the open session now (its organisation runs in the background)")
-    def close(user: UserId) -> dict:
-        return {"closed": memory.close(_user(user))}
+    def close(user: UserId, caller: Annotated[Caller, Security(for_user, scopes=["capture"])]) -> dict:
+        closed = memory.close(_user(user))
+        access.record("CLOSE", caller.key, user, ids=[closed] if closed else [])
+        return {"closed": closed}
 
     @app.delete("/v1/users/{user}", tags=["memory"], summary="Erase the user: memory, records, history, logs")
-    def erase(user: UserId) -> dict:
-        return {"erased": True, "tombstone": memory.erase(_user(user))}
+    def erase(user: UserId, caller: Annotated[Caller, Security(for_user, scopes=["erase"])]) -> dict:
+        tombstone = memory.erase(_user(user))
+        access.record("ERASE", caller.key, user, counts={"turns": tombstone.get("turns_erased") or 0})
+        return {"erased": True, "tombstone": tombstone}
 
-    @app.get("/v1/strategy", tags=["service"], summary="The strategy serving, its lineage and journal entry")
+    admin = [Security(for_service, scopes=["admin"])]
+
+    @app.get("/v1/strategy", tags=["service"], summary="The strategy serving, its lineage and journal entry",
+             dependencies=admin)
     def strategy() -> dict:
         out = {"serving": slot.current.describe(), "refused": slot.refused, "reloads": slot.reloads,
                "shadow": slot.shadow.describe() if slot.shadow else None, "canary": None}
@@ -314,7 +355,8 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                 "max_users": memory.max_users, "organisation_pending": memory.pending(),
                 "quarantined": dict(memory.quarantined)}
 
-    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], summary="Prometheus text format")
+    @app.get("/metrics", response_class=PlainTextResponse, tags=["service"], summary="Prometheus text format",
+             dependencies=admin)
     def prometheus() -> PlainTextResponse:
         current = slot.current
         gauges = [("strategy_info", "The strategy serving (1) by hash and state.",

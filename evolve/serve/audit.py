@@ -47,6 +47,7 @@ class AuditEvent(BaseModel):
     ids: list[str] = Field(default_factory=list, description="turn ids captured, packed or purged")
     counts: dict[str, int] = Field(default_factory=dict)
     purpose: str | None = None
+    operation: str | None = Field(None, description="the scope a denied request asked for")
     status: int | None = Field(None, description="the HTTP status of a denial")
     reason: str | None = Field(None, description="why a request was denied, or a start's settings")
 

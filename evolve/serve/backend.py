@@ -73,6 +73,12 @@ class Backend(Protocol):
     def tombstone(self, user: str) -> dict | None:
         ...
 
+    def rewrite(self, user: str, events: list[dict], purged: set[str]) -> None:
+        """Replace the user's capture log with ``events`` (a retention purge of the turns ``purged``) and drop what
+        was derived from the old log: organised records and their history, organised marks, embeddings, and the
+        recall-log lines that packed a purged turn. Organisation runs again on what is kept."""
+        ...
+
     def verify(self, user: str) -> list[str]:
         """Problems with the user's stored state, in words (empty: it checks out)."""
         ...

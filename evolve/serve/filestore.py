@@ -71,6 +71,12 @@ def _fact(item: MemoryItem) -> dict:
     return out
 
 
+def _packs(recall: dict, turns: set[str]) -> bool:
+    """Whether a recall-log record packed (or its shadow packed) any of ``turns``."""
+    packed = [*recall.get("packed", ()), *(recall.get("shadow") or {}).get("packed", ())]
+    return any(turns.intersection(p.get("source_ids", ())) for p in packed)
+
+
 class FileBackend:
     """:class:`evolve.serve.backend.Backend` over local folders (one Git repository per user)."""
 
@@ -213,6 +219,20 @@ class FileBackend:
             crash_point("serve.erase.before_delete")
             shutil.rmtree(parked, ignore_errors=True)  # what is left is removed at the next start
         return tombstone
+
+    def rewrite(self, user: str, events: list[dict], purged: set[str]) -> None:
+        """Derived state first (a crash before the log is replaced leaves the expired turns in it, purged again at
+        the next look; never records or history of turns the log no longer holds), then the log, atomically."""
+        folder = self._dir(user)
+        (folder / "organised.json").unlink(missing_ok=True)
+        for derived in ("records", ".git", "derived"):
+            shutil.rmtree(folder / derived, ignore_errors=True)
+        for name in ("recalls.1.jsonl", "recalls.jsonl"):
+            kept = [r for _, r in iter_jsonl(folder / name) if not _packs(r, purged)]
+            if (folder / name).exists():
+                atomic_write_text(folder / name, "".join(canonical_json(r) + "\n" for r in kept))
+        self._git(folder, "init", "-q")
+        atomic_write_text(folder / "capture.jsonl", "".join(canonical_json(e) + "\n" for e in events))
 
     def tombstone(self, user: str) -> dict | None:
         return read_json(self.root / "tombstones" / f"{self._user_key(user)}.json", None)

@@ -11,7 +11,7 @@ import time
 from contextlib import nullcontext
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
@@ -81,6 +81,37 @@ def _turn(record: dict) -> Turn:
     return Turn(turn.id, turn.speaker, turn.text, turn.session, when)
 
 
+def _utc(moment: datetime) -> datetime:
+    """``moment`` zoned (a naive one taken as UTC)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
+def event_expiry(event: dict, retention: timedelta | None) -> datetime | None:
+    """When a capture-log event's turns expire: its ``retain_until`` or its capture time plus ``retention``,
+    whichever comes first; ``None`` if neither applies."""
+    moments = [_utc(datetime.fromisoformat(event["retain_until"]))] if event.get("retain_until") else []
+    if retention is not None and event.get("at"):
+        moments.append(_utc(datetime.fromisoformat(event["at"])) + retention)
+    return min(moments, default=None)
+
+
+def prune(events: list[dict], now: datetime, retention: timedelta | None
+          ) -> tuple[list[dict], list[str], datetime | None]:
+    """The capture log without the turns expired at ``now`` (and without the closes of sessions left empty), the
+    ids of those turns, and when the next turn kept expires."""
+    kept, purged, soonest = [], [], None
+    for event in events:
+        when = event_expiry(event, retention) if event.get("turns") else None
+        if when is not None and when <= now:
+            purged += [t["id"] for t in event["turns"]]
+            continue
+        if when is not None:
+            soonest = when if soonest is None else min(soonest, when)
+        kept.append(event)
+    sessions = {t["session"] for e in kept for t in e.get("turns", ())}
+    return [e for e in kept if "close" not in e or e["close"] in sessions], purged, soonest
+
+
 class UnknownUser(EvolveError, LookupError):
     """No memory is held for the user (never captured, or erased)."""
 
@@ -140,6 +171,7 @@ class _User:
     last_capture: float = field(default_factory=time.monotonic)
     capturing: int = 0  # capture requests in progress (some may wait for the lock behind organisation)
     seen: int = 0  # capture-log events applied (with a shared store other replicas append too)
+    purpose: str | None = None  # what the memory was captured for (its first capture's purpose); None: any
 
     def __post_init__(self) -> None:
         self.erasures = self.tenant.erasures
@@ -165,10 +197,14 @@ def _reason(exc: Exception) -> str:
 class MemoryService:
     """Every user's memory over one :class:`Backend`; ``current`` gives the strategy organisation runs under."""
 
-    def __init__(self, backend: Backend, current: Callable[[], Loaded], max_users: int | None = None):
+    def __init__(self, backend: Backend, current: Callable[[], Loaded], max_users: int | None = None,
+                 retention: timedelta | None = None):
         if max_users is not None and max_users < 1:
             raise ValueError(f"max_users must be >= 1, got {max_users}")
-        self.backend, self.current, self.max_users = backend, current, max_users
+        self.backend, self.current, self.max_users, self.retention = backend, current, max_users, retention
+        #: When each loaded (or once loaded) user's next turn expires (users with no expiring turn absent).
+        self._expiry: dict[str, datetime] = {}
+        self.purged = 0
         self._users: OrderedDict[str, _User] = OrderedDict()  # least recently used first
         self._tenants: dict[str, _Tenant] = {}
         #: Users evicted with an open session, with their last capture's time (their session still closes when idle).
@@ -209,7 +245,15 @@ class MemoryService:
             if lost:
                 raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
                                  "that were organised: truncated, emptied or deleted? (the organised records hold them)")
-            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events))
+            self._note_expiry(user, prune(events, datetime.min.replace(tzinfo=timezone.utc), self.retention)[2])
+            purpose = next((e.get("purpose") for e in events if e.get("turns")), None)
+            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events), purpose=purpose)
+
+    def _note_expiry(self, user: str, when: datetime | None) -> None:
+        """Record that one of ``user``'s turns expires at ``when`` (if sooner than the one known)."""
+        if when is not None:
+            with self._registry:
+                self._expiry[user] = min(when, self._expiry.get(user, when))
 
     def _sync(self, user: str, state: _User) -> list[str]:
         """With a shared store (``backend.shared``), apply the events other replicas appended since the last look,
@@ -225,6 +269,8 @@ class MemoryService:
                 raise UnknownUser(user)
             closed = []
             for event in events:
+                if not len(state.live) and event.get("turns"):
+                    state.purpose = event.get("purpose")
                 closed += [c for c in (state.live.add(_turn(r)) for r in event.get("turns", ())) if c is not None]
                 if "close" in event and state.live.close(event["close"]) is not None:
                     closed.append(event["close"])
@@ -327,9 +373,15 @@ class MemoryService:
 
     # ---------------------------------------------------------------- capture, close, read
 
-    def capture(self, user: str, turns: list[dict]) -> dict:
-        """Validate every turn, append them as one durable log line, then add them to memory; all or nothing."""
+    def capture(self, user: str, turns: list[dict], purpose: str | None = None,
+                retain_until: datetime | None = None) -> dict:
+        """Validate every turn, append them as one durable log line, then add them to memory; all or nothing.
+        ``purpose``: what they may be recalled for (a user's memory holds one; omitted, the user's); ``retain_until``:
+        when they are purged (see :meth:`purge_expired`)."""
         records = [turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)]
+        event: dict = {"turns": records}
+        if retain_until is not None:
+            event["retain_until"] = _utc(retain_until).isoformat()
         while True:
             state = self._get(user, create=True)
             with self._capture_seen:
@@ -337,18 +389,26 @@ class MemoryService:
             try:
                 with state.lock:
                     if not state.gone:  # else erased or evicted while this waited: look the user up again
-                        return self._capture(user, state, records)
+                        return self._capture(user, state, event, purpose)
             finally:
                 with self._capture_seen:
                     state.capturing -= 1
                     self._captured.add(user)
                     self._capture_seen.notify()
 
-    def _capture(self, user: str, state: _User, records: list[dict]) -> dict:
+    def _capture(self, user: str, state: _User, event: dict, purpose: str | None) -> dict:
         self._sync(user, state)
+        records = event["turns"]
+        if len(state.live):
+            if purpose is not None and purpose != state.purpose:
+                held = f"purpose {state.purpose!r}" if state.purpose else "no purpose"
+                raise CaptureError(f"user {user!r} already holds memory captured for {held}; turns for purpose "
+                                   f"{purpose!r} need another user id")
+            purpose = state.purpose
         state.live.check([_turn(r) for r in records])
+        event = {**event, "purpose": purpose} if purpose is not None else event
         try:
-            self.backend.append(user, {"turns": records})
+            self.backend.append(user, event)
         except Exception:
             if not len(state.live):  # a new user's refused first capture registers nobody
                 with state.tenant.erasing:
@@ -358,9 +418,11 @@ class MemoryService:
         if getattr(self.backend, "shared", False):
             closed = self._sync(user, state)  # this capture and any other replica's, in log order
         else:
+            state.purpose = purpose
             closed = [c for c in (state.live.add(_turn(r)) for r in records) if c is not None]
             for session in closed:
                 self._queue.put((user, session))
+        self._note_expiry(user, event_expiry({**event, "at": datetime.now(timezone.utc).isoformat()}, self.retention))
         state.last_capture = time.monotonic()
         return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
                 "closed_sessions": closed}
@@ -394,6 +456,10 @@ class MemoryService:
         rt = loaded.runtime
         return state.live.store(loaded.key, rt.policy, rt.extractor,
                                 lambda texts: state.embeddings.encode(rt.embedder, texts), rt.embedder.name)
+
+    def purpose(self, user: str) -> str | None:
+        """What the user's memory was captured for (``None``: any purpose); :class:`UnknownUser` if none is held."""
+        return self._get(user).purpose
 
     def turn_count(self, user: str) -> int:
         return len(self._get(user).live)
@@ -434,6 +500,57 @@ class MemoryService:
                 with self._registry:
                     self.quarantined.pop(user, None)
                 return tombstone
+
+    # ---------------------------------------------------------------- retention (background)
+
+    def purge_expired(self, record: Callable[[str, list[str]], None], now: datetime | None = None) -> int:
+        """Purge every turn whose retention has ended by ``now`` (default: now) from the users' capture logs, and
+        what was derived from them (organised records and their history, embeddings, recall-log lines that packed
+        them; organisation runs again on what is kept). ``record(user, ids)`` (the audit) is called before each
+        user's purge is written; a user left with no turn is erased (tombstone). The number of turns purged."""
+        now = now or datetime.now(timezone.utc)
+        with self._registry:
+            due = [user for user, when in self._expiry.items() if when <= now]
+        done = 0
+        for user in due:
+            try:
+                done += self._purge(user, now, record)
+            except StoreError as exc:  # a full or read-only disk: tried again at the next look
+                log.warning("purging the expired turns of user %s failed: %s", user, exc)
+        self.purged += done
+        return done
+
+    def _purge(self, user: str, now: datetime, record: Callable[[str, list[str]], None]) -> int:
+        while True:
+            try:
+                state = self._get(user)
+            except (UnknownUser, Quarantined):  # erased (nothing to purge) or unreadable (purged once repaired)
+                with self._registry:
+                    self._expiry.pop(user, None)
+                return 0
+            with state.lock:
+                if state.gone:
+                    continue
+                kept, purged, soonest = prune(self.backend.events(user), now, self.retention)
+                with self._registry:
+                    self._expiry.pop(user, None)
+                self._note_expiry(user, soonest)
+                if not purged:
+                    return 0
+                record(user, purged)
+                with state.tenant.erasing:  # a build or shadow in flight on the old memory writes nothing after it
+                    if any(e.get("turns") for e in kept):
+                        self.backend.rewrite(user, kept, set(purged))
+                    else:
+                        self.backend.erase(user)
+                    state.tenant.erasures += 1
+                self._drop(user, state)
+                break
+        if self.backend.exists(user):  # organise again what was kept
+            state = self._get(user)
+            for session in sorted(state.live.closed - self.backend.organised(user)):
+                self._queue.put((user, session))
+        return len(purged)
 
     def forget_strategies(self, keep: set[str]) -> None:
         with self._registry:

@@ -25,7 +25,7 @@ from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import StoreUnavailable, valid_user
-from evolve.serve.filestore import _fact
+from evolve.serve.filestore import _fact, _packs
 
 #: Recall records kept per user (older ones are deleted as new ones arrive).
 RECALLS_KEPT = 10_000
@@ -208,6 +208,21 @@ class PostgresBackend:
                       "tombstone = excluded.tombstone", (tombstone["user_sha256"], Jsonb(tombstone)))
             return tombstone
         return self._run(work)
+
+    def rewrite(self, user: str, events: list[dict], purged: set[str]) -> None:
+        self._check(user)
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            for table in ("mem_events", "mem_steps", "mem_records", "mem_facts", "mem_organised"):
+                c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
+            with c.cursor() as cur:
+                cur.executemany("INSERT INTO mem_events VALUES (%s, %s, %s)",
+                                [(user, n, Jsonb(e)) for n, e in enumerate(events, 1)])
+            stale = [seq for seq, record in c.execute("SELECT seq, record FROM mem_recalls WHERE user_id = %s",
+                                                      (user,)) if _packs(record, purged)]
+            c.execute("DELETE FROM mem_recalls WHERE seq = ANY(%s)", (stale,))
+        self._run(work)
 
     def tombstone(self, user: str) -> dict | None:
         row = self._run(lambda c: c.execute("SELECT tombstone FROM mem_tombstones WHERE user_sha256 = %s",
