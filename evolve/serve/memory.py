@@ -625,8 +625,8 @@ class MemoryService:
     def _organise_step(self, user: str, session: str, state: _User) -> int:
         """The step, the user's lock held."""
         try:
-            if session in self.backend.organised(user):
-                return 0
+            if session not in state.live.closed or session in self.backend.organised(user):
+                return 0  # organised already, or its turns purged since it was queued
             loaded = self.current()
             store = self._store(user, state, loaded)
             self.backend.organise(user, session, state.live.session_turns(session), store, loaded.strategy_hash)

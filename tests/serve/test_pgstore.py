@@ -119,3 +119,51 @@ def test_two_replicas_share_memory_and_answer_503_while_postgres_is_down(postgre
         assert httpx.delete(f"{b.url}/v1/users/bo", timeout=60).status_code == 200  # erased through one replica
         gone = httpx.post(f"{a.url}/v1/users/bo/recall", json=question, timeout=60)
         assert gone.status_code == 404 and "erased at" in gone.json()["error"]["message"]
+
+
+def test_replicas_extend_one_audit_chain_and_verify_names_an_edited_row(postgres, capsys):
+    from evolve.cli.main import main
+    from evolve.serve.audit import AuditEvent, PgAudit
+
+    url = postgres[0].get_uri()
+    first, second = PostgresBackend(url), PostgresBackend(url)
+    try:
+        audits = [PgAudit(first), PgAudit(second)]
+        start = len(audits[0].entries())
+        for i in range(4):  # the two replicas in turn
+            audits[i % 2].record("RECALL", AuditEvent(key="0123456789ab", ids=[f"D1:{i}"], counts={"packed": i}))
+        assert [e["index"] for e in audits[1].entries()][start:] == list(range(start, start + 4))
+        assert main(["audit", "verify", "--store", url]) == 0
+        edited = start + 2
+        line = first.run(lambda c: c.execute("SELECT line FROM mem_audit WHERE index = %s", (edited,)).fetchone()[0])
+        try:
+            first.run(lambda c: c.execute("UPDATE mem_audit SET line = %s WHERE index = %s",
+                                          (line.replace('"packed":2', '"packed":9'), edited)))
+            assert main(["audit", "verify", "--store", url]) == 1
+            assert capsys.readouterr().out.splitlines()[-1].startswith(f"verification failed at entry {edited}: ")
+        finally:
+            first.run(lambda c: c.execute("UPDATE mem_audit SET line = %s WHERE index = %s", (line, edited)))
+        assert audits[0].verify().ok
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_retention_purge_rewrites_the_users_rows(postgres, serving, embedder):
+    from datetime import datetime, timedelta, timezone
+
+    backend = PostgresBackend(postgres[0].get_uri())
+    try:
+        slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+        memory = MemoryService(backend, lambda: slot.current)
+        turns = turns_of(CONVERSATION, 2)
+        first = [t for t in turns if t["session"] == turns[0]["session"]]
+        memory.capture("purged-pg", first, retain_until=datetime.now(timezone.utc) - timedelta(seconds=1))
+        memory.capture("purged-pg", [t for t in turns if t not in first])
+        assert memory.purge_expired(lambda *_: None) == len(first)
+        kept = [t["id"] for e in backend.events("purged-pg") for t in e.get("turns", ())]
+        assert kept == [t["id"] for t in turns if t not in first] and backend.verify("purged-pg") == []
+        memory.organise_pending()
+        assert backend.organised("purged-pg") == set()  # the open session is organised when it closes
+    finally:
+        backend.close()
