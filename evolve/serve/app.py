@@ -23,6 +23,7 @@ from evolve.runtime.usage import UsageStats
 from evolve.serve.access import Access, AuditFailed, Caller, Denied, UserId, for_service, for_user
 from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
 from evolve.serve.batching import BatchingEmbedder
+from evolve.serve.keys import KeysUnreadable
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
 from evolve.serve.strategy import StrategySlot
@@ -228,6 +229,10 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
     @app.exception_handler(StoreUnavailable)
     async def unavailable(_: Request, exc: StoreUnavailable):
         return _error(503, f"{exc}; retry later (nothing was stored by this request)")
+
+    @app.exception_handler(KeysUnreadable)
+    async def keys_unreadable(_: Request, exc: KeysUnreadable):
+        return _error(503, f"{exc}; every request is refused until the keys file reads again")
 
     @app.exception_handler(StoreError)
     async def store_failed(_: Request, exc: StoreError):

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.canonical import canonical_json
-from evolve.files import append_lines, ensure_dir
+from evolve.files import StoreError, append_lines, ensure_dir
 from evolve.ops.witness import anchor_problems, append_head, head_anchors
 from evolve.state.journal import HashChain, VerifyResult, chain_key
 
 if TYPE_CHECKING:
+    from evolve.serve.backend import Backend
     from evolve.serve.pgstore import PostgresBackend
 
 #: Operations the audit records: the memory operations, a retention purge, a refused request, a service start.
@@ -63,10 +64,15 @@ class AuditChain(HashChain):
 
 class FileAudit(AuditChain):
     """``<data>/audit.jsonl``; appends serialised by a lock, the head kept in memory (one writer per data
-    directory: the service)."""
+    directory: the service). ``read_only``: opened to verify or show while the service may be appending (a torn
+    last line is reported, not truncated)."""
 
-    def __init__(self, data: str | Path):
-        super().__init__(Path(data) / AUDIT_FILE)
+    def __init__(self, data: str | Path, read_only: bool = False):
+        if read_only:
+            self.path, self.key = Path(data) / AUDIT_FILE, chain_key(self.KEY_ENV)
+        else:
+            super().__init__(Path(data) / AUDIT_FILE)
+        self.read_only = read_only
         self._lock = threading.Lock()
         self._head = self._last_entry()
 
@@ -76,6 +82,8 @@ class FileAudit(AuditChain):
 
     def record(self, type: str, event: AuditEvent) -> dict:
         """Append one line (fsynced) and return it."""
+        if self.read_only:
+            raise StoreError(self.path, "audit opened read-only")
         with self._lock:
             entry = self.link(type, event.model_dump(), self._head)
             append_lines(self.path, [canonical_json(entry)])
@@ -132,14 +140,20 @@ Audit = FileAudit | PgAudit
 
 
 def open_audit(spec: str) -> Audit:
-    """The audit of the store ``spec`` names: a data directory's file, or a database's table."""
+    """The audit of the store ``spec`` names, to read: a data directory's file, or a database's table."""
     from evolve.serve.stores import POSTGRES_SCHEMES
 
     if spec.startswith(POSTGRES_SCHEMES):
         from evolve.serve.pgstore import PostgresBackend
 
         return PgAudit(PostgresBackend(spec))
-    return FileAudit(spec)
+    return FileAudit(spec, read_only=True)
+
+
+def audit_of(backend: Backend) -> Audit:
+    """The audit a service over ``backend`` appends to: the shared store's table (on its connections), or the
+    file beside the users' folders."""
+    return PgAudit(backend) if getattr(backend, "shared", False) else FileAudit(backend.root)
 
 
 def witness_head(audit: Audit, path: Path) -> dict | None:

@@ -19,7 +19,7 @@ from evolve.runtime.onnx_embedder import OnnxEmbedder
 from evolve.runtime.usage import UsageStats
 from evolve.serve.access import Access
 from evolve.serve.app import create_app
-from evolve.serve.audit import open_audit, witness_head
+from evolve.serve.audit import audit_of, witness_head
 from evolve.serve.keys import KeyStore
 from evolve.serve.backend import StoreUnavailable
 from evolve.serve.batching import BatchingEmbedder
@@ -123,7 +123,7 @@ class Service:
         retention = timedelta(days=config.retention_days) if config.retention_days is not None else None
         self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current,
                                     config.max_users, retention)
-        self.access = Access(keys, open_audit(config.store or str(config.data)))
+        self.access = Access(keys, audit_of(self.memory.backend))
         self.access.record("START", None, None, reason=start_note(config))
         self.users = self.memory.recover()
         self.app = create_app(self.slot, self.memory, self.usage, self.access)

@@ -176,3 +176,9 @@ def test_the_real_server_under_uvicorn_admits_by_key_and_audits(tmp_path, servin
     assert capsys.readouterr().out.startswith("ok: 6 lines chain")
     types = [e["type"] for e in FileAudit(tmp_path / "data").entries()]
     assert types == ["START", "DENY", "CAPTURE", "RECALL", "DENY", "DENY"]
+
+
+def test_a_keys_file_that_stops_reading_refuses_every_request(served):
+    served.keys.write_text('{"keys": [{"id": "nothex"}]}')
+    reply = served.call("POST", "/v1/users/{user}/recall", {"question": "q"}, "all")
+    assert reply.status_code == 503 and "keys.json: keys.0.id: String should match pattern" in reply.json()["error"]["message"]
