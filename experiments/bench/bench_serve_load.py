@@ -188,6 +188,28 @@ async def _load(url: str, user: str, questions: Iterator[str], clients: int, req
             "max_ms": round(float(lat.max()), 1), "strategies": strategies}
 
 
+def admission_cost(work: Path, n: int = 2000) -> dict:
+    """In process, the two steps ``--auth`` and the audit add to a recall: admitting its key (the keys file's stat,
+    the hash compared) and appending its audit line (fsynced), ``n`` times each; p50 and p95 in ms."""
+    from evolve.serve.access import Access
+    from evolve.serve.audit import FileAudit
+    from evolve.serve.keys import KeyStore
+
+    _, secret = add_key(work / "micro-keys.json", ["u1"], list(SCOPES))
+    access = Access(KeyStore(work / "micro-keys.json"), FileAudit(work / "micro-data"))
+    admit, line = [], []
+    for _ in range(n):
+        started = time.perf_counter()
+        caller = access.admit("recall", secret, "u1")
+        admit.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        access.record("RECALL", caller.key, "u1", ids=[f"D1:{i}" for i in range(12)], counts={"packed": 12})
+        line.append((time.perf_counter() - started) * 1000)
+    pct = lambda xs, q: round(float(np.percentile(xs, q)), 3)  # noqa: E731
+    return {"n": n, "admit_p50_ms": pct(admit, 50), "admit_p95_ms": pct(admit, 95),
+            "audit_line_p50_ms": pct(line, 50), "audit_line_p95_ms": pct(line, 95)}
+
+
 def _machine() -> dict:
     load = os.getloadavg()
     return {"cpus": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
@@ -223,6 +245,9 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="memevolve-load-"))
     pg = None
     try:
+        if args.auth:
+            report["admission_in_process"] = admission_cost(work)
+            print("admission", json.dumps(report["admission_in_process"]), flush=True)
         for kind in args.stores:
             folder = work / kind
             folder.mkdir()
