@@ -24,6 +24,7 @@ from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
+from evolve.serve.records import PackedRef, RecallRecord, RecordError, ShadowPart, words_of
 from evolve.serve.strategy import StrategySlot
 
 log = logging.getLogger(__name__)
@@ -108,6 +109,11 @@ def _user(user: str) -> str:
 def _packed(result) -> list[dict]:
     return [{"id": c.id, "text": c.text, "layer": c.layer, "source_ids": list(c.source_ids),
              "words": count_tokens(c.text)} for c in result.packed]
+
+
+def _refs(packed: list[dict]) -> list[PackedRef]:
+    """The recall log's references to ``packed`` items (their text left out)."""
+    return [PackedRef(id=p["id"], layer=p["layer"], source_ids=p["source_ids"], words=p["words"]) for p in packed]
 
 
 #: Model-role usage counters exported on ``/metrics``, per role.
@@ -199,8 +205,8 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
         user = exc.args[0]
         try:
             stone = memory.backend.tombstone(user)
-            note = f" (erased at {stone['erased_at']})" if isinstance(stone, dict) and "erased_at" in stone else ""
-        except (StoreError, StoreUnavailable) as error:  # an unreadable tombstone changes no answer
+            note = f" (erased at {stone.erased_at})" if stone is not None else ""
+        except (StoreError, StoreUnavailable, RecordError) as error:  # an unreadable tombstone changes no answer
             note = f" (its tombstone is unreadable: {error})"
         return _error(404, f"unknown user {user!r}: no memory is held{note}")
 
@@ -232,7 +238,7 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
         except CaptureError as exc:
             raise _Problem(422, str(exc)) from None
 
-    def _shadow_and_log(user: str, body: RecallIn, record: dict) -> None:
+    def _shadow_and_log(user: str, body: RecallIn, record: RecallRecord) -> None:
         """After the reply: the shadow's context (if any) and the recall-log line; a user erased meanwhile gets
         neither, and nothing here fails the connection."""
         shadow = slot.shadow
@@ -246,13 +252,11 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                 log.exception("shadow recall of user %s failed", user)
                 memory.log_recall(user, record)
                 return
-            packed = _packed(result)
-            mine, theirs = {p["id"] for p in record["packed"]}, {p["id"] for p in packed}
-            record["shadow"] = {"strategy": shadow.strategy_hash, "source": shadow.source,
-                                "packed": [{k: p[k] for k in ("id", "layer", "source_ids", "words")} for p in packed],
-                                "words": sum(p["words"] for p in packed),
-                                "overlap": len(mine & theirs) / max(1, len(mine | theirs)),
-                                "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+            refs = _refs(_packed(result))
+            mine, theirs = {p.id for p in record.packed}, {p.id for p in refs}
+            record.shadow = ShadowPart(strategy=shadow.strategy_hash, source=shadow.source, packed=refs,
+                                       words=words_of(refs), overlap=len(mine & theirs) / max(1, len(mine | theirs)),
+                                       latency_ms=round((time.perf_counter() - started) * 1000, 3))
             metrics.count("shadow_recalls")
         memory.log_recall(user, record)
 
@@ -267,12 +271,9 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
         if answer:
             out.update(answer=result.answer.text, support_ids=list(result.answer.support_ids))
-        record = {"user": user, "question": body.question, "asked_at": body.asked_at, "time": now_iso(),
-                  "trace_id": out["trace_id"], "strategy": loaded.strategy_hash, "role": role,
-                  "packed": [{k: p[k] for k in ("id", "layer", "source_ids", "words")} for p in packed],
-                  "words": out["words"], "latency_ms": out["latency_ms"]}
-        if answer:
-            record["answer"] = out["answer"]
+        record = RecallRecord(user=user, question=body.question, asked_at=body.asked_at, time=now_iso(),
+                              trace_id=out["trace_id"], strategy=loaded.strategy_hash, role=role, packed=_refs(packed),
+                              words=out["words"], latency_ms=out["latency_ms"], answer=out.get("answer"))
         tasks.add_task(_shadow_and_log, user, body, record)
         return out
 

@@ -13,6 +13,7 @@ from typing import Protocol
 from evolve.errors import EvolveError
 from evolve.benchmarks.types import Turn
 from evolve.runtime.store import MemoryStore
+from evolve.serve.records import CaptureEvent, RecallRecord, Tombstone
 
 #: A user id: letters, digits, ``_``, ``-`` and ``.``, starting with a letter or digit, at most 128 characters
 #: (no path separators, no ``..``: a user id names a folder).
@@ -38,11 +39,11 @@ class Backend(Protocol):
         """Whether memory is stored for ``user``."""
         ...
 
-    def append(self, user: str, event: dict) -> None:
-        """Append one capture-log event (``{"turns": [...]}`` or ``{"close": session}``), durable on return."""
+    def append(self, user: str, event: CaptureEvent) -> None:
+        """Append one capture-log event, stamped with its time (``at``), durable on return."""
         ...
 
-    def events(self, user: str) -> list[dict]:
+    def events(self, user: str) -> list[CaptureEvent]:
         """The user's capture-log events in order (a torn tail left by a crash is dropped)."""
         ...
 
@@ -58,19 +59,20 @@ class Backend(Protocol):
         """Where the user's embedding cache may persist (derived; erased with the user), if anywhere."""
         ...
 
-    def log_recall(self, user: str, record: dict) -> None:
+    def log_recall(self, user: str, record: RecallRecord) -> None:
         """Append one recall record to the user's size-bounded recall log."""
         ...
 
-    def recalls(self, user: str) -> list[dict]:
+    def recalls(self, user: str) -> list[RecallRecord]:
         """The user's logged recalls still held, oldest first."""
         ...
 
-    def erase(self, user: str) -> dict:
+    def erase(self, user: str) -> Tombstone:
         """Remove everything held for ``user``; return the tombstone (no content) left in its place."""
         ...
 
-    def tombstone(self, user: str) -> dict | None:
+    def tombstone(self, user: str) -> Tombstone | None:
+        """The tombstone an erasure of ``user`` left, if any."""
         ...
 
     def verify(self, user: str) -> list[str]:

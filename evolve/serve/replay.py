@@ -34,7 +34,8 @@ from evolve.runtime.live import LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import count_tokens
 from evolve.serve.backend import Backend
-from evolve.serve.memory import _turn, parse_time
+from evolve.serve.memory import parse_time
+from evolve.serve.records import RecallRecord, RecordError, TurnsEvent, load_record
 from evolve.serve.strategy import Loaded
 from evolve.verify.statistics import PairedReport, paired_comparison
 
@@ -66,36 +67,45 @@ def _owner(log: Path) -> str | None:
     return log.parent.name if len(log.parents) > 1 and log.parent.parent.name == "users" else None
 
 
-def _checked(record: dict, where: str, owner: str | None) -> dict:
-    """``record`` with ``_where``; :class:`ReplayError` when it lacks a field or names another user than the log's."""
-    for key in ("user", "question", "time"):
-        if not isinstance(record.get(key), str):
-            raise ReplayError(f"{where}: recall record has no string field {key!r}")
-    if owner is not None and record["user"] != owner:
-        raise ReplayError(f"{where}: recall record of user {record['user']!r} in the recall log of user {owner!r}; "
+@dataclass(frozen=True)
+class Logged:
+    """A logged recall and where it was read (file and line, or user and position)."""
+
+    record: RecallRecord
+    where: str
+
+
+def _checked(record: RecallRecord, where: str, owner: str | None) -> Logged:
+    """:class:`ReplayError` when ``record`` names another user than the log's."""
+    if owner is not None and record.user != owner:
+        raise ReplayError(f"{where}: recall record of user {record.user!r} in the recall log of user {owner!r}; "
                           "a user's log holds only that user's recalls")
-    return {**record, "_where": where}
+    return Logged(record, where)
 
 
-def _oldest_first(records: list[dict]) -> list[dict]:
-    return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
+def _oldest_first(records: list[Logged]) -> list[Logged]:
+    return sorted(records, key=lambda r: _moment(r.record.time, r.where))
 
 
-def read_recalls(logs: list[Path]) -> list[dict]:
-    """Every logged recall of ``logs`` (each with ``_where``: file and line), oldest first."""
+def read_recalls(logs: list[Path]) -> list[Logged]:
+    """Every logged recall of ``logs``, oldest first."""
     records = []
     for log in logs:
         try:
-            records += [_checked(record, f"{log}:{line}", _owner(log)) for line, record in iter_jsonl(log)]
-        except StoreError as exc:
+            records += [_checked(load_record(RecallRecord, raw, f"{log}:{line}"), f"{log}:{line}", _owner(log))
+                        for line, raw in iter_jsonl(log)]
+        except (StoreError, RecordError) as exc:
             raise ReplayError(str(exc)) from None
     return _oldest_first(records)
 
 
-def stored_recalls(backend: Backend) -> list[dict]:
-    """Every recall the store still holds (each with ``_where``: user and position), oldest first."""
-    return _oldest_first([_checked(record, f"user {user} recall {i}", user) for user in backend.users()
-                          for i, record in enumerate(backend.recalls(user))])
+def stored_recalls(backend: Backend) -> list[Logged]:
+    """Every recall the store still holds, oldest first."""
+    try:
+        return _oldest_first([_checked(record, f"user {user} recall {i}", user) for user in backend.users()
+                              for i, record in enumerate(backend.recalls(user))])
+    except RecordError as exc:
+        raise ReplayError(str(exc)) from None
 
 
 def _moment(text: str, where: str) -> datetime:
@@ -209,61 +219,64 @@ def _verdict(report: ReplayReport, alpha: float) -> None:
         report.reasons = [f"no significant difference at alpha {alpha} on {report.n} request(s)"]
 
 
-def replay(records: list[dict], backend: Backend, serving: Loaded, candidate: Loaded,
+def replay(records: list[Logged], backend: Backend, serving: Loaded, candidate: Loaded,
            answers: dict[tuple[str, str], str] | None = None, *, alpha: float = 0.05, seed: int = 0) -> ReplayReport:
     """Ask every logged recall of both strategies over the memory as it stood then; the paired report.
     ``answers`` maps ``(user, question)`` to the operator's answer."""
     answers = answers or {}
     report = ReplayReport(serving.strategy_hash, candidate.strategy_hash, 0, 0)
-    by_user: dict[str, list[dict]] = {}
-    for record in records:
-        by_user.setdefault(record["user"], []).append(record)
+    by_user: dict[str, list[Logged]] = {}
+    for logged in records:
+        by_user.setdefault(logged.record.user, []).append(logged)
     for user, recalls in sorted(by_user.items()):
         try:
             events = backend.events(user)
         except ValueError as exc:
-            raise ReplayError(f"{recalls[0]['_where']}: {exc}") from None
+            raise ReplayError(f"{recalls[0].where}: {exc}") from None
         if not events:
             continue  # erased (or never captured here): nothing to rebuild
         report.users += 1
         live, cache = LiveConversation(user), EmbeddingCache(backend.embeddings_dir(user))
         position = 0
-        for record in recalls:
-            until = _moment(record["time"], record["_where"])
-            while position < len(events) and _moment(events[position].get("at", ""), f"{user} capture log event "
+        for logged in recalls:
+            record = logged.record
+            until = _moment(record.time, logged.where)
+            while position < len(events) and _moment(events[position].at or "", f"{user} capture log event "
                                                      f"{position}") <= until:
-                for turn in events[position].get("turns", ()):
-                    live.add(_turn(turn))
-                if "close" in events[position]:
-                    live.close(events[position]["close"])
+                event = events[position]
+                if isinstance(event, TurnsEvent):
+                    for turn in event.turns:
+                        live.add(turn.turn())
+                else:
+                    live.close(event.close)
                 position += 1
             if not len(live):
                 continue
             asked = None
-            if record.get("asked_at"):
+            if record.asked_at:
                 try:
-                    asked = parse_time(record["asked_at"], f"{record['_where']}: asked_at")
+                    asked = parse_time(record.asked_at, f"{logged.where}: asked_at")
                 except ValueError as exc:
                     raise ReplayError(str(exc)) from None
-            answer = answers.get((user, record["question"]))
+            answer = answers.get((user, record.question))
             sides = []
             for loaded in (serving, candidate):
                 rt = loaded.runtime
                 store = live.store(loaded.key, rt.policy, rt.extractor,
                                    lambda texts, rt=rt: cache.encode(rt.embedder, texts), rt.embedder.name)
-                sides.append(_ask(loaded, store, record["question"], asked, answer))
+                sides.append(_ask(loaded, store, record.question, asked, answer))
             report.requests.append(_row(f"{user}/{len(report.requests)}", user, record, *sides, serving.strategy_hash,
                                         candidate.strategy_hash))
     _summarise(report, alpha, seed)
     return report
 
 
-def _row(request: str, user: str, record: dict, s: _Side, c: _Side, serving: str, candidate: str) -> dict:
+def _row(request: str, user: str, record: RecallRecord, s: _Side, c: _Side, serving: str, candidate: str) -> dict:
     """One request's paired figures; whether the log's serving context and the shadow's candidate context (when
     recorded under these strategies) were reproduced."""
-    logged = [p.get("id") for p in record.get("packed", ())] if record.get("strategy") == serving else None
-    shadow = record.get("shadow") or {}
-    shadowed = [p.get("id") for p in shadow.get("packed", ())] if shadow.get("strategy") == candidate else None
+    logged = [p.id for p in record.packed] if record.strategy == serving else None
+    shadow = record.shadow
+    shadowed = [p.id for p in shadow.packed] if shadow is not None and shadow.strategy == candidate else None
     return {"id": request, "user": user,
             "ids_jaccard": _jaccard(set(s.ids), set(c.ids)), "sources_jaccard": _jaccard(s.sources, c.sources),
             "words_jaccard": _jaccard(set(s.text_words), set(c.text_words)),
