@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -25,7 +25,7 @@ from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import Backend, StoreUnavailable
-from evolve.serve.records import CloseEvent, RecallRecord, Tombstone, TurnRecord, TurnsEvent, naive
+from evolve.serve.records import CaptureEvent, CloseEvent, RecallRecord, Tombstone, TurnRecord, TurnsEvent, naive
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -54,6 +54,21 @@ def turn_record(raw: dict, where: str) -> TurnRecord:
     text = fold_caption(raw["text"], raw.get("image_caption"))
     when = parse_time(raw["time"], f"{where}.time").isoformat() if raw.get("time") else None
     return TurnRecord(id=raw["id"], speaker=raw["speaker"], text=text, session=raw["session"], time=when)
+
+
+def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: int = 1) -> list[str]:
+    """Apply capture-log events to ``live`` in log order (numbered from ``first``); the sessions they closed. A
+    ``ValueError`` naming the event for a turn the conversation refuses or an unparseable time."""
+    closed: list[str] = []
+    for n, event in enumerate(events, first):
+        try:
+            if isinstance(event, TurnsEvent):
+                closed += [c for c in (live.add(record.turn()) for record in event.turns) if c is not None]
+            elif live.close(event.close) is not None:
+                closed.append(event.close)
+        except ValueError as exc:
+            raise ValueError(f"capture log event {n}: {exc}") from None
+    return closed
 
 
 class UnknownUser(EvolveError, LookupError):
@@ -164,15 +179,7 @@ class MemoryService:
         with tenant.erasing:
             live = LiveConversation(user)
             events = self.backend.events(user)
-            for n, event in enumerate(events, 1):
-                try:
-                    if isinstance(event, TurnsEvent):
-                        for record in event.turns:
-                            live.add(record.turn())
-                    else:
-                        live.close(event.close)
-                except ValueError as exc:
-                    raise ValueError(f"capture log event {n}: {exc}") from None
+            apply_events(live, events)
             lost = self.backend.organised(user) - live.closed
             if lost:
                 raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
@@ -191,12 +198,7 @@ class MemoryService:
                     state.tenant.erasures += 1
                 self._drop(user, state)
                 raise UnknownUser(user)
-            closed = []
-            for event in events:
-                if isinstance(event, TurnsEvent):
-                    closed += [c for c in (state.live.add(r.turn()) for r in event.turns) if c is not None]
-                elif state.live.close(event.close) is not None:
-                    closed.append(event.close)
+            closed = apply_events(state.live, events, state.seen + 1)
             state.seen += len(events)
             for session in closed:
                 self._queue.put((user, session))
@@ -317,7 +319,7 @@ class MemoryService:
         self._sync(user, state)
         state.live.check([r.turn() for r in records])
         try:
-            self.backend.append(user, TurnsEvent(turns=records))
+            self.backend.append(user, event := TurnsEvent(turns=records))
         except Exception:
             if not len(state.live):  # a new user's refused first capture registers nobody
                 with state.tenant.erasing:
@@ -327,7 +329,7 @@ class MemoryService:
         if getattr(self.backend, "shared", False):
             closed = self._sync(user, state)  # this capture and any other replica's, in log order
         else:
-            closed = [c for c in (state.live.add(r.turn()) for r in records) if c is not None]
+            closed = apply_events(state.live, [event])
             for session in closed:
                 self._queue.put((user, session))
         state.last_capture = time.monotonic()

@@ -34,8 +34,8 @@ from evolve.runtime.live import LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import count_tokens
 from evolve.serve.backend import Backend
-from evolve.serve.memory import parse_time
-from evolve.serve.records import RecallRecord, RecordError, TurnsEvent, load_record
+from evolve.serve.memory import apply_events, parse_time
+from evolve.serve.records import RecallRecord, RecordError, load_record
 from evolve.serve.strategy import Loaded
 from evolve.verify.statistics import PairedReport, paired_comparison
 
@@ -241,15 +241,12 @@ def replay(records: list[Logged], backend: Backend, serving: Loaded, candidate: 
         for logged in recalls:
             record = logged.record
             until = _moment(record.time, logged.where)
-            while position < len(events) and _moment(events[position].at or "", f"{user} capture log event "
-                                                     f"{position}") <= until:
-                event = events[position]
-                if isinstance(event, TurnsEvent):
-                    for turn in event.turns:
-                        live.add(turn.turn())
-                else:
-                    live.close(event.close)
-                position += 1
+            reached = position
+            while reached < len(events) and _moment(events[reached].at or "", f"{user} capture log event "
+                                                    f"{reached + 1}") <= until:
+                reached += 1
+            apply_events(live, events[position:reached], position + 1)
+            position = reached
             if not len(live):
                 continue
             asked = None

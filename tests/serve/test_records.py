@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from evolve.files import dumps_json
+from evolve.runtime.live import LiveConversation
 from evolve.serve.filestore import FileBackend
+from evolve.serve.memory import apply_events
 from evolve.serve.records import (CloseEvent, RecallRecord, RecordError, Tombstone, TurnsEvent, read_event,
                                   load_record)
 
@@ -121,3 +123,13 @@ def test_a_record_of_another_shape_is_refused_naming_where_and_the_field_not_the
         read_event(raw, "capture.jsonl: line 3")
     assert str(caught.value) == f"capture.jsonl: line 3: {words}" and "secret" not in str(caught.value)
 
+
+def test_one_function_applies_capture_events_and_names_the_one_refused(tmp_path):
+    events = _files(tmp_path).events("ann")
+    live = LiveConversation("ann")
+    assert apply_events(live, events[:3]) == ["D1"]  # the close event closes D1
+    assert apply_events(live, events[3:], 4) == [] and live.open_session == "D2" and len(live) == 4
+    again = LiveConversation("ann")
+    assert apply_events(again, [events[3], events[0]]) == ["D2"]  # a new session closes the open one
+    with pytest.raises(ValueError, match="^capture log event 7: "):  # a turn id captured twice
+        apply_events(again, events[:1], 7)
