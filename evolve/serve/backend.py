@@ -29,7 +29,12 @@ def valid_user(user: str) -> bool:
 
 
 class Backend(Protocol):
-    """Per-user durable memory. Every method is called with the user's lock held (one writer per user)."""
+    """Per-user durable memory. Every method is called with the user's lock held (one writer per user);
+    ``tests/serve/test_backend_conformance.py`` runs one suite against every implementation."""
+
+    #: Whether other processes (service replicas) write the same users: the service then applies the events appended
+    #: since it last looked (:meth:`events` ``since``) before using its copy of a user's memory.
+    shared: bool
 
     def users(self) -> list[str]:
         """Every user with memory."""
@@ -43,8 +48,13 @@ class Backend(Protocol):
         """Append one capture-log event, stamped with its time (``at``), durable on return."""
         ...
 
-    def events(self, user: str) -> list[CaptureEvent]:
-        """The user's capture-log events in order (a torn tail left by a crash is dropped)."""
+    def events(self, user: str, since: int = 0) -> list[CaptureEvent]:
+        """The user's capture-log events after the first ``since``, in order (a torn tail left by a crash is
+        dropped)."""
+        ...
+
+    def event_count(self, user: str) -> int:
+        """How many events the user's capture log holds (fewer than seen before: the user was erased meanwhile)."""
         ...
 
     def organise(self, user: str, session: str, turns: list[Turn], store: MemoryStore, strategy_hash: str) -> None:
@@ -77,4 +87,8 @@ class Backend(Protocol):
 
     def verify(self, user: str) -> list[str]:
         """Problems with the user's stored state, in words (empty: it checks out)."""
+        ...
+
+    def close(self) -> None:
+        """Release what the store holds open (connections)."""
         ...

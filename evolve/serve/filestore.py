@@ -76,6 +76,9 @@ def _fact(item: MemoryItem) -> dict:
 class FileBackend:
     """:class:`evolve.serve.backend.Backend` over local folders (one Git repository per user)."""
 
+    #: One service process owns the folders.
+    shared = False
+
     def __init__(self, root: str | Path, recall_log_bytes: int = RECALL_LOG_BYTES):
         self.root = Path(root)
         self.recall_log_bytes = recall_log_bytes
@@ -115,12 +118,15 @@ class FileBackend:
             raise
         crash_point("serve.capture.after_log")
 
-    def events(self, user: str) -> list[CaptureEvent]:
+    def events(self, user: str, since: int = 0) -> list[CaptureEvent]:
         log = self._dir(user) / "capture.jsonl"
         if not log.exists():
             return []
         repair_torn_tail(log)
-        return self._read_events(log)
+        return self._read_events(log)[since:]
+
+    def event_count(self, user: str) -> int:
+        return len(self.events(user))
 
     @staticmethod
     def _read_events(log: Path) -> list[CaptureEvent]:
@@ -254,3 +260,6 @@ class FileBackend:
             problems.append(f"{folder}/records has uncommitted changes: {dirty.splitlines()[0]}")
         problems += [f"{p}: temp file of an interrupted write" for p in folder.rglob(".*.tmp")]
         return problems
+
+    def close(self) -> None:
+        """Nothing is held open between calls."""

@@ -187,9 +187,9 @@ class MemoryService:
             return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events))
 
     def _sync(self, user: str, state: _User) -> list[str]:
-        """With a shared store (``backend.shared``), apply the events other replicas appended since the last look,
+        """With a shared store (:attr:`Backend.shared`), apply the events other replicas appended since the last look,
         in log order, queueing the sessions they closed; :class:`UnknownUser` if the user was erased meanwhile."""
-        if not getattr(self.backend, "shared", False):
+        if not self.backend.shared:
             return []
         with state.lock:
             events = self.backend.events(user, since=state.seen)
@@ -326,7 +326,7 @@ class MemoryService:
                     state.tenant.erasures += 1  # nor keeps an embedding shard
                 self._drop(user, state)
             raise
-        if getattr(self.backend, "shared", False):
+        if self.backend.shared:
             closed = self._sync(user, state)  # this capture and any other replica's, in log order
         else:
             closed = apply_events(state.live, [event])
@@ -347,7 +347,7 @@ class MemoryService:
                 if session is None:
                     return None
                 self.backend.append(user, CloseEvent(close=session))
-                if getattr(self.backend, "shared", False):
+                if self.backend.shared:
                     self._sync(user, state)
                 else:
                     state.live.close(session)

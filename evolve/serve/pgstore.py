@@ -29,7 +29,8 @@ from evolve.serve.filestore import _fact
 from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnsEvent, read_event,
                                   load_record, turns_in)
 
-#: Recall records kept per user (older ones are deleted as new ones arrive).
+#: Recall records kept per user (older ones are deleted as new ones arrive, checked every ``min(100, kept)``
+#: appends of all users).
 RECALLS_KEPT = 10_000
 
 SCHEMA = """
@@ -67,8 +68,8 @@ class PostgresBackend:
     #: Other processes write the same users: the service re-reads the capture log before using its copy.
     shared = True
 
-    def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0):
-        self.url, self.timeout = url, timeout
+    def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0, recalls_kept: int = RECALLS_KEPT):
+        self.url, self.timeout, self.recalls_kept = url, timeout, recalls_kept
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, timeout=timeout, open=False,
                                    kwargs={"connect_timeout": max(1, int(timeout))})
         try:
@@ -178,9 +179,9 @@ class PostgresBackend:
         def work(c):
             seq = c.execute("INSERT INTO mem_recalls (user_id, record) VALUES (%s, %s) RETURNING seq",
                             (user, Jsonb(record.stored()))).fetchone()[0]
-            if seq % 100 == 0:
+            if seq % min(100, self.recalls_kept) == 0:
                 c.execute("DELETE FROM mem_recalls WHERE user_id = %s AND seq <= (SELECT seq FROM mem_recalls WHERE "
-                          "user_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)", (user, user, RECALLS_KEPT))
+                          "user_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)", (user, user, self.recalls_kept))
         self._run(work)
 
     def recalls(self, user: str) -> list[RecallRecord]:
