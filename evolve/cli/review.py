@@ -50,23 +50,33 @@ def _evaluator(args: argparse.Namespace, view):
 
 def _sides(args: argparse.Namespace, view, record):
     from evolve.ops.review import objective_of
-    from evolve.ops.review_traces import DEFAULT_RUNS, gate_sides, given_sides, run_sides
+    from evolve.loop.config import load_config
+    from evolve.ops.review_traces import default_roots, gate_sides, given_sides, run_sides
 
     objective = objective_of(record)
     if args.traces:
         return given_sides(record, objective, (Path(args.traces[0]), Path(args.traces[1])), args.adapter)
     if "base" in record.direction and "candidate" in record.direction:  # a gate verdict
         return gate_sides(record, objective)
-    roots = [Path(r) for r in args.runs] or list(DEFAULT_RUNS)
+    path = config_path(args.config)
+    roots = [Path(r) for r in args.runs] or default_roots(load_config(path, check_files=False).tracking_uri
+                                                          if path is not None else None)
     return run_sides(record, objective, roots, _evaluator(args, view) if args.evaluate else None)
 
 
 def _agreement(args: argparse.Namespace) -> int:
+    """Print Cohen's kappa of the two label files of ``--agreement``."""
     from evolve.observe.labels import read_labels
     from evolve.ops.audit import agreement
 
     a, b = args.agreement
-    result = agreement(read_labels(a), read_labels(b), (a, b))
+    files = read_labels(a), read_labels(b)
+    for name, labels in zip((a, b), files):
+        other = next((label for label in labels if label.candidate_id != args.candidate_id), None)
+        if other is not None:
+            raise UserError(f"{name}: labels question {other.question_id} of {other.candidate_id}, not of "
+                            f"{args.candidate_id}")
+    result = agreement(*files, (a, b))
 
     def fmt(k: float | None) -> str:
         return "undefined" if k is None else f"{k:.3f}"
@@ -94,7 +104,7 @@ def cmd_review(args: argparse.Namespace) -> int:
         if not labels:
             raise UserError(f"{args.import_labels}: no confirmed label (set confirmed to true for the labels a "
                             "reviewer has checked); nothing imported")
-        entry = journal_labels(view.root, record, labels, args.import_labels)
+        entry = journal_labels(view.root, record.candidate_id, labels, args.import_labels)
         corrected = sum(label.corrected for label in labels)
         print(f"imported {len(labels)} confirmed label(s) of {record.candidate_id} ({corrected} correct the ladder): "
               f"journal entry {entry['index']} LABELS in {view.root}; the next round's planning reads them")
@@ -133,7 +143,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="PATH", help="HTML file to write (default: runs/review-ID.html)")
     p.add_argument("--runs", action="append", default=[], metavar="DIR",
                    help="directory to look for run directories (summary.json + traces.jsonl) in; repeatable "
-                        "(default: runs/ and experiments/mlartifacts)")
+                        "(default: runs/ and the run config's local MLflow artifacts, experiments/mlartifacts unless "
+                        "its tracking_uri says otherwise)")
     p.add_argument("--traces", nargs=2, metavar=("BASE", "CANDIDATE"), help="the two sides' trace files")
     p.add_argument("--adapter", choices=sorted(ADAPTERS), default="memevolve",
                    help="how --traces files are read (default: %(default)s)")

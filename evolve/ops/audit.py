@@ -116,9 +116,9 @@ def checked_import(record: CandidateRecord, labels: list[Label], source: str) ->
     return [label for label in labels if label.confirmed]
 
 
-def journal_labels(stores: Path, record: CandidateRecord, labels: list[Label], source: str) -> dict:
-    """Journal the confirmed ``labels`` of ``record`` as one ``LABELS`` entry; returns it."""
-    payload = LabelsImport(candidate_id=record.candidate_id, source=source, labels=labels)
+def journal_labels(stores: Path, candidate_id: str, labels: list[Label], source: str) -> dict:
+    """Journal the confirmed ``labels`` of candidate ``candidate_id`` as one ``LABELS`` entry; returns it."""
+    payload = LabelsImport(candidate_id=candidate_id, source=source, labels=labels)
     with StoreSet(stores) as store:
         return store.append_journal(LABELS_ENTRY, payload.model_dump(mode="json"))
 

@@ -2,8 +2,9 @@
 candidate, the run directories holding an evaluation of its parent and of itself.
 
 A candidate record keeps the paired outcome of every question, not the traces. A *run directory* is any directory
-holding ``summary.json`` and ``traces.jsonl`` (what ``memevolve eval --out`` writes, and what a tracked round logs
-per fully compared candidate under ``experiments/mlartifacts``); one is used when its summary names the strategy's
+holding ``summary.json`` and ``traces.jsonl``: what ``memevolve eval --out`` writes, and what a tracked round logs
+for its observed strategy (every candidate's parent) and for each fully compared candidate in a local MLflow
+artifact store; one is used when its summary names the strategy's
 hash and the record's benchmark. With ``evaluate``, a side found nowhere is evaluated again with the run config's
 harness (deterministic roles reproduce the loop's traces) and written as a run directory under ``runs/review/``,
 where the next review finds it. Every trace read must reproduce the record's outcome of its question.
@@ -23,10 +24,18 @@ from evolve.observe.objective import Objective, success
 from evolve.observe.trace import Trace, TraceError
 from evolve.state.record import CandidateRecord
 
-#: Where run directories are looked for when none is named: ``memevolve eval`` output and MLflow's local artifacts.
-DEFAULT_RUNS = (Path("runs"), Path("experiments") / "mlartifacts")
+#: Where ``memevolve eval`` writes run directories.
+EVAL_RUNS = Path("runs")
 #: Where ``evaluate`` writes the run directories it makes.
-REVIEW_RUNS = Path("runs") / "review"
+REVIEW_RUNS = EVAL_RUNS / "review"
+
+
+def default_roots(tracking_uri: str | None) -> list[Path]:
+    """Where run directories are looked for when none is named: ``runs/`` and the local artifact store of
+    ``tracking_uri`` (a run config's; ``None``: the default tracking URI)."""
+    from evolve.loop.tracking import artifact_dir, default_tracking_uri
+
+    return [EVAL_RUNS, artifact_dir(tracking_uri or default_tracking_uri())]
 
 
 class TracesNotFound(UserError):
