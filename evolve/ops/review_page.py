@@ -147,7 +147,7 @@ def _score(value: object) -> str:
 def _filtering(t: Trace) -> str:
     if Stage.FILTERING not in t.stages:
         return _not_recorded("filter decisions")
-    decided = [("hidden", f) for f in t.filtered] + [("dropped (budget)", d) for d in t.dropped]
+    decided = [("hidden", f) for f in t.filtered] + [("dropped", d) for d in t.dropped]
     if not decided:
         return "<p class='muted filtering'>filter decisions: nothing hidden or dropped</p>"
     return ("<p class='filtering'>filter decisions: " + "; ".join(
