@@ -113,7 +113,8 @@ def test_the_page_renders_and_filters_in_headless_chromium(verdict, tmp_path):
     assert re.findall(r'<section class="disc" id="q-([^"]+)"(?![^>]*hidden)', dom) == ["q3"]
 
 
-def test_labels_are_exported_edited_and_imported_into_the_journal(verdict, tmp_path, capsys):
+def test_labels_are_exported_edited_and_imported_into_the_journal(verdict, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # journal verify looks for experiments/mlflow.db here
     stores = tmp_path / "gate"
     import shutil
 
@@ -236,3 +237,12 @@ def test_confirmed_labels_change_the_next_rounds_planning_input(tmp_path):
     assert [(f["question_id"], f["ladder"], f["label"]) for f in reviewed["applied"]] == [
         (qid, "ingestion_gap", "retrieval_gap")]
     assert reviewed["counts"] == {"retrieval_gap": 1} and reviewed["corrected"] == 1
+
+
+def test_the_report_links_a_review_page_beside_it(verdict, tmp_path):
+    beside = verdict["tmp"] / "report.html"
+    assert main(["report", "--stores", str(verdict["stores"]), "--out", str(beside)]) == 0
+    assert "<a class='review' href='review-gate-0001.html'>review page</a> (22 discordances)" in beside.read_text()
+    elsewhere = tmp_path / "report.html"
+    assert main(["report", "--stores", str(verdict["stores"]), "--out", str(elsewhere)]) == 0
+    assert "<code>memevolve review gate-0001 --out review-gate-0001.html</code>" in elsewhere.read_text()
