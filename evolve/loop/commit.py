@@ -3,11 +3,12 @@ the diagnosis log, question histories, scoreboard, learned state, escalations an
 check that a run's harness is the one its stores were committed on."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evolve.improve.digest import Digest
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
+from evolve.improve.reviewed import Reviewed
 from evolve.loop.candidate import CandidateResult
 from evolve.loop.monitor import SliceCheck
 from evolve.observe.harness import EvalRun
@@ -44,6 +45,8 @@ class RoundOutcome:
     holdout_score: float | None = None  # the new current strategy on the held-out questions
     holdout_best_score: float | None = None  # the best-ever strategy there
     monitor: tuple[SliceCheck, ...] = ()  # the round's checks of slices accepted with monitoring
+    #: The reviewers' labels the round's digest took (its symptom counts that came from reviewers).
+    reviewed: Reviewed = field(default_factory=Reviewed)
 
 
 def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, baseline: dict, harness_id: dict,
@@ -59,7 +62,7 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
     bundle.records["diagnosis_log"] = [{
         "key": f"r{n:03d}", "round": n, "strategy_hash": cur_hash, "summary": o.run.summary.brief(),
         "digest": o.digest.to_dict(), "directions": [d.to_dict() for d in o.directions],
-        "planner_notes": o.planner_notes}]
+        "planner_notes": o.planner_notes, "reviewed": o.reviewed.model_dump()}]
     histories = stores.read_doc("question_histories", {})
     for t in o.new_run.traces:
         histories.setdefault(t.question_id, []).append(

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from evolve.errors import UserError
+from evolve.files import file_sha256
 from evolve.loop.config import RunConfig
 from evolve.loop.rules import rules_of
 from evolve.observe.adapters import read_traces
@@ -81,14 +82,6 @@ def family(option: str, tests: list[tuple[str, float]]) -> dict[str, float]:
     if SELF in counts:
         raise UserError(f"{option} {SELF}: is the gate's own name in the family; name only the other tests")
     return dict(tests)
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _listed(ids: set[str]) -> str:
@@ -166,12 +159,12 @@ def evaluate(gate: GateInput) -> GateResult:
     record = CandidateRecord(
         "", 0, {"key": gate.answers or SELF, "why": gate.hypothesis or "-", "base": str(gate.base),
                 "candidate": str(gate.candidate), "adapter": gate.adapter},
-        gate.answers or SELF, _digest(gate.base),
+        gate.answers or SELF, file_sha256(gate.base),
         {"benchmark": f"gate:{gate.base.name} vs {gate.candidate.name}",
          "benchmark_hash": hashlib.sha256("\n".join(sorted(t.question_id for t in base)).encode()).hexdigest(),
          "judge": "as recorded in the traces", "n_questions": len(base), "objective": objective,
          "rules": rules_of(config.acceptance, config.cost)},
-        strategy_hash=_digest(gate.candidate))
+        strategy_hash=file_sha256(gate.candidate))
     record.paired, record.dcr, record.cost = comparison.paired, comparison.dcr, comparison.cost
     record.confabulation, record.secondary, record.hypothesis = (comparison.confabulation, comparison.secondary,
                                                                  comparison.hypothesis)
