@@ -116,7 +116,8 @@ def run(path: Path, conversation: str, user: str, work: Path) -> dict:
             answers = operator / "answers.yaml"
             answers.write_text(yaml.safe_dump([
                 {"user": user, "question": q["question"], "answer": str(q["answer"]),
-                 "category": CATEGORY_BY_CODE[q["category"]], "evidence": q["evidence"]}
+                 "category": CATEGORY_BY_CODE[q["category"]],
+                 "evidence": [e.strip() for ids in q["evidence"] for e in ids.split(";")]}  # as the reader splits
                 for q in sample["qa"] if q["category"] != 5 and "answer" in q]))
             step = time.perf_counter()
             _cli("capture-export", "--data", data, "--user", user, "--out", export / "night.json", "--answers", answers)
