@@ -13,6 +13,7 @@ from evolve.loop.candidate import CandidateResult
 from evolve.loop.monitor import SliceCheck
 from evolve.observe.harness import EvalRun
 from evolve.state.checkpoint import CheckpointRecord
+from evolve.state.content import by_reference
 from evolve.files import StoreError, read_json
 from evolve.state.layout import StoreLayout
 from evolve.state.records import dump_record, record_hash, report_hash, stage_outcomes
@@ -54,6 +55,8 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
     """Add the round's records, documents, journal entries and state to ``bundle`` (checkpoint already set)."""
     n, cur_hash, new_hash = o.round, strategy_hash(o.current), strategy_hash(o.new)
     bundle.strategies = [o.current, o.new] + [r.strategy for r in o.results if r.proposal is not None]
+    for r in o.results:  # the words to the side store (before the WAL): records and journal hold references
+        r.record.examples = by_reference(r.record.examples, stores.content)
     bundle.records["candidate_outcomes"] = [dump_record(r.record) for r in o.results]
     bundle.records["stage_audits"] = [
         {"key": f"{r.record.candidate_id}:{stage}", "candidate_id": r.record.candidate_id, "round": n,

@@ -28,6 +28,7 @@ from evolve.observe.objective import LABEL, outcomes
 from evolve.observe.summarize import context_words
 from evolve.observe.trace import Trace
 from evolve.state.bundle import RoundBundle
+from evolve.state.content import by_reference
 from evolve.state.record import CandidateRecord
 from evolve.state.records import dump_record, record_hash, report_hash
 from evolve.state.stores import StoreSet
@@ -191,6 +192,7 @@ def journal(result: GateResult, stores: Path, escalations: set[str] | None = Non
             raise UserError(f"--family-p gate-{n:04d}: is the id of this gate run's own record; name only the other "
                             "tests of the family")
         record.candidate_id, record.round = f"gate-{n:04d}", n
+        record.examples = by_reference(record.examples, store.content)
         bundle = RoundBundle()
         bundle.records["candidate_outcomes"] = [dump_record(record)]
         bundle.journal = [

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.data import REPORT_CSS_PATH
+from evolve.state.content import resolved
 from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.formatting import change_summary, fmt_ci, fmt_num
@@ -146,7 +147,7 @@ def _candidate_section(r: CandidateRecord, view: History, reviewed: frozenset[st
     parts = [head, f"<div class='cols'><div>{''.join(left)}</div><div>{''.join(right)}</div></div>",
              _review_link(r, reviewed)]
     for side in ("improved", "regressed"):
-        examples = (r.examples or {}).get(side, [])
+        examples = (resolved(r.examples, view.content) or {}).get(side, [])
         if examples:
             parts.append(f"<p><b>{side}</b> ({len(examples)} of {len(getattr(p, side))} shown)</p>")
             parts.append(_table(["question", "gold", "parent answer", "candidate answer",
