@@ -14,13 +14,13 @@ from evolve.safe_text import MAX_OPERATOR_CHARS, escaped
 DEFAULT_STORES = Path("stores") / "gate"
 
 
-def prediction(text: str) -> tuple[str, str]:
-    """An argparse type: ``CATEGORY[:up|down]`` (up when left out)."""
-    category, _, direction = text.partition(":")
-    direction = direction or "up"
-    if not category or direction not in ("up", "down"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected CATEGORY, CATEGORY:up or CATEGORY:down")
-    return category, direction
+def prediction(text: str):
+    """An argparse type: ``ROOT_CAUSE[/CATEGORY][:down|up]`` (every category and down when left out)."""
+    from evolve.verify.hypothesis import Prediction
+    try:
+        return Prediction.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; expected ROOT_CAUSE[/CATEGORY][:down|up]") from None
 
 
 def family_p(text: str) -> tuple[str, float]:
@@ -42,8 +42,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from evolve.ops.history import History
     from evolve.state.layout import StoreLayout
 
-    if args.predict is not None and args.hypothesis is None:
-        raise UserError("--predict needs --hypothesis (say what the change is for)")
+    if args.no_hypothesis and (args.hypothesis is not None or args.predict is not None):
+        raise UserError("--no-hypothesis: leave out --hypothesis and --predict, or give both without it")
+    if not args.no_hypothesis and (args.hypothesis is None or args.predict is None):
+        raise UserError("a gate run needs --hypothesis TEXT and --predict ROOT_CAUSE[/CATEGORY][:down|up] (what the "
+                        "change is for, and which failure category it makes rarer), or --no-hypothesis to gate "
+                        "without one (recorded with the verdict)")
     path = config_path(args.rules)
     config = load_config(path, check_files=False) if path is not None else RunConfig()
     loop = StoreLayout(config.stores) if path is not None else None
@@ -68,6 +72,8 @@ def cmd_gate(args: argparse.Namespace) -> int:
           f"{c.cost.words_parent:.1f} -> {c.cost.words_candidate:.1f}")
     if c.hypothesis is not None:
         print(f"hypothesis: {escaped(args.hypothesis)}: {c.hypothesis.describe()}")
+    if args.no_hypothesis:
+        print("hypothesis: none (--no-hypothesis, recorded with the verdict)")
     print(f"journal entry {entry['index']} {entry['type']} in {stores}; memevolve show {r.candidate_id} --stores "
           f"{stores}")
     return 0
@@ -87,10 +93,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter", choices=sorted(ADAPTERS), default="jsonl",
                    help="how the files' lines are read (default: %(default)s, the trace contract)")
     p.add_argument("--hypothesis", metavar="TEXT", type=operator_arg(blank=True),
-                   help=f"what the change is meant to do (recorded); at most {MAX_OPERATOR_CHARS} characters, shown "
-                        "with control characters escaped")
-    p.add_argument("--predict", type=prediction, metavar="CATEGORY[:up|down]",
-                   help="the category the hypothesis moves; a move otherwise is rule hypothesis_mismatch")
+                   help=f"what the change is meant to do (recorded; needed with --predict unless --no-hypothesis); "
+                        f"at most {MAX_OPERATOR_CHARS} characters, shown with control characters escaped")
+    p.add_argument("--predict", type=prediction, metavar="ROOT_CAUSE[/CATEGORY][:down|up]",
+                   help="the failure category the change moves (default every category, down): tested paired "
+                        "(exact McNemar at alpha); a would-be accept whose prediction does not hold is rule "
+                        "hypothesis_mismatch")
+    p.add_argument("--no-hypothesis", action="store_true",
+                   help="gate without a hypothesis (recorded with the verdict)")
     p.add_argument("--stores", help=f"gate store (default: the run config's stores/gate, else {DEFAULT_STORES})")
     p.add_argument("--answers", metavar="ESCALATION", help="the loop escalation (direction key) this change answers")
     p.add_argument("--family-p", type=family_p, action="append", default=[], metavar="ID=P",

@@ -23,7 +23,7 @@ from evolve.loop.rules import rules_of
 from evolve.observe.adapters import read_traces
 from evolve.observe.contract import ContractError
 from evolve.observe.ladder import RESULTS
-from evolve.observe.objective import LABEL, outcomes
+from evolve.observe.objective import LABEL, Objective, outcomes
 from evolve.observe.summarize import context_words
 from evolve.observe.trace import Trace
 from evolve.state.bundle import RoundBundle
@@ -33,7 +33,7 @@ from evolve.state.stores import StoreSet
 from evolve.verify.comparison import Comparison
 from evolve.verify.decision import Decision, Stage, decide, journal_type
 from evolve.verify.dossier import compare_traces, examples, failure_set
-from evolve.verify.hypothesis import Direction, predicted
+from evolve.verify.hypothesis import EVERY, Prediction, predicted
 from evolve.verify.multiplicity import Adjustment, adjust
 from evolve.verify.outcomes import ContextCost
 
@@ -51,8 +51,10 @@ class GateInput:
     candidate: Path
     config: RunConfig
     adapter: str = "jsonl"
+    #: What the change is for and the failure category it should move; both ``None``: gated without a hypothesis
+    #: (``--no-hypothesis``), which the verdict records.
     hypothesis: str | None = None
-    prediction: tuple[str, Direction] | None = None
+    prediction: Prediction | None = None
     answers: str | None = None
     #: Other tests of the gain family: id -> raw p (and of the secondary outcome's family).
     family: Mapping[str, float] = field(default_factory=dict)
@@ -96,9 +98,11 @@ def _listed(ids: set[str]) -> str:
     return ", ".join(shown) + (f", ... (+{len(ids) - SHOWN_IDS})" if len(ids) > SHOWN_IDS else "")
 
 
-def paired_traces(base: Path, candidate: Path, adapter: str) -> tuple[list[Trace], list[Trace]]:
-    """Both files' traces; :class:`ContractError` when their id sets differ, or a sample's category, listing them."""
-    left, right = read_traces(base, adapter), read_traces(candidate, adapter)
+def paired_traces(base: Path, candidate: Path, adapter: str, objective: Objective = "accuracy"
+                  ) -> tuple[list[Trace], list[Trace]]:
+    """Both files' traces, diagnosed under ``objective``; :class:`ContractError` when their id sets differ, or a
+    sample's category, listing them."""
+    left, right = read_traces(base, adapter, objective), read_traces(candidate, adapter, objective)
     a, b = {t.question_id for t in left}, {t.question_id for t in right}
     if a != b:
         parts = [f"{len(a - b)} only in {base}: {_listed(a - b)}" if a - b else "",
@@ -138,11 +142,18 @@ def _adjustments(comparison: Comparison, gate: GateInput) -> None:
                                                   adjust(secondary, method)[SELF])
 
 
+def hypothesis_of(gate: GateInput) -> dict | None:
+    """The hypothesis a gate run was given, as its record and verdict keep it (``None``: gated without one)."""
+    if gate.prediction is None:
+        return None
+    return {"text": gate.hypothesis or "", "predict": str(gate.prediction)}
+
+
 def evaluate(gate: GateInput) -> GateResult:
     """Read, pair, compare and decide (nothing written); :class:`UserError` for bad input."""
     config = gate.config
-    base, cand = paired_traces(gate.base, gate.candidate, gate.adapter)
     objective = config.objective
+    base, cand = paired_traces(gate.base, gate.candidate, gate.adapter, objective)
     if objective == "accuracy":
         unjudged = [u for u in (_unjudged(gate.base, base), _unjudged(gate.candidate, cand)) if u is not None]
         if unjudged:
@@ -153,19 +164,19 @@ def evaluate(gate: GateInput) -> GateResult:
     n = len(outcomes(base, objective).keys() & outcomes(cand, objective).keys())
     if n == 0:
         raise UserError(f"no sample counts under objective {objective} ({LABEL[objective]}) in both files")
-    if gate.prediction is not None:
+    if gate.prediction is not None and gate.prediction.category != EVERY:
         categories = {t.category for t in cand}
-        if gate.prediction[0] not in categories:
-            raise UserError(f"--predict {gate.prediction[0]}: no sample has that category (categories: "
-                            f"{', '.join(sorted(categories))})")
+        if gate.prediction.category not in categories:
+            raise UserError(f"--predict {gate.prediction}: no sample has category {gate.prediction.category!r} "
+                            f"(categories: {', '.join(sorted(categories))})")
     cost = ContextCost(*(context_words([t for t in side if t.scored])["mean"] for side in (base, cand)))
     comparison = compare_traces(base, cand, config.acceptance, objective=objective, seed=config.seed, cost=cost,
-                                prediction=gate.prediction)
+                                prediction=gate.prediction, diagnosed=True)
     _adjustments(comparison, gate)
     decision = decide(comparison, config.acceptance, config.cost if config.cost.active else None)
     record = CandidateRecord(
         "", 0, {"key": gate.answers or SELF, "why": gate.hypothesis or "-", "base": str(gate.base),
-                "candidate": str(gate.candidate), "adapter": gate.adapter},
+                "candidate": str(gate.candidate), "adapter": gate.adapter, "hypothesis": hypothesis_of(gate)},
         gate.answers or SELF, _digest(gate.base),
         {"benchmark": f"gate:{gate.base.name} vs {gate.candidate.name}",
          "benchmark_hash": hashlib.sha256("\n".join(sorted(t.question_id for t in base)).encode()).hexdigest(),
@@ -207,7 +218,8 @@ def journal(result: GateResult, stores: Path, escalations: set[str] | None = Non
                                     "answers": record.symptom if record.symptom != SELF else None}}),
             (journal_type(record.verdict), {
                 "candidate_id": record.candidate_id, "strategy_hash": record.strategy_hash,
-                "decision": record.decision.to_dict(), "applied": False, "report_hash": report_hash(record),
+                "decision": record.decision.to_dict(), "hypothesis": record.direction.get("hypothesis"),
+                "applied": False, "report_hash": report_hash(record),
                 "record_hash": record_hash(record), "restore_to": record.parent_hash})]
         store.commit_round(n, bundle)
         return store.journal.last()
@@ -233,8 +245,8 @@ def replay_args(record: CandidateRecord, records: Mapping[str, CandidateRecord])
     of its parent and of itself: its hypothesis, and the other members of its round's families with their raw p."""
     args = ["--adapter", "memevolve"]
     prediction = predicted(record.symptom) if record.hypothesis is not None else None
-    if prediction is not None:
-        args += ["--hypothesis", record.symptom, "--predict", ":".join(prediction)]
+    args += (["--hypothesis", record.symptom, "--predict", str(prediction)] if prediction is not None
+             else ["--no-hypothesis"])
     for option, adjustment, secondary in (("--family-p", record.multiple_testing, False),
                                           ("--family-secondary-p", record.secondary_testing, True)):
         if adjustment is not None:
