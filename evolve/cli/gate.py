@@ -57,9 +57,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if loop is None or not loop.root.is_dir():
             raise UserError("--answers needs --rules naming the run config whose stores raised the escalation")
         known = {e.key for e in escalations(History(loop.root)) if e.entry is not None}
+    if args.family is not None and (args.family_p or args.family_secondary_p):
+        raise UserError(f"--family {args.family}: its members are the family's runs in the gate store; leave out "
+                        "--family-p and --family-secondary-p")
     gate = GateInput(Path(args.base), Path(args.candidate), config, args.adapter, args.hypothesis, args.predict,
                      args.answers, family("--family-p", args.family_p),
-                     family("--family-secondary-p", args.family_secondary_p))
+                     family("--family-secondary-p", args.family_secondary_p), args.family)
     result = evaluate(gate)
     entry = journal(result, stores, known)
     r, c, p = result.record, result.comparison, result.comparison.paired
@@ -74,6 +77,14 @@ def cmd_gate(args: argparse.Namespace) -> int:
         print(f"hypothesis: {escaped(args.hypothesis)}: {c.hypothesis.describe()}")
     if args.no_hypothesis:
         print("hypothesis: none (--no-hypothesis, recorded with the verdict)")
+    if args.family is not None:
+        adjusted = r.multiple_testing
+        print(f"family {escaped(args.family)}: " + (f"{len(adjusted.family)} members, {adjusted.method}-adjusted p="
+                                                    f"{adjusted.p_adjusted:.4g}" if adjusted else "its first member"))
+        for change in result.redecided:
+            print(f"  re-decided {change['candidate_id']}: {change['previous']['verdict']} -> "
+                  f"{change['decision']['verdict']} (rule {change['decision']['rule']}, adjusted p="
+                  f"{change['multiple_testing']['p_adjusted']:.4g})")
     print(f"journal entry {entry['index']} {entry['type']} in {stores}; memevolve show {r.candidate_id} --stores "
           f"{stores}")
     return 0
@@ -103,6 +114,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="gate without a hypothesis (recorded with the verdict)")
     p.add_argument("--stores", help=f"gate store (default: the run config's stores/gate, else {DEFAULT_STORES})")
     p.add_argument("--answers", metavar="ESCALATION", help="the loop escalation (direction key) this change answers")
+    p.add_argument("--family", metavar="NAME", type=operator_arg(),
+                   help="a named family in the gate store (e.g. a release's batch of changes): this verdict and the "
+                        "family's earlier ones are adjusted together as acceptance.multiple_testing says (bh at "
+                        "fdr_q, or holm); an earlier verdict that changes is journaled as REDECIDE")
     p.add_argument("--family-p", type=family_p, action="append", default=[], metavar="ID=P",
                    help="another test of the same round's gain family (adjusted together as acceptance."
                         "multiple_testing says); repeat per test")

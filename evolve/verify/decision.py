@@ -159,8 +159,8 @@ class AcceptanceRules(BaseModel):
         "holm", description="adjustment of the gain test's p over each round's candidates (fully compared ones and "
                             "those the probe stopped): holm and bonferroni hold the family-wise error at alpha, bh "
                             "(Benjamini-Hochberg) the false discovery rate at fdr_q")
-    fdr_q: float = Field(0.05, gt=0, lt=1, description="false discovery rate bh holds; the adjusted p is compared "
-                                                        "with it instead of alpha")
+    fdr_q: float = Field(0.01, gt=0, lt=1, description="false discovery rate bh holds (D²ACCI's 0.01); the adjusted p "
+                                                        "is compared with it instead of alpha")
     probe_delta: float = Field(0.02, ge=0, le=1, description="delta_1: largest tolerated probe accuracy drop (a "
                                                               "share of questions: at most 1, any drop)")
     restore_threshold: float = Field(0.03, ge=0, le=1, description="drop below best-ever that triggers restore (a "
