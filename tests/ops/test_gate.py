@@ -288,3 +288,48 @@ def test_the_hypothesis_is_bounded_and_shown_escaped(tmp_path, files, capsys):
     with pytest.raises(SystemExit) as exc:
         gate(tmp_path, *files, "--hypothesis", "x" * 501, "--predict", "generation_error")
     assert exc.value.code == 2 and "argument --hypothesis: has 501 characters; at most 500" in capsys.readouterr().err
+
+
+def test_a_named_family_re_decides_its_earlier_members(tmp_path, capsys):
+    """Alone the weak gain (8 improved, 1 regressed; p = 0.039) is accepted; a second member of the family halves
+    its Holm level, and the first is re-decided FEATURE_FLAG in the same commit (REDECIDE)."""
+    base = write(tmp_path / "wb.jsonl", [sample(i, i % 2 == 0) for i in range(200)])
+    cand = write(tmp_path / "wc.jsonl", [sample(i, (i % 2 == 0 and i != 0) or i in range(1, 17, 2))
+                                         for i in range(200)])
+    assert gate(tmp_path, base, cand, "--family", "release-1") == 0
+    assert "gate-0001: ACCEPT" in capsys.readouterr().out
+    assert gate(tmp_path, base, cand, "--family", "release-1") == 0
+    out = capsys.readouterr().out
+    assert "gate-0002: FEATURE_FLAG (rule inconclusive)" in out and "holm-adjusted p=0.07812 over 2" in out
+    assert "re-decided gate-0001: ACCEPT -> FEATURE_FLAG (rule inconclusive, adjusted p=0.07812)" in out
+    stores = tmp_path / "gate"
+    entry = History(stores).entries[-1]
+    assert entry["type"] == "REDECIDE" and entry["round"] == 2
+    assert entry["payload"]["candidate_id"] == "gate-0001" and entry["payload"]["by"] == "gate-0002"
+    assert gate(tmp_path, base, cand, "--family", "release-1") == 0  # no verdict changes again: nothing journaled
+    assert [e["type"] for e in History(stores).entries].count("REDECIDE") == 1
+    assert gate(tmp_path, base, cand, "--family", "other") == 0 and "gate-0004: ACCEPT" in capsys.readouterr().out
+    assert main(["journal", "verify", "--stores", str(stores)]) == 0
+    assert gate(tmp_path, base, cand, "--family", "x", "--family-p", "a=0.1") == 2
+    assert "leave out --family-p" in capsys.readouterr().err
+
+
+def test_sweep_lists_the_decisions_that_flip_and_the_report_catalogs_anti_patterns(tmp_path, files, capsys):
+    base, cand = files
+    weak = write(tmp_path / "weak.jsonl", [sample(i, i % 3 == 0 or i in (1, 2, 4, 5, 7, 8)) for i in range(80)])
+    assert gate(tmp_path, base, cand) == 0 and gate(tmp_path, base, weak) == 0
+    stores = tmp_path / "gate"
+    assert main(["sweep", "--stores", str(stores), "--alphas", "0.005", "0.05", "--epsilons", "0.02"]) == 0
+    out = capsys.readouterr().out
+    assert "2 fully compared record(s) re-decided" in out and "1 flip somewhere on the grid" in out
+    assert "gate-0002 at alpha 0.005, epsilon 0.02: ACCEPT (accept) -> FEATURE_FLAG (inconclusive)" in out
+    assert "gate-0001 at" not in out  # p = 9.5e-7: stable over the grid
+    worse = write(tmp_path / "worse.jsonl", [sample(i, False) for i in range(80)])
+    other = tmp_path / "other"
+    for _ in range(2):
+        assert main(["gate", str(base), str(worse), "--no-hypothesis", "--stores", str(other)]) == 0
+    assert main(["report", "--stores", str(other), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    section = page[page.index("<h2 id='anti-patterns'>"):page.index("<h2 id='candidates'>")]
+    assert "<code>gate</code></td><td class=\"num\">2</td><td class=\"num\">2</td>" in section, section
+    assert "significant_harm 2" in section and "examples of <code>gate</code>" in section
