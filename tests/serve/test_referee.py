@@ -127,3 +127,23 @@ def test_the_referee_judges_a_recall_without_asked_at_at_its_time_and_exempts_th
     marks = referee.marks(store, question, None, later)  # no asked_at: judged at the recall's time
     assert {state for _, state in marks.by_turn["D1:1"]} == {"expired"}
     assert referee.marks(store, "When did Bob go to the dentist?", None, later) is None  # about the past: exempt
+
+
+def test_the_floors_are_the_contract_the_stores_were_made_under(stores):
+    """The stores' recorded acceptance rules set alpha and epsilon; a bad recorded rule is named with its file."""
+    import json
+
+    from evolve.ops.history import History
+    from evolve.serve.replay import ReplayError
+    from evolve.serve.verdict import contract_rules
+
+    state_path = stores / "state.json"
+    state = json.loads(state_path.read_text())
+    state["harness"]["rules"]["acceptance"].update(alpha=0.1, epsilon_by_category={"temporal": 0.2})
+    state_path.write_text(json.dumps(state))
+    rules = contract_rules(History(stores))
+    assert rules.alpha == 0.1 and rules.epsilon("temporal") == 0.2 and rules.epsilon("single_hop") == 0.02
+    state["harness"]["rules"]["acceptance"]["alpha"] = 2
+    state_path.write_text(json.dumps(state))
+    with pytest.raises(ReplayError, match=r"state\.json: harness\.rules\.acceptance\.alpha: Input should be less"):
+        contract_rules(History(stores))
