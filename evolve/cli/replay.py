@@ -122,6 +122,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_capture_export(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
     from evolve.files import atomic_write_json, reading_only
+    from evolve.ops.manifest import default_manifest, manifest_of, write_manifest
     from evolve.ops.outputs import check_output_file, protect
     from evolve.serve.answers import load_answers
     from evolve.serve.export import export_benchmark
@@ -130,6 +131,8 @@ def cmd_capture_export(args: argparse.Namespace) -> int:
     try:
         read = {**_data_dir(args.data), **protect([args.answers] if args.answers else [], "the answers file")}
         out = check_output_file("--out", args.out, protected=read)
+        manifest = check_output_file("--manifest", args.manifest or str(default_manifest(Path(args.out))),
+                                     protected={**read, **protect([args.out], "the exported benchmark file")})
         answers = load_answers(args.answers) if args.answers else []
         with reading_only(_torn):
             samples = export_benchmark(open_backend(args.data), args.user or [], answers)
@@ -137,10 +140,11 @@ def cmd_capture_export(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     atomic_write_json(out, samples)
+    write_manifest(manifest, manifest_of(out, manifest, samples, [s["sample_id"] for s in samples]))
     questions = sum(len(s["qa"]) for s in samples)
     unanswered = sum(len(s["unanswered"]) for s in samples)
     print(f"wrote {args.out}: {len(samples)} conversation(s), {questions} answered question(s), {unanswered} "
-          "unanswered (listed for labelling)")
+          f"unanswered (listed for labelling); manifest {manifest} (what `memevolve erase` reads)")
     return 0
 
 
@@ -179,4 +183,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                 "(never inside stores, the service's data, a serving or strategy "
                                                 "file)")
     p.add_argument("--answers", metavar="ANSWERS_YAML", help="the operator's answers: these questions become qa items")
+    p.add_argument("--manifest", metavar="PATH", help="where the manifest (users and turn ids per file, read by "
+                                                      "`memevolve erase`) goes (default: beside --out, "
+                                                      "<name>.manifest.json)")
     p.set_defaults(func=cmd_capture_export)

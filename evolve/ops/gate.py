@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Mapping
 
 from evolve.errors import UserError
+from evolve.files import file_sha256
 from evolve.loop.config import RunConfig
 from evolve.loop.rules import rules_of
 from evolve.observe.adapters import read_traces
@@ -27,6 +28,7 @@ from evolve.observe.objective import LABEL, outcomes
 from evolve.observe.summarize import context_words
 from evolve.observe.trace import Trace
 from evolve.state.bundle import RoundBundle
+from evolve.state.content import by_reference
 from evolve.state.record import CandidateRecord
 from evolve.state.records import dump_record, record_hash, report_hash
 from evolve.state.stores import StoreSet
@@ -81,14 +83,6 @@ def family(option: str, tests: list[tuple[str, float]]) -> dict[str, float]:
     if SELF in counts:
         raise UserError(f"{option} {SELF}: is the gate's own name in the family; name only the other tests")
     return dict(tests)
-
-
-def _digest(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _listed(ids: set[str]) -> str:
@@ -166,12 +160,12 @@ def evaluate(gate: GateInput) -> GateResult:
     record = CandidateRecord(
         "", 0, {"key": gate.answers or SELF, "why": gate.hypothesis or "-", "base": str(gate.base),
                 "candidate": str(gate.candidate), "adapter": gate.adapter},
-        gate.answers or SELF, _digest(gate.base),
+        gate.answers or SELF, file_sha256(gate.base),
         {"benchmark": f"gate:{gate.base.name} vs {gate.candidate.name}",
          "benchmark_hash": hashlib.sha256("\n".join(sorted(t.question_id for t in base)).encode()).hexdigest(),
          "judge": "as recorded in the traces", "n_questions": len(base), "objective": objective,
          "rules": rules_of(config.acceptance, config.cost)},
-        strategy_hash=_digest(gate.candidate))
+        strategy_hash=file_sha256(gate.candidate))
     record.paired, record.dcr, record.cost = comparison.paired, comparison.dcr, comparison.cost
     record.confabulation, record.secondary, record.hypothesis = (comparison.confabulation, comparison.secondary,
                                                                  comparison.hypothesis)
@@ -198,6 +192,7 @@ def journal(result: GateResult, stores: Path, escalations: set[str] | None = Non
             raise UserError(f"--family-p gate-{n:04d}: is the id of this gate run's own record; name only the other "
                             "tests of the family")
         record.candidate_id, record.round = f"gate-{n:04d}", n
+        record.examples = by_reference(record.examples, store.content)
         bundle = RoundBundle()
         bundle.records["candidate_outcomes"] = [dump_record(record)]
         bundle.journal = [

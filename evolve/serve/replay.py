@@ -36,7 +36,8 @@ from evolve.runtime.live import LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import count_tokens
 from evolve.serve.backend import Backend
-from evolve.serve.memory import _turn, parse_time
+from evolve.serve.memory import apply_events, parse_time
+from evolve.serve.records import RecallRecord, RecordError, load_record, naive
 from evolve.serve.referee import STATES, Marks, Referee, floor_reasons, slice_lines, slices, stale_counts
 from evolve.serve.strategy import Loaded
 from evolve.verify.decision import AcceptanceRules
@@ -70,36 +71,45 @@ def _owner(log: Path) -> str | None:
     return log.parent.name if len(log.parents) > 1 and log.parent.parent.name == "users" else None
 
 
-def _checked(record: dict, where: str, owner: str | None) -> dict:
-    """``record`` with ``_where``; :class:`ReplayError` when it lacks a field or names another user than the log's."""
-    for key in ("user", "question", "time"):
-        if not isinstance(record.get(key), str):
-            raise ReplayError(f"{where}: recall record has no string field {key!r}")
-    if owner is not None and record["user"] != owner:
-        raise ReplayError(f"{where}: recall record of user {record['user']!r} in the recall log of user {owner!r}; "
+@dataclass(frozen=True)
+class Logged:
+    """A logged recall and where it was read (file and line, or user and position)."""
+
+    record: RecallRecord
+    where: str
+
+
+def _checked(record: RecallRecord, where: str, owner: str | None) -> Logged:
+    """:class:`ReplayError` when ``record`` names another user than the log's."""
+    if owner is not None and record.user != owner:
+        raise ReplayError(f"{where}: recall record of user {record.user!r} in the recall log of user {owner!r}; "
                           "a user's log holds only that user's recalls")
-    return {**record, "_where": where}
+    return Logged(record, where)
 
 
-def _oldest_first(records: list[dict]) -> list[dict]:
-    return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
+def _oldest_first(records: list[Logged]) -> list[Logged]:
+    return sorted(records, key=lambda r: _moment(r.record.time, r.where))
 
 
-def read_recalls(logs: list[Path]) -> list[dict]:
-    """Every logged recall of ``logs`` (each with ``_where``: file and line), oldest first."""
+def read_recalls(logs: list[Path]) -> list[Logged]:
+    """Every logged recall of ``logs``, oldest first."""
     records = []
     for log in logs:
         try:
-            records += [_checked(record, f"{log}:{line}", _owner(log)) for line, record in iter_jsonl(log)]
-        except StoreError as exc:
+            records += [_checked(load_record(RecallRecord, raw, f"{log}:{line}"), f"{log}:{line}", _owner(log))
+                        for line, raw in iter_jsonl(log)]
+        except (StoreError, RecordError) as exc:
             raise ReplayError(str(exc)) from None
     return _oldest_first(records)
 
 
-def stored_recalls(backend: Backend) -> list[dict]:
-    """Every recall the store still holds (each with ``_where``: user and position), oldest first."""
-    return _oldest_first([_checked(record, f"user {user} recall {i}", user) for user in backend.users()
-                          for i, record in enumerate(backend.recalls(user))])
+def stored_recalls(backend: Backend) -> list[Logged]:
+    """Every recall the store still holds, oldest first."""
+    try:
+        return _oldest_first([_checked(record, f"user {user} recall {i}", user) for user in backend.users()
+                              for i, record in enumerate(backend.recalls(user))])
+    except RecordError as exc:
+        raise ReplayError(str(exc)) from None
 
 
 def _moment(text: str, where: str) -> datetime:
@@ -223,7 +233,7 @@ def _verdict(report: ReplayReport) -> None:
                           "overall or in a slice beyond its floor"]
 
 
-def replay(records: list[dict], backend: Backend, serving: Loaded, candidate: Loaded,
+def replay(records: list[Logged], backend: Backend, serving: Loaded, candidate: Loaded,
            answers: dict[tuple[str, str], str] | None = None, *, categories: dict[tuple[str, str], str] | None = None,
            rules: AcceptanceRules | None = None, seed: int = 0) -> ReplayReport:
     """Ask every logged recall of both strategies over the memory as it stood then; the paired report, staleness
@@ -232,63 +242,58 @@ def replay(records: list[dict], backend: Backend, serving: Loaded, candidate: Lo
     answers, categories, referee = answers or {}, categories or {}, Referee()
     report = ReplayReport(serving.strategy_hash, candidate.strategy_hash, 0, 0, referee=referee.describe(),
                           rules=rules or AcceptanceRules())
-    by_user: dict[str, list[dict]] = {}
-    for record in records:
-        by_user.setdefault(record["user"], []).append(record)
+    by_user: dict[str, list[Logged]] = {}
+    for logged in records:
+        by_user.setdefault(logged.record.user, []).append(logged)
     for user, recalls in sorted(by_user.items()):
         try:
             events = backend.events(user)
         except ValueError as exc:
-            raise ReplayError(f"{recalls[0]['_where']}: {exc}") from None
+            raise ReplayError(f"{recalls[0].where}: {exc}") from None
         if not events:
             continue  # erased (or never captured here): nothing to rebuild
         report.users += 1
         live, cache = LiveConversation(user), EmbeddingCache(backend.embeddings_dir(user))
         position = 0
-        for record in recalls:
-            until = _moment(record["time"], record["_where"])
-            while position < len(events) and _moment(events[position].get("at", ""), f"{user} capture log event "
-                                                     f"{position}") <= until:
-                for turn in events[position].get("turns", ()):
-                    live.add(_turn(turn))
-                if "close" in events[position]:
-                    live.close(events[position]["close"])
-                position += 1
+        for logged in recalls:
+            record = logged.record
+            until = _moment(record.time, logged.where)
+            reached = position
+            while reached < len(events) and _moment(events[reached].at or "", f"{user} capture log event "
+                                                    f"{reached + 1}") <= until:
+                reached += 1
+            apply_events(live, events[position:reached], position + 1)
+            position = reached
             if not len(live):
                 continue
             asked = None
-            if record.get("asked_at"):
+            if record.asked_at:
                 try:
-                    asked = parse_time(record["asked_at"], f"{record['_where']}: asked_at")
+                    asked = parse_time(record.asked_at, f"{logged.where}: asked_at")
                 except ValueError as exc:
                     raise ReplayError(str(exc)) from None
-            answer = answers.get((user, record["question"]))
-            marks = referee.marks(referee.store(live), record["question"], asked, _naive_utc(until))
+            answer = answers.get((user, record.question))
+            marks = referee.marks(referee.store(live), record.question, asked, naive(until))
             sides = []
             for loaded in (serving, candidate):
                 rt = loaded.runtime
                 store = live.store(loaded.key, rt.policy, rt.extractor,
                                    lambda texts, rt=rt: cache.encode(rt.embedder, texts), rt.embedder.name)
-                sides.append(_ask(loaded, store, record["question"], asked, answer, marks))
-            where = categories.get((user, record["question"])) or classify_intent(record["question"])
+                sides.append(_ask(loaded, store, record.question, asked, answer, marks))
+            where = categories.get((user, record.question)) or classify_intent(record.question)
             report.requests.append(_row(f"{user}/{len(report.requests)}", user, record, where, *sides,
                                         serving.strategy_hash, candidate.strategy_hash))
     _summarise(report, seed)
     return report
 
 
-def _naive_utc(moment: datetime) -> datetime:
-    """A zoned moment as naive UTC, as the runtime compares times."""
-    return moment.astimezone(timezone.utc).replace(tzinfo=None)
-
-
-def _row(request: str, user: str, record: dict, where: str, s: _Side, c: _Side, serving: str,
+def _row(request: str, user: str, record: RecallRecord, where: str, s: _Side, c: _Side, serving: str,
          candidate: str) -> dict:
     """One request's paired figures; whether the log's serving context and the shadow's candidate context (when
     recorded under these strategies) were reproduced."""
-    logged = [p.get("id") for p in record.get("packed", ())] if record.get("strategy") == serving else None
-    shadow = record.get("shadow") or {}
-    shadowed = [p.get("id") for p in shadow.get("packed", ())] if shadow.get("strategy") == candidate else None
+    logged = [p.id for p in record.packed] if record.strategy == serving else None
+    shadow = record.shadow
+    shadowed = [p.id for p in shadow.packed] if shadow is not None and shadow.strategy == candidate else None
     return {"id": request, "user": user, "slice": where,
             "ids_jaccard": _jaccard(set(s.ids), set(c.ids)), "sources_jaccard": _jaccard(s.sources, c.sources),
             "words_jaccard": _jaccard(set(s.text_words), set(c.text_words)),

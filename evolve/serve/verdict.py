@@ -6,12 +6,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from evolve.ops.drift import serving_status
 from evolve.ops.history import History
 from evolve.ops.monitors import monitor_regressions, regression_text
 from evolve.ops.serving import ChangeResult, rollback, undo_stack
-from pydantic import ValidationError
-
 from evolve.state.stores import StoreSet
 from evolve.serve.replay import ReplayError, ReplayReport
 from evolve.serve.strategy import Loaded

@@ -63,7 +63,7 @@ def examples(paired: PairedReport, base: Sequence[Trace], cand: Sequence[Trace])
     b, c = {t.question_id: t for t in base}, {t.question_id: t for t in cand}
 
     def row(qid: str) -> dict:
-        return {"question_id": qid, "question": b[qid].question, "gold": b[qid].gold_answer,
+        return {"question_id": qid, "conversation_id": b[qid].conversation_id, "question": b[qid].question, "gold": b[qid].gold_answer,
                 "category": b[qid].category, "baseline_answer": b[qid].answer, "candidate_answer": c[qid].answer,
                 "baseline_root_cause": b[qid].root_cause, "candidate_root_cause": c[qid].root_cause}
 
