@@ -313,21 +313,33 @@ class Decision:
         return cls(Verdict(data["verdict"]), data["reason"], data["rule"])
 
 
-def _category_floor(paired: PairedReport, rules: AcceptanceRules) -> tuple[list[str], list[str]]:
-    """The categories that regress significantly beyond their epsilon (their exact McNemar p Holm-adjusted over the
-    candidate's categories, <= alpha), split into ``(floored, exempt)``; empty for reports whose category rows carry no
-    p (written before the floor existed)."""
+def holm_by_category(per_category: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Each category's exact McNemar p Holm-adjusted over the categories whose rows carry one (none for reports
+    written before the floor existed)."""
+    return adjust({c: float(row["mcnemar_p"]) for c, row in per_category.items() if is_real(row.get("mcnemar_p"))},
+                  "holm")
+
+
+def floor_breaches(per_category: Mapping[str, Mapping[str, Any]], rules: AcceptanceRules) -> dict[str, float]:
+    """The categories that regress significantly beyond their epsilon (``delta`` below -epsilon and the Holm-adjusted
+    p, :func:`holm_by_category`, <= alpha), each with that adjusted p; none with ``category_floor`` off."""
     if not rules.category_floor:
-        return [], []
-    rows = {c: row for c, row in paired.per_category.items() if is_real(row.get("mcnemar_p"))}
-    adjusted = adjust({c: float(row["mcnemar_p"]) for c, row in rows.items()}, "holm")
+        return {}
+    adjusted = holm_by_category(per_category)
+    return {c: p for c, p in sorted(adjusted.items())
+            if per_category[c]["delta"] < -rules.epsilon(c) - TOLERANCE and p <= rules.alpha}
+
+
+def _category_floor(paired: PairedReport, rules: AcceptanceRules) -> tuple[list[str], list[str]]:
+    """The categories of :func:`floor_breaches`, described and split into ``(floored, exempt)``."""
+    rows = paired.per_category
+    family = sum(is_real(row.get("mcnemar_p")) for row in rows.values())
     floored, exempt = [], []
-    for category, row in sorted(rows.items()):
-        eps = rules.epsilon(category)
-        if row["delta"] < -eps - TOLERANCE and adjusted[category] <= rules.alpha:
-            entry = (f"{category} {row['delta']:+.4f} (epsilon {eps:.3f}, n={row['n']}, p={row['mcnemar_p']:.4g}, "
-                     f"Holm-adjusted over {len(rows)} categories {adjusted[category]:.4g})")
-            (exempt if category in rules.floor_exempt else floored).append(entry)
+    for category, p in floor_breaches(rows, rules).items():
+        row = rows[category]
+        entry = (f"{category} {row['delta']:+.4f} (epsilon {rules.epsilon(category):.3f}, n={row['n']}, "
+                 f"p={row['mcnemar_p']:.4g}, Holm-adjusted over {family} categories {p:.4g})")
+        (exempt if category in rules.floor_exempt else floored).append(entry)
     return floored, exempt
 
 
