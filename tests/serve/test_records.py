@@ -14,8 +14,8 @@ from evolve.files import dumps_json
 from evolve.runtime.live import LiveConversation
 from evolve.serve.filestore import FileBackend
 from evolve.serve.memory import apply_events
-from evolve.serve.records import (CloseEvent, RecallRecord, RecordError, Tombstone, TurnsEvent, read_event,
-                                  load_record)
+from evolve.serve.records import (CloseEvent, RecallRecord, RecordError, Tombstone, TurnsEvent, context_overlap,
+                                  load_record, read_event)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "serve_records"
 LINES = {name: (FIXTURES / name).read_bytes().splitlines(keepends=True) for name in ("capture.jsonl", "recalls.jsonl")}
@@ -133,3 +133,27 @@ def test_one_function_applies_capture_events_and_names_the_one_refused(tmp_path)
     assert apply_events(again, [events[3], events[0]]) == ["D2"]  # a new session closes the open one
     with pytest.raises(ValueError, match="^capture log event 7: "):  # a turn id captured twice
         apply_events(again, events[:1], 7)
+
+
+@pytest.mark.parametrize("served, other, overlap", [
+    ([], [], 1.0),  # two empty contexts are the same context
+    ([], ["L0:1"], 0.0), (["L0:1"], [], 0.0),
+    (["L0:1", "L0:2"], ["L0:2", "L1:0"], 1 / 3),
+    (["L0:1", "L0:2"], ["L0:2", "L0:1"], 1.0),  # order does not matter
+])
+def test_context_overlap_is_one_jaccard_index(served, other, overlap):
+    """The shadow part's ``overlap`` and replay's overlaps: one formula (the service scored two empty contexts 0)."""
+    assert context_overlap(served, other) == pytest.approx(overlap)
+
+
+def test_the_service_counts_words_as_a_trace_counts_context_tokens(service):
+    """One size, one formula: a recall's ``words`` (each item's and the context's) are the trace's token counts."""
+    turns = [{"id": f"D1:{i}", "speaker": "Ann", "text": f"My locker code is {i}{i}{i}, the gym opens at nine.",
+              "session": "D1"} for i in range(4)]
+    assert service.client.post("/v1/users/ann/turns", json={"turns": turns}).status_code == 201
+    question = "What is the locker code?"
+    reply = service.client.post("/v1/users/ann/recall", json={"question": question}).json()
+    loaded = service.slot.current
+    trace = loaded.runtime.ask(service.memory.store("ann", loaded), question, None, answer=False).to_trace()
+    assert reply["words"] == trace["context_tokens"] > 0
+    assert [p["words"] for p in reply["packed"]] == [p["tokens"] for p in trace["packed"]]
