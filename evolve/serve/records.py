@@ -1,5 +1,5 @@
-"""The records the serving wing stores, defined once: the capture-log events (captured turns, a session closed), the
-recall record (its packed references and its shadow part) and the erasure tombstone.
+"""The records the serving wing stores, defined once: the capture-log events (captured turns, a session closed), an
+organised turn's metadata, the recall record (its packed references and its shadow part) and the erasure tombstone.
 
 Every store writes a record as :meth:`Record.to_json` (canonical JSON: sorted keys, compact) and reads it back with
 :func:`load_record`, which refuses a record of another shape naming where it lies and which field is wrong (never the
@@ -19,7 +19,7 @@ from typing import Any, Iterable, TypeVar, Union
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolve.benchmarks.types import Turn
-from evolve.canonical import canonical_json
+from evolve.canonical import canonical_json, sha256_hex
 from evolve.errors import EvolveError
 
 
@@ -109,6 +109,27 @@ CaptureEvent = Union[TurnsEvent, CloseEvent]
 def read_event(raw: Any, where: str) -> CaptureEvent:
     """A capture-log line as its event (``close`` names a close event, else a turns event); :class:`RecordError`."""
     return load_record(CloseEvent if isinstance(raw, dict) and "close" in raw else TurnsEvent, raw, where)
+
+
+class TurnMeta(Record):
+    """An organised turn's metadata (a Markdown record's frontmatter, a ``mem_records`` row's ``meta``): the turn's
+    id, speaker, session, time and the sha256 of its text."""
+
+    id: str
+    speaker: str
+    session: str
+    time: str | None
+    sha256: str
+
+    @classmethod
+    def of(cls, turn: Turn, session: str) -> "TurnMeta":
+        return cls(id=turn.id, speaker=turn.speaker, session=session,
+                   time=turn.timestamp.isoformat() if turn.timestamp else None,
+                   sha256=sha256_hex(turn.text.encode("utf-8")))
+
+    def holds(self, body: str, captured: str | None) -> bool:
+        """Whether ``body`` is the text this record was written with and the text the capture log holds."""
+        return body == captured and sha256_hex(body.encode("utf-8")) == self.sha256
 
 
 # ---------------------------------------------------------------- the recall log
