@@ -28,13 +28,12 @@ from pathlib import Path
 import yaml
 
 from evolve.benchmarks.types import Turn
-from evolve.canonical import sha256_hex
 from evolve.files import (StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir,
                           iter_jsonl, now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail)
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.serve.backend import valid_user
-from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, load_record, read_event,
-                                  turns_in)
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnMeta, load_record,
+                                  read_event, turns_in)
 
 #: Recall log size at which it rotates (the log keeps at most twice this).
 RECALL_LOG_BYTES = 4 * 2**20
@@ -139,10 +138,8 @@ class FileBackend:
         remove_stale_temps(folder / "records", recursive=True)
         records = folder / "records" / _safe(session)
         for n, turn in enumerate(turns):
-            meta = {"id": turn.id, "speaker": turn.speaker, "session": session,
-                    "time": turn.timestamp.isoformat() if turn.timestamp else None,
-                    "sha256": sha256_hex(turn.text.encode("utf-8"))}
-            atomic_write_text(records / f"{n:04d}-{_safe(turn.id)}.md", _frontmatter(meta, turn.text))
+            atomic_write_text(records / f"{n:04d}-{_safe(turn.id)}.md",
+                              _frontmatter(TurnMeta.of(turn, session).stored(), turn.text))
             if n == 0:
                 crash_point("serve.organise.records")
         ids = {t.id for t in turns}
@@ -249,12 +246,13 @@ class FileBackend:
                 problems.append(f"session {session} is marked organised but has no records")
             for path in records:
                 try:
-                    meta, body = read_record(path)
-                except (StoreError, yaml.YAMLError, UnicodeDecodeError) as exc:
+                    raw, body = read_record(path)
+                    meta = load_record(TurnMeta, raw, str(path))
+                except (StoreError, RecordError, yaml.YAMLError, UnicodeDecodeError) as exc:
                     problems.append(f"{path}: unreadable record ({exc})")
                     continue
-                if texts.get(meta.get("id")) != body or sha256_hex(body.encode("utf-8")) != meta.get("sha256"):
-                    problems.append(f"{path}: does not match turn {meta.get('id')!r} of the capture log")
+                if not meta.holds(body, texts.get(meta.id)):
+                    problems.append(f"{path}: does not match turn {meta.id!r} of the capture log")
         dirty = self._git(folder, "status", "--porcelain", "records", check=False).stdout.strip()
         if dirty and self.organised(user):
             problems.append(f"{folder}/records has uncommitted changes: {dirty.splitlines()[0]}")

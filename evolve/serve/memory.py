@@ -19,7 +19,6 @@ import numpy as np
 
 from evolve.errors import EvolveError
 from evolve.benchmarks.locomo import fold_caption, parse_locomo_date
-from evolve.benchmarks.types import Turn
 from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation

@@ -20,14 +20,13 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from evolve.benchmarks.types import Turn
-from evolve.canonical import sha256_hex
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import StoreUnavailable, valid_user
 from evolve.serve.filestore import _fact
-from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnsEvent, read_event,
-                                  load_record, turns_in)
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnMeta, TurnsEvent,
+                                  load_record, read_event, turns_in)
 
 #: Recall records kept per user (older ones are deleted as new ones arrive, checked every ``min(100, kept)``
 #: appends of all users).
@@ -155,9 +154,7 @@ class PostgresBackend:
                              (user, session, strategy_hash, len(turns), len(chosen))).fetchone()[0]
             with c.cursor() as cur:
                 cur.executemany("INSERT INTO mem_records VALUES (%s, %s, %s, %s, %s, %s)", [
-                    (user, session, n, t.id, Jsonb({"id": t.id, "speaker": t.speaker, "session": session,
-                                                    "time": t.timestamp.isoformat() if t.timestamp else None,
-                                                    "sha256": sha256_hex(t.text.encode("utf-8"))}), t.text)
+                    (user, session, n, t.id, Jsonb(TurnMeta.of(t, session).stored()), t.text)
                     for n, t in enumerate(turns)])
                 cur.executemany("INSERT INTO mem_facts (user_id, step, fact) VALUES (%s, %s, %s)",
                                 [(user, step, Jsonb(_fact(item))) for item in chosen])
@@ -227,9 +224,14 @@ class PostgresBackend:
             texts = {t.id: t.text for t in turns_in(events)}
             for session, turn_id, meta, body in c.execute(
                     "SELECT session, turn_id, meta, body FROM mem_records WHERE user_id = %s", (user,)):
-                if texts.get(turn_id) != body or meta.get("sha256") != sha256_hex(body.encode("utf-8")):
-                    problems.append(f"user {user}: record of turn {turn_id!r} (session {session}) does not match "
-                                    "the capture log")
+                where = f"user {user}: record of turn {turn_id!r} (session {session})"
+                try:
+                    held = load_record(TurnMeta, meta, where).holds(body, texts.get(turn_id))
+                except RecordError as exc:
+                    problems.append(str(exc))
+                    continue
+                if not held:
+                    problems.append(f"{where} does not match the capture log")
             return problems
         return self._run(work)
 

@@ -1,20 +1,25 @@
-"""The records the serving wing stores, defined once: the capture-log events (captured turns, a session closed), the
-recall record (its packed references and its shadow part) and the erasure tombstone.
+"""The records the serving wing stores, defined once: the capture-log events (captured turns, a session closed), an
+organised turn's metadata, the recall record (its packed references and its shadow part) and the erasure tombstone.
 
 Every store writes a record as :meth:`Record.to_json` (canonical JSON: sorted keys, compact) and reads it back with
 :func:`load_record`, which refuses a record of another shape naming where it lies and which field is wrong (never the
 stored value: it may be a user's text). The shapes are those the service has always written, byte for byte, so
 stored files and rows need no migration.
+
+Sizes are **words**: whitespace words as :func:`evolve.runtime.text.count_words` counts them, the unit the strategy's
+``assembly.token_budget``, a trace's ``context_tokens`` and a summary's ``context_words`` count too (not a model's
+tokenizer tokens, which ``/metrics`` reports as ``llm_prompt_tokens``). How much two contexts share is
+:func:`context_overlap`.
 """
 from __future__ import annotations
 
 from datetime import datetime, timezone
-from typing import Any, TypeVar, Union
+from typing import Any, Iterable, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from evolve.benchmarks.types import Turn
-from evolve.canonical import canonical_json
+from evolve.canonical import canonical_json, sha256_hex
 from evolve.errors import EvolveError
 
 
@@ -38,7 +43,7 @@ class Record(BaseModel):
 
     def to_json(self) -> str:
         """The stored form: canonical JSON."""
-        return canonical_json(self.model_dump(mode="json"))
+        return canonical_json(self.stored())
 
     def stored(self) -> dict:
         """The stored form as data (what a JSON column holds)."""
@@ -106,7 +111,33 @@ def read_event(raw: Any, where: str) -> CaptureEvent:
     return load_record(CloseEvent if isinstance(raw, dict) and "close" in raw else TurnsEvent, raw, where)
 
 
+class TurnMeta(Record):
+    """An organised turn's metadata (a Markdown record's frontmatter, a ``mem_records`` row's ``meta``): the turn's
+    id, speaker, session, time and the sha256 of its text."""
+
+    id: str
+    speaker: str
+    session: str
+    time: str | None
+    sha256: str
+
+    @classmethod
+    def of(cls, turn: Turn, session: str) -> "TurnMeta":
+        return cls(id=turn.id, speaker=turn.speaker, session=session,
+                   time=turn.timestamp.isoformat() if turn.timestamp else None,
+                   sha256=sha256_hex(turn.text.encode("utf-8")))
+
+    def holds(self, body: str, captured: str | None) -> bool:
+        """Whether ``body`` is the text this record was written with and the text the capture log holds."""
+        return body == captured and sha256_hex(body.encode("utf-8")) == self.sha256
+
+
 # ---------------------------------------------------------------- the recall log
+
+
+def _words(description: str) -> Any:
+    """A size in words (:func:`evolve.runtime.text.count_words`)."""
+    return Field(description=f"{description} in words (whitespace words, the unit of the token budget)")
 
 
 class PackedRef(Record):
@@ -115,11 +146,18 @@ class PackedRef(Record):
     id: str
     layer: str
     source_ids: list[str]
-    words: int
+    words: int = _words("the item's size")
 
 
 def words_of(packed: list[PackedRef]) -> int:
     return sum(p.words for p in packed)
+
+
+def context_overlap(a: Iterable[str], b: Iterable[str]) -> float:
+    """How much two contexts share: the Jaccard index of their ids, |A & B| / |A | B|. Two empty contexts are the
+    same context and score 1.0; an empty and a non-empty one score 0.0."""
+    a, b = set(a), set(b)
+    return len(a & b) / len(a | b) if a | b else 1.0
 
 
 class ShadowPart(Record):
@@ -128,9 +166,9 @@ class ShadowPart(Record):
     strategy: str
     source: str
     packed: list[PackedRef]
-    words: int
+    words: int = _words("the shadow context's size")
     overlap: float = Field(description="context overlap of the served and the shadow item ids "
-                                       "(:func:`evolve.serve.records.context_overlap`)")
+                                       "(:func:`context_overlap`)")
     latency_ms: float
 
 
@@ -145,7 +183,7 @@ class RecallRecord(Record):
     strategy: str
     role: str
     packed: list[PackedRef]
-    words: int
+    words: int = _words("the context's size")
     latency_ms: float
     answer: str | None = _omitted()
     shadow: ShadowPart | None = _omitted()

@@ -3,12 +3,12 @@ request and without labels.
 
 Each logged recall is asked again of both strategies, over the user's memory rebuilt from the capture log as it
 stood when the recall was served (the capture events up to the recall's time). Per request the replay measures the
-overlap of the two contexts (Jaccard of packed item ids, of their source turn ids and of their content words), the
-words each packs, staleness (packed items that are superseded, retracted or expired at the question's time, as one
-neutral referee judges both contexts: :mod:`evolve.serve.referee`), answer-in-context when the operator supplied the
-answer, and latency (both measured here, back to back). It also
-reports how often the recomputed serving context equals the one the log recorded, and the candidate's the shadow
-recorded, so a replay that does not reproduce the service says so.
+overlap of the two contexts (:func:`evolve.serve.records.context_overlap` of packed item ids, of their source turn
+ids and of their content words; two empty contexts score 1.0), the words each packs, staleness (packed items that
+are superseded, retracted or expired at the question's time, as one neutral referee judges both contexts:
+:mod:`evolve.serve.referee`), answer-in-context when the operator supplied the answer, and latency (both measured
+here, back to back). It also reports how often the recomputed serving context equals the one the log recorded, and
+the candidate's the shadow recorded, so a replay that does not reproduce the service says so.
 
 Binary outcomes (no stale item packed, answer in context) are compared with the project's paired statistics (exact
 McNemar and a BCa bootstrap, :func:`evolve.verify.statistics.paired_comparison`), overall and per slice (the
@@ -34,10 +34,10 @@ from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.expander import classify_intent
 from evolve.runtime.live import LiveConversation
 from evolve.runtime.store import MemoryStore
-from evolve.runtime.text import count_tokens
+from evolve.runtime.text import count_words
 from evolve.serve.backend import Backend
 from evolve.serve.memory import apply_events, parse_time
-from evolve.serve.records import RecallRecord, RecordError, load_record, naive
+from evolve.serve.records import RecallRecord, RecordError, context_overlap, load_record, naive
 from evolve.serve.referee import STATES, Marks, Referee, floor_reasons, slice_lines, slices, stale_counts
 from evolve.serve.strategy import Loaded
 from evolve.verify.decision import AcceptanceRules
@@ -121,10 +121,6 @@ def _moment(text: str, where: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
-def _jaccard(a: set, b: set) -> float:
-    return len(a & b) / len(a | b) if a | b else 1.0
-
-
 @dataclass
 class _Side:
     ids: list[str]
@@ -144,7 +140,7 @@ def _ask(loaded: Loaded, store: MemoryStore, question: str, asked_at: datetime |
     stale = None if marks is None else stale_counts(marks.judge(result.packed))
     texts = [c.text for c in result.packed]
     return _Side([c.id for c in result.packed], {s for c in result.packed for s in c.source_ids},
-                 sum(count_tokens(t) for t in texts), frozenset().union(*map(content_words, texts)), stale, latency,
+                 sum(count_words(t) for t in texts), frozenset().union(*map(content_words, texts)), stale, latency,
                  carried(answer, texts) if answer else None)
 
 
@@ -295,8 +291,8 @@ def _row(request: str, user: str, record: RecallRecord, where: str, s: _Side, c:
     shadow = record.shadow
     shadowed = [p.id for p in shadow.packed] if shadow is not None and shadow.strategy == candidate else None
     return {"id": request, "user": user, "slice": where,
-            "ids_jaccard": _jaccard(set(s.ids), set(c.ids)), "sources_jaccard": _jaccard(s.sources, c.sources),
-            "words_jaccard": _jaccard(set(s.text_words), set(c.text_words)),
+            "ids_jaccard": context_overlap(s.ids, c.ids), "sources_jaccard": context_overlap(s.sources, c.sources),
+            "words_jaccard": context_overlap(s.text_words, c.text_words),
             "words": (s.words, c.words), "stale": (s.stale, c.stale), "latency_ms": (s.latency_ms, c.latency_ms),
             "answer_in": (s.answer_in, c.answer_in),
             "serving_reproduced": None if logged is None else logged == s.ids,

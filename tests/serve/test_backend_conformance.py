@@ -11,7 +11,6 @@ from typing import Callable, Iterator
 import numpy as np
 import pytest
 
-from evolve.benchmarks.types import Turn
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.serve.backend import Backend
 from evolve.serve.filestore import FileBackend

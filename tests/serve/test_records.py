@@ -6,20 +6,27 @@ from __future__ import annotations
 
 import json
 import shutil
+from datetime import datetime
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from evolve.benchmarks.types import Turn
 from evolve.files import dumps_json
+from evolve.runtime.store import MemoryStore
 from evolve.runtime.live import LiveConversation
-from evolve.serve.filestore import FileBackend
+from evolve.serve.filestore import FileBackend, read_record
 from evolve.serve.memory import apply_events
-from evolve.serve.records import (CloseEvent, RecallRecord, RecordError, Tombstone, TurnsEvent, read_event,
-                                  load_record)
+from evolve.serve.records import (CloseEvent, RecallRecord, RecordError, Tombstone, TurnMeta, TurnRecord,
+                                  TurnsEvent, context_overlap, load_record, read_event)
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "serve_records"
 LINES = {name: (FIXTURES / name).read_bytes().splitlines(keepends=True) for name in ("capture.jsonl", "recalls.jsonl")}
 TOMBSTONES = [FIXTURES / "tombstone.json", FIXTURES / "tombstone_unreadable.json"]
+ORGANISED = sorted(FIXTURES.glob("record-*.md"))  # an organised session's Markdown records
+TURNS = [Turn("D1:1", "Ann", "I moved to Lisbon — café on every corner.", "D1", datetime(2023, 5, 8, 13, 56)),
+         Turn("D1:2", "yes", "Nice!\nSend a photo.", "D1", None)]  # the turns those records hold
 
 
 def _files(tmp_path: Path) -> FileBackend:
@@ -112,6 +119,36 @@ def test_the_postgres_store_reads_todays_rows_and_writes_the_same_json(pg_url):
         backend.close()
 
 
+def _organised(backend) -> None:
+    backend.append("ann", TurnsEvent(turns=[TurnRecord(id=t.id, speaker=t.speaker, text=t.text, session="D1",
+                                                       time=t.timestamp.isoformat() if t.timestamp else None)
+                                            for t in TURNS]))
+    backend.organise("ann", "D1", TURNS, MemoryStore("ann", [], TURNS, np.zeros((0, 4)), "none"), "h" * 64)
+
+
+def test_organised_records_are_written_as_before_and_read_as_turn_meta(tmp_path):
+    backend = FileBackend(tmp_path / "data")
+    _organised(backend)
+    written = sorted((tmp_path / "data/users/ann/records/D1").glob("*.md"))
+    assert [p.read_bytes() for p in written] == [p.read_bytes() for p in ORGANISED]
+    metas = [load_record(TurnMeta, read_record(p)[0], str(p)) for p in ORGANISED]
+    assert metas == [TurnMeta.of(t, "D1") for t in TURNS] and metas[1].speaker == "yes" and metas[1].time is None
+    assert backend.verify("ann") == []
+
+
+def test_postgres_keeps_the_same_turn_meta(pg_url):
+    from evolve.serve.pgstore import PostgresBackend
+
+    backend = PostgresBackend(pg_url)
+    try:
+        _organised(backend)
+        with backend.pool.connection() as conn:
+            stored = [r[0] for r in conn.execute("SELECT meta FROM mem_records WHERE user_id = 'ann' ORDER BY n")]
+        assert stored == [read_record(p)[0] for p in ORGANISED] and backend.verify("ann") == []
+    finally:
+        backend.close()
+
+
 @pytest.mark.parametrize("raw, words", [
     ({"turns": [{"id": "b1", "text": "secret words", "session": "s1"}]}, "TurnsEvent field turns.0.speaker: Field "
                                                                         "required"),
@@ -133,3 +170,27 @@ def test_one_function_applies_capture_events_and_names_the_one_refused(tmp_path)
     assert apply_events(again, [events[3], events[0]]) == ["D2"]  # a new session closes the open one
     with pytest.raises(ValueError, match="^capture log event 7: "):  # a turn id captured twice
         apply_events(again, events[:1], 7)
+
+
+@pytest.mark.parametrize("served, other, overlap", [
+    ([], [], 1.0),  # two empty contexts are the same context
+    ([], ["L0:1"], 0.0), (["L0:1"], [], 0.0),
+    (["L0:1", "L0:2"], ["L0:2", "L1:0"], 1 / 3),
+    (["L0:1", "L0:2"], ["L0:2", "L0:1"], 1.0),  # order does not matter
+])
+def test_context_overlap_is_one_jaccard_index(served, other, overlap):
+    """The shadow part's ``overlap`` and replay's overlaps: one formula (the service scored two empty contexts 0)."""
+    assert context_overlap(served, other) == pytest.approx(overlap)
+
+
+def test_the_service_counts_words_as_a_trace_counts_context_tokens(service):
+    """One size, one formula: a recall's ``words`` (each item's and the context's) are the trace's token counts."""
+    turns = [{"id": f"D1:{i}", "speaker": "Ann", "text": f"My locker code is {i}{i}{i}, the gym opens at nine.",
+              "session": "D1"} for i in range(4)]
+    assert service.client.post("/v1/users/ann/turns", json={"turns": turns}).status_code == 201
+    question = "What is the locker code?"
+    reply = service.client.post("/v1/users/ann/recall", json={"question": question}).json()
+    loaded = service.slot.current
+    trace = loaded.runtime.ask(service.memory.store("ann", loaded), question, None, answer=False).to_trace()
+    assert reply["words"] == trace["context_tokens"] > 0
+    assert [p["words"] for p in reply["packed"]] == [p["tokens"] for p in trace["packed"]]

@@ -11,10 +11,10 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
-from evolve.runtime.text import count_tokens
+from evolve.runtime.text import count_words
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
-from evolve.serve.records import PackedRef, RecallRecord, ShadowPart, words_of
+from evolve.serve.records import PackedRef, RecallRecord, ShadowPart, context_overlap, words_of
 from evolve.serve.routes.deps import Memory, Problem, RequestMetrics, Slot, UserId
 from evolve.serve.strategy import StrategySlot
 
@@ -62,12 +62,16 @@ class PackedItem(BaseModel):
     text: str
     layer: str
     source_ids: list[str]
-    words: int
+    words: int = Field(description="the item's size in words (whitespace words, the unit of the token budget)")
+
+    def ref(self) -> PackedRef:
+        """The recall log's reference to this item (its text left out)."""
+        return PackedRef(id=self.id, layer=self.layer, source_ids=self.source_ids, words=self.words)
 
 
 class RecallOut(BaseModel):
     packed: list[PackedItem]
-    words: int
+    words: int = Field(description="the context's size in words")
     trace_id: str
     strategy: str = Field(description="hash of the strategy that built this context")
     role: str = Field(description="serving, or canary when the user falls in the canary share")
@@ -86,14 +90,9 @@ def _asked(body: RecallIn) -> datetime | None:
         raise Problem(422, str(exc)) from None
 
 
-def _packed(result) -> list[dict]:
-    return [{"id": c.id, "text": c.text, "layer": c.layer, "source_ids": list(c.source_ids),
-             "words": count_tokens(c.text)} for c in result.packed]
-
-
-def _refs(packed: list[dict]) -> list[PackedRef]:
-    """The recall log's references to ``packed`` items (their text left out)."""
-    return [PackedRef(id=p["id"], layer=p["layer"], source_ids=p["source_ids"], words=p["words"]) for p in packed]
+def _packed(result) -> list[PackedItem]:
+    return [PackedItem(id=c.id, text=c.text, layer=c.layer, source_ids=list(c.source_ids),
+                       words=count_words(c.text)) for c in result.packed]
 
 
 def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics, user: str, body: RecallIn,
@@ -111,30 +110,31 @@ def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics,
             log.exception("shadow recall of user %s failed", user)
             memory.log_recall(user, record)
             return
-        refs = _refs(_packed(result))
-        mine, theirs = {p.id for p in record.packed}, {p.id for p in refs}
+        refs = [p.ref() for p in _packed(result)]
         record.shadow = ShadowPart(strategy=shadow.strategy_hash, source=shadow.source, packed=refs,
-                                   words=words_of(refs), overlap=len(mine & theirs) / max(1, len(mine | theirs)),
+                                   words=words_of(refs), overlap=context_overlap([p.id for p in record.packed],
+                                                                                   [p.id for p in refs]),
                                    latency_ms=round((time.perf_counter() - started) * 1000, 3))
         metrics.count("shadow_recalls")
     memory.log_recall(user, record)
 
 
 def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, user: str, body: RecallIn,
-            tasks: BackgroundTasks, answer: bool) -> dict:
+            tasks: BackgroundTasks, answer: bool) -> RecallOut:
     started = time.perf_counter()
     loaded, role = slot.for_user(user)  # held to the end: a reload meanwhile does not change it
     store = memory.store(user, loaded)
     result = loaded.runtime.ask(store, body.question, _asked(body), answer=answer)
     packed = _packed(result)
-    out = {"packed": packed, "words": sum(p["words"] for p in packed), "trace_id": uuid.uuid4().hex,
-           "strategy": loaded.strategy_hash, "role": role,
-           "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
+    out = RecallOut(packed=packed, words=sum(p.words for p in packed), trace_id=uuid.uuid4().hex,
+                    strategy=loaded.strategy_hash, role=role,
+                    latency_ms=round((time.perf_counter() - started) * 1000, 3))
     if answer:
-        out.update(answer=result.answer.text, support_ids=list(result.answer.support_ids))
+        out = AnswerOut(**dict(out), answer=result.answer.text, support_ids=list(result.answer.support_ids))
     record = RecallRecord(user=user, question=body.question, asked_at=body.asked_at, time=now_iso(),
-                          trace_id=out["trace_id"], strategy=loaded.strategy_hash, role=role, packed=_refs(packed),
-                          words=out["words"], latency_ms=out["latency_ms"], answer=out.get("answer"))
+                          trace_id=out.trace_id, strategy=loaded.strategy_hash, role=role,
+                          packed=[p.ref() for p in packed], words=out.words, latency_ms=out.latency_ms,
+                          answer=result.answer.text if answer else None)
     tasks.add_task(_shadow_and_log, slot, memory, metrics, user, body, record)
     return out
 
@@ -147,13 +147,13 @@ def capture(user: UserId, body: CaptureIn, memory: Memory) -> dict:
 
 @router.post("/recall", response_model=RecallOut, summary="Packed context for a question")
 def recall(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
-           metrics: RequestMetrics) -> dict:
+           metrics: RequestMetrics) -> RecallOut:
     return _recall(slot, memory, metrics, user, body, tasks, answer=False)
 
 
 @router.post("/answer", response_model=AnswerOut, summary="Packed context and the configured answerer's answer")
 def answer(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
-           metrics: RequestMetrics) -> dict:
+           metrics: RequestMetrics) -> RecallOut:
     return _recall(slot, memory, metrics, user, body, tasks, answer=True)
 
 
