@@ -16,6 +16,7 @@ from starlette.exceptions import HTTPException
 
 from evolve.errors import EvolveError
 from evolve.files import StoreError, now_iso
+from evolve.observe.answer import carried
 from evolve.runtime.live import CaptureError
 from evolve.runtime.roles import RoleError
 from evolve.runtime.text import count_tokens
@@ -24,7 +25,7 @@ from evolve.serve.backend import USER_ID, StoreUnavailable, valid_user
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
-from evolve.serve.strategy import StrategySlot
+from evolve.serve.strategy import CanaryRun, Loaded, StrategySlot
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ class RecallOut(BaseModel):
     words: int
     trace_id: str
     strategy: str = Field(description="hash of the strategy that built this context")
-    role: str = Field(description="serving, or canary when the user falls in the canary share")
+    role: str = Field(description="serving, or canary when the user falls in the running canary's share")
     latency_ms: float
 
 
@@ -164,9 +165,12 @@ class _Measure:
         await self.app(scope, receive, sending)
 
 
-def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None) -> FastAPI:
+def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None,
+               answers: dict[tuple[str, str], str] | None = None) -> FastAPI:
     """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary); ``usage``: the model
-    roles' counters, exported on ``/metrics``."""
+    roles' counters, exported on ``/metrics``; ``answers``: the operator's ``(user, question) -> answer``, by which
+    the canary guard judges the paired contexts of the recalls they cover."""
+    answers = answers or {}
     app = FastAPI(title="memevolve memory service", version="1",
                   description="The promoted strategy as a per-user memory service: capture turns, recall packed "
                               "context, erase a user.")
@@ -232,33 +236,44 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
         except CaptureError as exc:
             raise _Problem(422, str(exc)) from None
 
-    def _shadow_and_log(user: str, body: RecallIn, record: dict) -> None:
+    def _context(loaded: Loaded, user: str, body: RecallIn) -> tuple[list[dict], float]:
+        started = time.perf_counter()
+        result = loaded.runtime.ask(memory.store(user, loaded), body.question, _asked(body), answer=False)
+        return _packed(result), round((time.perf_counter() - started) * 1000, 3)
+
+    def _shadow_and_log(user: str, body: RecallIn, record: dict, texts: list[str], run: CanaryRun | None) -> None:
         """After the reply: the shadow's context (if any) and the recall-log line; a user erased meanwhile gets
-        neither, and nothing here fails the connection."""
-        shadow = slot.shadow
+        neither, and nothing here fails the connection. A canary user's shadow is the serving strategy, and the
+        pair, where the operator's answers cover the question, goes to the canary's guard."""
+        shadow, role = (slot.current, "serving") if run is not None else (slot.shadow, "shadow")
         if shadow is not None:
-            started = time.perf_counter()
             try:
-                result = shadow.runtime.ask(memory.store(user, shadow), body.question, _asked(body), answer=False)
+                packed, latency = _context(shadow, user, body)
             except (UnknownUser, Quarantined):  # erased (or quarantined) since the reply
                 return
             except Exception:  # noqa: BLE001 - after the reply: logged, the served record still logged
                 log.exception("shadow recall of user %s failed", user)
                 memory.log_recall(user, record)
                 return
-            packed = _packed(result)
             mine, theirs = {p["id"] for p in record["packed"]}, {p["id"] for p in packed}
-            record["shadow"] = {"strategy": shadow.strategy_hash, "source": shadow.source,
+            record["shadow"] = {"strategy": shadow.strategy_hash, "source": shadow.source, "role": role,
                                 "packed": [{k: p[k] for k in ("id", "layer", "source_ids", "words")} for p in packed],
                                 "words": sum(p["words"] for p in packed),
-                                "overlap": len(mine & theirs) / max(1, len(mine | theirs)),
-                                "latency_ms": round((time.perf_counter() - started) * 1000, 3)}
-            metrics.count("shadow_recalls")
+                                "overlap": len(mine & theirs) / max(1, len(mine | theirs)), "latency_ms": latency}
+            metrics.count("recalls", labels={"role": "shadow"})
+            answer = answers.get((user, body.question))
+            if run is not None and answer is not None:
+                judged = {"serving": carried(answer, [p["text"] for p in packed]), "canary": carried(answer, texts)}
+                record["guard"] = judged
+                stop = run.guard.add(judged["serving"], judged["canary"])
+                if stop is not None:
+                    slot.guard_stop(run, stop)
         memory.log_recall(user, record)
 
     def _recall(user: str, body: RecallIn, tasks: BackgroundTasks, answer: bool) -> dict:
         started = time.perf_counter()
-        loaded, role = slot.for_user(_user(user))  # held to the end: a reload meanwhile does not change it
+        run = slot.canary_for(_user(user))  # held to the end: a reload or stop meanwhile does not change it
+        loaded, role = (run.loaded, "canary") if run is not None else (slot.current, "serving")
         store = memory.store(user, loaded)
         result = loaded.runtime.ask(store, body.question, _asked(body), answer=answer)
         packed = _packed(result)
@@ -273,7 +288,8 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                   "words": out["words"], "latency_ms": out["latency_ms"]}
         if answer:
             record["answer"] = out["answer"]
-        tasks.add_task(_shadow_and_log, user, body, record)
+        metrics.count("recalls", labels={"role": role})
+        tasks.add_task(_shadow_and_log, user, body, record, [p["text"] for p in packed], run)
         return out
 
     @app.post("/v1/users/{user}/turns", status_code=201, response_model=CaptureOut, tags=["memory"],
@@ -302,11 +318,11 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
 
     @app.get("/v1/strategy", tags=["service"], summary="The strategy serving, its lineage and journal entry")
     def strategy() -> dict:
-        out = {"serving": slot.current.describe(), "refused": slot.refused, "reloads": slot.reloads,
-               "shadow": slot.shadow.describe() if slot.shadow else None, "canary": None}
-        if slot.canary is not None:
-            out["canary"] = {**slot.canary[0].describe(), "fraction": slot.canary[1]}
-        return out
+        run = slot.canary
+        return {"serving": slot.current.describe(), "refused": slot.refused, "reloads": slot.reloads,
+                "shadow": {**slot.shadow.describe(), "serves": "nobody"} if slot.shadow else None,
+                "canary": run.describe() if run is not None else None, "canary_stopped": slot.canary_stopped,
+                "canary_refused": slot.canary_refused}
 
     @app.get("/healthz", tags=["service"])
     def healthz() -> dict:
@@ -335,6 +351,17 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
                    len(memory.quarantined)),
                   ("recall_log_failures", "Recall-log lines that could not be appended since start.", {},
                    memory.recall_log_failures)]
+        run = slot.canary
+        gauges += [("canary_fraction", "Share of users the running canary serves (0: none runs).",
+                    {"candidate": run.candidate_id, "hash": run.loaded.strategy_hash} if run else {},
+                    run.fraction if run else 0),
+                   ("canary_stopped_by_guard", "1 when the last canary was stopped by its guard.", {},
+                    1 if (slot.canary_stopped or {}).get("by") == "guard" else 0)]
+        if run is not None:
+            status = run.guard.status()
+            gauges += [("canary_guard_pairs", "Judged paired recalls of the running canary, by outcome.",
+                        {"outcome": k}, status[k]) for k in ("both_good", "both_bad", "harmed", "helped")]
+            gauges.append(("canary_guard_looks", "Looks the canary guard has made.", {}, status["looks_made"]))
         embedder = current.runtime.embedder
         if isinstance(embedder, BatchingEmbedder):
             gauges += [("embed_passes", "Forward passes that encoded queued texts (questions) since start.", {},
