@@ -95,10 +95,9 @@ def approval_args(p: argparse.ArgumentParser, required: bool = True) -> None:
 
 
 def cap_arg(p: argparse.ArgumentParser) -> None:
-    from evolve.ops.canary import CANARY_CAP
-
     p.add_argument("--override-cap", action="store_true",
-                   help=f"allow a fraction above the cap {CANARY_CAP} (needs --reason; the override is journaled)")
+                   help="allow a fraction above the canary cap, 0.5 of users (needs --reason; the override is "
+                        "journaled)")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
