@@ -122,13 +122,16 @@ HANDLERS = {
 }
 
 
-def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None) -> FastAPI:
+def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None,
+               answers: dict[tuple[str, str], str] | None = None) -> FastAPI:
     """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary); ``usage``: the model
-    roles' counters, exported on ``/metrics``."""
+    roles' counters, exported on ``/metrics``; ``answers``: the operator's ``(user, question) -> answer``, by which
+    the canary guard judges the paired contexts of the recalls they cover."""
     app = FastAPI(title="memevolve memory service", version="1",
                   description="The promoted strategy as a per-user memory service: capture turns, recall packed "
                               "context, erase a user.", exception_handlers=HANDLERS)
     app.state.slot, app.state.memory, app.state.metrics, app.state.usage = slot, memory, Metrics(), usage
+    app.state.answers = answers or {}
     app.add_middleware(_Measure, metrics=app.state.metrics)
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
     app.include_router(memory_routes.router)

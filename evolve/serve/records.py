@@ -170,6 +170,14 @@ class ShadowPart(Record):
     overlap: float = Field(description="context overlap of the served and the shadow item ids "
                                        "(:func:`context_overlap`)")
     latency_ms: float
+    role: str | None = _omitted()  # "serving" for a canary user's pair, "shadow" for a --shadow candidate
+
+
+class GuardPair(Record):
+    """A canary recall the guard judged: whether each context carries the operator's answer."""
+
+    serving: bool
+    canary: bool
 
 
 class RecallRecord(Record):
@@ -187,6 +195,7 @@ class RecallRecord(Record):
     latency_ms: float
     answer: str | None = _omitted()
     shadow: ShadowPart | None = _omitted()
+    guard: GuardPair | None = _omitted()
 
 
 # ---------------------------------------------------------------- erasure

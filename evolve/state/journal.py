@@ -51,6 +51,7 @@ ENTRY_TYPES = (
     "LABELS",      # reviewers' confirmed root-cause labels of a candidate's discordant questions were imported
     "ERASE",       # users' words were erased from these stores: subjects, counts, the records rewritten (hashes)
     "REDECIDE",    # a recorded verdict decided again: a later member of its family moved its adjusted p
+    "CANARY",      # a canary beside a serving file started, changed or stopped (approval; the guard's evidence)
 )
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})

@@ -1,5 +1,5 @@
 """The dependencies routes declare (FastAPI ``Depends``): the memory service, the strategy slot, the request
-metrics, the model roles' usage and a validated user id. ``create_app`` puts the objects on ``app.state``."""
+metrics, the model roles' usage, the operator's answers (for the canary guard) and a validated user id. ``create_app`` puts the objects on ``app.state``."""
 from __future__ import annotations
 
 from typing import Annotated
@@ -38,6 +38,10 @@ def _usage(request: Request) -> UsageStats | None:
     return request.app.state.usage
 
 
+def _answers(request: Request) -> dict[tuple[str, str], str]:
+    return request.app.state.answers
+
+
 def _user(user: Annotated[str, PathParam(description="The user (tenant) whose memory is read or written: letters, "
                                                      "digits, '_', '-', '.', at most 128 characters.",
                                          max_length=200)]) -> str:
@@ -52,3 +56,4 @@ Slot = Annotated[StrategySlot, Depends(_slot)]
 RequestMetrics = Annotated[Metrics, Depends(_metrics)]
 Usage = Annotated[UsageStats | None, Depends(_usage)]
 UserId = Annotated[str, Depends(_user)]
+Answers = Annotated[dict[tuple[str, str], str], Depends(_answers)]

@@ -10,13 +10,14 @@ from fastapi import APIRouter, BackgroundTasks
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.files import now_iso
+from evolve.observe.answer import carried
 from evolve.runtime.live import CaptureError
 from evolve.runtime.text import count_words
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
-from evolve.serve.records import PackedRef, RecallRecord, ShadowPart, context_overlap, words_of
-from evolve.serve.routes.deps import Memory, Problem, RequestMetrics, Slot, UserId
-from evolve.serve.strategy import StrategySlot
+from evolve.serve.records import GuardPair, PackedRef, RecallRecord, ShadowPart, context_overlap, words_of
+from evolve.serve.routes.deps import Answers, Memory, Problem, RequestMetrics, Slot, UserId
+from evolve.serve.strategy import CanaryRun, Loaded, StrategySlot
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +75,7 @@ class RecallOut(BaseModel):
     words: int = Field(description="the context's size in words")
     trace_id: str
     strategy: str = Field(description="hash of the strategy that built this context")
-    role: str = Field(description="serving, or canary when the user falls in the canary share")
+    role: str = Field(description="serving, or canary when the user falls in the running canary's share")
     latency_ms: float
 
 
@@ -95,34 +96,48 @@ def _packed(result) -> list[PackedItem]:
                        words=count_words(c.text)) for c in result.packed]
 
 
-def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics, user: str, body: RecallIn,
-                    record: RecallRecord) -> None:
+def _context(loaded: Loaded, memory: MemoryService, user: str, body: RecallIn) -> tuple[list[PackedItem], float]:
+    """``loaded``'s packed context for the request and its latency (ms)."""
+    started = time.perf_counter()
+    result = loaded.runtime.ask(memory.store(user, loaded), body.question, _asked(body), answer=False)
+    return _packed(result), round((time.perf_counter() - started) * 1000, 3)
+
+
+def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], str],
+                    user: str, body: RecallIn, record: RecallRecord, texts: list[str], run: CanaryRun | None) -> None:
     """After the reply: the shadow's context (if any) and the recall-log line; a user erased meanwhile gets
-    neither, and nothing here fails the connection."""
-    shadow = slot.shadow
+    neither, and nothing here fails the connection. A canary user's shadow is the serving strategy, and the pair,
+    where the operator's answers cover the question, goes to the canary's guard."""
+    shadow, role = (slot.current, "serving") if run is not None else (slot.shadow, "shadow")
     if shadow is not None:
-        started = time.perf_counter()
         try:
-            result = shadow.runtime.ask(memory.store(user, shadow), body.question, _asked(body), answer=False)
+            packed, latency = _context(shadow, memory, user, body)
         except (UnknownUser, Quarantined):  # erased (or quarantined) since the reply
             return
         except Exception:  # noqa: BLE001 - after the reply: logged, the served record still logged
             log.exception("shadow recall of user %s failed", user)
             memory.log_recall(user, record)
             return
-        refs = [p.ref() for p in _packed(result)]
+        refs = [p.ref() for p in packed]
         record.shadow = ShadowPart(strategy=shadow.strategy_hash, source=shadow.source, packed=refs,
                                    words=words_of(refs), overlap=context_overlap([p.id for p in record.packed],
-                                                                                   [p.id for p in refs]),
-                                   latency_ms=round((time.perf_counter() - started) * 1000, 3))
-        metrics.count("shadow_recalls")
+                                                                                 [p.id for p in refs]),
+                                   latency_ms=latency, role=role)
+        metrics.count("recalls", labels={"role": "shadow"})
+        answer = answers.get((user, body.question))
+        if run is not None and answer is not None:
+            record.guard = GuardPair(serving=carried(answer, [p.text for p in packed]), canary=carried(answer, texts))
+            stop = run.guard.add(record.guard.serving, record.guard.canary)
+            if stop is not None:
+                slot.guard_stop(run, stop)
     memory.log_recall(user, record)
 
 
-def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, user: str, body: RecallIn,
-            tasks: BackgroundTasks, answer: bool) -> RecallOut:
+def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], str],
+            user: str, body: RecallIn, tasks: BackgroundTasks, answer: bool) -> RecallOut:
     started = time.perf_counter()
-    loaded, role = slot.for_user(user)  # held to the end: a reload meanwhile does not change it
+    run = slot.canary_for(user)  # held to the end: a reload or stop meanwhile does not change it
+    loaded, role = (run.loaded, "canary") if run is not None else (slot.current, "serving")
     store = memory.store(user, loaded)
     result = loaded.runtime.ask(store, body.question, _asked(body), answer=answer)
     packed = _packed(result)
@@ -135,7 +150,8 @@ def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, user: s
                           trace_id=out.trace_id, strategy=loaded.strategy_hash, role=role,
                           packed=[p.ref() for p in packed], words=out.words, latency_ms=out.latency_ms,
                           answer=result.answer.text if answer else None)
-    tasks.add_task(_shadow_and_log, slot, memory, metrics, user, body, record)
+    metrics.count("recalls", labels={"role": role})
+    tasks.add_task(_shadow_and_log, slot, memory, metrics, answers, user, body, record, [p.text for p in packed], run)
     return out
 
 
@@ -147,14 +163,14 @@ def capture(user: UserId, body: CaptureIn, memory: Memory) -> dict:
 
 @router.post("/recall", response_model=RecallOut, summary="Packed context for a question")
 def recall(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
-           metrics: RequestMetrics) -> RecallOut:
-    return _recall(slot, memory, metrics, user, body, tasks, answer=False)
+           metrics: RequestMetrics, answers: Answers) -> RecallOut:
+    return _recall(slot, memory, metrics, answers, user, body, tasks, answer=False)
 
 
 @router.post("/answer", response_model=AnswerOut, summary="Packed context and the configured answerer's answer")
 def answer(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
-           metrics: RequestMetrics) -> RecallOut:
-    return _recall(slot, memory, metrics, user, body, tasks, answer=True)
+           metrics: RequestMetrics, answers: Answers) -> RecallOut:
+    return _recall(slot, memory, metrics, answers, user, body, tasks, answer=True)
 
 
 @router.post("/close", summary="Close the open session now (its organisation runs in the background)")

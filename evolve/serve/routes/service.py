@@ -15,11 +15,11 @@ router = APIRouter(tags=["service"])
 
 @router.get("/v1/strategy", summary="The strategy serving, its lineage and journal entry")
 def strategy(slot: Slot) -> dict:
-    out = {"serving": slot.current.describe(), "refused": slot.refused, "reloads": slot.reloads,
-           "shadow": slot.shadow.describe() if slot.shadow else None, "canary": None}
-    if slot.canary is not None:
-        out["canary"] = {**slot.canary[0].describe(), "fraction": slot.canary[1]}
-    return out
+    run = slot.canary
+    return {"serving": slot.current.describe(), "refused": slot.refused, "reloads": slot.reloads,
+            "shadow": {**slot.shadow.describe(), "serves": "nobody"} if slot.shadow else None,
+            "canary": run.describe() if run is not None else None, "canary_stopped": slot.canary_stopped,
+            "canary_refused": slot.canary_refused}
 
 
 @router.get("/healthz")
@@ -49,6 +49,17 @@ def prometheus(slot: Slot, memory: Memory, metrics: RequestMetrics, usage: Usage
                len(memory.quarantined)),
               ("recall_log_failures", "Recall-log lines that could not be appended since start.", {},
                memory.recall_log_failures)]
+    run = slot.canary
+    gauges += [("canary_fraction", "Share of users the running canary serves (0: none runs).",
+                {"candidate": run.candidate_id, "hash": run.loaded.strategy_hash} if run else {},
+                run.fraction if run else 0),
+               ("canary_stopped_by_guard", "1 when the last canary was stopped by its guard.", {},
+                1 if (slot.canary_stopped or {}).get("by") == "guard" else 0)]
+    if run is not None:
+        status = run.guard.status()
+        gauges += [("canary_guard_pairs", "Judged paired recalls of the running canary, by outcome.",
+                    {"outcome": k}, status[k]) for k in ("both_good", "both_bad", "harmed", "helped")]
+        gauges.append(("canary_guard_looks", "Looks the canary guard has made.", {}, status["looks_made"]))
     embedder = current.runtime.embedder
     if isinstance(embedder, BatchingEmbedder):
         gauges += [("embed_passes", "Forward passes that encoded queued texts (questions) since start.", {},
