@@ -1,5 +1,6 @@
-"""Who may call the memory service, and the audit every call goes to: FastAPI dependencies (``Security`` with the
-scope a route needs) over the keys file (:mod:`evolve.serve.keys`) and the audit (:mod:`evolve.serve.audit`).
+"""Who may call the memory service, and the audit every call goes to: admission over the keys file
+(:mod:`evolve.serve.keys`) and the audit (:mod:`evolve.serve.audit`). The routes declare it as FastAPI ``Security``
+dependencies with the scope they need (:mod:`evolve.serve.routes.deps`).
 
 ``401`` without a valid key (``Authorization: Bearer mev_...``); ``403`` for a key outside its scopes or its users,
 with the same words whether the user exists or not, so a key learns nothing about users it may not act for. Every
@@ -8,21 +9,12 @@ refusal is an audit line (``DENY``). Without ``--auth`` every caller passes (key
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated
-
-from fastapi import Depends, Path as PathParam, Request
-from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, SecurityScopes
 
 from evolve.errors import EvolveError
 from evolve.files import StoreError
 from evolve.serve.backend import StoreUnavailable
 from evolve.serve.audit import Audit, AuditEvent, user_hash
 from evolve.serve.keys import ApiKey, KeyStore
-
-UserId = Annotated[str, PathParam(description="The user (tenant) whose memory is read or written: letters, digits, "
-                                              "'_', '-', '.', at most 128 characters.", max_length=200)]
-_bearer = HTTPBearer(auto_error=False, description="an API key from `memevolve keys add` (with --auth)")
-Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 class AuditFailed(EvolveError):
@@ -35,14 +27,6 @@ class Denied(EvolveError):
     def __init__(self, status: int, message: str):
         super().__init__(message)
         self.status, self.message = status, message
-
-
-@dataclass(frozen=True)
-class Caller:
-    """An admitted request: its key id (``None`` without ``--auth``) and the scope it was admitted for."""
-
-    key: str | None
-    scope: str
 
 
 class Access:
@@ -67,10 +51,10 @@ class Access:
         self.record("DENY", key, user, operation=operation, status=status, reason=reason)
         return Denied(status, message)
 
-    def admit(self, scope: str, secret: str | None, user: str | None) -> Caller:
+    def admit(self, scope: str, secret: str | None, user: str | None) -> "Caller":
         """The caller of ``scope`` (for ``user``, if the route names one); :class:`Denied` (audited) if refused."""
         if self.keys is None:
-            return Caller(None, scope)
+            return Caller(self, None, scope)
         key: ApiKey | None = self.keys.authenticate(secret)
         if key is None:
             claimed = KeyStore.key_id(secret)
@@ -80,18 +64,22 @@ class Access:
             raise self.deny(403, f"key {key.id} may not {scope}", key.id, user, scope, "scope")
         if user is not None and not key.acts_for(user):
             raise self.deny(403, f"key {key.id} may not act for user {user!r}", key.id, user, scope, "user")
-        return Caller(key.id, scope)
+        return Caller(self, key.id, scope)
 
 
-def _access(request: Request) -> Access:
-    return request.app.state.access
+@dataclass(frozen=True)
+class Caller:
+    """An admitted request: its key id (``None`` without ``--auth``) and the scope it was admitted for; what it does
+    is audited under its key."""
 
+    access: Access
+    key: str | None
+    scope: str
 
-def for_user(scopes: SecurityScopes, request: Request, user: UserId, credentials: Credentials) -> Caller:
-    """Dependency of a route on one user's memory: ``Security(for_user, scopes=[SCOPE])``."""
-    return _access(request).admit(scopes.scopes[0], credentials.credentials if credentials else None, user)
+    def record(self, type: str, user: str | None, **event) -> None:
+        """The audit line of this caller's ``type`` operation on ``user`` (see :meth:`Access.record`)."""
+        self.access.record(type, self.key, user, **event)
 
-
-def for_service(scopes: SecurityScopes, request: Request, credentials: Credentials) -> Caller:
-    """Dependency of a route on the service itself (``admin``): ``Security(for_service, scopes=["admin"])``."""
-    return _access(request).admit(scopes.scopes[0], credentials.credentials if credentials else None, None)
+    def deny(self, message: str, user: str, reason: str) -> Denied:
+        """A 403 for this caller, audited (a refusal past admission, e.g. a purpose that does not match)."""
+        return self.access.deny(403, message, self.key, user, self.scope, reason)

@@ -153,7 +153,7 @@ def open_audit(spec: str) -> Audit:
 def audit_of(backend: Backend) -> Audit:
     """The audit a service over ``backend`` appends to: the shared store's table (on its connections), or the
     file beside the users' folders."""
-    return PgAudit(backend) if getattr(backend, "shared", False) else FileAudit(backend.root)
+    return PgAudit(backend) if backend.shared else FileAudit(backend.root)
 
 
 def witness_head(audit: Audit, path: Path) -> dict | None:

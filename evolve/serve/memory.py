@@ -13,19 +13,19 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolve.errors import EvolveError
 from evolve.benchmarks.locomo import fold_caption, parse_locomo_date
-from evolve.benchmarks.types import Turn
 from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import Backend, StoreUnavailable
+from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, RecordError, Tombstone, TurnRecord,
+                                  TurnsEvent, naive, turns_in)
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -35,81 +35,64 @@ log = logging.getLogger(__name__)
 WARM_QUIET_S = 0.1
 
 
-def _naive(moment: datetime) -> datetime:
-    """A zoned moment in UTC without its zone, so every time of a user compares (naive ones are taken as given)."""
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo is not None else moment
-
-
 def parse_time(text: str, where: str) -> datetime:
     """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment, a zoned one as naive UTC;
     :class:`CaptureError` naming ``where``."""
     try:
-        return _naive(datetime.fromisoformat(text))
+        return naive(datetime.fromisoformat(text))
     except ValueError:
         pass
     try:
-        return _naive(parse_locomo_date(text))
+        return naive(parse_locomo_date(text))
     except ValueError:
         raise CaptureError(f"{where}: unparseable time {text!r} (ISO 8601 or e.g. '1:56 pm on 8 May, 2023')") from None
 
 
-class TurnRecord(BaseModel):
-    """A captured turn as the capture log keeps it."""
-
-    model_config = ConfigDict(extra="ignore")
-    id: str
-    speaker: str
-    text: str
-    session: str
-    time: str | None = None
-
-
-def turn_record(raw: dict, where: str) -> dict:
+def turn_record(raw: dict, where: str) -> TurnRecord:
     """A request's turn as the capture log keeps it: the image caption folded into the text by the LoCoMo adapter's
     own :func:`~evolve.benchmarks.locomo.fold_caption`, the time in ISO form (naive UTC for a zoned one)."""
     text = fold_caption(raw["text"], raw.get("image_caption"))
     when = parse_time(raw["time"], f"{where}.time").isoformat() if raw.get("time") else None
-    return TurnRecord(id=raw["id"], speaker=raw["speaker"], text=text, session=raw["session"],
-                      time=when).model_dump()
+    return TurnRecord(id=raw["id"], speaker=raw["speaker"], text=text, session=raw["session"], time=when)
 
 
-def _turn(record: dict) -> Turn:
-    """The turn a capture-log record holds; ``ValueError`` (a pydantic ``ValidationError``) naming a missing or
-    mistyped field or an unparseable time."""
-    turn = TurnRecord.model_validate(record)
-    when = _naive(datetime.fromisoformat(turn.time)) if turn.time else None
-    return Turn(turn.id, turn.speaker, turn.text, turn.session, when)
+def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: int = 1) -> list[str]:
+    """Apply capture-log events to ``live`` in log order (numbered from ``first``); the sessions they closed. A
+    ``ValueError`` naming the event for a turn the conversation refuses or an unparseable time."""
+    closed: list[str] = []
+    for n, event in enumerate(events, first):
+        try:
+            if isinstance(event, TurnsEvent):
+                closed += [c for c in (live.add(record.turn()) for record in event.turns) if c is not None]
+            elif live.close(event.close) is not None:
+                closed.append(event.close)
+        except ValueError as exc:
+            raise ValueError(f"capture log event {n}: {exc}") from None
+    return closed
 
 
-def _utc(moment: datetime) -> datetime:
-    """``moment`` zoned (a naive one taken as UTC)."""
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+def purpose_of(events: Iterable[CaptureEvent]) -> str | None:
+    """What a capture log's memory was captured for: its first capture's purpose (``None``: any)."""
+    return next((e.purpose for e in events if isinstance(e, TurnsEvent)), None)
 
 
-def event_expiry(event: dict, retention: timedelta | None) -> datetime | None:
-    """When a capture-log event's turns expire: its ``retain_until`` or its capture time plus ``retention``,
-    whichever comes first; ``None`` if neither applies."""
-    moments = [_utc(datetime.fromisoformat(event["retain_until"]))] if event.get("retain_until") else []
-    if retention is not None and event.get("at"):
-        moments.append(_utc(datetime.fromisoformat(event["at"])) + retention)
-    return min(moments, default=None)
-
-
-def prune(events: list[dict], now: datetime, retention: timedelta | None
-          ) -> tuple[list[dict], list[str], datetime | None]:
-    """The capture log without the turns expired at ``now`` (and without the closes of sessions left empty), the
-    ids of those turns, and when the next turn kept expires."""
-    kept, purged, soonest = [], [], None
+def prune(events: list[CaptureEvent], now: datetime, retention: timedelta | None
+          ) -> tuple[list[CaptureEvent], list[str], datetime | None]:
+    """The capture log without the turns expired at ``now`` (:meth:`TurnsEvent.expires`) and without the closes of
+    sessions left empty, the ids of those turns, and when the next turn kept expires."""
+    kept: list[CaptureEvent] = []
+    purged: list[str] = []
+    soonest: datetime | None = None
     for event in events:
-        when = event_expiry(event, retention) if event.get("turns") else None
+        when = event.expires(retention) if isinstance(event, TurnsEvent) else None
         if when is not None and when <= now:
-            purged += [t["id"] for t in event["turns"]]
+            purged += [t.id for t in event.turns]
             continue
         if when is not None:
             soonest = when if soonest is None else min(soonest, when)
         kept.append(event)
-    sessions = {t["session"] for e in kept for t in e.get("turns", ())}
-    return [e for e in kept if "close" not in e or e["close"] in sessions], purged, soonest
+    sessions = {t.session for t in turns_in(kept)}
+    return [e for e in kept if not isinstance(e, CloseEvent) or e.close in sessions], purged, soonest
 
 
 class UnknownUser(EvolveError, LookupError):
@@ -186,14 +169,6 @@ class _User:
         return not self.capturing and not self.live.building()
 
 
-def _reason(exc: Exception) -> str:
-    """A load failure in one line, without the stored text (a pydantic error names the field, not its value)."""
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        return f"turn field {'.'.join(map(str, first['loc'])) or '?'}: {first['msg']}"
-    return str(exc)
-
-
 class MemoryService:
     """Every user's memory over one :class:`Backend`; ``current`` gives the strategy organisation runs under."""
 
@@ -233,21 +208,14 @@ class MemoryService:
         with tenant.erasing:
             live = LiveConversation(user)
             events = self.backend.events(user)
-            for n, event in enumerate(events, 1):
-                try:
-                    for record in event.get("turns", ()):
-                        live.add(_turn(record))
-                    if "close" in event:
-                        live.close(event["close"])
-                except ValueError as exc:
-                    raise ValueError(f"capture log event {n}: {_reason(exc)}") from None
+            apply_events(live, events)
             lost = self.backend.organised(user) - live.closed
             if lost:
                 raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
                                  "that were organised: truncated, emptied or deleted? (the organised records hold them)")
             self._note_expiry(user, prune(events, datetime.min.replace(tzinfo=timezone.utc), self.retention)[2])
-            purpose = next((e.get("purpose") for e in events if e.get("turns")), None)
-            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events), purpose=purpose)
+            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events),
+                         purpose=purpose_of(events))
 
     def _note_expiry(self, user: str, when: datetime | None) -> None:
         """Record that one of ``user``'s turns expires at ``when`` (if sooner than the one known)."""
@@ -256,9 +224,9 @@ class MemoryService:
                 self._expiry[user] = min(when, self._expiry.get(user, when))
 
     def _sync(self, user: str, state: _User) -> list[str]:
-        """With a shared store (``backend.shared``), apply the events other replicas appended since the last look,
+        """With a shared store (:attr:`Backend.shared`), apply the events other replicas appended since the last look,
         in log order, queueing the sessions they closed; :class:`UnknownUser` if the user was erased meanwhile."""
-        if not getattr(self.backend, "shared", False):
+        if not self.backend.shared:
             return []
         with state.lock:
             events = self.backend.events(user, since=state.seen)
@@ -267,13 +235,9 @@ class MemoryService:
                     state.tenant.erasures += 1
                 self._drop(user, state)
                 raise UnknownUser(user)
-            closed = []
-            for event in events:
-                if not len(state.live) and event.get("turns"):
-                    state.purpose = event.get("purpose")
-                closed += [c for c in (state.live.add(_turn(r)) for r in event.get("turns", ())) if c is not None]
-                if "close" in event and state.live.close(event["close"]) is not None:
-                    closed.append(event["close"])
+            if not len(state.live):  # a new memory: its first capture names its purpose
+                state.purpose = purpose_of(events)
+            closed = apply_events(state.live, events, state.seen + 1)
             state.seen += len(events)
             for session in closed:
                 self._queue.put((user, session))
@@ -306,9 +270,9 @@ class MemoryService:
             raise
         except LOAD_ERRORS as exc:
             with self._registry:
-                self.quarantined[user] = _reason(exc)
-            log.error("user %s quarantined (503 for this user; the others are served): %s", user, _reason(exc))
-            raise Quarantined(user, _reason(exc)) from None
+                self.quarantined[user] = str(exc)
+            log.error("user %s quarantined (503 for this user; the others are served): %s", user, str(exc))
+            raise Quarantined(user, str(exc)) from None
         with self._registry:
             if user in self._users:  # loaded by another request meanwhile
                 self._users.move_to_end(user)
@@ -378,10 +342,8 @@ class MemoryService:
         """Validate every turn, append them as one durable log line, then add them to memory; all or nothing.
         ``purpose``: what they may be recalled for (a user's memory holds one; omitted, the user's); ``retain_until``:
         when they are purged (see :meth:`purge_expired`)."""
-        records = [turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)]
-        event: dict = {"turns": records}
-        if retain_until is not None:
-            event["retain_until"] = _utc(retain_until).isoformat()
+        event = TurnsEvent(turns=[turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)], purpose=purpose,
+                           retain_until=retain_until)
         while True:
             state = self._get(user, create=True)
             with self._capture_seen:
@@ -389,24 +351,22 @@ class MemoryService:
             try:
                 with state.lock:
                     if not state.gone:  # else erased or evicted while this waited: look the user up again
-                        return self._capture(user, state, event, purpose)
+                        return self._capture(user, state, event)
             finally:
                 with self._capture_seen:
                     state.capturing -= 1
                     self._captured.add(user)
                     self._capture_seen.notify()
 
-    def _capture(self, user: str, state: _User, event: dict, purpose: str | None) -> dict:
+    def _capture(self, user: str, state: _User, event: TurnsEvent) -> dict:
         self._sync(user, state)
-        records = event["turns"]
         if len(state.live):
-            if purpose is not None and purpose != state.purpose:
+            if event.purpose is not None and event.purpose != state.purpose:
                 held = f"purpose {state.purpose!r}" if state.purpose else "no purpose"
                 raise CaptureError(f"user {user!r} already holds memory captured for {held}; turns for purpose "
-                                   f"{purpose!r} need another user id")
-            purpose = state.purpose
-        state.live.check([_turn(r) for r in records])
-        event = {**event, "purpose": purpose} if purpose is not None else event
+                                   f"{event.purpose!r} need another user id")
+            event = event.model_copy(update={"purpose": state.purpose})
+        state.live.check([r.turn() for r in event.turns])
         try:
             self.backend.append(user, event)
         except Exception:
@@ -415,16 +375,17 @@ class MemoryService:
                     state.tenant.erasures += 1  # nor keeps an embedding shard
                 self._drop(user, state)
             raise
-        if getattr(self.backend, "shared", False):
+        if self.backend.shared:
             closed = self._sync(user, state)  # this capture and any other replica's, in log order
         else:
-            state.purpose = purpose
-            closed = [c for c in (state.live.add(_turn(r)) for r in records) if c is not None]
+            state.purpose = event.purpose
+            closed = apply_events(state.live, [event])
             for session in closed:
                 self._queue.put((user, session))
-        self._note_expiry(user, event_expiry({**event, "at": datetime.now(timezone.utc).isoformat()}, self.retention))
+        self._note_expiry(user, event.model_copy(update={"at": datetime.now(timezone.utc).isoformat()}
+                                                 ).expires(self.retention))
         state.last_capture = time.monotonic()
-        return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
+        return {"captured": len(event.turns), "turns": len(state.live), "open_session": state.live.open_session,
                 "closed_sessions": closed}
 
     def close(self, user: str) -> str | None:
@@ -437,8 +398,8 @@ class MemoryService:
                 session = state.live.open_session
                 if session is None:
                     return None
-                self.backend.append(user, {"close": session})
-                if getattr(self.backend, "shared", False):
+                self.backend.append(user, CloseEvent(close=session))
+                if self.backend.shared:
                     self._sync(user, state)
                 else:
                     state.live.close(session)
@@ -464,7 +425,7 @@ class MemoryService:
     def turn_count(self, user: str) -> int:
         return len(self._get(user).live)
 
-    def log_recall(self, user: str, record: dict) -> None:
+    def log_recall(self, user: str, record: RecallRecord) -> None:
         """Append ``record`` to the user's recall log unless the user was erased meanwhile. Runs after the reply:
         a failed append (a full or read-only disk, the database down) is logged and counted, never raised."""
         with self._registry:
@@ -479,7 +440,7 @@ class MemoryService:
             self.recall_log_failures += 1
             log.warning("recall of user %s not logged: %s", user, exc)
 
-    def erase(self, user: str) -> dict:
+    def erase(self, user: str) -> Tombstone:
         """Forget the user everywhere (memory, caches, logs, records and their history), a quarantined one too;
         the tombstone. A failed erasure (a read-only disk) changes nothing and raises."""
         while True:
@@ -515,7 +476,7 @@ class MemoryService:
         for user in due:
             try:
                 done += self._purge(user, now, record)
-            except StoreError as exc:  # a full or read-only disk: tried again at the next look
+            except (StoreError, RecordError) as exc:  # a full disk, an unreadable line: tried again at the next look
                 log.warning("purging the expired turns of user %s failed: %s", user, exc)
         self.purged += done
         return done
@@ -539,7 +500,7 @@ class MemoryService:
                     return 0
                 record(user, purged)
                 with state.tenant.erasing:  # a build or shadow in flight on the old memory writes nothing after it
-                    if any(e.get("turns") for e in kept):
+                    if turns_in(kept):
                         self.backend.rewrite(user, kept, set(purged))
                     else:
                         self.backend.erase(user)

@@ -22,7 +22,9 @@ from evolve.serve.app import create_app
 from evolve.serve.audit import audit_of, witness_head
 from evolve.serve.keys import KeyStore
 from evolve.serve.backend import StoreUnavailable
+from evolve.serve.answers import answer_map, load_answers
 from evolve.serve.batching import BatchingEmbedder
+from evolve.serve.guard import GuardPlan
 from evolve.serve.stores import open_backend
 from evolve.serve.memory import MemoryService, Quarantined
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
@@ -38,13 +40,14 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8420
     shadow: str | None = None
-    canary: tuple[str, float] | None = None
     allow_untracked: bool = False
     idle_seconds: float = 600.0
     reload_seconds: float = 1.0
     store: str | None = None  # a postgresql:// URL: the shared store instead of the files under ``data``
     roles: RolesConfig | None = None  # model endpoints of the runtime roles (extractor, expander, answerer)
     max_users: int | None = None  # users whose memory stays loaded (least recently used unloaded beyond it)
+    guard: GuardPlan | None = None  # the canary guard's test (default: GuardPlan())
+    answers: Path | None = None  # the operator's answers (answers.yaml): the guard judges recalls they cover
     auth: Path | None = None  # the keys file; None: no authentication (refused beyond loopback unless overridden)
     allow_unauthenticated: bool = False  # serve beyond loopback without --auth (logged and audited)
     retention_days: float | None = None  # turns are purged this long after their capture
@@ -118,7 +121,7 @@ class Service:
         keys = KeyStore(config.auth) if config.auth is not None else None  # before the model: a bad file fails now
         self.usage = UsageStats()
         self.slot = StrategySlot(config.stores, config.serving, runtime_parts(config.roles, self.usage),
-                                 allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
+                                 allow_untracked=config.allow_untracked, shadow=config.shadow, guard=config.guard)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
         retention = timedelta(days=config.retention_days) if config.retention_days is not None else None
         self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current,
@@ -126,7 +129,8 @@ class Service:
         self.access = Access(keys, audit_of(self.memory.backend))
         self.access.record("START", None, None, reason=start_note(config))
         self.users = self.memory.recover()
-        self.app = create_app(self.slot, self.memory, self.usage, self.access)
+        answers = answer_map(load_answers(config.answers)) if config.answers else None
+        self.app = create_app(self.slot, self.memory, self.usage, answers, self.access)
         self._stop = threading.Event()
         self._reload_now = reload_now or threading.Event()
         self._workers: list[threading.Thread] = []
@@ -151,6 +155,8 @@ class Service:
             try:
                 if self.slot.check(self._warm, force=forced):
                     log.warning("serving strategy reloaded: %s", self.slot.current.strategy_hash)
+                    self.memory.forget_strategies(self.slot.keys())
+                if self.slot.sync_canary():
                     self.memory.forget_strategies(self.slot.keys())
                 elif self.slot.refused:
                     log.warning("serving file refused, previous strategy keeps serving: %s",
@@ -240,6 +246,11 @@ def run(config: ServeConfig, reload_now: threading.Event | None = None) -> None:
         service.start_workers()
         print(f"serving {service.slot.current.strategy_hash[:12]} ({service.slot.current.state}) from "
               f"{config.serving}; {service.users} user(s) in {config.data}; {url_of(sock)}/docs", flush=True)
+        canary = service.slot.canary
+        if canary is not None:
+            print(f"canary {canary.candidate_id} ({canary.loaded.verdict}) serves {canary.fraction:g} of users "
+                  f"(journal entry {canary.start_index}); its guard tests at alpha {service.slot.guard_plan.alpha}",
+                  flush=True)
         try:
             uvicorn.Server(uvicorn.Config(service.app, log_level="warning")).run(sockets=[sock])
         finally:

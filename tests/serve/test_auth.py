@@ -133,7 +133,7 @@ def test_a_recall_for_another_purpose_is_refused_and_audited(served):
     assert other.status_code == 409 and "already holds memory captured for purpose 'support'" in other.text
     inherited = served.call("POST", "/v1/users/{user}/turns", {"turns": [{**TURN, "id": "D1:8"}]}, "all")
     assert inherited.status_code == 201  # a capture naming no purpose joins the user's
-    assert [e.get("purpose") for e in FileBackend(served.data).events("alice")] == ["support", "support"]
+    assert [e.purpose for e in FileBackend(served.data).events("alice")] == ["support", "support"]
     reloaded = MemoryService(FileBackend(served.data), served.memory.current)
     assert reloaded.purpose("alice") == "support"  # read back from the capture log after a restart
 

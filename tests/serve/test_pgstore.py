@@ -3,8 +3,6 @@ contexts as the file store for the same captures, two service processes sharing 
 down and recovery when it is back."""
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import json
@@ -18,6 +16,7 @@ from evolve.data import BASELINE_PATH
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
 from evolve.serve.memory import MemoryService
+from evolve.serve.records import turns_in
 from evolve.serve.replay import replay, stored_recalls
 from evolve.serve.strategy import RuntimeParts, StrategySlot
 from server_process import ServeProcess, turns_of
@@ -30,17 +29,6 @@ BENCH = generate_synthetic(1, n_personas=1, n_sessions=5)
 CONVERSATION = next(iter(BENCH.conversations.values()))
 QUESTIONS = [q for q in BENCH.questions if q.conversation_id == CONVERSATION.id][:8]
 SESSIONS = 2
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A started PostgreSQL; ``(server handle, data directory)``. Its folder lies outside pytest's private temporary
-    directory: run as root, pgserver runs the server as another user, who must reach it."""
-    folder = Path(tempfile.mkdtemp(prefix="memevolve-pg-"))
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    yield server, folder
-    server.cleanup()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -161,7 +149,7 @@ def test_a_retention_purge_rewrites_the_users_rows(postgres, serving, embedder):
         memory.capture("purged-pg", first, retain_until=datetime.now(timezone.utc) - timedelta(seconds=1))
         memory.capture("purged-pg", [t for t in turns if t not in first])
         assert memory.purge_expired(lambda *_: None) == len(first)
-        kept = [t["id"] for e in backend.events("purged-pg") for t in e.get("turns", ())]
+        kept = [t.id for t in turns_in(backend.events("purged-pg"))]
         assert kept == [t["id"] for t in turns if t not in first] and backend.verify("purged-pg") == []
         memory.organise_pending()
         assert backend.organised("purged-pg") == set()  # the open session is organised when it closes

@@ -67,4 +67,4 @@ def test_retention_days_purge_a_user_whole_into_a_tombstone(tmp_path, serving):
     later = datetime.now(timezone.utc) + timedelta(days=31)
     assert memory.purge_expired(lambda user, ids: purged.append((user, ids)), now=later) == 2
     assert purged == [("bo", ["D1:0", "D1:1"])]
-    assert not memory.backend.exists("bo") and memory.backend.tombstone("bo")["turns_erased"] == 2
+    assert not memory.backend.exists("bo") and memory.backend.tombstone("bo").turns_erased == 2
