@@ -33,7 +33,8 @@ class Backend(Protocol):
     ``tests/serve/test_backend_conformance.py`` runs one suite against every implementation."""
 
     #: Whether other processes (service replicas) write the same users: the service then applies the events appended
-    #: since it last looked (:meth:`events` ``since``) before using its copy of a user's memory.
+    #: since it last looked (:meth:`events` ``since``) before using its copy of a user's memory, and loads the memory
+    #: again when the user's :meth:`generation` changed meanwhile.
     shared: bool
 
     def users(self) -> list[str]:
@@ -53,8 +54,12 @@ class Backend(Protocol):
         dropped)."""
         ...
 
-    def event_count(self, user: str) -> int:
-        """How many events the user's capture log holds (fewer than seen before: the user was erased meanwhile)."""
+    def generation(self, user: str) -> int:
+        """The user id's erasure generation: how many times its capture log was erased or rewritten (the whole user,
+        or one turn), 0 for an id never erased. Kept by the hash of the user id, so it outlives the user's erasure
+        and grows with every one: a replica that loaded the user under another generation holds words erased since,
+        and loads the user again (a re-used id never revives erased turns). Read after :meth:`events` for the
+        comparison to cover the events read."""
         ...
 
     def organise(self, user: str, session: str, turns: list[Turn], store: MemoryStore, strategy_hash: str) -> None:
@@ -78,7 +83,8 @@ class Backend(Protocol):
         ...
 
     def erase(self, user: str) -> Tombstone:
-        """Remove everything held for ``user``; return the tombstone (no content) left in its place."""
+        """Remove everything held for ``user`` and advance its :meth:`generation`; return the tombstone (no content)
+        left in its place."""
         ...
 
     def tombstone(self, user: str) -> Tombstone | None:

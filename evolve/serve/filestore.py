@@ -12,7 +12,8 @@
 * ``organised.json`` - the sessions whose commit completed; ``recalls.jsonl`` (+ ``recalls.1.jsonl``) - the
   size-bounded recall log; ``derived/`` - the embedding cache.
 
-Erasure renames the whole folder (its Git history included) out of ``users/`` in one step, leaves a tombstone
+Erasure renames the whole folder (its Git history included) out of ``users/`` in one step, advances the user id's
+erasure generation ``<root>/generations/<sha256 of the user id>.json``, leaves a tombstone
 ``<root>/tombstones/<sha256 of the user id>.json`` holding no content, then deletes the renamed folder; a crash in
 between is finished at the next start. No raw text of an erased user remains in the store, Git history included.
 """
@@ -82,7 +83,7 @@ class FileBackend:
     def __init__(self, root: str | Path, recall_log_bytes: int = RECALL_LOG_BYTES):
         self.root = Path(root)
         self.recall_log_bytes = recall_log_bytes
-        for sub in ("users", "tombstones", "trash"):
+        for sub in ("users", "tombstones", "generations", "trash"):
             ensure_dir(self.root / sub)
         for left in (self.root / "trash").iterdir():  # an erasure interrupted after its rename
             shutil.rmtree(left, ignore_errors=True)
@@ -125,8 +126,15 @@ class FileBackend:
         repair_torn_tail(log)
         return self._read_events(log)[since:]
 
-    def event_count(self, user: str) -> int:
-        return len(self.events(user))
+    def generation(self, user: str) -> int:
+        return read_json(self._generation_path(user), 0)
+
+    def _generation_path(self, user: str) -> Path:
+        return self.root / "generations" / f"{self._user_key(user)}.json"
+
+    def _advance(self, user: str) -> None:
+        """Advance the user's generation (written atomically)."""
+        atomic_write_json(self._generation_path(user), self.generation(user) + 1)
 
     @staticmethod
     def _read_events(log: Path) -> list[CaptureEvent]:
@@ -219,6 +227,7 @@ class FileBackend:
             except OSError as exc:
                 raise os_error(folder, exc, "erase (move out of users/)") from None
             try:
+                self._advance(user)  # advanced in vain if the tombstone then fails: a replica only loads again
                 atomic_write_json(self._tombstone_path(user), tombstone.stored())
             except StoreError:
                 os.replace(parked, folder)

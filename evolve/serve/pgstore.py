@@ -6,8 +6,9 @@ under a per-user advisory lock, one row per acknowledged request, committed befo
 row per organisation step (the provenance a Git commit gives the file store) with ``mem_records`` (one per turn,
 with the sha256 of its text) and ``mem_facts`` (the facts as that step left them, supersession and retraction
 marks included); ``mem_organised``; ``mem_recalls`` - the recall
-log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id. Erasure deletes every
-row of the user in one transaction. When the database cannot be reached, every call raises
+log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id; ``mem_generations`` -
+each user id's erasure generation, by the same key. Erasure deletes every row of the user and advances its
+generation in one transaction. When the database cannot be reached, every call raises
 :class:`evolve.serve.backend.StoreUnavailable` (the service answers 503) and the pool reconnects once it is back.
 """
 from __future__ import annotations
@@ -50,6 +51,7 @@ CREATE TABLE IF NOT EXISTS mem_organised (user_id text NOT NULL, session text NO
 CREATE TABLE IF NOT EXISTS mem_recalls (seq bigserial PRIMARY KEY, user_id text NOT NULL, record jsonb NOT NULL);
 CREATE INDEX IF NOT EXISTS mem_recalls_user ON mem_recalls (user_id, seq);
 CREATE TABLE IF NOT EXISTS mem_tombstones (user_sha256 text PRIMARY KEY, tombstone jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS mem_generations (user_sha256 text PRIMARY KEY, generation bigint NOT NULL);
 """
 _USER_TABLES = ("mem_events", "mem_steps", "mem_records", "mem_facts", "mem_organised", "mem_recalls", "mem_users")
 
@@ -136,9 +138,16 @@ class PostgresBackend:
                                              "ORDER BY seq", (user, since)).fetchall())
         return [read_event(event, f"user {user} capture log event {seq}") for seq, event in rows]
 
-    def event_count(self, user: str) -> int:
-        return self._run(lambda c: c.execute("SELECT count(*) FROM mem_events WHERE user_id = %s",
-                                             (self._check(user),)).fetchone()[0])
+    def generation(self, user: str) -> int:
+        row = self._run(lambda c: c.execute("SELECT generation FROM mem_generations WHERE user_sha256 = %s",
+                                            (_user_key(self._check(user)),)).fetchone())
+        return row[0] if row else 0
+
+    @staticmethod
+    def _advance(c, user: str) -> None:
+        """Advance the user's generation (in the caller's transaction)."""
+        c.execute("INSERT INTO mem_generations VALUES (%s, 1) ON CONFLICT (user_sha256) DO UPDATE SET generation = "
+                  "mem_generations.generation + 1", (_user_key(user),))
 
     # ---------------------------------------------------------------- organisation
 
@@ -201,6 +210,7 @@ class PostgresBackend:
             tombstone = Tombstone(user_sha256=_user_key(user), erased_at=now_iso(), turns_erased=turns)
             for table in _USER_TABLES:
                 c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
+            self._advance(c, user)
             c.execute("INSERT INTO mem_tombstones VALUES (%s, %s) ON CONFLICT (user_sha256) DO UPDATE SET "
                       "tombstone = excluded.tombstone", (tombstone.user_sha256, Jsonb(tombstone.stored())))
             return tombstone
