@@ -59,10 +59,12 @@ def test_an_erasure_reaches_every_copy(tmp_path, serving, embedder, capsys):
 
     stores = tmp_path / "stores"
     config = tmp_path / "run.yaml"
+    mlruns = tmp_path / "mlruns"  # a local tracking store: its database and artifacts (mlruns/mlartifacts)
+    tracking = f"sqlite:///{mlruns / 'mlflow.db'}"
     config.write_text(yaml.safe_dump({"benchmark": f"locomo:{export / 'night.json'}", "strategy": str(BASELINE_PATH),
                                       "stores": str(stores), "rounds": 1, "candidates_per_round": 1, "seed": 0,
-                                      "probe_size": 10, "objective": "answer"}))
-    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+                                      "probe_size": 10, "objective": "answer", "tracking_uri": tracking}))
+    code, out = cli(capsys, "run", "--config", config)
     assert code == 0, out
     small = yaml.safe_load(BASELINE_PATH.read_text())
     small["assembly"]["token_budget"] = 40
@@ -78,23 +80,29 @@ def test_an_erasure_reaches_every_copy(tmp_path, serving, embedder, capsys):
     gate = History(stores / "gate").records[0]
     assert gate.examples["regressed"] and all("question" not in r and "content" in r
                                               for r in gate.examples["regressed"])
-    before = _marked(tmp_path / "data", export, stores)
+    before = _marked(tmp_path / "data", export, stores, mlruns)
     assert any(p.endswith(".pkl") for p in before), before
+    assert any(p.startswith(str(mlruns / "mlartifacts")) and p.endswith("traces.jsonl") for p in before), before
     side = sorted((stores / "gate" / "content").rglob("*.json"))
     assert side and all("words" in json.loads(p.read_text()) for p in side)
     assert str(export / "night.json") in before
 
     assert client.delete("/v1/users/ann").status_code == 200
-    code, out = cli(capsys, "erase", "--user", "ann", "--export", export, "--stores", stores)
-    assert code == 0, out
+    code, out = cli(capsys, "erase", "--user", "ann", "--export", export, "--stores", stores, "--tracking-uri",
+                    tracking)
+    assert code == 0 and "artifact(s) redacted" in out, out
 
-    assert _marked(tmp_path / "data", export, stores) == []
+    assert _marked(tmp_path / "data", export, stores, mlruns) == []
     assert all(set(json.loads(p.read_text())) == {"erased_at", "request"} for p in side)
     assert client.post("/v1/users/ann/recall", json={"question": "anything?"}).status_code == 404
     code, out = cli(capsys, "journal", "verify", "--stores", stores, "--config", config)
     assert code == 0 and out.startswith("ok:"), out
     code, out = cli(capsys, "journal", "verify", "--stores", stores / "gate", "--config", config)
     assert code == 0 and out.startswith("ok:"), out
+    [night_erase] = History(stores).journal.find("ERASE")
+    artifacts = night_erase["payload"]["artifacts"]
+    assert artifacts and all(a["redacted"] or a["deleted"] for a in artifacts.values())
+    assert any(p.endswith("traces.jsonl") for a in artifacts.values() for p in a["redacted"] + a["deleted"])
     [erase] = History(stores / "gate").journal.find("ERASE")
     assert erase["payload"]["subjects"] == [subject_key("ann")] and erase["payload"]["side_files"] > 0
     shown = resolved(History(stores / "gate").records[0].examples, ContentStore(stores / "gate" / "content"))
