@@ -164,3 +164,31 @@ def test_erase_names_what_is_missing(tmp_path, capsys, monkeypatch, argv, words)
     shutil.copytree(OLD_STORES / "evidence", tmp_path / "stores")
     code, out = cli(capsys, "erase", *argv, "--stores", tmp_path / "stores")
     assert code == 2 and words in out, out
+
+
+def test_an_artifact_its_store_cannot_rewrite_is_named_and_the_erasure_exits_1(tmp_path, small_fs, capsys):
+    """Artifacts on a file system gone read-only: the erasure says which artifact of which run still holds the
+    words, and exits 1; the artifact of a conversation not erased is left alone."""
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=tracking)
+    experiment = client.create_experiment("night", artifact_location=(small_fs / "mlartifacts").as_uri())
+    run = client.create_run(experiment).info.run_id
+    client.log_text(run, "".join(json.dumps({"question_id": f"{c}/q0", "conversation_id": c,
+                                             "question": f"Where did {c} go?"}) + "\n" for c in ("ann", "bo")),
+                    "traces.jsonl")
+    client.log_text(run, json.dumps({"accuracy": 0.5}), "summary.json")
+    shutil.copytree(OLD_STORES / "evidence", tmp_path / "stores")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    code, out = cli(capsys, "erase", "--user", "ann", "--stores", tmp_path / "stores", "--tracking-uri", tracking)
+    assert code == 1, out
+    assert f"NOT ERASED: artifact traces.jsonl of MLflow run {run} still holds the words" in out, out
+    assert "summary.json" not in out
+    subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], check=True)
+    code, out = cli(capsys, "erase", "--user", "ann", "--stores", tmp_path / "stores", "--tracking-uri", tracking)
+    assert code == 0 and f"run {run}: 1 artifact(s) redacted, 0 deleted" in out, out
+    held = (small_fs / "mlartifacts" / run / "artifacts" / "traces.jsonl").read_text()
+    assert [json.loads(line)["conversation_id"] for line in held.splitlines()] == ["bo"]
