@@ -359,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, help="port on 127.0.0.1 (default: a free one)")
     p.set_defaults(func=cmd_local_llm)
 
-    from evolve.cli import gate, governance, replay, review, serve, workflow
+    from evolve.cli import gate, governance, replay, review, serve, sweep, workflow
 
     workflow.register(sub)
     governance.register(sub)
@@ -367,6 +367,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.register(sub)
     gate.register(sub)
     review.register(sub)
+    sweep.register(sub)
     return parser
 
 

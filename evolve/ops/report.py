@@ -11,6 +11,7 @@ from evolve.data import REPORT_CSS_PATH
 from evolve.state.content import resolved
 from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
+from evolve.ops.antipatterns import AntiPattern, catalog
 from evolve.ops.formatting import change_summary, fmt_ci, fmt_num
 from evolve.ops.review import answers_text, candidate_row, category_deltas, objective_of, secondary_text
 from evolve.observe.objective import LABEL, SCORE_FIELD
@@ -239,6 +240,25 @@ def _monitors_html(entries: list[dict]) -> str:
     return f"<pre>{_e(monitors_table(entries))}</pre>"
 
 
+def _antipatterns_html(items: list[AntiPattern]) -> str:
+    """The anti-pattern catalog: each change rejected or reverted every time, with example traces it lost."""
+    if not items:
+        return "<p>none: no change was rejected or reverted every time it was tried</p>"
+    rows = [[f"<code>{_e(a.change)}</code>", str(a.tried), str(a.rejected), str(a.reverted),
+             _e(", ".join(f"{rule} {n}" for rule, n in sorted(a.rules.items()))), fmt_num(a.mean_delta, "+.4f"),
+             _e(", ".join(sorted(a.symptoms))), _e(", ".join(a.candidates))] for a in items]
+    out = [_table(["change", "tried", "rejected", "reverted", "stopped by", "mean Δ", "symptoms", "candidates"], rows,
+                  num={1, 2, 3, 5})]
+    for a in items:
+        if a.examples:
+            out.append(f"<details><summary>examples of <code>{_e(a.change)}</code></summary><ul>" + "".join(
+                f"<li>[{_e(x['question_id'])}] ({_e(x['candidate_id'])}) {_e(x['question'])} gold <q>{_e(x['gold'])}"
+                f"</q>: before <q>{_e(x['baseline_answer'])}</q> ({_e(x['baseline_root_cause'] or 'correct')}), "
+                f"after <q>{_e(x['candidate_answer'])}</q> ({_e(x['candidate_root_cause'] or 'correct')})</li>"
+                for x in a.examples) + "</ul></details>")
+    return "".join(out)
+
+
 def render_html(view: History, reviewed: frozenset[str] = frozenset()) -> str:
     """The complete report page; ``reviewed``: the candidates whose review page lies beside it."""
     ov = Overview.of(view)
@@ -256,6 +276,7 @@ def render_html(view: History, reviewed: frozenset[str] = frozenset()) -> str:
             "<h2 id='flags'>Feature flags</h2>", _flags_html(flag_registry(view)),
             "<h2 id='escalations'>Escalations</h2>", _escalations_html(escalations(view)),
             "<h2 id='monitors'>Monitored slices</h2>", _monitors_html(monitor_regressions(view)),
+            "<h2 id='anti-patterns'>Anti-patterns</h2>", _antipatterns_html(catalog(view)),
             f"<h2 id='candidates'>Candidates ({len(records)})</h2>",
             _candidates_html(records) if records else "<p>none</p>",
             "<h2>Evidence per candidate</h2>", *(_candidate_section(r, view, reviewed) for r in records)]

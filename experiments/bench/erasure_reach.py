@@ -136,7 +136,7 @@ def run(path: Path, conversation: str, user: str, work: Path) -> dict:
                 _cli("eval", "--strategy", strategy, "--bench", f"locomo:{export / 'night.json'}", "--out", runs / name,
                      "--cache", stores / "cache" / "ingestion")
             gate = _cli("gate", runs / "base" / "traces.jsonl", runs / "small" / "traces.jsonl", "--adapter",
-                        "memevolve", "--rules", config, "--stores", stores / "gate", ok=(0, 1))
+                        "memevolve", "--rules", config, "--no-hypothesis", "--stores", stores / "gate", ok=(0, 1))
             timings["gate_s"] = time.perf_counter() - step
             before = _marked(data, export, stores)
             side_files = len(list(stores.rglob("content/*/*.json")))

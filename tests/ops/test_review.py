@@ -56,7 +56,7 @@ def verdict(tmp_path_factory) -> dict:
     base = _write(tmp / "base.jsonl", [sample(i, i % 3 == 0) for i in range(80)])
     cand = _write(tmp / "cand.jsonl", [_candidate(i) for i in range(80)])
     stores = tmp / "gate"
-    assert main(["gate", str(base), str(cand), "--stores", str(stores)]) == 0
+    assert main(["gate", str(base), str(cand), "--no-hypothesis", "--stores", str(stores)]) == 0
     page = tmp / "review-gate-0001.html"
     assert main(["review", "gate-0001", "--stores", str(stores), "--out", str(page)]) == 0
     record = History(stores).record("gate-0001")
