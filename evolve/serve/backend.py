@@ -13,7 +13,7 @@ from typing import Protocol
 from evolve.errors import EvolveError
 from evolve.benchmarks.types import Turn
 from evolve.runtime.store import MemoryStore
-from evolve.serve.records import CaptureEvent, RecallRecord, Tombstone
+from evolve.serve.records import CaptureEvent, RecallRecord, Tombstone, TurnErased
 
 #: A user id: letters, digits, ``_``, ``-`` and ``.``, starting with a letter or digit, at most 128 characters
 #: (no path separators, no ``..``: a user id names a folder).
@@ -22,6 +22,13 @@ USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 class StoreUnavailable(EvolveError, ConnectionError):
     """The store cannot be reached now (a database down); the service answers 503 until it is back."""
+
+
+class UnknownTurn(EvolveError, LookupError):
+    """The user's capture log holds no turn of that id (never captured, or erased)."""
+
+    def __init__(self, user: str, turn: str):
+        super().__init__(f"user {user!r} has no turn {turn!r} (never captured, or erased)")
 
 
 def valid_user(user: str) -> bool:
@@ -85,6 +92,13 @@ class Backend(Protocol):
     def erase(self, user: str) -> Tombstone:
         """Remove everything held for ``user`` and advance its :meth:`generation`; return the tombstone (no content)
         left in its place."""
+        ...
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """Remove turn ``turn`` of ``user`` from the capture log and every organised record holding its words, history
+        included: its session's records and rollup (organised again from the log), the facts whose sources hold it;
+        drop the user's persisted embeddings; advance the user's :meth:`generation`. :class:`UnknownTurn` (nothing
+        changed) when the log holds no such turn."""
         ...
 
     def tombstone(self, user: str) -> Tombstone | None:

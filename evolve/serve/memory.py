@@ -25,7 +25,8 @@ from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import Backend, StoreUnavailable
-from evolve.serve.records import CaptureEvent, CloseEvent, RecallRecord, Tombstone, TurnRecord, TurnsEvent, naive
+from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, Tombstone, TurnErased, TurnRecord, TurnsEvent,
+                                  naive)
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -438,6 +439,24 @@ class MemoryService:
                 with self._registry:
                     self.quarantined.pop(user, None)
                 return tombstone
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """Forget one turn of the user: the store removes it and what holds its words (:meth:`Backend.erase_turn`),
+        the memory held here (its indexes and embeddings) is dropped and loaded again without it, and its session,
+        if closed, is queued to be organised again (facts and rollups recomputed). :class:`UnknownTurn` if the user
+        has no such turn (nothing changed)."""
+        while True:
+            state = self._get(user)
+            with state.lock:
+                if state.gone:  # erased or evicted while this waited
+                    continue
+                with state.tenant.erasing:
+                    erased = self.backend.erase_turn(user, turn)
+                    state.tenant.erasures += 1
+                self._drop(user, state)
+            if erased.session in self._get(user).live.closed:
+                self._queue.put((user, erased.session))
+            return erased
 
     def forget_strategies(self, keep: set[str]) -> None:
         with self._registry:

@@ -8,7 +8,9 @@ with the sha256 of its text) and ``mem_facts`` (the facts as that step left them
 marks included); ``mem_organised``; ``mem_recalls`` - the recall
 log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id; ``mem_generations`` -
 each user id's erasure generation, by the same key. Erasure deletes every row of the user and advances its
-generation in one transaction. When the database cannot be reached, every call raises
+generation in one transaction; erasing one turn rewrites its capture-log row and deletes the rows derived from it
+(its session's records, the facts it is a source of, in every step) in one. Rows deleted or rewritten stay in the
+database's files as dead row versions until ``VACUUM`` reclaims them, and in its write-ahead log and backups. When the database cannot be reached, every call raises
 :class:`evolve.serve.backend.StoreUnavailable` (the service answers 503) and the pool reconnects once it is back.
 """
 from __future__ import annotations
@@ -25,10 +27,10 @@ from evolve.canonical import sha256_hex
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
-from evolve.serve.backend import StoreUnavailable, valid_user
+from evolve.serve.backend import StoreUnavailable, UnknownTurn, valid_user
 from evolve.serve.filestore import _fact
-from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnsEvent, read_event,
-                                  load_record, turns_in)
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnErased, TurnsEvent,
+                                  load_record, read_event, turns_in, without_turn)
 
 #: Recall records kept per user (older ones are deleted as new ones arrive, checked every ``min(100, kept)``
 #: appends of all users).
@@ -214,6 +216,31 @@ class PostgresBackend:
             c.execute("INSERT INTO mem_tombstones VALUES (%s, %s) ON CONFLICT (user_sha256) DO UPDATE SET "
                       "tombstone = excluded.tombstone", (tombstone.user_sha256, Jsonb(tombstone.stored())))
             return tombstone
+        return self._run(work)
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """In one transaction: the turn left out of its capture-log event, its session's records and organised mark
+        deleted (organised again without it), every fact it is a source of deleted from every step, the generation
+        advanced."""
+        self._check(user)
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            row = c.execute("SELECT seq, event FROM mem_events WHERE user_id = %s AND event->'turns' @> %s LIMIT 1",
+                            (user, Jsonb([{"id": turn}]))).fetchone()
+            if row is None:
+                raise UnknownTurn(user, turn)
+            event = read_event(row[1], f"user {user} capture log event {row[0]}")
+            session = next(t.session for t in turns_in([event]) if t.id == turn)
+            [kept] = without_turn([event], turn)
+            c.execute("UPDATE mem_events SET event = %s WHERE user_id = %s AND seq = %s",
+                      (Jsonb(kept.stored()), user, row[0]))
+            organised = c.execute("DELETE FROM mem_organised WHERE user_id = %s AND session = %s RETURNING 1",
+                                  (user, session)).fetchone() is not None
+            c.execute("DELETE FROM mem_records WHERE user_id = %s AND session = %s", (user, session))
+            c.execute("DELETE FROM mem_facts WHERE user_id = %s AND fact->'source_ids' ? %s", (user, turn))
+            self._advance(c, user)
+            return TurnErased(turn=turn, session=session, erased_at=now_iso(), organised=organised)
         return self._run(work)
 
     def tombstone(self, user: str) -> Tombstone | None:
