@@ -141,7 +141,7 @@ class TrackingErasure:
                         local.write_text(new, encoding="utf-8")
                         folder = str(PurePosixPath(path).parent)
                         repo.log_artifact(str(local), None if folder == "." else folder)
-                except Exception as exc:  # noqa: BLE001 - any store's refusal: NotImplementedError, MlflowException, ...
+                except Exception as exc:  # noqa: BLE001 - any store's refusal (NotImplementedError, MlflowException)
                     reach.refused[path] = f"{type(exc).__name__}: {(str(exc).strip() or '-').splitlines()[0]}"
                     continue
                 (reach.redacted if new is not None else reach.deleted).append(path)

@@ -10,8 +10,9 @@ log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of
 each user id's erasure generation, by the same key. Erasure deletes every row of the user and advances its
 generation in one transaction; erasing one turn rewrites its capture-log row and deletes the rows derived from it
 (its session's records, the facts it is a source of, in every step) in one. Rows deleted or rewritten stay in the
-database's files as dead row versions until ``VACUUM`` reclaims them, and in its write-ahead log and backups. When the database cannot be reached, every call raises
-:class:`evolve.serve.backend.StoreUnavailable` (the service answers 503) and the pool reconnects once it is back.
+database's files as dead row versions until ``VACUUM`` reclaims them, and in its write-ahead log and backups. When
+the database cannot be reached, every call raises :class:`evolve.serve.backend.StoreUnavailable` (the service
+answers 503) and the pool reconnects once it is back.
 """
 from __future__ import annotations
 

@@ -119,8 +119,8 @@ def test_a_reused_user_id_never_revives_erased_turns_on_another_replica(pg_url, 
     a, b = (MemoryService(PostgresBackend(pg_url), lambda: slot.current) for _ in range(2))
     for n in range(2):
         a.capture("ann", [_turn(n, f"My secret word is Zanzibarine number {n}.")])
-    assert [t.text for t in b.store("ann", slot.current).turns.values()] == [f"My secret word is Zanzibarine number {n}."
-                                                                   for n in range(2)]
+    held = b.store("ann", slot.current).turns.values()
+    assert [t.text for t in held] == [f"My secret word is Zanzibarine number {n}." for n in range(2)]
     a.erase("ann")
     for n in range(3):  # three capture events: more than the two B has seen
         a.capture("ann", [_turn(10 + n, f"I like tea, cup {n}.")])
