@@ -6,9 +6,13 @@ under a per-user advisory lock, one row per acknowledged request, committed befo
 row per organisation step (the provenance a Git commit gives the file store) with ``mem_records`` (one per turn,
 with the sha256 of its text) and ``mem_facts`` (the facts as that step left them, supersession and retraction
 marks included); ``mem_organised``; ``mem_recalls`` - the recall
-log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id. Erasure deletes every
-row of the user in one transaction. When the database cannot be reached, every call raises
-:class:`evolve.serve.backend.StoreUnavailable` (the service answers 503) and the pool reconnects once it is back.
+log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id; ``mem_generations`` -
+each user id's erasure generation, by the same key. Erasure deletes every row of the user and advances its
+generation in one transaction; erasing one turn rewrites its capture-log row and deletes the rows derived from it
+(its session's records, the facts it is a source of, in every step) in one. Rows deleted or rewritten stay in the
+database's files as dead row versions until ``VACUUM`` reclaims them, and in its write-ahead log and backups. When
+the database cannot be reached, every call raises :class:`evolve.serve.backend.StoreUnavailable` (the service
+answers 503) and the pool reconnects once it is back.
 """
 from __future__ import annotations
 
@@ -23,10 +27,10 @@ from evolve.benchmarks.types import Turn
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
-from evolve.serve.backend import StoreUnavailable, valid_user
+from evolve.serve.backend import StoreUnavailable, UnknownTurn, valid_user
 from evolve.serve.filestore import _fact
-from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnMeta, TurnsEvent,
-                                  load_record, read_event, turns_in)
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnErased, TurnMeta,
+                                  TurnsEvent, load_record, read_event, turns_in, without_turn)
 
 #: Recall records kept per user (older ones are deleted as new ones arrive, checked every ``min(100, kept)``
 #: appends of all users).
@@ -49,6 +53,7 @@ CREATE TABLE IF NOT EXISTS mem_organised (user_id text NOT NULL, session text NO
 CREATE TABLE IF NOT EXISTS mem_recalls (seq bigserial PRIMARY KEY, user_id text NOT NULL, record jsonb NOT NULL);
 CREATE INDEX IF NOT EXISTS mem_recalls_user ON mem_recalls (user_id, seq);
 CREATE TABLE IF NOT EXISTS mem_tombstones (user_sha256 text PRIMARY KEY, tombstone jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS mem_generations (user_sha256 text PRIMARY KEY, generation bigint NOT NULL);
 """
 _USER_TABLES = ("mem_events", "mem_steps", "mem_records", "mem_facts", "mem_organised", "mem_recalls", "mem_users")
 
@@ -135,9 +140,16 @@ class PostgresBackend:
                                              "ORDER BY seq", (user, since)).fetchall())
         return [read_event(event, f"user {user} capture log event {seq}") for seq, event in rows]
 
-    def event_count(self, user: str) -> int:
-        return self._run(lambda c: c.execute("SELECT count(*) FROM mem_events WHERE user_id = %s",
-                                             (self._check(user),)).fetchone()[0])
+    def generation(self, user: str) -> int:
+        row = self._run(lambda c: c.execute("SELECT generation FROM mem_generations WHERE user_sha256 = %s",
+                                            (_user_key(self._check(user)),)).fetchone())
+        return row[0] if row else 0
+
+    @staticmethod
+    def _advance(c, user: str) -> None:
+        """Advance the user's generation (in the caller's transaction)."""
+        c.execute("INSERT INTO mem_generations VALUES (%s, 1) ON CONFLICT (user_sha256) DO UPDATE SET generation = "
+                  "mem_generations.generation + 1", (_user_key(user),))
 
     # ---------------------------------------------------------------- organisation
 
@@ -198,9 +210,35 @@ class PostgresBackend:
             tombstone = Tombstone(user_sha256=_user_key(user), erased_at=now_iso(), turns_erased=turns)
             for table in _USER_TABLES:
                 c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
+            self._advance(c, user)
             c.execute("INSERT INTO mem_tombstones VALUES (%s, %s) ON CONFLICT (user_sha256) DO UPDATE SET "
                       "tombstone = excluded.tombstone", (tombstone.user_sha256, Jsonb(tombstone.stored())))
             return tombstone
+        return self._run(work)
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """In one transaction: the turn left out of its capture-log event, its session's records and organised mark
+        deleted (organised again without it), every fact it is a source of deleted from every step, the generation
+        advanced."""
+        self._check(user)
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            row = c.execute("SELECT seq, event FROM mem_events WHERE user_id = %s AND event->'turns' @> %s LIMIT 1",
+                            (user, Jsonb([{"id": turn}]))).fetchone()
+            if row is None:
+                raise UnknownTurn(user, turn)
+            event = read_event(row[1], f"user {user} capture log event {row[0]}")
+            session = next(t.session for t in turns_in([event]) if t.id == turn)
+            [kept] = without_turn([event], turn)
+            c.execute("UPDATE mem_events SET event = %s WHERE user_id = %s AND seq = %s",
+                      (Jsonb(kept.stored()), user, row[0]))
+            organised = c.execute("DELETE FROM mem_organised WHERE user_id = %s AND session = %s RETURNING 1",
+                                  (user, session)).fetchone() is not None
+            c.execute("DELETE FROM mem_records WHERE user_id = %s AND session = %s", (user, session))
+            c.execute("DELETE FROM mem_facts WHERE user_id = %s AND fact->'source_ids' ? %s", (user, turn))
+            self._advance(c, user)
+            return TurnErased(turn=turn, session=session, erased_at=now_iso(), organised=organised)
         return self._run(work)
 
     def tombstone(self, user: str) -> Tombstone | None:

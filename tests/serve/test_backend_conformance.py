@@ -8,11 +8,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
+import subprocess
+
 import numpy as np
 import pytest
 
 from evolve.runtime.store import MemoryItem, MemoryStore
-from evolve.serve.backend import Backend
+from evolve.serve.backend import Backend, UnknownTurn
 from evolve.serve.filestore import FileBackend
 from evolve.serve.records import CloseEvent, PackedRef, RecallRecord, Tombstone, TurnRecord, TurnsEvent, turns_in
 
@@ -29,6 +31,8 @@ class Subject:
     tamper: Callable[[str], None]
     recalls_held: int
     shared: bool
+    #: Whether any stored byte of the user's (every file and every Git object; every row) holds the text.
+    holds: Callable[[str, str], bool]
 
 
 @pytest.fixture(params=STORES)
@@ -41,9 +45,16 @@ def store(request, tmp_path) -> Iterator[Subject]:
             record = next((tmp_path / "data/users" / user / "records").rglob("0000-*.md"))
             record.write_text(record.read_text().replace("Lisbon", "Porto"))
 
-        yield Subject(backend, tamper, 2 * RECALLS_BOUND, shared=False)  # the log rotates at the bound: 2x at most
+        def holds(user: str, text: str) -> bool:
+            folder = tmp_path / "data/users" / user
+            objects = subprocess.run(["git", "-C", str(folder), "cat-file", "--batch-all-objects", "--batch"],
+                                     capture_output=True, check=True).stdout
+            return text.encode() in objects or any(text.encode() in p.read_bytes() for p in folder.rglob("*")
+                                                   if p.is_file() and ".git" not in p.parts)
+
+        yield Subject(backend, tamper, 2 * RECALLS_BOUND, shared=False, holds=holds)  # the log rotates at the bound
         return
-    from evolve.serve.pgstore import PostgresBackend
+    from evolve.serve.pgstore import _USER_TABLES, PostgresBackend
 
     url = request.getfixturevalue("pg_url")
     backend = PostgresBackend(url, recalls_kept=RECALLS_BOUND)
@@ -52,7 +63,12 @@ def store(request, tmp_path) -> Iterator[Subject]:
         with backend.pool.connection() as conn:
             conn.execute("UPDATE mem_records SET body = replace(body, 'Lisbon', 'Porto') WHERE user_id = %s", (user,))
 
-    yield Subject(backend, tamper, 2 * RECALLS_BOUND - 1, shared=True)  # pruned every RECALLS_BOUND appends
+    def holds(user: str, text: str) -> bool:
+        with backend.pool.connection() as conn:
+            return any(conn.execute(f"SELECT 1 FROM {table} t WHERE t.user_id = %s AND t::text LIKE %s LIMIT 1",
+                                    (user, f"%{text}%")).fetchone() for table in _USER_TABLES)
+
+    yield Subject(backend, tamper, 2 * RECALLS_BOUND - 1, shared=True, holds=holds)  # pruned every RECALLS_BOUND
     backend.close()
 
 
@@ -87,7 +103,7 @@ def test_users_and_exists(store):
 
 def test_append_events_since_and_count(store):
     backend = store.backend
-    assert backend.events("ann") == [] and backend.event_count("ann") == 0
+    assert backend.events("ann") == []
     sent = [TurnsEvent(turns=_turns("D1", 3)), CloseEvent(close="D1"), TurnsEvent(turns=_turns("D2", 2))]
     for event in sent:
         backend.append("ann", event)
@@ -95,9 +111,8 @@ def test_append_events_since_and_count(store):
     assert [e.model_copy(update={"at": None}) for e in events] == sent
     assert all(isinstance(e.at, str) and e.at.endswith("Z") for e in events)
     assert [datetime.fromisoformat(e.at) for e in events] == sorted(datetime.fromisoformat(e.at) for e in events)
-    assert backend.event_count("ann") == 3
     assert backend.events("ann", since=1) == events[1:] and backend.events("ann", since=3) == []
-    assert backend.events("bo") == [] and backend.event_count("bo") == 0
+    assert backend.events("bo") == []
 
 
 def test_shared_says_whether_other_processes_write_the_same_users(store):
@@ -139,10 +154,48 @@ def test_erase_leaves_a_tombstone_and_nothing_else(store):
     assert isinstance(stone, Tombstone) and stone.turns_erased == 5 and "ann" not in stone.to_json()
     assert backend.tombstone("ann") == stone
     assert not backend.exists("ann") and backend.users() == ["bo"]
-    assert backend.events("ann") == [] and backend.event_count("ann") == 0 and backend.organised("ann") == set()
+    assert backend.events("ann") == [] and backend.organised("ann") == set()
     assert len(turns_in(backend.events("bo"))) == 1  # another user untouched
     backend.append("ann", TurnsEvent(turns=_turns("D9", 1)))  # captured again after erasure: a new memory
     assert backend.exists("ann") and len(turns_in(backend.events("ann"))) == 1 and backend.recalls("ann") == []
+
+
+def test_the_erasure_generation_of_a_user_id_grows_with_every_erasure_and_outlives_it(store):
+    backend = store.backend
+    assert backend.generation("ann") == 0
+    backend.append("ann", TurnsEvent(turns=_turns("D1", 2)))
+    backend.append("bo", TurnsEvent(turns=_turns("D1", 1)))
+    assert backend.generation("ann") == 0  # a capture does not move it
+    backend.erase("ann")
+    assert backend.generation("ann") == 1 and backend.generation("bo") == 0
+    backend.append("ann", TurnsEvent(turns=_turns("D2", 3)))  # the id captured again: the generation stays
+    assert backend.generation("ann") == 1
+    backend.erase("ann")
+    assert backend.generation("ann") == 2
+
+
+def test_erase_turn_leaves_no_word_of_it_and_the_rest_as_it_was(store):
+    backend = store.backend
+    first, second = _turns("D1", 3), _turns("D2", 2, start=5)
+    backend.append("ann", TurnsEvent(turns=first))
+    backend.append("ann", CloseEvent(close="D1"))
+    backend.organise("ann", "D1", [t.turn() for t in first], _memory(first), "h" * 64)
+    backend.append("ann", TurnsEvent(turns=second))
+    backend.organise("ann", "D2", [t.turn() for t in second], _memory(first + second), "h" * 64)  # a later step
+    gone = first[1].text
+    assert store.holds("ann", gone) and backend.generation("ann") == 0
+    erased = backend.erase_turn("ann", "D1:1")
+    assert (erased.turn, erased.session, erased.organised) == ("D1:1", "D1", True)
+    assert not store.holds("ann", gone)
+    assert [t.id for t in turns_in(backend.events("ann"))] == ["D1:0", "D1:2", "D2:5", "D2:6"]
+    assert len(backend.events("ann")) == 3  # the capture request that held it stays, without it
+    assert backend.organised("ann") == {"D2"} and backend.generation("ann") == 1 and backend.verify("ann") == []
+    assert store.holds("ann", first[0].text) and store.holds("ann", second[0].text)
+    with pytest.raises(UnknownTurn, match="no turn 'D1:1'"):
+        backend.erase_turn("ann", "D1:1")
+    assert backend.generation("ann") == 1  # a refused erasure changes nothing
+    erased = backend.erase_turn("ann", "D2:6")  # a turn of a session never organised since the first step
+    assert erased.session == "D2" and backend.organised("ann") == set() and not store.holds("ann", second[1].text)
 
 
 def test_embeddings_dir_is_per_user_if_any(store):
@@ -158,6 +211,6 @@ def test_a_torn_tail_is_dropped_and_the_next_append_does_not_join_it(tmp_path):
     backend.append("ann", TurnsEvent(turns=_turns("D1", 1)))
     with open(tmp_path / "data/users/ann/capture.jsonl", "ab") as fh:
         fh.write(b'{"turns": [{"id": "to')
-    assert len(backend.events("ann")) == 1 and backend.event_count("ann") == 1
+    assert len(backend.events("ann")) == 1
     backend.append("ann", TurnsEvent(turns=_turns("D1", 1, start=1)))
     assert [t.id for t in turns_in(backend.events("ann"))] == ["D1:0", "D1:1"]

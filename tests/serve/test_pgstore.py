@@ -15,7 +15,7 @@ from evolve.benchmarks.synthetic import generate_synthetic
 from evolve.data import BASELINE_PATH
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
-from evolve.serve.memory import MemoryService
+from evolve.serve.memory import MemoryService, UnknownUser
 from evolve.serve.replay import replay, stored_recalls
 from evolve.serve.strategy import RuntimeParts, StrategySlot
 from server_process import ServeProcess, turns_of
@@ -106,3 +106,30 @@ def test_two_replicas_share_memory_and_answer_503_while_postgres_is_down(postgre
         assert httpx.delete(f"{b.url}/v1/users/bo", timeout=60).status_code == 200  # erased through one replica
         gone = httpx.post(f"{a.url}/v1/users/bo/recall", json=question, timeout=60)
         assert gone.status_code == 404 and "erased at" in gone.json()["error"]["message"]
+
+
+def _turn(n: int, text: str) -> dict:
+    return {"id": f"t{n}", "speaker": "Ann", "text": text, "session": "S1", "time": None}
+
+
+def test_a_reused_user_id_never_revives_erased_turns_on_another_replica(pg_url, serving, embedder):
+    """The race: replica B has loaded ann; ann is erased through replica A and captured again, past the old event
+    count, before B looks; B's next recall must hold only the new turns."""
+    slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+    a, b = (MemoryService(PostgresBackend(pg_url), lambda: slot.current) for _ in range(2))
+    for n in range(2):
+        a.capture("ann", [_turn(n, f"My secret word is Zanzibarine number {n}.")])
+    held = b.store("ann", slot.current).turns.values()
+    assert [t.text for t in held] == [f"My secret word is Zanzibarine number {n}." for n in range(2)]
+    a.erase("ann")
+    for n in range(3):  # three capture events: more than the two B has seen
+        a.capture("ann", [_turn(10 + n, f"I like tea, cup {n}.")])
+    seen = b.store("ann", slot.current)
+    assert [t.text for t in seen.turns.values()] == [f"I like tea, cup {n}." for n in range(3)]
+    assert not any("Zanzibarine" in item.text for item in seen.items)
+    assert b.turn_count("ann") == 3
+    a.erase("ann")  # erased again, not captured since: B answers that the user is unknown
+    with pytest.raises(UnknownUser):
+        b.store("ann", slot.current)
+    for service in (a, b):
+        service.backend.close()

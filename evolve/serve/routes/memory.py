@@ -181,3 +181,10 @@ def close(user: UserId, memory: Memory) -> dict:
 @router.delete("", summary="Erase the user: memory, records, history, logs")
 def erase(user: UserId, memory: Memory) -> dict:
     return {"erased": True, "tombstone": memory.erase(user)}
+
+
+@router.delete("/turns/{turn:path}", summary="Erase one turn: from the capture log, the records, facts and rollups "
+                                              "derived from it (organised again without it), their history, the "
+                                              "indexes and embeddings")
+def erase_turn(user: UserId, turn: str, memory: Memory) -> dict:
+    return {"erased": True, "turn": memory.erase_turn(user, turn)}
