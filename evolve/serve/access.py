@@ -59,7 +59,8 @@ class Access:
         if key is None:
             claimed = KeyStore.key_id(secret)
             raise self.deny(401, "a valid API key is required: Authorization: Bearer <secret from `memevolve keys "
-                                 "add`>", claimed, user, scope, "no key" if secret is None else "unknown or revoked key")
+                                 "add`>", claimed, user, scope,
+                             "no key" if secret is None else "unknown or revoked key")
         if scope not in key.scopes:
             raise self.deny(403, f"key {key.id} may not {scope}", key.id, user, scope, "scope")
         if user is not None and not key.acts_for(user):

@@ -16,7 +16,7 @@ from evolve.runtime.live import CaptureError
 from evolve.runtime.roles import RoleError
 from evolve.runtime.usage import UsageStats
 from evolve.serve.access import Access, AuditFailed, Denied
-from evolve.serve.backend import StoreUnavailable
+from evolve.serve.backend import StoreUnavailable, UnknownTurn
 from evolve.serve.keys import KeysUnreadable
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser
 from evolve.serve.metrics import Metrics
@@ -123,6 +123,7 @@ HANDLERS = {
     HTTPException: _http_error,
     RequestValidationError: _invalid,
     UnknownUser: _unknown,
+    UnknownTurn: lambda _, exc: _error(404, str(exc)),
     StoreUnavailable: lambda _, exc: _error(503, f"{exc}; retry later (nothing was stored by this request)"),
     # a store write refused (507 for a full disk, else 503): the request changed nothing; reads go on
     StoreError: lambda _, exc: _error(507 if exc.out_of_space else 503, f"{exc}; nothing was changed by this "
@@ -142,7 +143,7 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
     and the audit (default: neither)."""
     app = FastAPI(title="memevolve memory service", version="1",
                   description="The promoted strategy as a per-user memory service: capture turns, recall packed "
-                              "context, erase a user.", exception_handlers=HANDLERS)
+                              "context, erase a user or one of its turns.", exception_handlers=HANDLERS)
     app.state.slot, app.state.memory, app.state.metrics, app.state.usage = slot, memory, Metrics(), usage
     app.state.answers, app.state.access = answers or {}, access or Access()
     app.add_middleware(_Measure, metrics=app.state.metrics)

@@ -24,8 +24,8 @@ from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import Backend, StoreUnavailable
-from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, RecordError, Tombstone, TurnRecord,
-                                  TurnsEvent, naive, turns_in)
+from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, RecordError, Tombstone, TurnErased,
+                                  TurnRecord, TurnsEvent, naive, turns_in)
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,11 @@ class UnknownUser(EvolveError, LookupError):
     """No memory is held for the user (never captured, or erased)."""
 
 
+class _Stale(Exception):
+    """The user's capture log was erased or rewritten through another replica since this one loaded it (its
+    :meth:`Backend.generation` moved): the memory held here is dropped; look the user up again."""
+
+
 class Quarantined(EvolveError):
     """The user's stored memory cannot be read (a corrupt, damaged or foreign file); the service answers 503 for
     this user until the file is repaired and the service restarted, and serves the others."""
@@ -154,6 +159,7 @@ class _User:
     last_capture: float = field(default_factory=time.monotonic)
     capturing: int = 0  # capture requests in progress (some may wait for the lock behind organisation)
     seen: int = 0  # capture-log events applied (with a shared store other replicas append too)
+    generation: int = 0  # the user id's erasure generation the memory was loaded under
     purpose: str | None = None  # what the memory was captured for (its first capture's purpose); None: any
 
     def __post_init__(self) -> None:
@@ -207,6 +213,7 @@ class MemoryService:
             tenant = self._tenants.setdefault(user, _Tenant())
         with tenant.erasing:
             live = LiveConversation(user)
+            generation = self.backend.generation(user)  # before the events: an erasure between is seen at a sync
             events = self.backend.events(user)
             apply_events(live, events)
             lost = self.backend.organised(user) - live.closed
@@ -214,7 +221,7 @@ class MemoryService:
                 raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
                                  "that were organised: truncated, emptied or deleted? (the organised records hold them)")
             self._note_expiry(user, prune(events, datetime.min.replace(tzinfo=timezone.utc), self.retention)[2])
-            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events),
+            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events), generation=generation,
                          purpose=purpose_of(events))
 
     def _note_expiry(self, user: str, when: datetime | None) -> None:
@@ -225,16 +232,15 @@ class MemoryService:
 
     def _sync(self, user: str, state: _User) -> list[str]:
         """With a shared store (:attr:`Backend.shared`), apply the events other replicas appended since the last look,
-        in log order, queueing the sessions they closed; :class:`UnknownUser` if the user was erased meanwhile."""
+        in log order, queueing the sessions they closed; :class:`_Stale` (the memory dropped) if the user or one of
+        its turns was erased meanwhile, even if the user id was captured again since."""
         if not self.backend.shared:
             return []
         with state.lock:
             events = self.backend.events(user, since=state.seen)
-            if not events and state.seen and self.backend.event_count(user) < state.seen:
-                with state.tenant.erasing:  # erased through another replica
-                    state.tenant.erasures += 1
-                self._drop(user, state)
-                raise UnknownUser(user)
+            if self.backend.generation(user) != state.generation:  # read after the events: it covers them
+                self._forget(user, state)
+                raise _Stale(user)
             if not len(state.live):  # a new memory: its first capture names its purpose
                 state.purpose = purpose_of(events)
             closed = apply_events(state.live, events, state.seen + 1)
@@ -309,6 +315,25 @@ class MemoryService:
             finally:
                 state.lock.release()
 
+    def _forget(self, user: str, state: _User) -> None:
+        """Drop ``state`` as erased (its lock held): no embedding shard or recall line of it is written after."""
+        with state.tenant.erasing:
+            state.tenant.erasures += 1
+        self._drop(user, state)
+
+    def _applied(self, user: str, state: _User) -> tuple[_User, list[str]]:
+        """After this replica appended an event (``state``'s lock held): the memory with it and the sessions closed.
+        When the user's log was rewritten through another replica meanwhile, the memory is loaded again and the
+        closed sessions not yet organised are queued (the event appended is in the new log)."""
+        try:
+            return state, self._sync(user, state)
+        except _Stale:
+            fresh = self._get(user)
+            closed = sorted(fresh.live.closed - self.backend.organised(user))
+            for session in closed:
+                self._queue.put((user, session))
+            return fresh, closed
+
     def _drop(self, user: str, state: _User) -> None:
         """Forget ``state`` (erased, or a new user whose first capture was refused; its lock held): writers that
         waited for its lock look the user up again."""
@@ -352,6 +377,8 @@ class MemoryService:
                 with state.lock:
                     if not state.gone:  # else erased or evicted while this waited: look the user up again
                         return self._capture(user, state, event)
+            except _Stale:  # erased through another replica: captured into the user's new memory
+                continue
             finally:
                 with self._capture_seen:
                     state.capturing -= 1
@@ -370,13 +397,11 @@ class MemoryService:
         try:
             self.backend.append(user, event)
         except Exception:
-            if not len(state.live):  # a new user's refused first capture registers nobody
-                with state.tenant.erasing:
-                    state.tenant.erasures += 1  # nor keeps an embedding shard
-                self._drop(user, state)
+            if not len(state.live):  # a new user's refused first capture registers nobody (nor keeps a shard)
+                self._forget(user, state)
             raise
         if self.backend.shared:
-            closed = self._sync(user, state)  # this capture and any other replica's, in log order
+            state, closed = self._applied(user, state)  # this capture and any other replica's, in log order
         else:
             state.purpose = event.purpose
             closed = apply_events(state.live, [event])
@@ -395,12 +420,16 @@ class MemoryService:
             with state.lock:
                 if state.gone:  # erased (the next look says so) or evicted meanwhile
                     continue
+                try:
+                    self._sync(user, state)
+                except _Stale:
+                    continue
                 session = state.live.open_session
                 if session is None:
                     return None
                 self.backend.append(user, CloseEvent(close=session))
                 if self.backend.shared:
-                    self._sync(user, state)
+                    self._applied(user, state)
                 else:
                     state.live.close(session)
                     self._queue.put((user, session))
@@ -410,7 +439,11 @@ class MemoryService:
 
     def store(self, user: str, loaded: Loaded) -> MemoryStore:
         """The user's memory store under ``loaded``'s ingestion policy (rebuilt from memoised parts when stale)."""
-        return self._store(user, self._get(user), loaded)
+        while True:
+            try:
+                return self._store(user, self._get(user), loaded)
+            except _Stale:
+                continue
 
     def _store(self, user: str, state: _User, loaded: Loaded) -> MemoryStore:
         self._sync(user, state)
@@ -462,6 +495,24 @@ class MemoryService:
                     self.quarantined.pop(user, None)
                 return tombstone
 
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """Forget one turn of the user: the store removes it and what holds its words (:meth:`Backend.erase_turn`),
+        the memory held here (its indexes and embeddings) is dropped and loaded again without it, and its session,
+        if closed, is queued to be organised again (facts and rollups recomputed). :class:`UnknownTurn` if the user
+        has no such turn (nothing changed)."""
+        while True:
+            state = self._get(user)
+            with state.lock:
+                if state.gone:  # erased or evicted while this waited
+                    continue
+                with state.tenant.erasing:
+                    erased = self.backend.erase_turn(user, turn)
+                    state.tenant.erasures += 1
+                self._drop(user, state)
+            if erased.session in self._get(user).live.closed:
+                self._queue.put((user, erased.session))
+            return erased
+
     # ---------------------------------------------------------------- retention (background)
 
     def purge_expired(self, record: Callable[[str, list[str]], None], now: datetime | None = None) -> int:
@@ -492,7 +543,9 @@ class MemoryService:
             with state.lock:
                 if state.gone:
                     continue
-                kept, purged, soonest = prune(self.backend.events(user), now, self.retention)
+                generation = self.backend.generation(user)  # before the events, as a load reads them
+                events = self.backend.events(user)
+                kept, purged, soonest = prune(events, now, self.retention)
                 with self._registry:
                     self._expiry.pop(user, None)
                 self._note_expiry(user, soonest)
@@ -500,12 +553,11 @@ class MemoryService:
                     return 0
                 record(user, purged)
                 with state.tenant.erasing:  # a build or shadow in flight on the old memory writes nothing after it
-                    if turns_in(kept):
-                        self.backend.rewrite(user, kept, set(purged))
-                    else:
-                        self.backend.erase(user)
+                    done = self.backend.rewrite(user, kept, set(purged), len(events), generation)
                     state.tenant.erasures += 1
                 self._drop(user, state)
+                if not done:  # erased or rewritten through another replica meanwhile: loaded again, looked at again
+                    continue
                 break
         if self.backend.exists(user):  # organise again what was kept
             state = self._get(user)
@@ -581,7 +633,10 @@ class MemoryService:
                 return 0
             with state.lock:
                 if not state.gone:  # else erased (the next look says so) or evicted meanwhile
-                    return self._organise_step(user, session, state)
+                    try:
+                        return self._organise_step(user, session, state)
+                    except _Stale:
+                        continue
 
     def _organise_step(self, user: str, session: str, state: _User) -> int:
         """The step, the user's lock held."""
@@ -592,6 +647,8 @@ class MemoryService:
             store = self._store(user, state, loaded)
             self.backend.organise(user, session, state.live.session_turns(session), store, loaded.strategy_hash)
             self.organised_steps += 1
+        except _Stale:
+            raise
         except Exception:  # noqa: BLE001 - logged and retried at the next start, never lost
             self.organise_failures += 1
             log.exception("organising session %s of user %s failed", session, user)

@@ -1,5 +1,6 @@
 """The records the serving wing stores, defined once: the capture-log events (captured turns, a session closed), an
-organised turn's metadata, the recall record (its packed references and its shadow part) and the erasure tombstone.
+organised turn's metadata, the recall record (its packed references and its shadow part), the erasure tombstone and
+what erasing one turn did.
 
 Every store writes a record as :meth:`Record.to_json` (canonical JSON: sorted keys, compact) and reads it back with
 :func:`load_record`, which refuses a record of another shape naming where it lies and which field is wrong (never the
@@ -238,6 +239,22 @@ class Tombstone(Record):
     user_sha256: str
     erased_at: str
     turns_erased: int | None = Field(description="turns the erased capture log held (None: it was unreadable)")
+
+
+class TurnErased(Record):
+    """What erasing one turn did (no content): the turn and its session, and whether the session had been organised
+    (its records, facts and rollups are then organised again without the turn)."""
+
+    turn: str
+    session: str
+    erased_at: str
+    organised: bool
+
+
+def without_turn(events: list[CaptureEvent], turn: str) -> list[CaptureEvent]:
+    """``events`` with turn ``turn`` left out (the capture request that held it stays, without it)."""
+    return [e.model_copy(update={"turns": [t for t in e.turns if t.id != turn]}) if isinstance(e, TurnsEvent) else e
+            for e in events]
 
 
 def turns_in(events: list[CaptureEvent]) -> list[TurnRecord]:

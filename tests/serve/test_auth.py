@@ -26,6 +26,7 @@ ROUTES = [
     ("POST", "/v1/users/{user}/close", None, "capture"),
     ("POST", "/v1/users/{user}/recall", {"question": "Where are the bees?"}, "recall"),
     ("POST", "/v1/users/{user}/answer", {"question": "Where are the bees?"}, "answer"),
+    ("DELETE", "/v1/users/{user}/turns/D1:1", None, "erase"),
     ("DELETE", "/v1/users/{user}", None, "erase"),
     ("GET", "/v1/strategy", None, "admin"),
     ("GET", "/metrics", None, "admin"),
@@ -86,7 +87,7 @@ def test_the_401_403_matrix_every_route_and_every_refusal_audited(served):
 
 def test_a_key_outside_its_users_learns_nothing_about_which_exist(served):
     served.capture()
-    for method, path, body, _ in ROUTES[:5]:
+    for method, path, body, _ in [r for r in ROUTES if "{user}" in r[1]]:
         known = served.call(method, path, body, "bob", "alice")
         unknown = served.call(method, path, body, "bob", "nobody")
         assert known.status_code == unknown.status_code == 403
@@ -116,6 +117,17 @@ def test_operations_are_audited_without_content_and_the_audit_outlives_erasure(s
     text = (served.data / AUDIT_FILE).read_text()
     assert "bees" not in text and "alice" not in text and "Ann" not in text
     assert served.audit.verify().ok and not (served.data / "users" / "alice").exists()
+
+
+def test_a_turn_erasure_is_audited_by_the_turns_id(served):
+    assert served.capture().status_code == 201
+    assert served.call("POST", "/v1/users/{user}/turns", {"turns": [{**TURN, "id": "D1:2"}]}, "all").status_code == 201
+    assert served.call("DELETE", "/v1/users/{user}/turns/D1:1", None, "only-erase").json()["turn"]["turn"] == "D1:1"
+    erase = served.lines("ERASE")[-1]["payload"]
+    assert erase["ids"] == ["D1:1"] and erase["counts"] == {"turns": 1} and erase["user"] == user_hash("alice")
+    assert served.call("DELETE", "/v1/users/{user}/turns/D1:1", None, "all").status_code == 404  # erased already
+    assert served.call("DELETE", "/v1/users/{user}/turns/D1:2", None, "only-capture").status_code == 403
+    assert served.audit.verify().ok
 
 
 def test_a_recall_for_another_purpose_is_refused_and_audited(served):

@@ -15,7 +15,7 @@ from evolve.benchmarks.synthetic import generate_synthetic
 from evolve.data import BASELINE_PATH
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
-from evolve.serve.memory import MemoryService
+from evolve.serve.memory import MemoryService, UnknownUser
 from evolve.serve.records import turns_in
 from evolve.serve.replay import replay, stored_recalls
 from evolve.serve.strategy import RuntimeParts, StrategySlot
@@ -155,3 +155,52 @@ def test_a_retention_purge_rewrites_the_users_rows(postgres, serving, embedder):
         assert backend.organised("purged-pg") == set()  # the open session is organised when it closes
     finally:
         backend.close()
+
+
+def _turn(n: int, text: str) -> dict:
+    return {"id": f"t{n}", "speaker": "Ann", "text": text, "session": "S1", "time": None}
+
+
+def test_a_reused_user_id_never_revives_erased_turns_on_another_replica(pg_url, serving, embedder):
+    """The race: replica B has loaded ann; ann is erased through replica A and captured again, past the old event
+    count, before B looks; B's next recall must hold only the new turns."""
+    slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+    a, b = (MemoryService(PostgresBackend(pg_url), lambda: slot.current) for _ in range(2))
+    for n in range(2):
+        a.capture("ann", [_turn(n, f"My secret word is Zanzibarine number {n}.")])
+    held = b.store("ann", slot.current).turns.values()
+    assert [t.text for t in held] == [f"My secret word is Zanzibarine number {n}." for n in range(2)]
+    a.erase("ann")
+    for n in range(3):  # three capture events: more than the two B has seen
+        a.capture("ann", [_turn(10 + n, f"I like tea, cup {n}.")])
+    seen = b.store("ann", slot.current)
+    assert [t.text for t in seen.turns.values()] == [f"I like tea, cup {n}." for n in range(3)]
+    assert not any("Zanzibarine" in item.text for item in seen.items)
+    assert b.turn_count("ann") == 3
+    a.erase("ann")  # erased again, not captured since: B answers that the user is unknown
+    with pytest.raises(UnknownUser):
+        b.store("ann", slot.current)
+    for service in (a, b):
+        service.backend.close()
+
+
+def test_a_purge_through_one_replica_reaches_the_others_memory(pg_url, serving, embedder):
+    """Replica B has loaded ann; replica A purges ann's expired turns and ann captures again through A; B's next
+    recall holds neither the purged turns nor a stale log (the purge advanced the user's generation)."""
+    from datetime import datetime, timedelta, timezone
+
+    slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+    a, b = (MemoryService(PostgresBackend(pg_url), lambda: slot.current) for _ in range(2))
+    try:
+        a.capture("ann", [_turn(0, "My secret word is Zanzibarine.")],
+                  retain_until=datetime.now(timezone.utc) - timedelta(seconds=1))
+        a.capture("ann", [_turn(1, "I like tea.")])
+        assert b.turn_count("ann") == 2
+        assert a.purge_expired(lambda *_: None) == 1
+        a.capture("ann", [_turn(2, "I like coffee too.")])  # the log grows back past what B has seen
+        seen = b.store("ann", slot.current)
+        assert [t.text for t in seen.turns.values()] == ["I like tea.", "I like coffee too."]
+        assert not any("Zanzibarine" in item.text for item in seen.items)
+    finally:
+        for service in (a, b):
+            service.backend.close()

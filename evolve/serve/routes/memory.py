@@ -203,3 +203,12 @@ def erase(user: UserId, memory: Memory, caller: Eraser) -> dict:
     tombstone = memory.erase(user)
     caller.record("ERASE", user, counts={"turns": tombstone.turns_erased or 0})
     return {"erased": True, "tombstone": tombstone}
+
+
+@router.delete("/turns/{turn:path}", summary="Erase one turn: from the capture log, the records, facts and rollups "
+                                              "derived from it (organised again without it), their history, the "
+                                              "indexes and embeddings")
+def erase_turn(user: UserId, turn: str, memory: Memory, caller: Eraser) -> dict:
+    erased = memory.erase_turn(user, turn)
+    caller.record("ERASE", user, ids=[turn], counts={"turns": 1})
+    return {"erased": True, "turn": erased}
