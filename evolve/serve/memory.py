@@ -99,7 +99,7 @@ class UnknownUser(EvolveError, LookupError):
     """No memory is held for the user (never captured, or erased)."""
 
 
-class _Stale(Exception):
+class _Stale(EvolveError):
     """The user's capture log was erased or rewritten through another replica since this one loaded it (its
     :meth:`Backend.generation` moved): the memory held here is dropped; look the user up again."""
 
