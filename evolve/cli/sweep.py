@@ -6,6 +6,10 @@ import argparse
 
 from evolve.cli.argtypes import probability
 
+#: The default grid: D²ACCI's robustness range of alpha, and tolerated category drops around the default 0.02.
+ALPHAS = (0.005, 0.01, 0.02, 0.05)
+EPSILONS = (0.01, 0.02, 0.05)
+
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from evolve.ops.sweep import sweep, text
@@ -16,8 +20,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add ``sweep`` to ``sub``."""
-    from evolve.ops.sweep import ALPHAS, EPSILONS
-
     p = sub.add_parser("sweep", help="decide every recorded comparison of some stores again over a grid of alpha "
                                      "and epsilon and list the decisions that flip")
     p.add_argument("--stores", nargs="+", required=True, metavar="STORES",

@@ -19,11 +19,6 @@ from evolve.ops.history import History
 from evolve.state.record import CandidateRecord
 from evolve.verify.decision import AcceptanceRules, CostLimits, Decision, decide
 
-#: The default grid: D²ACCI's robustness range of alpha, and tolerated category drops around the default 0.02.
-ALPHAS = (0.005, 0.01, 0.02, 0.05)
-EPSILONS = (0.01, 0.02, 0.05)
-
-
 @dataclass(frozen=True)
 class Flip:
     """One record whose verdict at a grid point differs from its verdict under its recorded rules."""
@@ -61,8 +56,7 @@ def _decide(record: CandidateRecord, rules: AcceptanceRules, cost: CostLimits) -
     return decide(record.comparison, rules, cost if cost.active else None)
 
 
-def sweep(stores: Sequence[str | Path], alphas: Sequence[float] = ALPHAS,
-          epsilons: Sequence[float] = EPSILONS) -> Sweep:
+def sweep(stores: Sequence[str | Path], alphas: Sequence[float], epsilons: Sequence[float]) -> Sweep:
     """Every fully compared record of ``stores`` decided at each (alpha, epsilon) of the grid."""
     decided, skipped, flips = {}, {}, []
     for path in map(str, stores):

@@ -16,6 +16,7 @@ from typing import Callable
 import pytest
 import yaml
 
+from evolve.state.content import REF, ContentStore, resolved
 from evolve.state.layout import DOC_STORES, JSONL_STORES
 from evolve.state.stores import StoreSet
 from evolve.data import BASELINE_PATH
@@ -197,10 +198,16 @@ def final_outcome(stores: Path) -> dict:
         docs = {name: s.read_doc(name) for name in DOC_STORES}
         outcomes = s.read_jsonl("candidate_outcomes")
         current = s.current_strategy
-        committed_entries = [(e["type"], e["round"], e["seq"], e["payload"]) for e in s.journal.entries()
-                             if e["seq"] is not None]
+        # a record's hash covers its examples' references into the content store, whose random nonces differ
+        # between runs: the words they hold are compared instead
+        committed_entries = [(e["type"], e["round"], e["seq"], {k: v for k, v in e["payload"].items()
+                                                                 if k != "record_hash"})
+                             for e in s.journal.entries() if e["seq"] is not None]
+        content = ContentStore(stores / "content")
+        examples = [{side: [{k: v for k, v in row.items() if k != REF} for row in rows]
+                     for side, rows in (resolved(r["examples"], content) or {}).items()} for r in outcomes]
     return {"decisions": [(r["candidate_id"], r["change_keys"], r["decided_by"], r["decision"]["verdict"])
-                          for r in outcomes],
+                          for r in outcomes], "examples": examples,
             "current_strategy": current, "best": best and (best.strategy_hash, best.score, best.round),
             "docs": docs, "journal": committed_entries}
 
