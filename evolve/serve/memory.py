@@ -19,7 +19,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolve.errors import EvolveError
-from evolve.benchmarks.locomo import fold_caption, parse_locomo_date
+from evolve.benchmarks.turns import TurnError, client_turn, parse_locomo_date
 from evolve.benchmarks.types import Turn
 from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
@@ -65,12 +65,15 @@ class TurnRecord(BaseModel):
 
 
 def turn_record(raw: dict, where: str) -> dict:
-    """A request's turn as the capture log keeps it: the image caption folded into the text by the LoCoMo adapter's
-    own :func:`~evolve.benchmarks.locomo.fold_caption`, the time in ISO form (naive UTC for a zoned one)."""
-    text = fold_caption(raw["text"], raw.get("image_caption"))
-    when = parse_time(raw["time"], f"{where}.time").isoformat() if raw.get("time") else None
-    return TurnRecord(id=raw["id"], speaker=raw["speaker"], text=text, session=raw["session"],
-                      time=when).model_dump()
+    """A request's turn as the capture log keeps it: the turn the LoCoMo reader would read
+    (:func:`~evolve.benchmarks.turns.client_turn`), its time in ISO form (naive UTC for a zoned one)."""
+    try:
+        turn = client_turn(raw["id"], raw["speaker"], raw["text"], raw["session"], raw.get("time"),
+                           raw.get("image_caption"), where)
+    except TurnError as exc:
+        raise CaptureError(str(exc)) from None
+    return TurnRecord(id=turn.id, speaker=turn.speaker, text=turn.text, session=turn.session_id,
+                      time=turn.timestamp.isoformat() if turn.timestamp else None).model_dump()
 
 
 def _turn(record: dict) -> Turn:
