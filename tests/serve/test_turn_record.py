@@ -17,7 +17,8 @@ from evolve.benchmarks.types import Turn
 from evolve.runtime.live import CaptureError
 from evolve.serve.memory import _turn, turn_record
 
-DEV4 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
+REPO = Path(__file__).resolve().parents[2]
+DEV4 = REPO.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
 _SESSION = re.compile(r"session_(\d+)")
 
 
@@ -54,22 +55,31 @@ def test_every_dev4_turn_sent_as_raw_locomo_is_the_adapter_s_turn():
     assert all(t.timestamp is not None and re.fullmatch(r"D\d+", t.session_id) for t in turns)
 
 
-def test_every_turn_of_a_synthetic_file_with_every_kind_of_caption_time_and_session_is_the_adapter_s_turn(tmp_path):
-    path = tmp_path / "synthetic.json"
+CAPTIONS = ["a photo of a red bike", "An image of two cats on a sofa", "  a picture of   a lake ", "photo of a dog",
+            "   ", "a photography of a bridge"]
+
+
+def _synthetic(path: Path) -> list[dict]:
+    """A synthetic LoCoMo file with every kind of caption, an ISO zoned session time, a session without a time and
+    a loosely spaced LoCoMo time; its samples."""
     write_locomo(generate_synthetic(seed=3, n_personas=2, n_sessions=5), path)
     samples = json.loads(path.read_text())
     conversation = samples[0]["conversation"]
-    captions = ["a photo of a red bike", "An image of two cats on a sofa", "  a picture of   a lake ", "photo of a dog",
-                "   ", "a photography of a bridge"]
-    for turn, caption in zip(conversation["session_1"], captions):
+    for turn, caption in zip(conversation["session_1"], CAPTIONS):
         turn["blip_caption"] = caption
     conversation["session_2_date_time"] = "2023-04-27T15:40:00+02:00"  # ISO, zoned
     del conversation["session_3_date_time"]  # no date: the turns carry none
     conversation["session_4_date_time"] = "9:30  pm on  21 May, 2023"  # LoCoMo style, loose spacing
     path.write_text(json.dumps(samples))
+    return samples
 
+
+def test_every_turn_of_a_synthetic_file_with_every_kind_of_caption_time_and_session_is_the_adapter_s_turn(tmp_path):
+    path = tmp_path / "synthetic.json"
+    samples = _synthetic(path)
+    conversation = samples[0]["conversation"]
     turns = {turn_id: t for (cid, turn_id), t in _same_turns(path).items() if cid == samples[0]["sample_id"]}
-    first = [turns[t["dia_id"]] for t in conversation["session_1"]][:len(captions)]
+    first = [turns[t["dia_id"]] for t in conversation["session_1"]][:len(CAPTIONS)]
     assert [t.text.partition(" [")[2] for t in first] == [
         "shares a photo of a red bike]", "shares a photo of two cats on a sofa]", "shares a photo of a lake]",
         "shares a photo of photo of a dog]", "", "shares a photo of a bridge]"]
@@ -90,3 +100,4 @@ def test_an_unparseable_time_is_refused_naming_the_turn():
     raw = {"id": "D1:1", "speaker": "Ann", "text": "Hi", "session": "D1", "time": "last Tuesday"}
     with pytest.raises(CaptureError, match=r"turns\[2\]\.time: unparseable time 'last Tuesday'"):
         turn_record(raw, "turns[2]")
+
