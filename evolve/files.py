@@ -6,6 +6,7 @@ instant leaves either the old or the new content of a file, never a mix.
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import logging
 import os
@@ -121,6 +122,15 @@ class StoreError(UserError, RuntimeError):
     def out_of_space(self) -> bool:
         """Whether the write failed for want of space (disk full or quota exceeded)."""
         return self.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def file_sha256(path: str | Path) -> str:
+    """SHA-256 of a file's bytes, read in blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def os_error(path: str | Path, exc: OSError, action: str) -> StoreError:

@@ -34,14 +34,29 @@ def find_chromium() -> str | None:
     return next((p for p in (shutil.which(n) for n in ("chromium", "chromium-browser", "google-chrome")) if p), None)
 
 
-def screenshot(html: Path, png: Path, chromium: str) -> None:
-    """Render ``html`` to ``png``; raises ``RuntimeError`` with Chromium's output if no image was written."""
+def screenshot(html: Path, png: Path, chromium: str, fragment: str = "") -> None:
+    """Render ``html`` (opened at ``#fragment`` when given) to ``png``; raises ``RuntimeError`` with Chromium's
+    output if no image was written."""
     with tempfile.TemporaryDirectory() as profile:
         proc = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", f"--screenshot={png}",
-                               f"--window-size={WINDOW[0]},{WINDOW[1]}", html.resolve().as_uri()],
+                               f"--window-size={WINDOW[0]},{WINDOW[1]}", _url(html, fragment)],
                               capture_output=True, text=True, timeout=120)
     if proc.returncode != 0 or not png.is_file():
         raise RuntimeError(f"chromium exited {proc.returncode} without writing {png}:\n{proc.stderr[-2000:]}")
+
+
+def _url(html: Path, fragment: str) -> str:
+    return html.resolve().as_uri() + (f"#{fragment}" if fragment else "")
+
+
+def rendered_dom(html: Path, chromium: str, fragment: str = "") -> str:
+    """The page's DOM after its scripts ran (opened at ``#fragment`` when given), as Chromium serialises it."""
+    with tempfile.TemporaryDirectory() as profile:
+        proc = subprocess.run([chromium, *CHROMIUM_FLAGS, f"--user-data-dir={profile}", "--virtual-time-budget=3000",
+                               "--dump-dom", _url(html, fragment)], capture_output=True, text=True, timeout=120)
+    if proc.returncode != 0 or "<html" not in proc.stdout:
+        raise RuntimeError(f"chromium exited {proc.returncode} without a DOM:\n{proc.stderr[-2000:]}")
+    return proc.stdout
 
 
 def check_html(text: str) -> list[str]:

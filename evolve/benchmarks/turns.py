@@ -31,14 +31,19 @@ def format_locomo_date(moment: datetime) -> str:
     return f"{hour}:{moment.minute:02d} {meridiem} on {moment.day} {moment:%B}, {moment.year}"
 
 
-def parse_moment(text: str) -> datetime:
-    """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment; a zoned one as naive UTC (so every time of a
-    conversation compares; naive ones are taken as given). ``ValueError`` if it is neither."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        moment = parse_locomo_date(text)
+def naive(moment: datetime) -> datetime:
+    """A zoned moment in UTC without its zone, so every time of a conversation compares (naive ones are taken as
+    given)."""
     return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo is not None else moment
+
+
+def parse_moment(text: str) -> datetime:
+    """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment, a zoned one as naive UTC (:func:`naive`);
+    ``ValueError`` if it is neither."""
+    try:
+        return naive(datetime.fromisoformat(text))
+    except ValueError:
+        return naive(parse_locomo_date(text))
 
 
 def fold_caption(text: str, caption: object) -> str:

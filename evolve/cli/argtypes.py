@@ -13,3 +13,14 @@ def positive_int(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is not >= 1")
     return value
+
+
+def probability(text: str) -> float:
+    """An argparse type: a number in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{value:g} is not in (0, 1)")
+    return value

@@ -398,15 +398,20 @@ def _contract_rows(properties: dict, required: list[str], defs: dict, prefix: st
 
 def trace_contract_page() -> str:
     """The trace contract (``schemas/trace.schema.json``): every field of a record, its type and meaning."""
-    from evolve.observe.contract import STAGE_KEYS, schema
+    from evolve.observe.contract import STAGE_KEYS, TRACE_VERSION, VERSIONS, schema
 
     contract = schema()
     stages = ", ".join(f"{stage} `{key}`" for stage, key in STAGE_KEYS.items())
     return "".join([
         NOTE.format(source="schemas/trace.schema.json"), "# Trace contract\n\n",
         _cell(contract["description"]) + "\n\n",
-        f"Version `{contract['properties']['trace_version']['const']}`. The six stages, upstream first, and the key "
-        f"holding each: {stages}. A field of an item not listed here is kept and not checked.\n\n",
+        f"Version `{TRACE_VERSION}` (read: {', '.join(f'`{v}`' for v in VERSIONS)}). The stages a record holds, "
+        f"upstream first, and the key holding each: {stages}. DCR counts six of them: the answer and the judge's "
+        "verdict together are one (generation). A field of an item not listed here is kept and not checked.\n\n",
+        "Version 2 against version 1: the `constraints` stage is new; DCR counts the answer and the judge as one "
+        "stage, not two, counts retrieval only when every item has a score, and counts an empty list only where "
+        "emptiness is the stage's result. A version-1 file is read and gated as before; its DCR is counted by the "
+        "same rule, so it records at most five stages.\n\n",
         _table(("field", "type", "required", "meaning"),
                list(_contract_rows(contract["properties"], contract["required"], contract["$defs"])))])
 

@@ -14,13 +14,13 @@ from evolve.safe_text import MAX_OPERATOR_CHARS, escaped
 DEFAULT_STORES = Path("stores") / "gate"
 
 
-def prediction(text: str) -> tuple[str, str]:
-    """An argparse type: ``CATEGORY[:up|down]`` (up when left out)."""
-    category, _, direction = text.partition(":")
-    direction = direction or "up"
-    if not category or direction not in ("up", "down"):
-        raise argparse.ArgumentTypeError(f"{text!r}: expected CATEGORY, CATEGORY:up or CATEGORY:down")
-    return category, direction
+def prediction(text: str):
+    """An argparse type: ``ROOT_CAUSE[/CATEGORY][:down|up]`` (every category and down when left out)."""
+    from evolve.verify.hypothesis import Prediction
+    try:
+        return Prediction.parse(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; expected ROOT_CAUSE[/CATEGORY][:down|up]") from None
 
 
 def family_p(text: str) -> tuple[str, float]:
@@ -42,8 +42,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
     from evolve.ops.history import History
     from evolve.state.layout import StoreLayout
 
-    if args.predict is not None and args.hypothesis is None:
-        raise UserError("--predict needs --hypothesis (say what the change is for)")
+    if args.no_hypothesis and (args.hypothesis is not None or args.predict is not None):
+        raise UserError("--no-hypothesis: leave out --hypothesis and --predict, or give both without it")
+    if not args.no_hypothesis and (args.hypothesis is None or args.predict is None):
+        raise UserError("a gate run needs --hypothesis TEXT and --predict ROOT_CAUSE[/CATEGORY][:down|up] (what the "
+                        "change is for, and which failure category it makes rarer), or --no-hypothesis to gate "
+                        "without one (recorded with the verdict)")
     path = config_path(args.rules)
     config = load_config(path, check_files=False) if path is not None else RunConfig()
     loop = StoreLayout(config.stores) if path is not None else None
@@ -53,9 +57,12 @@ def cmd_gate(args: argparse.Namespace) -> int:
         if loop is None or not loop.root.is_dir():
             raise UserError("--answers needs --rules naming the run config whose stores raised the escalation")
         known = {e.key for e in escalations(History(loop.root)) if e.entry is not None}
+    if args.family is not None and (args.family_p or args.family_secondary_p):
+        raise UserError(f"--family {args.family}: its members are the family's runs in the gate store; leave out "
+                        "--family-p and --family-secondary-p")
     gate = GateInput(Path(args.base), Path(args.candidate), config, args.adapter, args.hypothesis, args.predict,
                      args.answers, family("--family-p", args.family_p),
-                     family("--family-secondary-p", args.family_secondary_p))
+                     family("--family-secondary-p", args.family_secondary_p), args.family)
     result = evaluate(gate)
     entry = journal(result, stores, known)
     r, c, p = result.record, result.comparison, result.comparison.paired
@@ -68,6 +75,16 @@ def cmd_gate(args: argparse.Namespace) -> int:
           f"{c.cost.words_parent:.1f} -> {c.cost.words_candidate:.1f}")
     if c.hypothesis is not None:
         print(f"hypothesis: {escaped(args.hypothesis)}: {c.hypothesis.describe()}")
+    if args.no_hypothesis:
+        print("hypothesis: none (--no-hypothesis, recorded with the verdict)")
+    if args.family is not None:
+        adjusted = r.multiple_testing
+        print(f"family {escaped(args.family)}: " + (f"{len(adjusted.family)} members, {adjusted.method}-adjusted p="
+                                                    f"{adjusted.p_adjusted:.4g}" if adjusted else "its first member"))
+        for change in result.redecided:
+            print(f"  re-decided {change['candidate_id']}: {change['previous']['verdict']} -> "
+                  f"{change['decision']['verdict']} (rule {change['decision']['rule']}, adjusted p="
+                  f"{change['multiple_testing']['p_adjusted']:.4g})")
     print(f"journal entry {entry['index']} {entry['type']} in {stores}; memevolve show {r.candidate_id} --stores "
           f"{stores}")
     return 0
@@ -87,12 +104,20 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--adapter", choices=sorted(ADAPTERS), default="jsonl",
                    help="how the files' lines are read (default: %(default)s, the trace contract)")
     p.add_argument("--hypothesis", metavar="TEXT", type=operator_arg(blank=True),
-                   help=f"what the change is meant to do (recorded); at most {MAX_OPERATOR_CHARS} characters, shown "
-                        "with control characters escaped")
-    p.add_argument("--predict", type=prediction, metavar="CATEGORY[:up|down]",
-                   help="the category the hypothesis moves; a move otherwise is rule hypothesis_mismatch")
+                   help=f"what the change is meant to do (recorded; needed with --predict unless --no-hypothesis); "
+                        f"at most {MAX_OPERATOR_CHARS} characters, shown with control characters escaped")
+    p.add_argument("--predict", type=prediction, metavar="ROOT_CAUSE[/CATEGORY][:down|up]",
+                   help="the failure category the change moves (default every category, down): tested paired "
+                        "(exact McNemar at alpha); a would-be accept whose prediction does not hold is rule "
+                        "hypothesis_mismatch")
+    p.add_argument("--no-hypothesis", action="store_true",
+                   help="gate without a hypothesis (recorded with the verdict)")
     p.add_argument("--stores", help=f"gate store (default: the run config's stores/gate, else {DEFAULT_STORES})")
     p.add_argument("--answers", metavar="ESCALATION", help="the loop escalation (direction key) this change answers")
+    p.add_argument("--family", metavar="NAME", type=operator_arg(),
+                   help="a named family in the gate store (e.g. a release's batch of changes): this verdict and the "
+                        "family's earlier ones are adjusted together as acceptance.multiple_testing says (bh at "
+                        "fdr_q, or holm); an earlier verdict that changes is journaled as REDECIDE")
     p.add_argument("--family-p", type=family_p, action="append", default=[], metavar="ID=P",
                    help="another test of the same round's gain family (adjusted together as acceptance."
                         "multiple_testing says); repeat per test")

@@ -1,4 +1,4 @@
-"""Governance subcommands: the FEATURE_FLAG registry (``flags``, ``flags --verify``) and ``escalations``.
+"""Governance subcommands: the FEATURE_FLAG registry (``flags``, ``flags --verify``), ``escalations`` and ``erase``.
 
 Exit codes: 0 success, 1 refused (nothing to re-verify, a budget stop), 2 bad input.
 """
@@ -101,6 +101,32 @@ def candidate_id(text: str) -> str:
     return text
 
 
+def cmd_erase(args: argparse.Namespace) -> int:
+    import json
+
+    from evolve.errors import EvolveError
+    from evolve.ops.erasure import Erasure, find_manifests
+
+    try:
+        report = Erasure(args.user or [], find_manifests([Path(p) for p in args.export or []]), [Path(args.stores)],
+                         [Path(c) for c in args.cache or []]).run()
+    except (EvolveError, ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=1, sort_keys=True))
+        return 0
+    print(f"erasure {report.request} at {report.erased_at}: {len(report.subjects)} conversation(s)")
+    for export, n in report.exports.items():
+        print(f"  export {export}: {n} sample(s) removed")
+    for directory, n in report.cache_files.items():
+        print(f"  cache {directory}: {n} file(s) deleted")
+    for root, counts in report.stores.items():
+        print(f"  stores {root}: {counts['side_files']} side file(s) redacted, {counts['records_rewritten']} "
+              f"record(s) with inline words rewritten; ERASE journal entry {counts['journal_entry']}")
+    return 0
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the governance subcommands to ``sub``."""
     p = sub.add_parser("flags", help="the FEATURE_FLAG registry: flagged candidates with reasons and status; "
@@ -118,3 +144,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                                            "with monitoring")
     stores_arg(p)
     p.set_defaults(func=cmd_escalations)
+
+    p = sub.add_parser("erase", help="erase users' words from every copy the optimizer made: exported benchmark "
+                                     "files, candidate and gate examples, LLM and embedding caches (journaled, ERASE)")
+    p.add_argument("--user", nargs="+", metavar="USER", help="the users (their conversations' ids) to erase")
+    p.add_argument("--export", nargs="+", metavar="MANIFEST|DIR",
+                   help="export manifests (`capture-export` writes them), or folders holding them: the users are "
+                        "removed from each export; without --user, every user they list is erased")
+    stores_arg(p)
+    p.add_argument("--cache", nargs="+", metavar="DIR", help="further cache directories (an `eval --cache` "
+                                                             "directory); the stores' own caches and "
+                                                             "$MEMEVOLVE_EMBEDDING_CACHE are always reached")
+    p.add_argument("--json", action="store_true", help="print the report as JSON (counts, no words, no user ids)")
+    p.set_defaults(func=cmd_erase)

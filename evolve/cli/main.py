@@ -359,13 +359,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, help="port on 127.0.0.1 (default: a free one)")
     p.set_defaults(func=cmd_local_llm)
 
-    from evolve.cli import gate, governance, replay, serve, workflow
+    from evolve.cli import canary, gate, governance, replay, review, serve, sweep, workflow
 
     workflow.register(sub)
+    canary.register(sub)
     governance.register(sub)
     serve.register(sub)
     replay.register(sub)
     gate.register(sub)
+    review.register(sub)
+    sweep.register(sub)
     return parser
 
 

@@ -51,11 +51,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from evolve.ops.outputs import check_output_file, protect, served_files
     from evolve.ops.serving import Refused as RollbackRefused
     from evolve.runtime.embedder import default_embedder
-    from evolve.serve.answers import answer_map, load_answers
+    from evolve.serve.answers import answer_map, category_map, load_answers
     from evolve.serve.replay import read_recalls, recall_logs, replay, stored_recalls, text
     from evolve.serve.stores import open_backend
     from evolve.serve.strategy import RuntimeParts, ServingRefused, load_serving
-    from evolve.serve.verdict import auto_rollback, journal_replay, rollback_triggers
+    from evolve.serve.verdict import auto_rollback, contract_rules, journal_replay, rollback_triggers
 
     try:
         view = History(args.stores)
@@ -79,12 +79,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
         backend = open_backend(data)
         with reading_only(_torn):  # the service's logs: a torn last line is skipped, never repaired from here
             records = read_recalls(logs) if logs else stored_recalls(backend)
-        answers = answer_map(load_answers(args.answers)) if args.answers else {}
+        entries = load_answers(args.answers) if args.answers else []
+        rules = contract_rules(view)
+        if args.alpha is not None:
+            rules = rules.model_copy(update={"alpha": args.alpha})
         parts = RuntimeParts(default_embedder())
         serving = load_serving(args.stores, args.serving, parts, args.allow_untracked)
         candidate = _candidate(args.stores, args.candidate, parts)
         with reading_only(_torn):
-            report = replay(records, backend, serving, candidate, answers, alpha=args.alpha)
+            report = replay(records, backend, serving, candidate, answer_map(entries),
+                            categories=category_map(entries), rules=rules)
     except ServingRefused as exc:
         print(f"refused: {exc}", file=sys.stderr)
         return 1
@@ -118,6 +122,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_capture_export(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
     from evolve.files import atomic_write_json, reading_only
+    from evolve.ops.manifest import default_manifest, manifest_of, write_manifest
     from evolve.ops.outputs import check_output_file, protect
     from evolve.serve.answers import load_answers
     from evolve.serve.export import export_benchmark
@@ -126,6 +131,8 @@ def cmd_capture_export(args: argparse.Namespace) -> int:
     try:
         read = {**_data_dir(args.data), **protect([args.answers] if args.answers else [], "the answers file")}
         out = check_output_file("--out", args.out, protected=read)
+        manifest = check_output_file("--manifest", args.manifest or str(default_manifest(Path(args.out))),
+                                     protected={**read, **protect([args.out], "the exported benchmark file")})
         answers = load_answers(args.answers) if args.answers else []
         with reading_only(_torn):
             samples = export_benchmark(open_backend(args.data), args.user or [], answers)
@@ -133,10 +140,11 @@ def cmd_capture_export(args: argparse.Namespace) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     atomic_write_json(out, samples)
+    write_manifest(manifest, manifest_of(out, manifest, samples, [s["sample_id"] for s in samples]))
     questions = sum(len(s["qa"]) for s in samples)
     unanswered = sum(len(s["unanswered"]) for s in samples)
     print(f"wrote {args.out}: {len(samples)} conversation(s), {questions} answered question(s), {unanswered} "
-          "unanswered (listed for labelling)")
+          f"unanswered (listed for labelling); manifest {manifest} (what `memevolve erase` reads)")
     return 0
 
 
@@ -153,8 +161,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     stores_arg(p)
     p.add_argument("--data", help="the service's store (data directory or postgresql:// URL) the memory is rebuilt "
                                   "from (default: the directory the logs lie in)")
-    p.add_argument("--answers", metavar="ANSWERS_YAML", help="the operator's answers, for answer-in-context")
-    p.add_argument("--alpha", type=float, default=0.05, help="significance level (default: %(default)s)")
+    p.add_argument("--answers", metavar="ANSWERS_YAML", help="the operator's answers, for answer-in-context (and the "
+                                                            "categories they name, for the slices)")
+    p.add_argument("--alpha", type=float, help="significance level (default: the alpha of the decision contract the "
+                                               "stores were made under, else 0.05)")
     p.add_argument("--auto-rollback", action="store_true",
                    help="roll the serving file back when the serving strategy regresses against the one a rollback "
                         "restores, or a slice accepted with monitoring regressed since its promotion")
@@ -173,4 +183,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                 "(never inside stores, the service's data, a serving or strategy "
                                                 "file)")
     p.add_argument("--answers", metavar="ANSWERS_YAML", help="the operator's answers: these questions become qa items")
+    p.add_argument("--manifest", metavar="PATH", help="where the manifest (users and turn ids per file, read by "
+                                                      "`memevolve erase`) goes (default: beside --out, "
+                                                      "<name>.manifest.json)")
     p.set_defaults(func=cmd_capture_export)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.cli.argtypes import positive_int
+from evolve.cli.canary import approval_args, cap_arg
 from evolve.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -51,6 +52,17 @@ def seconds(low: float, high: float):
     return parse
 
 
+def level(text: str) -> float:
+    """An argparse type: a significance level in (0, 1)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1)")
+    return value
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 (any free port) to 65535."""
     try:
@@ -71,14 +83,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         print(f"error: memevolve serve needs the serve extra (pip install 'memevolve[serve]'): {exc}")
         return 2
+    from evolve.cli.canary import journal_start
+    from evolve.serve.answers import AnswersError
     from evolve.serve.backend import StoreUnavailable
-    from evolve.serve.strategy import ServingRefused
+    from evolve.serve.guard import GuardPlan
+    from evolve.serve.strategy import CanaryRefused, ServingRefused
 
     try:
         canary = parse_canary(args.canary) if args.canary else None
     except ValueError as exc:
         print(f"error: {exc}")
         return 2
+    if (args.approver or args.reason or args.override_cap) and canary is None:
+        print("error: --approver, --reason and --override-cap go with --canary (the journaled start of a canary)")
+        return 2
+    if canary is not None:
+        if not args.approver:
+            print("error: --canary needs --approver NAME: a canary start is journaled with who approved it")
+            return 2
+        code = journal_start(args.stores, args.serving, *canary, args.approver, args.reason, args.override_cap)
+        if code:
+            return code
     try:
         roles = served_roles(args.roles) if args.roles else None
     except (ConfigError, OSError) as exc:
@@ -88,10 +113,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print("error: pass --data DIR (the embedded file store) or --store postgresql://... (the shared store)")
         return 2
     config = ServeConfig(Path(args.data or "."), Path(args.serving), Path(args.stores) if args.stores else None,
-                         args.host, args.port, args.shadow, canary, args.allow_untracked, args.idle,
-                         args.reload_interval, args.store, roles, args.max_users)
+                         args.host, args.port, args.shadow, args.allow_untracked, args.idle,
+                         args.reload_interval, args.store, roles, args.max_users, GuardPlan(alpha=args.guard_alpha),
+                         Path(args.answers) if args.answers else None)
     try:
         run(config, reload_now)
+    except (CanaryRefused, AnswersError) as exc:
+        print(f"refused: {exc}")
+        return 2
     except ServingRefused as exc:
         print(f"refused: {exc}")
         return 1
@@ -117,7 +146,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--shadow", metavar="CANDIDATE_ID",
                    help="also compute this candidate's context for every recall, off the response path, and log it")
     p.add_argument("--canary", metavar="CANDIDATE_ID:FRACTION",
-                   help="serve this share of users (a stable hash of the user id) with the candidate")
+                   help="start a canary (journaled, needs --approver): serve this share of users (a stable hash of the "
+                        "user id) with an accepted candidate; without it, the canary the journal says runs is served "
+                        "(memevolve canary start|set|stop)")
+    approval_args(p, required=False)
+    cap_arg(p)
+    p.add_argument("--answers", metavar="ANSWERS_YAML",
+                   help="the operator's answers (as replay reads them): the canary guard judges the recalls they "
+                        "cover by whether each context carries the answer")
+    p.add_argument("--guard-alpha", type=level, default=0.05, metavar="ALPHA",
+                   help="family-wise level of the canary guard's harm test over its looks (default: %(default)s)")
     p.add_argument("--roles", metavar="CONFIG",
                    help="put the runtime's model roles (extractor, expander, answerer) on the endpoints of this run "
                         "config's roles: mapping (default: the embedded deterministic roles)")

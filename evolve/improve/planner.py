@@ -37,6 +37,7 @@ from evolve.observe.ladder import ROOT_CAUSES
 from evolve.improve.digest import QUALIFIERS, WILDCARD, Digest, Symptom
 from evolve.improve.effects import DimensionEffects
 from evolve.improve.hypotheses import HypothesisTree
+from evolve.verify.hypothesis import Prediction, predicted
 from evolve.strategy.moves import EDIT, Move, Step, set_value
 from evolve.strategy.prompts import add_instruction
 from evolve.strategy.schema import EvolvableDimension, bundles_path, evolvable_dimensions
@@ -277,9 +278,17 @@ class Direction:
     def direction(self) -> str:
         return self.move.first.verb
 
+    @property
+    def prediction(self) -> Prediction | None:
+        """The hypothesis the direction carries: its symptom's failure category goes down (a wildcard symptom's over
+        every category; ``None`` for a symptom naming no root cause)."""
+        return predicted(self.symptom_key)
+
     def to_dict(self) -> dict:
         out = {"key": self.key, "path": self.path, "direction": self.direction, "symptom_key": self.symptom_key,
                "priority": self.priority, "why": self.why}
+        if self.prediction is not None:
+            out["predict"] = str(self.prediction)
         return {**out, "merged_from": list(self.merged_from)} if self.merged_from else out
 
 

@@ -2,7 +2,9 @@
 
 The key is the SHA-256 of the canonical JSON of (role, model name, messages, request parameters);
 the endpoint is deliberately not part of it, so the same model served elsewhere replays the same answers.
-Entries live in ``<root>/<key[:2]>/<key>.json`` and are written atomically. An entry that cannot be used (not
+Entries live in ``<root>/<key[:2]>/<key>.json`` and are written atomically; an entry made for one conversation names
+its subject key (:mod:`evolve.runtime.subject`), so :meth:`ResponseCache.forget` finds it when the conversation is
+erased. An entry that cannot be used (not
 UTF-8 JSON, not the response entry for its key, text that is not valid Unicode) is dropped from the cache with a
 warning naming its file, and the request is sent again.
 """
@@ -16,8 +18,9 @@ from typing import Any
 
 from evolve.errors import EvolveError
 from evolve.safe_text import surrogate_at
-from evolve.files import atomic_write_text, read_bounded
+from evolve.files import atomic_write_text, os_error, read_bounded
 from evolve.canonical import canonical_json
+from evolve.runtime.subject import current_subject
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +96,38 @@ class ResponseCache:
         return sum(sizes) / len(sizes) if sizes else None
 
     def put(self, key: str, entry: dict) -> None:
-        """Store ``entry`` (which gains ``key``) atomically: temp file, fsync, rename."""
-        atomic_write_text(self.path(key), json.dumps({**entry, "key": key}, sort_keys=True, ensure_ascii=False, indent=1))
+        """Store ``entry`` (which gains ``key``, and the subject of the context, if any) atomically: temp file, fsync,
+        rename."""
+        subject = current_subject()
+        entry = {**entry, "key": key, **({"subject": subject} if subject else {})}
+        atomic_write_text(self.path(key), json.dumps(entry, sort_keys=True, ensure_ascii=False, indent=1))
+
+    def forget(self, subjects: set[str], texts: set[str]) -> list[Path]:
+        """Delete every entry made for one of ``subjects``, and every entry whose request or reply holds one of
+        ``texts`` (entries made outside a conversation, e.g. a critic's prompt quoting questions, and entries written
+        before entries named their subject), or that cannot be read; the files deleted."""
+        gone = []
+        for path in sorted(self.root.glob("*/*.json")):
+            if len(path.stem) != 64 or path.parent.name != path.stem[:2]:
+                continue  # not an entry of this cache
+            try:
+                entry = json.loads(path.read_text(encoding="utf-8"))
+                said = "\n".join([str(m.get("content", "")) for m in entry.get("messages", ())] +
+                                  [str(entry.get("content", ""))])
+                held = entry.get("subject") in subjects or any(t in said for t in texts)
+            except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError):
+                held = True
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise os_error(path, exc, "read a cache entry") from None
+            if held:
+                try:
+                    path.unlink(missing_ok=True)
+                except OSError as exc:
+                    raise os_error(path, exc, "erase a cache entry") from None
+                gone.append(path)
+        return gone
 
 
 class NoCache(ResponseCache):

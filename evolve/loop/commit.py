@@ -3,15 +3,17 @@ the diagnosis log, question histories, scoreboard, learned state, escalations an
 check that a run's harness is the one its stores were committed on."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from evolve.improve.digest import Digest
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Direction
+from evolve.improve.reviewed import Reviewed
 from evolve.loop.candidate import CandidateResult
 from evolve.loop.monitor import SliceCheck
 from evolve.observe.harness import EvalRun
 from evolve.state.checkpoint import CheckpointRecord
+from evolve.state.content import by_reference
 from evolve.files import StoreError, read_json
 from evolve.state.layout import StoreLayout
 from evolve.state.records import dump_record, record_hash, report_hash, stage_outcomes
@@ -44,6 +46,8 @@ class RoundOutcome:
     holdout_score: float | None = None  # the new current strategy on the held-out questions
     holdout_best_score: float | None = None  # the best-ever strategy there
     monitor: tuple[SliceCheck, ...] = ()  # the round's checks of slices accepted with monitoring
+    #: The reviewers' labels the round's digest took (its symptom counts that came from reviewers).
+    reviewed: Reviewed = field(default_factory=Reviewed)
 
 
 def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, baseline: dict, harness_id: dict,
@@ -51,6 +55,8 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
     """Add the round's records, documents, journal entries and state to ``bundle`` (checkpoint already set)."""
     n, cur_hash, new_hash = o.round, strategy_hash(o.current), strategy_hash(o.new)
     bundle.strategies = [o.current, o.new] + [r.strategy for r in o.results if r.proposal is not None]
+    for r in o.results:  # the words to the side store (before the WAL): records and journal hold references
+        r.record.examples = by_reference(r.record.examples, stores.content)
     bundle.records["candidate_outcomes"] = [dump_record(r.record) for r in o.results]
     bundle.records["stage_audits"] = [
         {"key": f"{r.record.candidate_id}:{stage}", "candidate_id": r.record.candidate_id, "round": n,
@@ -59,7 +65,7 @@ def fill_bundle(bundle: RoundBundle, o: RoundOutcome, stores: StoreSet, *, basel
     bundle.records["diagnosis_log"] = [{
         "key": f"r{n:03d}", "round": n, "strategy_hash": cur_hash, "summary": o.run.summary.brief(),
         "digest": o.digest.to_dict(), "directions": [d.to_dict() for d in o.directions],
-        "planner_notes": o.planner_notes}]
+        "planner_notes": o.planner_notes, "reviewed": o.reviewed.model_dump()}]
     histories = stores.read_doc("question_histories", {})
     for t in o.new_run.traces:
         histories.setdefault(t.question_id, []).append(

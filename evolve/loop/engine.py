@@ -19,6 +19,7 @@ from evolve.improve.evolver import Evolver, check_storage
 from evolve.improve.hypotheses import HypothesisTree
 from evolve.improve.planner import Planner, load_bundles
 from evolve.improve.proposer import RoundPlan
+from evolve.improve.reviewed import confirmed_labels, relabel
 from evolve.llm import CriticAdvisor, PlannerAdvisor
 from evolve.loop.bestever import best_ever
 from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
@@ -202,7 +203,12 @@ class Engine:
         self.evolver.begin_round(n, self.stores.state.get("optuna_pending", []))
         current = self.current_strategy()
         cur_run = self._evaluate_current(current, desc=f"round {n} observe")
-        dg = digest(failure_view(cur_run.traces, self.config.objective))
+        view, reviewed = relabel(failure_view(cur_run.traces, self.config.objective),
+                                 confirmed_labels(self.stores.journal.entries()))
+        dg = digest(view)
+        if reviewed.applied:
+            self._say(f"round {n}: {len(reviewed.applied)} failure root cause(s) from reviewers' labels "
+                      f"({reviewed.corrected} corrected the ladder)")
         budget = self.config.candidates_per_round
         history = [load_record(r) for r in self.stores.read_jsonl("candidate_outcomes")]
         directions = self.proposer.plan(dg, current, budget, words=cur_run.summary.context_words["mean"],
@@ -230,7 +236,7 @@ class Engine:
                                self.advisor.notes if self.advisor else [], results, winner, best.restore,
                                *self._holdout_scores(new_current, best.checkpoint["strategy"] if best.checkpoint
                                                      else prior.strategy if prior else new_current),
-                               monitor=self._monitor(n, history, current, cur_run, winner))
+                               monitor=self._monitor(n, history, current, cur_run, winner), reviewed=reviewed)
         night = self._night(n, current).after_round(winner is not None,
                                                     sum(r.record.paired is not None for r in results))
         ended = night.ends(self.config.night, minutes=(time.perf_counter() - self._night_clock) / 60, last=last)

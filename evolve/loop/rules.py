@@ -33,6 +33,14 @@ def _flat(rules: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def recorded_rules(rules: Mapping[str, Any]) -> tuple[AcceptanceRules, CostLimits]:
+    """The rules a record was decided under, as models (a rule missing from the record as :func:`_flat` reads it)."""
+    flat = _flat(rules)
+    acceptance, cost = ({name.split(".", 1)[1]: value for name, value in flat.items() if name.startswith(f"{s}.")}
+                        for s in SECTIONS)
+    return AcceptanceRules.model_validate(acceptance, strict=False), CostLimits.model_validate(cost, strict=False)
+
+
 def rule_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
     """``(rule, old value, new value)`` of every rule that differs, by name."""
     before, after = _flat(old), _flat(new)

@@ -35,6 +35,14 @@ def default_tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{default_dir() / 'mlflow.db'}"
 
 
+def artifact_dir(uri: str) -> Path:
+    """Where a local tracking store keeps artifacts: beside a SQLite tracking file (``experiments/mlartifacts`` by
+    default)."""
+    if uri.startswith("sqlite:///"):
+        return Path(uri.removeprefix("sqlite:///")).parent / "mlartifacts"
+    return default_dir() / "mlartifacts"
+
+
 def _numeric(metrics: Mapping[str, Any]) -> dict[str, float]:
     return {k: float(v) for k, v in metrics.items() if is_real(v)}
 
@@ -111,10 +119,7 @@ class Tracker:
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
 
     def _artifact_dir(self) -> Path:
-        """Artifacts sit beside a SQLite tracking file (``experiments/mlartifacts`` by default)."""
-        if self.uri.startswith("sqlite:///"):
-            return Path(self.uri.removeprefix("sqlite:///")).parent / "mlartifacts"
-        return default_dir() / "mlartifacts"
+        return artifact_dir(self.uri)
 
     def start(self, name: str, tags: Mapping[str, str] | None = None, parent_run_id: str | None = None) -> str:
         tags = dict(tags or {})
@@ -147,7 +152,8 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
                 usage: UsageStats | None) -> str:
     """Log a committed round: a run per round with the new strategy's metrics and the decision rules as parameters
     (``rules.acceptance.alpha``, ...), and a nested run per candidate
-    with its paired statistics, decision, record, diff, screening outcomes and (if fully evaluated) traces. Returns
+    with its paired statistics, decision, record, diff, screening outcomes and (if fully evaluated) traces; the round run
+    keeps the observed strategy's summary and traces (the candidates' parent). Returns
     the round's MLflow run id."""
     n = outcome.round
     head = stores.journal.last()
@@ -159,6 +165,9 @@ def track_round(tracker: Tracker, stores: StoreSet, config: RunConfig, summary: 
                 metrics={**outcome.new_run.summary.metrics(), **(usage.to_dict() if usage else {})},
                 tags={"accepted": summary["accepted"] or "none", "restored": summary["restored"]}, step=n)
     tracker.artifact(run_id, "round_summary.json", summary)
+    # the observed strategy, every candidate's parent: with the candidates' own, what a review page shows
+    tracker.artifact(run_id, "summary.json", outcome.run.summary.to_dict())
+    tracker.artifact(run_id, "traces.jsonl", outcome.run.traces_jsonl())
     night = summary.get("night")
     if night:  # the round that ended a night: why, and its confirmation
         confirmation = night.get("confirmation") or {}

@@ -3,9 +3,16 @@ question stage by stage, validated with jsonschema.
 
 A record's envelope (``trace_version``, ``id``, ``category``, ``question``, ``gold``, ``scored``, no unknown key) must
 be valid, or the record is refused (:class:`ContractError` naming where). Each stage is optional and validated on its
-own: an invalid stage is kept out of the record's :func:`valid_stages` (it does not count towards DCR) and out of
-what :func:`to_trace` reads. Our harness's traces are one producer (:func:`from_trace`); :func:`to_trace` reads a
-record back as a :class:`~evolve.observe.trace.Trace` carrying the outcomes each objective compares.
+own: an invalid stage is kept out of the record's :func:`valid_stages` and out of what :func:`to_trace` reads. Our
+harness's traces are one producer (:func:`from_trace`); :func:`to_trace` reads a record back as a
+:class:`~evolve.observe.trace.Trace` carrying the outcomes each objective compares.
+
+DCR counts D²ACCI's six stages (:func:`dcr_stages`): ingestion, retrieval with every item's score, filtering, assembly,
+constraints, and generation (answer and judge together, one stage). An empty list counts only where emptiness is the
+stage's result: ``stored`` when the record names gold evidence, ``retrieved`` when ``stored`` holds an item,
+``filtered``, ``packed`` and ``constraints`` when ``retrieved`` holds an item. Version 2 added ``constraints``;
+version-1 records are read and gated as before and counted by the same rule (at most five stages: they cannot record
+constraints).
 """
 from __future__ import annotations
 
@@ -18,15 +25,30 @@ from jsonschema import Draft202012Validator
 
 from evolve.data import TRACE_SCHEMA_PATH
 from evolve.errors import UserError
+from evolve.numbers import is_real
 from evolve.observe.answer import answer_check, content_words_once
 from evolve.observe.ladder import RESULTS, Stage, derives_from
 from evolve.observe.trace import Trace
 
-#: The contract version this code reads and writes.
-TRACE_VERSION = "1"
-#: Each stage of the ladder (then the results) and the record key that holds it, upstream first.
+#: The contract version this code writes (it reads every one of :data:`VERSIONS`).
+TRACE_VERSION = "2"
+VERSIONS = ("1", "2")
+#: The constraint stage: ids of the constraints applied to the sample (version 2).
+CONSTRAINT = "constraint"
+#: Each stage a record can hold and its key, upstream first: the ladder's, the constraints, the answer and the
+#: judge's verdict (the results).
 STAGE_KEYS: dict[str, str] = {Stage.INGESTION: "stored", Stage.RETRIEVAL: "retrieved", Stage.FILTERING: "filtered",
-                              Stage.ASSEMBLY: "packed", Stage.GENERATION: "answer", RESULTS: "judge"}
+                              Stage.ASSEMBLY: "packed", CONSTRAINT: "constraints", Stage.GENERATION: "answer",
+                              RESULTS: "judge"}
+#: The six stages DCR counts (D²ACCI), upstream first; generation is the answer with the judge's verdict.
+DCR_STAGES: tuple[str, ...] = (Stage.INGESTION, Stage.RETRIEVAL, Stage.FILTERING, Stage.ASSEMBLY, CONSTRAINT,
+                               Stage.GENERATION)
+#: A stage's empty list counts when the record shows the stage had something to act on: gold evidence to store (read
+#: apart), or a valid, non-empty record of the stage named here (stored items to retrieve, retrieved items to filter,
+#: pack or constrain).
+_EMPTY_COUNTS_AFTER = {Stage.RETRIEVAL: Stage.INGESTION, Stage.FILTERING: Stage.RETRIEVAL,
+                       Stage.ASSEMBLY: Stage.RETRIEVAL, CONSTRAINT: Stage.RETRIEVAL}
+
 #: How our runtime's filtering reasons map onto the contract's decisions.
 _DECISION = {"filtered": "hidden", "dropped": "dropped"}
 
@@ -75,9 +97,42 @@ def valid_stages(record: Mapping[str, Any]) -> list[str]:
             if key in record and record[key] is not None and stages[key].is_valid(record[key])]
 
 
+def _empty_is_result(record: Mapping[str, Any], stage: str, valid: set[str]) -> bool:
+    if stage == Stage.INGESTION:
+        return bool((record.get("gold") or {}).get("evidence"))
+    upstream = _EMPTY_COUNTS_AFTER[stage]
+    return upstream in valid and bool(record[STAGE_KEYS[upstream]])
+
+
+def dcr_stages(record: Mapping[str, Any]) -> list[str]:
+    """The stages of :data:`DCR_STAGES` that ``record`` counts towards DCR, upstream first: each schema-valid, every
+    retrieved item with a score, a list empty only where emptiness is the stage's result (``_EMPTY_COUNTS_AFTER``),
+    generation with both the answer and the judge's verdict."""
+    valid = set(valid_stages(record))
+    out = []
+    for stage in DCR_STAGES:
+        if stage == Stage.GENERATION:
+            counts = {Stage.GENERATION, RESULTS} <= valid
+        else:
+            value = record.get(STAGE_KEYS[stage])
+            counts = stage in valid and (bool(value) or _empty_is_result(record, stage, valid))
+            if counts and stage == Stage.RETRIEVAL:
+                counts = all(is_real(item.get("score")) for item in value)
+        if counts:
+            out.append(stage)
+    return out
+
+
+def _constraints(trace: Trace) -> list[str]:
+    """The constraints our runtime applied to a question: its context budget and each lifecycle mask that hid an
+    item."""
+    budget = [f"token_budget:{trace.token_budget}"] if trace.token_budget else []
+    return budget + [f"lifecycle:{reason}" for reason in sorted({str(f.get("reason")) for f in trace.filtered})]
+
+
 def from_trace(trace: Trace) -> dict:
     """Our harness's trace as a contract record (the stages it recorded; filtering as the lifecycle masks' and the
-    budget's decisions)."""
+    budget's decisions; the constraints with the assembly)."""
     recorded = set(trace.stages)
     out: dict[str, Any] = {"trace_version": TRACE_VERSION, "id": trace.question_id, "category": trace.category,
                            "question": trace.question, "scored": trace.scored}
@@ -91,11 +146,13 @@ def from_trace(trace: Trace) -> dict:
         Stage.FILTERING: lambda: [{"id": item["id"], "decision": _DECISION[side], "reason": item["reason"]}
                                   for side in ("filtered", "dropped") for item in getattr(trace, side)],
         Stage.ASSEMBLY: lambda: [dict(item) for item in trace.packed],
+        CONSTRAINT: lambda: _constraints(trace),
         Stage.GENERATION: lambda: trace.answer,
         RESULTS: lambda: {"correct": trace.correct, "confabulated": trace.confabulated,
                           **({"verdict": trace.verdict} if trace.verdict else {}),
                           **({"details": trace.judge} if trace.judge else {})},
     }
+    recorded |= {CONSTRAINT} if Stage.ASSEMBLY in recorded else set()
     for stage, value in stages.items():
         if stage in recorded:
             out[STAGE_KEYS[stage]] = value()
@@ -126,7 +183,8 @@ def to_trace(record: Mapping[str, Any]) -> Trace:
                   dropped=[f for f in holds.get("filtered", []) if f["decision"] == "dropped"],
                   packed=list(packed or []), answer=holds.get("answer", ""), correct=bool(judge.get("correct")),
                   verdict=judge.get("verdict"), confabulated=judge.get("confabulated"),
-                  judge=judge.get("details"), scored=record.get("scored", True), stages=stages)
+                  judge=judge.get("details"), scored=record.get("scored", True), stages=stages,
+                  dcr_stages=dcr_stages(record))
     if packed is not None:
         if evidence:
             carried = record.get("packed_evidence")

@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from typing import Collection, Iterable
 
 from evolve.observe.answer import carried
-from evolve.observe.contract import from_trace, valid_stages
+from evolve.observe.contract import dcr_stages, from_trace
 from evolve.observe.ladder import ANSWER_LOSS, WORDS_CUT, RootCause, Stage, lost_at, reaches
 from evolve.observe.trace import DCR_TAUS, Trace
 
@@ -49,8 +49,9 @@ def diagnose(trace: Trace) -> Trace:
 
 
 def recorded_stages(trace: Trace) -> list[str]:
-    """The stages ``trace`` records as schema-valid stage records of the trace contract, upstream first."""
-    return valid_stages(from_trace(trace))
+    """The stages of the trace contract ``trace`` counts towards DCR (:func:`~evolve.observe.contract.dcr_stages`),
+    upstream first: those read with it from a contract record, else those of its contract record."""
+    return trace.dcr_stages if trace.dcr_stages is not None else dcr_stages(from_trace(trace))
 
 
 def _stage_counts(traces: Iterable[Trace], failures: Collection[str] | None) -> list[int]:
@@ -61,7 +62,7 @@ def _stage_counts(traces: Iterable[Trace], failures: Collection[str] | None) -> 
 
 def dcr(traces: Iterable[Trace], tau: int = 3, failures: Collection[str] | None = None) -> float:
     """Diagnosis completeness rate (D²ACCI): over the failure/discordance set F, the share of traces that record at
-    least ``tau`` of the six stages as schema-valid stage records (:func:`recorded_stages`). F is ``failures`` (ids),
+    least ``tau`` of D²ACCI's six stages (:func:`recorded_stages`). F is ``failures`` (ids),
     by default the scored traces judged wrong; with F empty there is no failure to diagnose and DCR is 1. A log of
     results alone scores 0 at any ``tau`` above 1."""
     counts = _stage_counts(traces, failures)

@@ -17,6 +17,7 @@ from evolve.runtime.external import AdapterError, ExternalSystem
 from evolve.runtime.runtime import Runtime
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime.store import MemoryStore
+from evolve.runtime.subject import subject
 from evolve.runtime.usage import question_usage
 
 
@@ -87,7 +88,13 @@ class Evaluator:
 
     def conversation(self, runtime: Runtime, cid: str, questions: list[Question],
                      answer: bool = True) -> tuple[list[Trace], dict[str, dict[str, int]]]:
-        """The questions' traces, and the LLM usage of ingesting the conversation (per role; empty if cached)."""
+        """The questions' traces, and the LLM usage of ingesting the conversation (per role; empty if cached); the
+        caches file what they keep of it under the conversation (:mod:`evolve.runtime.subject`)."""
+        with subject(cid):
+            return self._conversation(runtime, cid, questions, answer)
+
+    def _conversation(self, runtime: Runtime, cid: str, questions: list[Question],
+                      answer: bool) -> tuple[list[Trace], dict[str, dict[str, int]]]:
         with question_usage() as ingestion:
             try:
                 store = runtime.ingest(self.benchmark.conversations[cid])
@@ -102,7 +109,8 @@ class Evaluator:
         # Questions wait on the model server, not the CPU: run them in threads (each role's client still bounds
         # its own calls in flight) and keep the traces in question order, so results equal a sequential run.
         with ThreadPoolExecutor(parallel) as pool:
-            futures = [pool.submit(self._trace, q, store, runtime, answer) for q in questions]
+            futures = [pool.submit(contextvars.copy_context().run, self._trace, q, store, runtime, answer)
+                       for q in questions]
             try:
                 return [f.result() for f in futures], ingestion.by_role()
             except BaseException:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Iterable, Literal
 
-from evolve.observe.ladder import ANSWER_LOSSES, RootCause, all_reach, lost_at
+from evolve.observe.ladder import ANSWER_LOSSES, RUNGS, RootCause, Stage, all_reach, lost_at, reaches
 from evolve.observe.trace import Summary, Trace
 
 Objective = Literal["accuracy", "evidence", "answer"]
@@ -88,3 +88,24 @@ def failure_view(traces: Iterable[Trace], objective: Objective) -> list[Trace]:
                         root_cause=None if t.answer_in_evidence else ANSWER_LOSSES[t.answer_loss]) for t in traces]
     return [replace(t, correct=bool(t.all_evidence_packed), root_cause=evidence_root_cause(t), answer_loss=None)
             if t.evidence_known else replace(t, scored=False, answer_loss=None) for t in traces]
+
+
+def located_cause(trace: Trace, objective: Objective) -> RootCause | None:
+    """Where a trace read from a trace-contract record failed under ``objective``, from the stages it records (no
+    store to re-read, as the loop's diagnosis does): ``None`` when it succeeds or does not count; ``unresolved``
+    without known gold evidence, or when the first rung the gold might not reach is a stage the record lacks; else
+    the first rung whose recorded output the gold evidence does not reach (some gold-derived item under accuracy and
+    answer, every gold turn under evidence), ``generation_error`` when it reaches the packed context."""
+    if success(trace, objective) in (None, True):
+        return None
+    if not trace.evidence_known or not trace.gold_evidence:
+        return RootCause.UNRESOLVED
+    reached = all_reach if objective == "evidence" else reaches
+    for stage, cause in RUNGS.items():
+        if stage is Stage.GENERATION:
+            return cause
+        if stage not in trace.stages:
+            return RootCause.UNRESOLVED
+        if not reached(trace, stage):
+            return cause
+    return RootCause.GENERATION_ERROR

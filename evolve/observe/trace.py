@@ -145,6 +145,10 @@ class Trace:
     #: the four up to assembly without an answer); one read by :meth:`from_dict`, those whose fields the record holds;
     #: none for a trace built in code without saying which.
     stages: list[str] = field(default_factory=list)
+    #: The stages DCR counts, for a trace read from a trace-contract record
+    #: (:func:`evolve.observe.contract.dcr_stages`, worked out before its item lists are dropped); ``None``: worked
+    #: out from the trace's own fields. Not serialised.
+    dcr_stages: list[str] | None = None
     #: ``{"stage", "type", "message"}`` when a role failed on this question (it is then never scored).
     error: dict | None = None
 
@@ -158,6 +162,7 @@ class Trace:
         out.update((f.name, getattr(self, f.name)) for f in fields(self))
         if out["error"] is None:
             del out["error"]
+        del out["dcr_stages"]
         return out
 
     def deterministic_dict(self) -> dict[str, Any]:

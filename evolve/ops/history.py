@@ -78,9 +78,27 @@ class History(StoreView):
                     f"{str(p.get('strategy_hash'))[:12]} ({at})")
         if p.get("report_hash") != report_hash(record):
             return f"{record.candidate_id}: the record's evidence does not hash to the report_hash of {at}"
-        if "record_hash" in p and p["record_hash"] != record_hash(record):
+        if "record_hash" in p and self._after_erasures(record.candidate_id, p["record_hash"]) != record_hash(record):
             return f"{record.candidate_id}: the record does not hash to the record_hash of {at}"
         return None
+
+    @cached_property
+    def _rewrites(self) -> dict[str, list[dict]]:
+        """Per candidate id, the journaled rewrites of its record by erasures (``{"before", "after"}``), in order."""
+        out: dict[str, list[dict]] = {}
+        for e in self.entries:
+            if e["type"] == "ERASE":
+                for cid, change in (e["payload"].get("records") or {}).items():
+                    out.setdefault(cid, []).append(change)
+        return out
+
+    def _after_erasures(self, candidate_id: str, journaled: str) -> str:
+        """The hash the record must have now: the journaled one, carried through each erasure that rewrote the
+        record from exactly that hash (a record written before words were kept by reference)."""
+        for change in self._rewrites.get(candidate_id, ()):
+            if change.get("before") == journaled:
+                journaled = change.get("after")
+        return journaled
 
     def record_problems(self) -> list[str]:
         """Every disagreement between the candidate records and the journal (edited or deleted records). Records

@@ -8,8 +8,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.data import REPORT_CSS_PATH
+from evolve.state.content import resolved
 from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
+from evolve.ops.antipatterns import AntiPattern, catalog
 from evolve.ops.formatting import change_summary, fmt_ci, fmt_num
 from evolve.ops.review import answers_text, candidate_row, category_deltas, objective_of, secondary_text
 from evolve.observe.objective import LABEL, SCORE_FIELD
@@ -106,7 +108,24 @@ def _candidates_html(records: list[CandidateRecord]) -> str:
     return _table(head, rows, num={1, 4, 5, 6})
 
 
-def _candidate_section(r: CandidateRecord, view: History) -> str:
+def review_name(candidate_id: str) -> str:
+    """The file name of a candidate's review page (``memevolve review``) beside the report that links it."""
+    return f"review-{candidate_id}.html"
+
+
+def _review_link(r: CandidateRecord, reviewed: frozenset[str]) -> str:
+    """A fully compared candidate's review page: linked when written beside the report, else the command."""
+    p = r.paired
+    if p is None or not (p.improved or p.regressed):
+        return ""
+    n = len(p.improved) + len(p.regressed)
+    if r.candidate_id in reviewed:
+        return f"<p><a class='review' href='{_e(review_name(r.candidate_id))}'>review page</a> ({n} discordances)</p>"
+    return (f"<p class='muted'>review page ({n} discordances): <code>memevolve review {_e(r.candidate_id)} --out "
+            f"{_e(review_name(r.candidate_id))}</code> beside this report</p>")
+
+
+def _candidate_section(r: CandidateRecord, view: History, reviewed: frozenset[str] = frozenset()) -> str:
     p = r.paired
     head = (f'<section class="cand" id="cand-{_e(r.candidate_id)}">'
             f"<h3>{_e(r.candidate_id)} {_badge(r.verdict)} <span class='muted'>round {r.round}, decided by "
@@ -126,9 +145,10 @@ def _candidate_section(r: CandidateRecord, view: History) -> str:
                             [[_e(c), str(row["n"]), f"{row['acc_baseline']:.3f}", f"{row['acc_candidate']:.3f}",
                               f"{row['delta']:+.3f}"] for c, row in sorted(p.per_category.items())],
                             num={1, 2, 3, 4}))
-    parts = [head, f"<div class='cols'><div>{''.join(left)}</div><div>{''.join(right)}</div></div>"]
+    parts = [head, f"<div class='cols'><div>{''.join(left)}</div><div>{''.join(right)}</div></div>",
+             _review_link(r, reviewed)]
     for side in ("improved", "regressed"):
-        examples = (r.examples or {}).get(side, [])
+        examples = (resolved(r.examples, view.content) or {}).get(side, [])
         if examples:
             parts.append(f"<p><b>{side}</b> ({len(examples)} of {len(getattr(p, side))} shown)</p>")
             parts.append(_table(["question", "gold", "parent answer", "candidate answer",
@@ -220,8 +240,27 @@ def _monitors_html(entries: list[dict]) -> str:
     return f"<pre>{_e(monitors_table(entries))}</pre>"
 
 
-def render_html(view: History) -> str:
-    """The complete report page."""
+def _antipatterns_html(items: list[AntiPattern]) -> str:
+    """The anti-pattern catalog: each change rejected or reverted every time, with example traces it lost."""
+    if not items:
+        return "<p>none: no change was rejected or reverted every time it was tried</p>"
+    rows = [[f"<code>{_e(a.change)}</code>", str(a.tried), str(a.rejected), str(a.reverted),
+             _e(", ".join(f"{rule} {n}" for rule, n in sorted(a.rules.items()))), fmt_num(a.mean_delta, "+.4f"),
+             _e(", ".join(sorted(a.symptoms))), _e(", ".join(a.candidates))] for a in items]
+    out = [_table(["change", "tried", "rejected", "reverted", "stopped by", "mean Δ", "symptoms", "candidates"], rows,
+                  num={1, 2, 3, 5})]
+    for a in items:
+        if a.examples:
+            out.append(f"<details><summary>examples of <code>{_e(a.change)}</code></summary><ul>" + "".join(
+                f"<li>[{_e(x['question_id'])}] ({_e(x['candidate_id'])}) {_e(x['question'])} gold <q>{_e(x['gold'])}"
+                f"</q>: before <q>{_e(x['baseline_answer'])}</q> ({_e(x['baseline_root_cause'] or 'correct')}), "
+                f"after <q>{_e(x['candidate_answer'])}</q> ({_e(x['candidate_root_cause'] or 'correct')})</li>"
+                for x in a.examples) + "</ul></details>")
+    return "".join(out)
+
+
+def render_html(view: History, reviewed: frozenset[str] = frozenset()) -> str:
+    """The complete report page; ``reviewed``: the candidates whose review page lies beside it."""
     ov = Overview.of(view)
     records = view.records
     h = ov.harness
@@ -237,9 +276,10 @@ def render_html(view: History) -> str:
             "<h2 id='flags'>Feature flags</h2>", _flags_html(flag_registry(view)),
             "<h2 id='escalations'>Escalations</h2>", _escalations_html(escalations(view)),
             "<h2 id='monitors'>Monitored slices</h2>", _monitors_html(monitor_regressions(view)),
+            "<h2 id='anti-patterns'>Anti-patterns</h2>", _antipatterns_html(catalog(view)),
             f"<h2 id='candidates'>Candidates ({len(records)})</h2>",
             _candidates_html(records) if records else "<p>none</p>",
-            "<h2>Evidence per candidate</h2>", *(_candidate_section(r, view) for r in records)]
+            "<h2>Evidence per candidate</h2>", *(_candidate_section(r, view, reviewed) for r in records)]
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>memevolve report</title>"
             f"<style>{REPORT_CSS_PATH.read_text(encoding='utf-8')}</style></head><body><main>{''.join(body)}</main></body></html>\n")
 
@@ -315,6 +355,8 @@ def render_markdown(view: History, html_name: str | None = None) -> str:
 
 def write_report(view: History, out_html: str | Path, out_md: str | Path | None = None) -> None:
     """Write the HTML page (and the Markdown summary) atomically."""
-    atomic_write_text(out_html, render_html(view))
+    here = Path(out_html).parent
+    reviewed = frozenset(r.candidate_id for r in view.records if (here / review_name(r.candidate_id)).is_file())
+    atomic_write_text(out_html, render_html(view, reviewed))
     if out_md is not None:
         atomic_write_text(out_md, render_markdown(view, Path(out_html).name))

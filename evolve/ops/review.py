@@ -4,6 +4,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
+from evolve.state.content import ContentStore, resolved
 from evolve.state.record import CandidateRecord
 from evolve.ops.formatting import change_summary, fmt_ci, fmt_num, text_table
 from evolve.ops.history import History
@@ -124,8 +125,8 @@ def secondary_text(record: CandidateRecord) -> str | None:
             f"p={s.mcnemar_p:.4g}{adjusted}  CI [{fmt_num(s.ci_low, '+.4f')}, {fmt_num(s.ci_high, '+.4f')}]")
 
 
-def _example_lines(record: CandidateRecord, side: str) -> list[str]:
-    examples = (record.examples or {}).get(side, [])
+def _example_lines(record: CandidateRecord, side: str, content: ContentStore) -> list[str]:
+    examples = (resolved(record.examples, content) or {}).get(side, [])
     total = len(getattr(record.paired, side)) if record.paired else 0
     if not total:
         return [f"{side} questions: none"]
@@ -217,8 +218,8 @@ def render_record(record: CandidateRecord, view: History) -> str:
         m = r.multiple_testing
         lines.append(f"multiple testing: {m.method} over the round's {len(m.family)} fully compared candidates "
                      f"({', '.join(m.family)}): McNemar p {m.p_raw:.4g} -> adjusted {m.p_adjusted:.4g}")
-    lines += ["", *_paired_lines(r), "", *_example_lines(r, "improved"), "",
-              *_example_lines(r, "regressed"), "", "restore / promote:",
+    lines += ["", *_paired_lines(r), "", *_example_lines(r, "improved", view.content), "",
+              *_example_lines(r, "regressed", view.content), "", "restore / promote:",
               f"  parent file (what was current before): {view.strategy_path(r.parent_hash)}"]
     if r.strategy_hash:
         lines.append(f"  candidate file: {view.strategy_path(r.strategy_hash)}")

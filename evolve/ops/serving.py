@@ -101,7 +101,8 @@ def _diff(old: bytes | None, new: bytes) -> StrategyDiff | None:
     return diff_strategies(before if isinstance(before, dict) else {}, strict_yaml.load(new.decode("utf-8"))[0])
 
 
-def _require_journal(view: History) -> None:
+def require_journal(view: History) -> None:
+    """:class:`Refused` unless the stores' journal verifies."""
     result = view.verify_journal()
     if not result.ok:
         raise Refused(f"refused: journal verification failed at entry {result.first_bad_index}: {result.reason}; "
@@ -166,20 +167,23 @@ def _no_record_reason(view: History, source: Path, strategy: dict, digest: str) 
             f"{source} was never evaluated{hint}; only recorded ACCEPT decisions can be promoted")
 
 
-def _check_decision(view: History, record: CandidateRecord, accept_monitor: bool) -> None:
+def check_decision(view: History, record: CandidateRecord, accept_monitor: bool, use: str = "promoted") -> None:
+    """:class:`Refused` unless ``record`` agrees with the journal and holds a strategy-changing verdict
+    (ACCEPT_WITH_MONITOR only with ``accept_monitor``); ``use`` names what is refused in the message."""
     cid = record.candidate_id
     problem = view.record_problem(record)
     if problem is not None:
         raise Refused(f"refused: the candidate record disagrees with the journal: {problem}; "
-                      "candidate_outcomes.jsonl was edited, so nothing in it is promoted")
+                      f"candidate_outcomes.jsonl was edited, so nothing in it is {use}")
     if record.verdict == Verdict.ACCEPT_WITH_MONITOR and not accept_monitor:
         raise Refused(f"refused: {cid} is ACCEPT_WITH_MONITOR ({record.reason}); pass --accept-monitor to promote it")
     if not changes_strategy(record.verdict):
         raise Refused(f"refused: {cid} was not accepted: {record.verdict} by {record.decided_by} ({record.reason}); "
-                      "only recorded ACCEPT decisions can be promoted")
+                      f"only recorded ACCEPT decisions can be {use}")
 
 
-def _check_harness(view: History, record: CandidateRecord) -> None:
+def check_harness(view: History, record: CandidateRecord) -> None:
+    """:class:`Refused` unless ``record`` was verified under the current schema and the stores' harness."""
     cid, recorded = record.candidate_id, record.harness
     if not recorded:
         raise Refused(f"refused: {cid} has no recorded harness identity (recorded by an older version); "
@@ -207,7 +211,7 @@ def promote(stores: str | Path, ref: str, target: str | Path, *, accept_monitor:
     """
     view = History(stores)  # refuses a non-stores directory before the lock creates one
     path = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
-    _require_journal(view)
+    require_journal(view)
     if dry_run:
         return _promote(view, None, ref, path, accept_monitor, approval)
     with StoreSet(stores) as store_set:
@@ -219,8 +223,8 @@ def _promote(view: History, store_set: StoreSet | None, ref: str, target: Path,
              accept_monitor: bool, approval: dict | None) -> ChangeResult:
     """Checks and (with ``store_set``) the promotion; the journal was verified (again when the lock was taken)."""
     record, data = _resolve(view, ref)
-    _check_decision(view, record, accept_monitor)
-    _check_harness(view, record)
+    check_decision(view, record, accept_monitor)
+    check_harness(view, record)
     old = read_optional(target)
     if old == data:
         raise Refused(f"refused: {target} already holds exactly this file ({record.candidate_id}); nothing to do")
@@ -247,7 +251,7 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
     ``trigger`` (what started an automatic rollback and why) is journaled with it."""
     view = History(stores)
     target = check_target(view.layout, target, directory=serving_dir, allow_outside=allow_outside)
-    _require_journal(view)
+    require_journal(view)
     with StoreSet(stores) as store_set:  # opening verifies the journal again under the lock
         recover_change(store_set)
         view = History(stores)

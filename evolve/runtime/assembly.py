@@ -12,7 +12,7 @@ from evolve.runtime.retrieval import Hit
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.render import render
 from evolve.runtime.extractor import resolved
-from evolve.runtime.text import attribute, content_set, count_tokens, jaccard, sentences, split_attribution
+from evolve.runtime.text import attribute, content_set, count_words, jaccard, sentences, split_attribution
 
 #: Body token-Jaccard at which two same-speaker memories are taken to describe the same thing.
 CONFLICT_JACCARD = 0.5
@@ -160,7 +160,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
         return out
 
     def place(hit: Hit, unit: list[ContextItem], share: str) -> None:
-        used[share] += sum(count_tokens(c.text) for c in unit)
+        used[share] += sum(count_words(c.text) for c in unit)
         raw_taken.update(c.id for c in unit if c.layer == "RAW")
         whole.update(s for c in unit if c.layer in ("RAW", *WHOLE_TURN_LAYERS) for s in c.source_ids)
         placed[hit.id] = unit
@@ -170,7 +170,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
         item = store.item(hit.id)
         share = _share(item)
         for unit in variants(hit, item):
-            cost = sum(count_tokens(c.text) for c in unit)
+            cost = sum(count_words(c.text) for c in unit)
             target = share if share != "general" and used[share] + cost <= reserve[share] else "general"
             if used[target] + cost <= reserve[target]:
                 place(hit, unit, target)
@@ -179,7 +179,7 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
             pending.append((hit, item))
     for hit, item in pending:  # unused reserved shares are released to everything else
         for unit in variants(hit, item):
-            if sum(used.values()) + sum(count_tokens(c.text) for c in unit) <= budget:
+            if sum(used.values()) + sum(count_words(c.text) for c in unit) <= budget:
                 place(hit, unit, "general")
                 break
         else:
@@ -194,8 +194,8 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
                 if turn is None or f"RAW:{tid}" in raw_taken:
                     continue
                 raw = raw_turn(turn, asm.format, hit.score, resolved(turn.text, turn, policy.extraction))
-                if sum(used.values()) + count_tokens(raw.text) <= budget:
-                    used["general"] += count_tokens(raw.text)
+                if sum(used.values()) + count_words(raw.text) <= budget:
+                    used["general"] += count_words(raw.text)
                     raw_taken.add(raw.id)
                     packed.append(raw)
-    return Packing(packed, dropped, sum(count_tokens(c.text) for c in packed))
+    return Packing(packed, dropped, sum(count_words(c.text) for c in packed))

@@ -1,4 +1,9 @@
-"""Caches that let candidates share work: ingested stores (by ingestion policy) and embeddings (by text)."""
+"""Caches that let candidates share work: ingested stores (by ingestion policy) and embeddings (by text).
+
+Both are filed by subject (:mod:`evolve.runtime.subject`): an ingested store's key and an embedding shard's name
+begin with the subject key of the conversation they were made for, so :func:`forget_subjects` removes every copy of
+an erased conversation's words.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -15,7 +20,8 @@ from typing import TYPE_CHECKING, Sequence
 import numpy as np
 
 from evolve.benchmarks.types import Conversation
-from evolve.files import atomic_write_bytes
+from evolve.files import atomic_write_bytes, os_error
+from evolve.runtime.subject import KEY_LENGTH, current_subject, subject_key
 from evolve.strategy.artifact import ingestion_key
 
 if TYPE_CHECKING:
@@ -117,7 +123,7 @@ class EmbeddingCache:
         assert self.directory is not None
         buffer = io.BytesIO()
         np.savez(buffer, keys=np.array(keys), vectors=np.asarray(vectors, dtype=np.float32))
-        name = f'{hashlib.sha256("".join(keys).encode()).hexdigest()[:32]}.npz'
+        name = _filed(f'{hashlib.sha256("".join(keys).encode()).hexdigest()[:32]}.npz', current_subject())
         atomic_write_bytes(self.directory / name, buffer.getvalue())
         self._shards.add(name)
 
@@ -146,8 +152,9 @@ class IngestionCache:
 
     @staticmethod
     def key(strategy: dict, conversation: Conversation, extractor_name: str, embedder_name: str) -> str:
+        """The store's key, filed under the conversation's subject key."""
         parts = (str(STORE_FORMAT), ingestion_key(strategy), conversation.content_hash(), extractor_name, embedder_name)
-        return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+        return _filed(hashlib.sha256("\0".join(parts).encode()).hexdigest(), subject_key(conversation.id))
 
     def _path(self, key: str) -> Path | None:
         return self.directory / "stores" / f"{key}.pkl" if self.directory else None
@@ -193,3 +200,34 @@ class IngestionCache:
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ImportError) as exc:
             warnings.warn(f"{path}: unreadable cached store ignored ({exc})", stacklevel=3)
             return None
+
+
+def _filed(name: str, subject: str | None) -> str:
+    """``name`` filed under ``subject`` (``<subject>-<name>``), or as it is without one."""
+    return f"{subject}-{name}" if subject else name
+
+
+def _subject_of(name: str) -> str | None:
+    """The subject a cache file is filed under, or ``None`` (written before filing, or outside any conversation)."""
+    head, sep, _ = name.partition("-")
+    return head if sep and len(head) == KEY_LENGTH else None
+
+
+def forget_subjects(directory: str | Path, subjects: set[str]) -> list[Path]:
+    """Delete the ingested stores (``stores/*.pkl``) and embedding shards (``*.npz``, ``embeddings/*.npz``) under
+    ``directory`` filed under one of ``subjects``, and those filed under none (written before files were filed by
+    subject: they may hold anyone's words; a cache, rebuilt when next needed); the files deleted."""
+    root = Path(directory)
+    gone = []
+    for pattern in ("*.npz", "embeddings/*.npz", "stores/*.pkl"):
+        for path in sorted(root.glob(pattern)):
+            subject = _subject_of(path.name)
+            if subject is None or subject in subjects:
+                try:
+                    path.unlink()
+                except FileNotFoundError:
+                    continue
+                except OSError as exc:
+                    raise os_error(path, exc, "erase a cache file") from None
+                gone.append(path)
+    return gone

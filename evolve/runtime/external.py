@@ -39,7 +39,7 @@ from evolve.runtime.roles import AnswerResult, ContextItem
 from evolve.runtime.retrieval import Hit
 from evolve.runtime.runtime import RuntimeResult
 from evolve.runtime.store import MemoryItem
-from evolve.runtime.text import count_tokens
+from evolve.runtime.text import count_words
 from evolve.strategy.artifact import LINEAGE, StrategyError
 from evolve.strategy.schema import evolvable_dimensions
 
@@ -257,5 +257,5 @@ class ExternalRuntime:
                 for rank, (i, r) in enumerate(zip(ids, items), 1)]
         packed = [ContextItem(i, r.text, LAYER, tuple(r.source_ids), score=float(r.score or 0.0))
                   for i, r in zip(ids, items)]
-        tokens = sum(count_tokens(c.text) for c in packed)
+        tokens = sum(count_words(c.text) for c in packed)
         return RuntimeResult("external", [], hits, [], packed, [], tokens, 0, AnswerResult(""))

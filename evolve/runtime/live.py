@@ -72,12 +72,12 @@ class LiveConversation:
 
     def add(self, turn: Turn) -> str | None:
         """Append ``turn`` (its session opens on its first turn, stamped with that turn's time); return the id of the
-        session this closed, if any."""
+        session this closed, if any (not one closed before)."""
         with self._lock:
             self.check([turn])
             closed = None
             if not self._sessions or self._sessions[-1][0].id != turn.session_id:
-                if self._sessions:
+                if self._sessions and self._sessions[-1][0].id not in self.closed:  # else closed before
                     closed = self._sessions[-1][0].id
                     self.closed.add(closed)
                 self._sessions.append((_Open(turn.session_id, turn.timestamp), []))

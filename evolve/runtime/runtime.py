@@ -18,7 +18,7 @@ from evolve.runtime.extractor import RuleExtractor
 from evolve.runtime.ingest import build_store
 from evolve.runtime.retrieval import Hit, Query, filter_hits, retrieve
 from evolve.runtime.store import MemoryStore
-from evolve.runtime.text import content_tokens, count_tokens
+from evolve.runtime.text import content_tokens, count_words
 from evolve.runtime.threads import single_blas_thread
 from evolve.strategy.artifact import validate_strategy
 
@@ -46,7 +46,7 @@ class RuntimeResult:
             "subqueries": list(self.subqueries),
             "retrieved": [h.to_dict() for h in self.retrieved],
             "filtered": [{"id": i, "reason": r} for i, r in self.filtered],
-            "packed": [{"id": c.id, "layer": c.layer, "tokens": count_tokens(c.text), "source_ids": list(c.source_ids),
+            "packed": [{"id": c.id, "layer": c.layer, "tokens": count_words(c.text), "source_ids": list(c.source_ids),
                         "text": c.text} for c in self.packed],
             "dropped": [{"id": i, "reason": r} for i, r in self.dropped],
             "context_tokens": self.context_tokens,

@@ -85,7 +85,9 @@ def words(text: str) -> list[str]:
 
 
 @lru_cache(maxsize=100_000)
-def count_tokens(text: str) -> int:
+def count_words(text: str) -> int:
+    """The size of ``text`` in whitespace words: what a token budget, a trace's ``context_tokens`` and the service's
+    ``words`` count (not a model tokenizer's tokens)."""
     return len(words(text))
 
 

@@ -71,3 +71,8 @@ def load_answers(path: str | Path) -> list[Answer]:
 def answer_map(entries: list[Answer]) -> dict[tuple[str, str], str]:
     """``(user, question) -> answer`` text."""
     return {(e.user, e.question): str(e.answer) for e in entries}
+
+
+def category_map(entries: list[Answer]) -> dict[tuple[str, str], str]:
+    """``(user, question) -> category`` of the entries that name one (the default is no knowledge of it)."""
+    return {(e.user, e.question): e.category for e in entries if "category" in e.model_fields_set}

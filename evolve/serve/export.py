@@ -15,6 +15,7 @@ from evolve.benchmarks.locomo import CATEGORY_BY_CODE, format_locomo_date
 from evolve.errors import EvolveError
 from evolve.serve.answers import Answer
 from evolve.serve.backend import Backend
+from evolve.serve.records import TurnRecord, turns_in
 
 CODE_BY_NAME = {name: code for code, name in CATEGORY_BY_CODE.items()}
 
@@ -26,22 +27,21 @@ class ExportError(EvolveError):
 def export_user(backend: Backend, user: str, answers: list[Answer]) -> dict:
     """The LoCoMo sample of ``user``'s captured memory."""
     events = backend.events(user) if user in backend.users() else []
-    turns = [t for e in events for t in e.get("turns", ())]
+    turns = turns_in(events)
     if not turns:
         stone = backend.tombstone(user)
-        raise ExportError(f"user {user!r}: no captured turns" + (f" (erased at {stone['erased_at']})" if stone else ""))
-    sessions: dict[str, list[dict]] = {}
+        raise ExportError(f"user {user!r}: no captured turns" + (f" (erased at {stone.erased_at})" if stone else ""))
+    sessions: dict[str, list[TurnRecord]] = {}
     for t in turns:
-        sessions.setdefault(t["session"], []).append(t)
-    speakers = list(dict.fromkeys(t["speaker"] for t in turns))
+        sessions.setdefault(t.session, []).append(t)
+    speakers = list(dict.fromkeys(t.speaker for t in turns))
     conversation: dict = {"speaker_a": speakers[0], "speaker_b": speakers[1] if len(speakers) > 1 else speakers[0]}
     for number, (session, members) in enumerate(sessions.items(), start=1):
-        conversation[f"session_{number}"] = [{"speaker": t["speaker"], "dia_id": t["id"], "text": t["text"]}
-                                             for t in members]
-        stamp = next((t["time"] for t in members if t.get("time")), None)
+        conversation[f"session_{number}"] = [{"speaker": t.speaker, "dia_id": t.id, "text": t.text} for t in members]
+        stamp = next((t.time for t in members if t.time), None)
         if stamp is not None:
             conversation[f"session_{number}_date_time"] = format_locomo_date(datetime.fromisoformat(stamp))
-    known = {t["id"] for t in turns}
+    known = {t.id for t in turns}
     qa = []
     for a in answers:
         if a.user != user:
@@ -53,8 +53,7 @@ def export_user(backend: Backend, user: str, answers: list[Answer]) -> dict:
         qa.append({"question": a.question, "answer": a.answer, "evidence": list(a.evidence),
                    "category": CODE_BY_NAME[a.category]})
     answered = {a.question for a in answers if a.user == user}
-    unanswered = list(dict.fromkeys(r["question"] for r in backend.recalls(user)
-                                    if isinstance(r.get("question"), str) and r["question"] not in answered))
+    unanswered = list(dict.fromkeys(r.question for r in backend.recalls(user) if r.question not in answered))
     return {"sample_id": user, "conversation": conversation, "qa": qa,
             "unanswered": [{"question": q} for q in unanswered]}
 

@@ -28,11 +28,12 @@ from pathlib import Path
 import yaml
 
 from evolve.benchmarks.types import Turn
-from evolve.canonical import canonical_json, sha256_hex
 from evolve.files import (StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir,
                           iter_jsonl, now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail)
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.serve.backend import valid_user
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnMeta, load_record,
+                                  read_event, turns_in)
 
 #: Recall log size at which it rotates (the log keeps at most twice this).
 RECALL_LOG_BYTES = 4 * 2**20
@@ -74,6 +75,9 @@ def _fact(item: MemoryItem) -> dict:
 class FileBackend:
     """:class:`evolve.serve.backend.Backend` over local folders (one Git repository per user)."""
 
+    #: One service process owns the folders.
+    shared = False
+
     def __init__(self, root: str | Path, recall_log_bytes: int = RECALL_LOG_BYTES):
         self.root = Path(root)
         self.recall_log_bytes = recall_log_bytes
@@ -95,7 +99,7 @@ class FileBackend:
 
     # ---------------------------------------------------------------- capture log
 
-    def append(self, user: str, event: dict) -> None:
+    def append(self, user: str, event: CaptureEvent) -> None:
         """Append one event durably (a torn tail left by a crash is dropped first); a failed append (a full or
         read-only disk) leaves the log as it was, and a new user's folder is removed again."""
         folder = self._dir(user)
@@ -106,19 +110,26 @@ class FileBackend:
                 self._git(folder, "init", "-q")
                 atomic_write_text(folder / ".gitignore", _IGNORED)
             crash_point("serve.capture.before_log")
-            append_lines(folder / "capture.jsonl", [canonical_json({**event, "at": now_iso()})], repair=True)
+            append_lines(folder / "capture.jsonl", [event.model_copy(update={"at": now_iso()}).to_json()], repair=True)
         except StoreError:
             if created:
                 shutil.rmtree(folder, ignore_errors=True)
             raise
         crash_point("serve.capture.after_log")
 
-    def events(self, user: str) -> list[dict]:
+    def events(self, user: str, since: int = 0) -> list[CaptureEvent]:
         log = self._dir(user) / "capture.jsonl"
         if not log.exists():
             return []
         repair_torn_tail(log)
-        return [record for _, record in iter_jsonl(log)]
+        return self._read_events(log)[since:]
+
+    def event_count(self, user: str) -> int:
+        return len(self.events(user))
+
+    @staticmethod
+    def _read_events(log: Path) -> list[CaptureEvent]:
+        return [read_event(record, f"{log}: line {line}") for line, record in iter_jsonl(log)]
 
     # ---------------------------------------------------------------- organisation
 
@@ -127,10 +138,8 @@ class FileBackend:
         remove_stale_temps(folder / "records", recursive=True)
         records = folder / "records" / _safe(session)
         for n, turn in enumerate(turns):
-            meta = {"id": turn.id, "speaker": turn.speaker, "session": session,
-                    "time": turn.timestamp.isoformat() if turn.timestamp else None,
-                    "sha256": sha256_hex(turn.text.encode("utf-8"))}
-            atomic_write_text(records / f"{n:04d}-{_safe(turn.id)}.md", _frontmatter(meta, turn.text))
+            atomic_write_text(records / f"{n:04d}-{_safe(turn.id)}.md",
+                              _frontmatter(TurnMeta.of(turn, session).stored(), turn.text))
             if n == 0:
                 crash_point("serve.organise.records")
         ids = {t.id for t in turns}
@@ -171,18 +180,19 @@ class FileBackend:
     def embeddings_dir(self, user: str) -> Path | None:
         return self._dir(user) / "derived" / "embeddings"
 
-    def log_recall(self, user: str, record: dict) -> None:
+    def log_recall(self, user: str, record: RecallRecord) -> None:
         """One line, one write, not fsynced (telemetry, not state): a killed service loses no line, a machine crash
         may lose the last seconds' lines or tear the last one, which the next append drops."""
         folder = self._dir(user)
         log = folder / "recalls.jsonl"
-        append_lines(log, [canonical_json(record)], sync=False, repair=True)
+        append_lines(log, [record.to_json()], sync=False, repair=True)
         if log.stat().st_size >= self.recall_log_bytes:  # rotated after a complete line: never a torn one
             os.replace(log, folder / "recalls.1.jsonl")
 
-    def recalls(self, user: str) -> list[dict]:
+    def recalls(self, user: str) -> list[RecallRecord]:
         folder = self._dir(user)
-        return [r for name in ("recalls.1.jsonl", "recalls.jsonl") for _, r in iter_jsonl(folder / name)]
+        return [load_record(RecallRecord, r, f"{folder / name}: line {line}")
+                for name in ("recalls.1.jsonl", "recalls.jsonl") for line, r in iter_jsonl(folder / name)]
 
     # ---------------------------------------------------------------- erasure and verification
 
@@ -190,15 +200,15 @@ class FileBackend:
     def _user_key(user: str) -> str:
         return hashlib.sha256(user.encode("utf-8")).hexdigest()
 
-    def erase(self, user: str) -> dict:
+    def erase(self, user: str) -> Tombstone:
         """Rename the folder out of ``users/``, write the tombstone, delete the folder. A failure before the
         tombstone is written (a read-only or full disk) puts the folder back: nothing is erased."""
         folder = self._dir(user)
         try:  # a corrupt log (a quarantined user) is erased all the same, its turns uncounted
-            turns = sum(len(e.get("turns", ())) for e in self.events(user)) if folder.is_dir() else 0
-        except StoreError:
+            turns: int | None = len(turns_in(self.events(user))) if folder.is_dir() else 0
+        except (StoreError, RecordError):
             turns = None
-        tombstone = {"user_sha256": self._user_key(user), "erased_at": now_iso(), "turns_erased": turns}
+        tombstone = Tombstone(user_sha256=self._user_key(user), erased_at=now_iso(), turns_erased=turns)
         if folder.is_dir():
             parked = self.root / "trash" / uuid.uuid4().hex
             try:
@@ -206,7 +216,7 @@ class FileBackend:
             except OSError as exc:
                 raise os_error(folder, exc, "erase (move out of users/)") from None
             try:
-                atomic_write_json(self.root / "tombstones" / f"{tombstone['user_sha256']}.json", tombstone)
+                atomic_write_json(self._tombstone_path(user), tombstone.stored())
             except StoreError:
                 os.replace(parked, folder)
                 raise
@@ -214,31 +224,40 @@ class FileBackend:
             shutil.rmtree(parked, ignore_errors=True)  # what is left is removed at the next start
         return tombstone
 
-    def tombstone(self, user: str) -> dict | None:
-        return read_json(self.root / "tombstones" / f"{self._user_key(user)}.json", None)
+    def _tombstone_path(self, user: str) -> Path:
+        return self.root / "tombstones" / f"{self._user_key(user)}.json"
+
+    def tombstone(self, user: str) -> Tombstone | None:
+        path = self._tombstone_path(user)
+        raw = read_json(path, None)
+        return None if raw is None else load_record(Tombstone, raw, str(path))
 
     def verify(self, user: str) -> list[str]:
         folder = self._dir(user)
         problems: list[str] = []
         try:
-            events = [record for _, record in iter_jsonl(folder / "capture.jsonl")]
-        except StoreError as exc:
+            events = self._read_events(folder / "capture.jsonl")
+        except (StoreError, RecordError) as exc:
             return [str(exc)]
-        texts = {t["id"]: t["text"] for e in events for t in e.get("turns", ())}
+        texts = {t.id: t.text for t in turns_in(events)}
         for session in sorted(self.organised(user)):
             records = sorted((folder / "records" / _safe(session)).glob("[0-9]*.md"))
             if not records:
                 problems.append(f"session {session} is marked organised but has no records")
             for path in records:
                 try:
-                    meta, body = read_record(path)
-                except (StoreError, yaml.YAMLError, UnicodeDecodeError) as exc:
+                    raw, body = read_record(path)
+                    meta = load_record(TurnMeta, raw, str(path))
+                except (StoreError, RecordError, yaml.YAMLError, UnicodeDecodeError) as exc:
                     problems.append(f"{path}: unreadable record ({exc})")
                     continue
-                if texts.get(meta.get("id")) != body or sha256_hex(body.encode("utf-8")) != meta.get("sha256"):
-                    problems.append(f"{path}: does not match turn {meta.get('id')!r} of the capture log")
+                if not meta.holds(body, texts.get(meta.id)):
+                    problems.append(f"{path}: does not match turn {meta.id!r} of the capture log")
         dirty = self._git(folder, "status", "--porcelain", "records", check=False).stdout.strip()
         if dirty and self.organised(user):
             problems.append(f"{folder}/records has uncommitted changes: {dirty.splitlines()[0]}")
         problems += [f"{p}: temp file of an interrupted write" for p in folder.rglob(".*.tmp")]
         return problems
+
+    def close(self) -> None:
+        """Nothing is held open between calls."""

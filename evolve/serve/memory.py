@@ -11,21 +11,20 @@ import time
 from contextlib import nullcontext
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolve.errors import EvolveError
-from evolve.benchmarks.turns import TurnError, client_turn, parse_locomo_date
-from evolve.benchmarks.types import Turn
+from evolve.benchmarks.turns import TurnError, client_turn, parse_moment
 from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import Backend, StoreUnavailable
+from evolve.serve.records import CaptureEvent, CloseEvent, RecallRecord, Tombstone, TurnRecord, TurnsEvent
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -35,36 +34,16 @@ log = logging.getLogger(__name__)
 WARM_QUIET_S = 0.1
 
 
-def _naive(moment: datetime) -> datetime:
-    """A zoned moment in UTC without its zone, so every time of a user compares (naive ones are taken as given)."""
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo is not None else moment
-
-
 def parse_time(text: str, where: str) -> datetime:
     """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment, a zoned one as naive UTC;
     :class:`CaptureError` naming ``where``."""
     try:
-        return _naive(datetime.fromisoformat(text))
-    except ValueError:
-        pass
-    try:
-        return _naive(parse_locomo_date(text))
+        return parse_moment(text)
     except ValueError:
         raise CaptureError(f"{where}: unparseable time {text!r} (ISO 8601 or e.g. '1:56 pm on 8 May, 2023')") from None
 
 
-class TurnRecord(BaseModel):
-    """A captured turn as the capture log keeps it."""
-
-    model_config = ConfigDict(extra="ignore")
-    id: str
-    speaker: str
-    text: str
-    session: str
-    time: str | None = None
-
-
-def turn_record(raw: dict, where: str) -> dict:
+def turn_record(raw: dict, where: str) -> TurnRecord:
     """A request's turn as the capture log keeps it: the turn the LoCoMo reader would read
     (:func:`~evolve.benchmarks.turns.client_turn`), its time in ISO form (naive UTC for a zoned one)."""
     try:
@@ -73,15 +52,22 @@ def turn_record(raw: dict, where: str) -> dict:
     except TurnError as exc:
         raise CaptureError(str(exc)) from None
     return TurnRecord(id=turn.id, speaker=turn.speaker, text=turn.text, session=turn.session_id,
-                      time=turn.timestamp.isoformat() if turn.timestamp else None).model_dump()
+                      time=turn.timestamp.isoformat() if turn.timestamp else None)
 
 
-def _turn(record: dict) -> Turn:
-    """The turn a capture-log record holds; ``ValueError`` (a pydantic ``ValidationError``) naming a missing or
-    mistyped field or an unparseable time."""
-    turn = TurnRecord.model_validate(record)
-    when = _naive(datetime.fromisoformat(turn.time)) if turn.time else None
-    return Turn(turn.id, turn.speaker, turn.text, turn.session, when)
+def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: int = 1) -> list[str]:
+    """Apply capture-log events to ``live`` in log order (numbered from ``first``); the sessions they closed. A
+    ``ValueError`` naming the event for a turn the conversation refuses or an unparseable time."""
+    closed: list[str] = []
+    for n, event in enumerate(events, first):
+        try:
+            if isinstance(event, TurnsEvent):
+                closed += [c for c in (live.add(record.turn()) for record in event.turns) if c is not None]
+            elif live.close(event.close) is not None:
+                closed.append(event.close)
+        except ValueError as exc:
+            raise ValueError(f"capture log event {n}: {exc}") from None
+    return closed
 
 
 class UnknownUser(EvolveError, LookupError):
@@ -157,14 +143,6 @@ class _User:
         return not self.capturing and not self.live.building()
 
 
-def _reason(exc: Exception) -> str:
-    """A load failure in one line, without the stored text (a pydantic error names the field, not its value)."""
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        return f"turn field {'.'.join(map(str, first['loc'])) or '?'}: {first['msg']}"
-    return str(exc)
-
-
 class MemoryService:
     """Every user's memory over one :class:`Backend`; ``current`` gives the strategy organisation runs under."""
 
@@ -200,14 +178,7 @@ class MemoryService:
         with tenant.erasing:
             live = LiveConversation(user)
             events = self.backend.events(user)
-            for n, event in enumerate(events, 1):
-                try:
-                    for record in event.get("turns", ()):
-                        live.add(_turn(record))
-                    if "close" in event:
-                        live.close(event["close"])
-                except ValueError as exc:
-                    raise ValueError(f"capture log event {n}: {_reason(exc)}") from None
+            apply_events(live, events)
             lost = self.backend.organised(user) - live.closed
             if lost:
                 raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
@@ -215,9 +186,9 @@ class MemoryService:
             return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events))
 
     def _sync(self, user: str, state: _User) -> list[str]:
-        """With a shared store (``backend.shared``), apply the events other replicas appended since the last look,
+        """With a shared store (:attr:`Backend.shared`), apply the events other replicas appended since the last look,
         in log order, queueing the sessions they closed; :class:`UnknownUser` if the user was erased meanwhile."""
-        if not getattr(self.backend, "shared", False):
+        if not self.backend.shared:
             return []
         with state.lock:
             events = self.backend.events(user, since=state.seen)
@@ -226,11 +197,7 @@ class MemoryService:
                     state.tenant.erasures += 1
                 self._drop(user, state)
                 raise UnknownUser(user)
-            closed = []
-            for event in events:
-                closed += [c for c in (state.live.add(_turn(r)) for r in event.get("turns", ())) if c is not None]
-                if "close" in event and state.live.close(event["close"]) is not None:
-                    closed.append(event["close"])
+            closed = apply_events(state.live, events, state.seen + 1)
             state.seen += len(events)
             for session in closed:
                 self._queue.put((user, session))
@@ -263,9 +230,9 @@ class MemoryService:
             raise
         except LOAD_ERRORS as exc:
             with self._registry:
-                self.quarantined[user] = _reason(exc)
-            log.error("user %s quarantined (503 for this user; the others are served): %s", user, _reason(exc))
-            raise Quarantined(user, _reason(exc)) from None
+                self.quarantined[user] = str(exc)
+            log.error("user %s quarantined (503 for this user; the others are served): %s", user, str(exc))
+            raise Quarantined(user, str(exc)) from None
         with self._registry:
             if user in self._users:  # loaded by another request meanwhile
                 self._users.move_to_end(user)
@@ -347,21 +314,21 @@ class MemoryService:
                     self._captured.add(user)
                     self._capture_seen.notify()
 
-    def _capture(self, user: str, state: _User, records: list[dict]) -> dict:
+    def _capture(self, user: str, state: _User, records: list[TurnRecord]) -> dict:
         self._sync(user, state)
-        state.live.check([_turn(r) for r in records])
+        state.live.check([r.turn() for r in records])
         try:
-            self.backend.append(user, {"turns": records})
+            self.backend.append(user, event := TurnsEvent(turns=records))
         except Exception:
             if not len(state.live):  # a new user's refused first capture registers nobody
                 with state.tenant.erasing:
                     state.tenant.erasures += 1  # nor keeps an embedding shard
                 self._drop(user, state)
             raise
-        if getattr(self.backend, "shared", False):
+        if self.backend.shared:
             closed = self._sync(user, state)  # this capture and any other replica's, in log order
         else:
-            closed = [c for c in (state.live.add(_turn(r)) for r in records) if c is not None]
+            closed = apply_events(state.live, [event])
             for session in closed:
                 self._queue.put((user, session))
         state.last_capture = time.monotonic()
@@ -378,8 +345,8 @@ class MemoryService:
                 session = state.live.open_session
                 if session is None:
                     return None
-                self.backend.append(user, {"close": session})
-                if getattr(self.backend, "shared", False):
+                self.backend.append(user, CloseEvent(close=session))
+                if self.backend.shared:
                     self._sync(user, state)
                 else:
                     state.live.close(session)
@@ -401,7 +368,7 @@ class MemoryService:
     def turn_count(self, user: str) -> int:
         return len(self._get(user).live)
 
-    def log_recall(self, user: str, record: dict) -> None:
+    def log_recall(self, user: str, record: RecallRecord) -> None:
         """Append ``record`` to the user's recall log unless the user was erased meanwhile. Runs after the reply:
         a failed append (a full or read-only disk, the database down) is logged and counted, never raised."""
         with self._registry:
@@ -416,7 +383,7 @@ class MemoryService:
             self.recall_log_failures += 1
             log.warning("recall of user %s not logged: %s", user, exc)
 
-    def erase(self, user: str) -> dict:
+    def erase(self, user: str) -> Tombstone:
         """Forget the user everywhere (memory, caches, logs, records and their history), a quarantined one too;
         the tombstone. A failed erasure (a read-only disk) changes nothing and raises."""
         while True:

@@ -23,7 +23,7 @@ class Metrics:
         self.requests: Counter[tuple[str, str, int]] = Counter()
         self._hist: dict[str, list[int]] = {}
         self._sums: Counter[str] = Counter()
-        self.counters: Counter[str] = Counter()
+        self.counters: Counter[tuple[str, tuple[tuple[str, str], ...]]] = Counter()
 
     def observe(self, route: str, method: str, status: int, seconds: float) -> None:
         with self._lock:
@@ -32,9 +32,9 @@ class Metrics:
             counts[bisect.bisect_left(BUCKETS, seconds)] += 1
             self._sums[route] += seconds
 
-    def count(self, name: str, n: int = 1) -> None:
+    def count(self, name: str, n: int = 1, labels: dict[str, str] | None = None) -> None:
         with self._lock:
-            self.counters[name] += n
+            self.counters[(name, tuple(sorted((labels or {}).items())))] += n
 
     def render(self, gauges: list[tuple[str, str, dict[str, str], float]]) -> str:
         """The exposition text; ``gauges`` are ``(name, help, labels, value)`` read at scrape time."""
@@ -54,8 +54,12 @@ class Metrics:
                     out.append(f"memevolve_http_request_seconds_bucket{labels} {running}")
                 out.append(f"memevolve_http_request_seconds_sum{_labels({'route': route})} {self._sums[route]:.6f}")
                 out.append(f"memevolve_http_request_seconds_count{_labels({'route': route})} {running}")
-            for name, n in sorted(self.counters.items()):
-                out += [f"# TYPE memevolve_{name}_total counter", f"memevolve_{name}_total {n}"]
+            typed: set[str] = set()
+            for (name, labels), n in sorted(self.counters.items()):
+                if name not in typed:
+                    out.append(f"# TYPE memevolve_{name}_total counter")
+                    typed.add(name)
+                out.append(f"memevolve_{name}_total{_labels(dict(labels))} {n}")
         seen: set[str] = set()
         for name, help_text, labels, value in gauges:
             if name not in seen:

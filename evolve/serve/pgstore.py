@@ -20,14 +20,16 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from evolve.benchmarks.types import Turn
-from evolve.canonical import sha256_hex
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import StoreUnavailable, valid_user
 from evolve.serve.filestore import _fact
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnMeta, TurnsEvent,
+                                  load_record, read_event, turns_in)
 
-#: Recall records kept per user (older ones are deleted as new ones arrive).
+#: Recall records kept per user (older ones are deleted as new ones arrive, checked every ``min(100, kept)``
+#: appends of all users).
 RECALLS_KEPT = 10_000
 
 SCHEMA = """
@@ -65,8 +67,8 @@ class PostgresBackend:
     #: Other processes write the same users: the service re-reads the capture log before using its copy.
     shared = True
 
-    def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0):
-        self.url, self.timeout = url, timeout
+    def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0, recalls_kept: int = RECALLS_KEPT):
+        self.url, self.timeout, self.recalls_kept = url, timeout, recalls_kept
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, timeout=timeout, open=False,
                                    kwargs={"connect_timeout": max(1, int(timeout))})
         try:
@@ -108,29 +110,30 @@ class PostgresBackend:
 
     # ---------------------------------------------------------------- capture log
 
-    def append(self, user: str, event: dict) -> int:
+    def append(self, user: str, event: CaptureEvent) -> int:
         """Append one event, committed on return; its sequence number."""
         self._check(user)
 
         def work(c):
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
             c.execute("INSERT INTO mem_users (user_id) VALUES (%s) ON CONFLICT DO NOTHING", (user,))
-            ids = [t["id"] for t in event.get("turns", ())]
+            ids = [t.id for t in event.turns] if isinstance(event, TurnsEvent) else []
             if ids:  # another replica may have taken an id since this one read the log
                 taken = c.execute("SELECT t->>'id' FROM mem_events e, jsonb_array_elements(e.event->'turns') t "
                                   "WHERE e.user_id = %s AND t->>'id' = ANY(%s) LIMIT 1", (user, ids)).fetchone()
                 if taken:
                     raise CaptureError(f"turn id {taken[0]!r} was already captured")
+            stamped = event.model_copy(update={"at": now_iso()})
             return c.execute("INSERT INTO mem_events SELECT %s, coalesce(max(seq), 0) + 1, %s FROM mem_events "
-                             "WHERE user_id = %s RETURNING seq", (user, Jsonb({**event, "at": now_iso()}), user)
-                             ).fetchone()[0]
+                             "WHERE user_id = %s RETURNING seq", (user, Jsonb(stamped.stored()), user)).fetchone()[0]
         return self._run(work)
 
-    def events(self, user: str, since: int = 0) -> list[dict]:
+    def events(self, user: str, since: int = 0) -> list[CaptureEvent]:
         """The user's events after the first ``since``, in order."""
         self._check(user)
-        return self._run(lambda c: [r[0] for r in c.execute(
-            "SELECT event FROM mem_events WHERE user_id = %s AND seq > %s ORDER BY seq", (user, since))])
+        rows = self._run(lambda c: c.execute("SELECT seq, event FROM mem_events WHERE user_id = %s AND seq > %s "
+                                             "ORDER BY seq", (user, since)).fetchall())
+        return [read_event(event, f"user {user} capture log event {seq}") for seq, event in rows]
 
     def event_count(self, user: str) -> int:
         return self._run(lambda c: c.execute("SELECT count(*) FROM mem_events WHERE user_id = %s",
@@ -151,9 +154,7 @@ class PostgresBackend:
                              (user, session, strategy_hash, len(turns), len(chosen))).fetchone()[0]
             with c.cursor() as cur:
                 cur.executemany("INSERT INTO mem_records VALUES (%s, %s, %s, %s, %s, %s)", [
-                    (user, session, n, t.id, Jsonb({"id": t.id, "speaker": t.speaker, "session": session,
-                                                    "time": t.timestamp.isoformat() if t.timestamp else None,
-                                                    "sha256": sha256_hex(t.text.encode("utf-8"))}), t.text)
+                    (user, session, n, t.id, Jsonb(TurnMeta.of(t, session).stored()), t.text)
                     for n, t in enumerate(turns)])
                 cur.executemany("INSERT INTO mem_facts (user_id, step, fact) VALUES (%s, %s, %s)",
                                 [(user, step, Jsonb(_fact(item))) for item in chosen])
@@ -169,42 +170,43 @@ class PostgresBackend:
 
     # ---------------------------------------------------------------- recall log
 
-    def log_recall(self, user: str, record: dict) -> None:
+    def log_recall(self, user: str, record: RecallRecord) -> None:
         self._check(user)
 
         def work(c):
             seq = c.execute("INSERT INTO mem_recalls (user_id, record) VALUES (%s, %s) RETURNING seq",
-                            (user, Jsonb(record))).fetchone()[0]
-            if seq % 100 == 0:
+                            (user, Jsonb(record.stored()))).fetchone()[0]
+            if seq % min(100, self.recalls_kept) == 0:
                 c.execute("DELETE FROM mem_recalls WHERE user_id = %s AND seq <= (SELECT seq FROM mem_recalls WHERE "
-                          "user_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)", (user, user, RECALLS_KEPT))
+                          "user_id = %s ORDER BY seq DESC OFFSET %s LIMIT 1)", (user, user, self.recalls_kept))
         self._run(work)
 
-    def recalls(self, user: str) -> list[dict]:
-        return self._run(lambda c: [r[0] for r in c.execute(
-            "SELECT record FROM mem_recalls WHERE user_id = %s ORDER BY seq", (self._check(user),))])
+    def recalls(self, user: str) -> list[RecallRecord]:
+        rows = self._run(lambda c: c.execute("SELECT seq, record FROM mem_recalls WHERE user_id = %s ORDER BY seq",
+                                             (self._check(user),)).fetchall())
+        return [load_record(RecallRecord, record, f"user {user} recall {seq}") for seq, record in rows]
 
     # ---------------------------------------------------------------- erasure and verification
 
-    def erase(self, user: str) -> dict:
+    def erase(self, user: str) -> Tombstone:
         self._check(user)
 
         def work(c):
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
-            turns = sum(len(e.get("turns", ())) for (e,) in c.execute(
-                "SELECT event FROM mem_events WHERE user_id = %s", (user,)))
-            tombstone = {"user_sha256": _user_key(user), "erased_at": now_iso(), "turns_erased": turns}
+            turns = c.execute("SELECT coalesce(sum(jsonb_array_length(event->'turns')), 0) FROM mem_events "
+                              "WHERE user_id = %s AND event ? 'turns'", (user,)).fetchone()[0]
+            tombstone = Tombstone(user_sha256=_user_key(user), erased_at=now_iso(), turns_erased=turns)
             for table in _USER_TABLES:
                 c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
             c.execute("INSERT INTO mem_tombstones VALUES (%s, %s) ON CONFLICT (user_sha256) DO UPDATE SET "
-                      "tombstone = excluded.tombstone", (tombstone["user_sha256"], Jsonb(tombstone)))
+                      "tombstone = excluded.tombstone", (tombstone.user_sha256, Jsonb(tombstone.stored())))
             return tombstone
         return self._run(work)
 
-    def tombstone(self, user: str) -> dict | None:
+    def tombstone(self, user: str) -> Tombstone | None:
         row = self._run(lambda c: c.execute("SELECT tombstone FROM mem_tombstones WHERE user_sha256 = %s",
                                             (_user_key(user),)).fetchone())
-        return row[0] if row else None
+        return load_record(Tombstone, row[0], f"tombstone of user sha256 {_user_key(user)}") if row else None
 
     def verify(self, user: str) -> list[str]:
         self._check(user)
@@ -214,13 +216,22 @@ class PostgresBackend:
             seqs = [r[0] for r in c.execute("SELECT seq FROM mem_events WHERE user_id = %s ORDER BY seq", (user,))]
             if seqs != list(range(1, len(seqs) + 1)):
                 problems.append(f"user {user}: capture log sequence has gaps")
-            texts = {t["id"]: t["text"] for (e,) in c.execute("SELECT event FROM mem_events WHERE user_id = %s",
-                                                              (user,)) for t in e.get("turns", ())}
+            try:
+                events = [read_event(e, f"user {user} capture log event {seq}") for seq, e in c.execute(
+                    "SELECT seq, event FROM mem_events WHERE user_id = %s ORDER BY seq", (user,))]
+            except RecordError as exc:
+                return problems + [str(exc)]
+            texts = {t.id: t.text for t in turns_in(events)}
             for session, turn_id, meta, body in c.execute(
                     "SELECT session, turn_id, meta, body FROM mem_records WHERE user_id = %s", (user,)):
-                if texts.get(turn_id) != body or meta.get("sha256") != sha256_hex(body.encode("utf-8")):
-                    problems.append(f"user {user}: record of turn {turn_id!r} (session {session}) does not match "
-                                    "the capture log")
+                where = f"user {user}: record of turn {turn_id!r} (session {session})"
+                try:
+                    held = load_record(TurnMeta, meta, where).holds(body, texts.get(turn_id))
+                except RecordError as exc:
+                    problems.append(str(exc))
+                    continue
+                if not held:
+                    problems.append(f"{where} does not match the capture log")
             return problems
         return self._run(work)
 

@@ -3,15 +3,17 @@ request and without labels.
 
 Each logged recall is asked again of both strategies, over the user's memory rebuilt from the capture log as it
 stood when the recall was served (the capture events up to the recall's time). Per request the replay measures the
-overlap of the two contexts (Jaccard of packed item ids, of their source turn ids and of their content words), the
-words each packs, staleness (packed items that are superseded, retracted or expired at the question's time),
-answer-in-context when the operator supplied the answer, and latency (both measured here, back to back). It also
-reports how often the recomputed serving context equals the one the log recorded, and the candidate's the shadow
-recorded, so a replay that does not reproduce the service says so.
+overlap of the two contexts (:func:`evolve.serve.records.context_overlap` of packed item ids, of their source turn
+ids and of their content words; two empty contexts score 1.0), the words each packs, staleness (packed items that
+are superseded, retracted or expired at the question's time, as one neutral referee judges both contexts:
+:mod:`evolve.serve.referee`), answer-in-context when the operator supplied the answer, and latency (both measured
+here, back to back). It also reports how often the recomputed serving context equals the one the log recorded, and
+the candidate's the shadow recorded, so a replay that does not reproduce the service says so.
 
 Binary outcomes (no stale item packed, answer in context) are compared with the project's paired statistics (exact
-McNemar and a BCa bootstrap, :func:`evolve.verify.statistics.paired_comparison`); graded ones (words, latency) with a
-Wilcoxon signed-rank test.
+McNemar and a BCa bootstrap, :func:`evolve.verify.statistics.paired_comparison`), overall and per slice (the
+question's category where the operator's answers give it, else the runtime's intent) under the decision contract's
+category floor; graded ones (words, latency) with a Wilcoxon signed-rank test.
 """
 from __future__ import annotations
 
@@ -24,18 +26,22 @@ from typing import Iterable
 import numpy as np
 from scipy import stats
 
+from evolve.benchmarks.turns import naive
 from evolve.canonical import sha256_hex
 from evolve.errors import EvolveError
 from evolve.files import StoreError, iter_jsonl
 from evolve.observe.answer import carried, content_words
 from evolve.runtime.cache import EmbeddingCache
-from evolve.runtime.facts import expired
+from evolve.runtime.expander import classify_intent
 from evolve.runtime.live import LiveConversation
 from evolve.runtime.store import MemoryStore
-from evolve.runtime.text import count_tokens
+from evolve.runtime.text import count_words
 from evolve.serve.backend import Backend
-from evolve.serve.memory import _turn, parse_time
+from evolve.serve.memory import apply_events, parse_time
+from evolve.serve.records import RecallRecord, RecordError, context_overlap, load_record
+from evolve.serve.referee import STATES, Marks, Referee, floor_reasons, slice_lines, slices, stale_counts
 from evolve.serve.strategy import Loaded
+from evolve.verify.decision import AcceptanceRules
 from evolve.verify.statistics import PairedReport, paired_comparison
 
 #: Verdicts: the candidate is significantly better on an outcome (the serving strategy regresses against it), worse,
@@ -66,36 +72,45 @@ def _owner(log: Path) -> str | None:
     return log.parent.name if len(log.parents) > 1 and log.parent.parent.name == "users" else None
 
 
-def _checked(record: dict, where: str, owner: str | None) -> dict:
-    """``record`` with ``_where``; :class:`ReplayError` when it lacks a field or names another user than the log's."""
-    for key in ("user", "question", "time"):
-        if not isinstance(record.get(key), str):
-            raise ReplayError(f"{where}: recall record has no string field {key!r}")
-    if owner is not None and record["user"] != owner:
-        raise ReplayError(f"{where}: recall record of user {record['user']!r} in the recall log of user {owner!r}; "
+@dataclass(frozen=True)
+class Logged:
+    """A logged recall and where it was read (file and line, or user and position)."""
+
+    record: RecallRecord
+    where: str
+
+
+def _checked(record: RecallRecord, where: str, owner: str | None) -> Logged:
+    """:class:`ReplayError` when ``record`` names another user than the log's."""
+    if owner is not None and record.user != owner:
+        raise ReplayError(f"{where}: recall record of user {record.user!r} in the recall log of user {owner!r}; "
                           "a user's log holds only that user's recalls")
-    return {**record, "_where": where}
+    return Logged(record, where)
 
 
-def _oldest_first(records: list[dict]) -> list[dict]:
-    return sorted(records, key=lambda r: _moment(r["time"], r["_where"]))
+def _oldest_first(records: list[Logged]) -> list[Logged]:
+    return sorted(records, key=lambda r: _moment(r.record.time, r.where))
 
 
-def read_recalls(logs: list[Path]) -> list[dict]:
-    """Every logged recall of ``logs`` (each with ``_where``: file and line), oldest first."""
+def read_recalls(logs: list[Path]) -> list[Logged]:
+    """Every logged recall of ``logs``, oldest first."""
     records = []
     for log in logs:
         try:
-            records += [_checked(record, f"{log}:{line}", _owner(log)) for line, record in iter_jsonl(log)]
-        except StoreError as exc:
+            records += [_checked(load_record(RecallRecord, raw, f"{log}:{line}"), f"{log}:{line}", _owner(log))
+                        for line, raw in iter_jsonl(log)]
+        except (StoreError, RecordError) as exc:
             raise ReplayError(str(exc)) from None
     return _oldest_first(records)
 
 
-def stored_recalls(backend: Backend) -> list[dict]:
-    """Every recall the store still holds (each with ``_where``: user and position), oldest first."""
-    return _oldest_first([_checked(record, f"user {user} recall {i}", user) for user in backend.users()
-                          for i, record in enumerate(backend.recalls(user))])
+def stored_recalls(backend: Backend) -> list[Logged]:
+    """Every recall the store still holds, oldest first."""
+    try:
+        return _oldest_first([_checked(record, f"user {user} recall {i}", user) for user in backend.users()
+                              for i, record in enumerate(backend.recalls(user))])
+    except RecordError as exc:
+        raise ReplayError(str(exc)) from None
 
 
 def _moment(text: str, where: str) -> datetime:
@@ -107,35 +122,26 @@ def _moment(text: str, where: str) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
 
 
-def _jaccard(a: set, b: set) -> float:
-    return len(a & b) / len(a | b) if a | b else 1.0
-
-
 @dataclass
 class _Side:
     ids: list[str]
     sources: set[str]
     words: int
     text_words: frozenset[str]
-    stale: int
+    stale: dict[str, int] | None  # the referee's count, in total and by state; None for an exempt question
     latency_ms: float
     answer_in: bool | None
 
 
-def _ask(loaded: Loaded, store: MemoryStore, question: str, asked_at: datetime | None, answer: str | None) -> _Side:
+def _ask(loaded: Loaded, store: MemoryStore, question: str, asked_at: datetime | None, answer: str | None,
+         marks: Marks | None) -> _Side:
     started = time.perf_counter()
     result = loaded.runtime.ask(store, question, asked_at, answer=False)
     latency = (time.perf_counter() - started) * 1000
-    items = {item.id: item for item in store.items}
-    buffer = loaded.runtime.policy.lifecycle.expiry.buffer_days
-    stale = 0
-    for c in result.packed:
-        item = items.get(c.id)
-        if item is not None and (item.superseded_by or item.retracted or expired(item.meta, asked_at, buffer)):
-            stale += 1
+    stale = None if marks is None else stale_counts(marks.judge(result.packed))
     texts = [c.text for c in result.packed]
     return _Side([c.id for c in result.packed], {s for c in result.packed for s in c.source_ids},
-                 sum(count_tokens(t) for t in texts), frozenset().union(*map(content_words, texts)), stale, latency,
+                 sum(count_words(t) for t in texts), frozenset().union(*map(content_words, texts)), stale, latency,
                  carried(answer, texts) if answer else None)
 
 
@@ -148,12 +154,15 @@ class ReplayReport:
     n: int
     users: int
     requests: list[dict] = field(default_factory=list)
+    referee: dict = field(default_factory=dict)
+    rules: AcceptanceRules = field(default_factory=AcceptanceRules)
     clean: PairedReport | None = None
     answer_in_context: PairedReport | None = None
     words: dict = field(default_factory=dict)
     latency: dict = field(default_factory=dict)
     overlap: dict = field(default_factory=dict)
     reproduced: dict = field(default_factory=dict)
+    slices: dict = field(default_factory=dict)  # outcome -> slice -> figures (:func:`evolve.serve.referee.slices`)
     verdict: str = "no_data"
     reasons: list[str] = field(default_factory=list)
 
@@ -167,8 +176,11 @@ class ReplayReport:
 
         return {"serving_hash": self.serving, "candidate_hash": self.candidate, "candidate": candidate_ref,
                 "logs": [{"path": str(p), "sha256": sha256_hex(p.read_bytes())} for p in logs], "n": self.n,
-                "users": self.users, "verdict": self.verdict, "reasons": self.reasons,
+                "users": self.users, "verdict": self.verdict, "reasons": self.reasons, "referee": self.referee,
+                "floors": {k: getattr(self.rules, k) for k in ("alpha", "epsilon_default", "epsilon_by_category",
+                                                                "category_floor", "floor_exempt")},
                 "clean_context": brief(self.clean), "answer_in_context": brief(self.answer_in_context),
+                "slices": self.slices,
                 "words": self.words, "latency_ms": self.latency, "overlap": self.overlap,
                 "reproduced": self.reproduced}
 
@@ -185,11 +197,19 @@ def _graded(serving: list[float], candidate: list[float]) -> dict:
             "median_difference": float(np.median(diff)), "wilcoxon_p": p}
 
 
-def _verdict(report: ReplayReport, alpha: float) -> None:
+#: The binary outcomes compared, by payload name: what each means in words.
+OUTCOMES = {"clean_context": "clean context (no stale item packed)", "answer_in_context": "answer in context"}
+
+
+def _verdict(report: ReplayReport) -> None:
     better, worse = [], []
-    for name, paired in (("clean context (no stale item packed)", report.clean),
-                         ("answer in context", report.answer_in_context)):
-        if paired is None or not paired.n or not paired.significant:
+    for key, name in OUTCOMES.items():
+        paired = report.clean if key == "clean_context" else report.answer_in_context
+        if paired is None or not paired.n:
+            continue
+        up, down = floor_reasons(name, report.slices.get(key, {}))
+        better, worse = better + up, worse + down
+        if not paired.significant:
             continue
         line = (f"{name}: serving {paired.acc_baseline:.3f} vs candidate {paired.acc_candidate:.3f} "
                 f"(McNemar p={paired.mcnemar_p:.4g}, {paired.confidence:.0%} CI [{paired.ci_low:+.3f}, "
@@ -206,98 +226,110 @@ def _verdict(report: ReplayReport, alpha: float) -> None:
         report.verdict = "candidate_regresses"
     else:
         report.verdict = "no_difference"
-        report.reasons = [f"no significant difference at alpha {alpha} on {report.n} request(s)"]
+        report.reasons = [f"no significant difference at alpha {report.rules.alpha} on {report.n} request(s), "
+                          "overall or in a slice beyond its floor"]
 
 
-def replay(records: list[dict], backend: Backend, serving: Loaded, candidate: Loaded,
-           answers: dict[tuple[str, str], str] | None = None, *, alpha: float = 0.05, seed: int = 0) -> ReplayReport:
-    """Ask every logged recall of both strategies over the memory as it stood then; the paired report.
-    ``answers`` maps ``(user, question)`` to the operator's answer."""
-    answers = answers or {}
-    report = ReplayReport(serving.strategy_hash, candidate.strategy_hash, 0, 0)
-    by_user: dict[str, list[dict]] = {}
-    for record in records:
-        by_user.setdefault(record["user"], []).append(record)
+def replay(records: list[Logged], backend: Backend, serving: Loaded, candidate: Loaded,
+           answers: dict[tuple[str, str], str] | None = None, *, categories: dict[tuple[str, str], str] | None = None,
+           rules: AcceptanceRules | None = None, seed: int = 0) -> ReplayReport:
+    """Ask every logged recall of both strategies over the memory as it stood then; the paired report, staleness
+    judged by the :class:`~evolve.serve.referee.Referee`, slices held to the floors of ``rules`` (the contract).
+    ``answers`` maps ``(user, question)`` to the operator's answer, ``categories`` to the question's category."""
+    answers, categories, referee = answers or {}, categories or {}, Referee()
+    report = ReplayReport(serving.strategy_hash, candidate.strategy_hash, 0, 0, referee=referee.describe(),
+                          rules=rules or AcceptanceRules())
+    by_user: dict[str, list[Logged]] = {}
+    for logged in records:
+        by_user.setdefault(logged.record.user, []).append(logged)
     for user, recalls in sorted(by_user.items()):
         try:
             events = backend.events(user)
         except ValueError as exc:
-            raise ReplayError(f"{recalls[0]['_where']}: {exc}") from None
+            raise ReplayError(f"{recalls[0].where}: {exc}") from None
         if not events:
             continue  # erased (or never captured here): nothing to rebuild
         report.users += 1
         live, cache = LiveConversation(user), EmbeddingCache(backend.embeddings_dir(user))
         position = 0
-        for record in recalls:
-            until = _moment(record["time"], record["_where"])
-            while position < len(events) and _moment(events[position].get("at", ""), f"{user} capture log event "
-                                                     f"{position}") <= until:
-                for turn in events[position].get("turns", ()):
-                    live.add(_turn(turn))
-                if "close" in events[position]:
-                    live.close(events[position]["close"])
-                position += 1
+        for logged in recalls:
+            record = logged.record
+            until = _moment(record.time, logged.where)
+            reached = position
+            while reached < len(events) and _moment(events[reached].at or "", f"{user} capture log event "
+                                                    f"{reached + 1}") <= until:
+                reached += 1
+            apply_events(live, events[position:reached], position + 1)
+            position = reached
             if not len(live):
                 continue
             asked = None
-            if record.get("asked_at"):
+            if record.asked_at:
                 try:
-                    asked = parse_time(record["asked_at"], f"{record['_where']}: asked_at")
+                    asked = parse_time(record.asked_at, f"{logged.where}: asked_at")
                 except ValueError as exc:
                     raise ReplayError(str(exc)) from None
-            answer = answers.get((user, record["question"]))
+            answer = answers.get((user, record.question))
+            marks = referee.marks(referee.store(live), record.question, asked, naive(until))
             sides = []
             for loaded in (serving, candidate):
                 rt = loaded.runtime
                 store = live.store(loaded.key, rt.policy, rt.extractor,
                                    lambda texts, rt=rt: cache.encode(rt.embedder, texts), rt.embedder.name)
-                sides.append(_ask(loaded, store, record["question"], asked, answer))
-            report.requests.append(_row(f"{user}/{len(report.requests)}", user, record, *sides, serving.strategy_hash,
-                                        candidate.strategy_hash))
-    _summarise(report, alpha, seed)
+                sides.append(_ask(loaded, store, record.question, asked, answer, marks))
+            where = categories.get((user, record.question)) or classify_intent(record.question)
+            report.requests.append(_row(f"{user}/{len(report.requests)}", user, record, where, *sides,
+                                        serving.strategy_hash, candidate.strategy_hash))
+    _summarise(report, seed)
     return report
 
 
-def _row(request: str, user: str, record: dict, s: _Side, c: _Side, serving: str, candidate: str) -> dict:
+def _row(request: str, user: str, record: RecallRecord, where: str, s: _Side, c: _Side, serving: str,
+         candidate: str) -> dict:
     """One request's paired figures; whether the log's serving context and the shadow's candidate context (when
     recorded under these strategies) were reproduced."""
-    logged = [p.get("id") for p in record.get("packed", ())] if record.get("strategy") == serving else None
-    shadow = record.get("shadow") or {}
-    shadowed = [p.get("id") for p in shadow.get("packed", ())] if shadow.get("strategy") == candidate else None
-    return {"id": request, "user": user,
-            "ids_jaccard": _jaccard(set(s.ids), set(c.ids)), "sources_jaccard": _jaccard(s.sources, c.sources),
-            "words_jaccard": _jaccard(set(s.text_words), set(c.text_words)),
+    logged = [p.id for p in record.packed] if record.strategy == serving else None
+    shadow = record.shadow
+    shadowed = [p.id for p in shadow.packed] if shadow is not None and shadow.strategy == candidate else None
+    return {"id": request, "user": user, "slice": where,
+            "ids_jaccard": context_overlap(s.ids, c.ids), "sources_jaccard": context_overlap(s.sources, c.sources),
+            "words_jaccard": context_overlap(s.text_words, c.text_words),
             "words": (s.words, c.words), "stale": (s.stale, c.stale), "latency_ms": (s.latency_ms, c.latency_ms),
             "answer_in": (s.answer_in, c.answer_in),
             "serving_reproduced": None if logged is None else logged == s.ids,
             "shadow_reproduced": None if shadowed is None else shadowed == c.ids}
 
 
-def _summarise(report: ReplayReport, alpha: float, seed: int) -> None:
-    rows = report.requests
+def _summarise(report: ReplayReport, seed: int) -> None:
+    rows, rules = report.requests, report.rules
     report.n = len(rows)
     if rows:
-        def outcomes(pick, side: int) -> dict:
-            return {r["id"]: {"correct": bool(pick(r)[side]), "category": r["user"]} for r in rows
-                    if pick(r)[side] is not None}
+        def compared(pick) -> PairedReport:
+            """The paired comparison of the outcome ``pick`` gives each side (``None``: not judged), by slice."""
+            def side(i: int) -> dict:
+                return {r["id"]: {"correct": bool(pick(r)[i]), "category": r["slice"]} for r in rows
+                        if pick(r)[i] is not None}
+            return paired_comparison(side(0), side(1), alpha=rules.alpha, seed=seed,
+                                     n_resamples=rules.bootstrap_resamples)
 
-        clean = lambda r: (r["stale"][0] == 0, r["stale"][1] == 0)  # noqa: E731
-        report.clean = paired_comparison(outcomes(clean, 0), outcomes(clean, 1), alpha=alpha, seed=seed)
-        known = [r for r in rows if r["answer_in"][0] is not None]
-        if known:
-            pick = lambda r: r["answer_in"]  # noqa: E731
-            report.answer_in_context = paired_comparison(outcomes(pick, 0), outcomes(pick, 1), alpha=alpha, seed=seed)
+        report.clean = compared(lambda r: tuple(None if s is None else s["total"] == 0 for s in r["stale"]))
+        report.slices["clean_context"] = slices(report.clean, rules)
+        if any(r["answer_in"][0] is not None for r in rows):
+            report.answer_in_context = compared(lambda r: r["answer_in"])
+            report.slices["answer_in_context"] = slices(report.answer_in_context, rules)
         report.words = _graded([r["words"][0] for r in rows], [r["words"][1] for r in rows])
         report.latency = _graded([r["latency_ms"][0] for r in rows], [r["latency_ms"][1] for r in rows])
         report.overlap = {k: float(np.mean([r[k] for r in rows]))
                           for k in ("ids_jaccard", "sources_jaccard", "words_jaccard")}
         report.overlap["identical"] = sum(r["ids_jaccard"] == 1.0 for r in rows) / len(rows)
-        report.overlap["stale_serving"] = sum(r["stale"][0] for r in rows)
-        report.overlap["stale_candidate"] = sum(r["stale"][1] for r in rows)
+        judged = [r for r in rows if r["stale"][0] is not None]
+        report.overlap["exempt"] = len(rows) - len(judged)
+        for i, name in enumerate(("serving", "candidate")):
+            report.overlap[f"stale_{name}"] = {s: sum(r["stale"][i][s] for r in judged) for s in ("total", *STATES)}
         for key in ("serving_reproduced", "shadow_reproduced"):
             seen = [r[key] for r in rows if r[key] is not None]
             report.reproduced[key] = {"checked": len(seen), "equal": sum(seen)}
-    _verdict(report, alpha)
+    _verdict(report)
 
 
 def text(report: ReplayReport) -> str:
@@ -312,11 +344,16 @@ def text(report: ReplayReport) -> str:
             lines.append(f"  {name}: median {graded['serving_median']:.1f} -> {graded['candidate_median']:.1f} "
                          f"(p95 {graded['serving_p95']:.1f} -> {graded['candidate_p95']:.1f}; Wilcoxon "
                          f"p={graded['wilcoxon_p']:.4g})")
-        lines.append(f"  stale items packed: serving {o['stale_serving']}, candidate {o['stale_candidate']}")
-        for name, paired in (("clean context", report.clean), ("answer in context", report.answer_in_context)):
+        s, c = o["stale_serving"], o["stale_candidate"]
+        lines.append(f"  stale items packed (referee: shipped baseline lifecycle; {o['exempt']} question(s) about "
+                     f"the past exempt): serving {s['total']}, candidate {c['total']} (" + ", ".join(
+                         f"{state} {s[state]} vs {c[state]}" for state in STATES) + ")")
+        for key, paired in (("clean_context", report.clean), ("answer_in_context", report.answer_in_context)):
             if paired is not None and paired.n:
-                lines.append(f"  {name}: {paired.acc_baseline:.3f} -> {paired.acc_candidate:.3f} on {paired.n} "
-                             f"(McNemar p={paired.mcnemar_p:.4g}, CI [{paired.ci_low:+.3f}, {paired.ci_high:+.3f}])")
+                lines.append(f"  {key.replace('_', ' ')}: {paired.acc_baseline:.3f} -> {paired.acc_candidate:.3f} on "
+                             f"{paired.n} (McNemar p={paired.mcnemar_p:.4g}, CI [{paired.ci_low:+.3f}, "
+                             f"{paired.ci_high:+.3f}])")
+                lines += slice_lines(key.replace("_", " "), report.slices[key])
         for key, value in report.reproduced.items():
             if value["checked"]:
                 lines.append(f"  {key.replace('_', ' ')}: {value['equal']}/{value['checked']} logged contexts")

@@ -17,7 +17,9 @@ from evolve.runtime.onnx_embedder import OnnxEmbedder
 from evolve.runtime.usage import UsageStats
 from evolve.serve.app import create_app
 from evolve.serve.backend import StoreUnavailable
+from evolve.serve.answers import answer_map, load_answers
 from evolve.serve.batching import BatchingEmbedder
+from evolve.serve.guard import GuardPlan
 from evolve.serve.stores import open_backend
 from evolve.serve.memory import MemoryService, Quarantined
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
@@ -33,13 +35,14 @@ class ServeConfig:
     host: str = "127.0.0.1"
     port: int = 8420
     shadow: str | None = None
-    canary: tuple[str, float] | None = None
     allow_untracked: bool = False
     idle_seconds: float = 600.0
     reload_seconds: float = 1.0
     store: str | None = None  # a postgresql:// URL: the shared store instead of the files under ``data``
     roles: RolesConfig | None = None  # model endpoints of the runtime roles (extractor, expander, answerer)
     max_users: int | None = None  # users whose memory stays loaded (least recently used unloaded beyond it)
+    guard: GuardPlan | None = None  # the canary guard's test (default: GuardPlan())
+    answers: Path | None = None  # the operator's answers (answers.yaml): the guard judges recalls they cover
 
 
 def parse_canary(text: str) -> tuple[str, float]:
@@ -107,12 +110,13 @@ class Service:
         self.config = config
         self.usage = UsageStats()
         self.slot = StrategySlot(config.stores, config.serving, runtime_parts(config.roles, self.usage),
-                                 allow_untracked=config.allow_untracked, shadow=config.shadow, canary=config.canary)
+                                 allow_untracked=config.allow_untracked, shadow=config.shadow, guard=config.guard)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
         self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current,
                                     config.max_users)
         self.users = self.memory.recover()
-        self.app = create_app(self.slot, self.memory, self.usage)
+        answers = answer_map(load_answers(config.answers)) if config.answers else None
+        self.app = create_app(self.slot, self.memory, self.usage, answers)
         self._stop = threading.Event()
         self._reload_now = reload_now or threading.Event()
         self._workers: list[threading.Thread] = []
@@ -136,6 +140,8 @@ class Service:
             try:
                 if self.slot.check(self._warm, force=forced):
                     log.warning("serving strategy reloaded: %s", self.slot.current.strategy_hash)
+                    self.memory.forget_strategies(self.slot.keys())
+                if self.slot.sync_canary():
                     self.memory.forget_strategies(self.slot.keys())
                 elif self.slot.refused:
                     log.warning("serving file refused, previous strategy keeps serving: %s",
@@ -185,6 +191,11 @@ def run(config: ServeConfig, reload_now: threading.Event | None = None) -> None:
         service.start_workers()
         print(f"serving {service.slot.current.strategy_hash[:12]} ({service.slot.current.state}) from "
               f"{config.serving}; {service.users} user(s) in {config.data}; {url_of(sock)}/docs", flush=True)
+        canary = service.slot.canary
+        if canary is not None:
+            print(f"canary {canary.candidate_id} ({canary.loaded.verdict}) serves {canary.fraction:g} of users "
+                  f"(journal entry {canary.start_index}); its guard tests at alpha {service.slot.guard_plan.alpha}",
+                  flush=True)
         try:
             uvicorn.Server(uvicorn.Config(service.app, log_level="warning")).run(sockets=[sock])
         finally:

@@ -6,13 +6,28 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pydantic import ValidationError
+
 from evolve.ops.drift import serving_status
 from evolve.ops.history import History
 from evolve.ops.monitors import monitor_regressions, regression_text
 from evolve.ops.serving import ChangeResult, rollback, undo_stack
 from evolve.state.stores import StoreSet
-from evolve.serve.replay import ReplayReport
+from evolve.serve.replay import ReplayError, ReplayReport
 from evolve.serve.strategy import Loaded
+from evolve.verify.decision import AcceptanceRules
+
+
+def contract_rules(view: History) -> AcceptanceRules:
+    """The decision contract the stores were made under (their recorded ``acceptance:`` rules; the defaults when
+    none are recorded), whose floors a replay's slices are held to; :class:`ReplayError` naming a bad record."""
+    recorded = ((view.harness or {}).get("rules") or {}).get("acceptance")
+    try:
+        return AcceptanceRules.model_validate(recorded or {})
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise ReplayError(f"{view.layout.state}: harness.rules.acceptance.{'.'.join(map(str, first['loc']))}: "
+                          f"{first['msg']}") from None
 
 
 def journal_replay(stores: str | Path, report: ReplayReport, logs: list[Path], candidate_ref: str) -> dict:

@@ -48,6 +48,10 @@ ENTRY_TYPES = (
     "MONITOR",     # a slice accepted with monitoring regressed again (a later round, or the holdout)
     "REPLAY",      # serving vs a candidate on captured traffic: the paired figures and the verdict
     "NIGHT",       # a night ended: why, how far it went, its confirmation, the start restored if refused
+    "LABELS",      # reviewers' confirmed root-cause labels of a candidate's discordant questions were imported
+    "ERASE",       # users' words were erased from these stores: subjects, counts, the records rewritten (hashes)
+    "REDECIDE",    # a recorded verdict decided again: a later member of its family moved its adjusted p
+    "CANARY",      # a canary beside a serving file started, changed or stopped (approval; the guard's evidence)
 )
 GENESIS_HASH = "0" * 64
 ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})

@@ -67,6 +67,11 @@ class StoreLayout:
         return self.root / "gate"
 
     @property
+    def content(self) -> Path:
+        """Users' words the records refer to (:mod:`evolve.state.content`), redacted by an erasure."""
+        return self.root / "content"
+
+    @property
     def cache(self) -> Path:
         return self.root / "cache"
 

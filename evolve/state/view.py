@@ -9,6 +9,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from evolve.state.content import ContentStore
 from evolve.files import MAX_TEXT_BYTES, StoreError, iter_jsonl, read_bounded, read_json
 from evolve.state.journal import Journal, VerifyResult, journal_key
 from evolve.state.layout import DOC_STORES, JSONL_STORES, StoreLayout
@@ -45,6 +46,11 @@ class StoreReader:
 
     def strategy_path(self, digest: str) -> Path:
         return self.layout.strategy(digest)
+
+    @property
+    def content(self) -> ContentStore:
+        """The users' words the records refer to."""
+        return ContentStore(self.layout.content)
 
     def get_strategy(self, digest: str) -> dict:
         """A stored strategy, checked against its hash (:class:`StoreError` if missing or edited); needs no lock,

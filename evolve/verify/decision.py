@@ -43,8 +43,11 @@ entries, below), or a stored report of one (``Comparison.to_report``), and appli
                         ci_high of candidate vs. parent on held-out questions), a significant regression
                         there (delta < 0, p <= alpha, ci_high < 0)                            -> FEATURE_FLAG
    ``hypothesis_mismatch`` with a ``hypothesis`` check (:mod:`evolve.verify.hypothesis`), the candidate's target
-                        category did not move as predicted (``hypothesis_check: flag``; ``record`` names it in
-                        the accept's reason, ``off`` skips it)                            -> FEATURE_FLAG
+                        failure category (root cause, optionally x category) did not move as predicted under
+                        the paired test (exact McNemar at alpha; a record made before the test: its question
+                        category did not move at all) (``hypothesis_check: flag``; ``record`` names it in the
+                        accept's reason, ``off`` skips it). Read only here, for a would-be accept: a
+                        mismatch adds a flag, a match never accepts                        -> FEATURE_FLAG
 9. ``protected_slice_regression`` a protected slice has delta_c < -epsilon_c            -> ACCEPT_WITH_MONITOR
 10. ``accept``                                                                           -> ACCEPT
 
@@ -156,8 +159,8 @@ class AcceptanceRules(BaseModel):
         "holm", description="adjustment of the gain test's p over each round's candidates (fully compared ones and "
                             "those the probe stopped): holm and bonferroni hold the family-wise error at alpha, bh "
                             "(Benjamini-Hochberg) the false discovery rate at fdr_q")
-    fdr_q: float = Field(0.05, gt=0, lt=1, description="false discovery rate bh holds; the adjusted p is compared "
-                                                        "with it instead of alpha")
+    fdr_q: float = Field(0.01, gt=0, lt=1, description="false discovery rate bh holds (D²ACCI's 0.01); the adjusted p "
+                                                        "is compared with it instead of alpha")
     probe_delta: float = Field(0.02, ge=0, le=1, description="delta_1: largest tolerated probe accuracy drop (a "
                                                               "share of questions: at most 1, any drop)")
     restore_threshold: float = Field(0.03, ge=0, le=1, description="drop below best-ever that triggers restore (a "
@@ -165,8 +168,9 @@ class AcceptanceRules(BaseModel):
     require_significance: bool = Field(True, description="false: a positive delta goes on to rules 6-9 without "
                                                          "significance (rule 5)")
     hypothesis_check: Literal["flag", "record", "off"] = Field(
-        "flag", description="a would-be accept whose target category did not move as predicted: FEATURE_FLAG (flag), "
-                            "named in the reason (record), or not checked (off)")
+        "flag", description="a would-be accept whose target failure category did not move as predicted (paired exact "
+                            "McNemar at alpha): FEATURE_FLAG (flag), named in the reason (record), or not checked "
+                            "(off)")
     secondary: Objective | None = Field(None, description="second outcome that decides where the objective's gain is "
                                                           "inconclusive but non-inferior (rule 5)")
     non_inferiority_margin: float = Field(0.02, ge=0, le=0.2, description=(
@@ -309,21 +313,33 @@ class Decision:
         return cls(Verdict(data["verdict"]), data["reason"], data["rule"])
 
 
-def _category_floor(paired: PairedReport, rules: AcceptanceRules) -> tuple[list[str], list[str]]:
-    """The categories that regress significantly beyond their epsilon (their exact McNemar p Holm-adjusted over the
-    candidate's categories, <= alpha), split into ``(floored, exempt)``; empty for reports whose category rows carry no
-    p (written before the floor existed)."""
+def holm_by_category(per_category: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Each category's exact McNemar p Holm-adjusted over the categories whose rows carry one (none for reports
+    written before the floor existed)."""
+    return adjust({c: float(row["mcnemar_p"]) for c, row in per_category.items() if is_real(row.get("mcnemar_p"))},
+                  "holm")
+
+
+def floor_breaches(per_category: Mapping[str, Mapping[str, Any]], rules: AcceptanceRules) -> dict[str, float]:
+    """The categories that regress significantly beyond their epsilon (``delta`` below -epsilon and the Holm-adjusted
+    p, :func:`holm_by_category`, <= alpha), each with that adjusted p; none with ``category_floor`` off."""
     if not rules.category_floor:
-        return [], []
-    rows = {c: row for c, row in paired.per_category.items() if is_real(row.get("mcnemar_p"))}
-    adjusted = adjust({c: float(row["mcnemar_p"]) for c, row in rows.items()}, "holm")
+        return {}
+    adjusted = holm_by_category(per_category)
+    return {c: p for c, p in sorted(adjusted.items())
+            if per_category[c]["delta"] < -rules.epsilon(c) - TOLERANCE and p <= rules.alpha}
+
+
+def _category_floor(paired: PairedReport, rules: AcceptanceRules) -> tuple[list[str], list[str]]:
+    """The categories of :func:`floor_breaches`, described and split into ``(floored, exempt)``."""
+    rows = paired.per_category
+    family = sum(is_real(row.get("mcnemar_p")) for row in rows.values())
     floored, exempt = [], []
-    for category, row in sorted(rows.items()):
-        eps = rules.epsilon(category)
-        if row["delta"] < -eps - TOLERANCE and adjusted[category] <= rules.alpha:
-            entry = (f"{category} {row['delta']:+.4f} (epsilon {eps:.3f}, n={row['n']}, p={row['mcnemar_p']:.4g}, "
-                     f"Holm-adjusted over {len(rows)} categories {adjusted[category]:.4g})")
-            (exempt if category in rules.floor_exempt else floored).append(entry)
+    for category, p in floor_breaches(rows, rules).items():
+        row = rows[category]
+        entry = (f"{category} {row['delta']:+.4f} (epsilon {rules.epsilon(category):.3f}, n={row['n']}, "
+                 f"p={row['mcnemar_p']:.4g}, Holm-adjusted over {family} categories {p:.4g})")
+        (exempt if category in rules.floor_exempt else floored).append(entry)
     return floored, exempt
 
 

@@ -1,59 +1,133 @@
-"""The hypothesis check: a candidate targets a symptom (``root_cause/category``), so it predicts that category's
-outcome moves (up, for the loop's own candidates); the full comparison shows whether it did. A change that gains
-overall while its target category does not move as predicted worked for a reason other than the one it was made
-for; rule ``hypothesis_mismatch`` of :func:`evolve.verify.decision.decide` holds it back (FEATURE_FLAG) unless the
-rules say only to record it.
+"""The hypothesis check: a change names a failure category it should make rarer (or commoner), and a paired test says
+whether it did.
+
+A failure category is a root cause of the evidence-loss ladder, optionally within one question category
+(``ingestion_gap/temporal``; ``ingestion_gap/*`` or ``ingestion_gap`` over every category): the loop's directions
+target one (their symptom, wildcard symptoms included) and predict it goes ``down``. Over the questions both sides
+count (those of the named category), each question's indicator "its failure has that root cause" is compared paired
+under parent and candidate: exact McNemar (:func:`evolve.verify.statistics.mcnemar_exact`) on the questions that
+left the category against those that entered it. The prediction holds when the category moved the predicted way
+with p <= alpha; "any movement" no longer counts. Rule ``hypothesis_mismatch`` of
+:func:`evolve.verify.decision.decide` reads it only for a would-be accept: a mismatch turns an accept into
+FEATURE_FLAG (or is named in the reason), so it can only add flags, never accept a change.
+
+Records written before this check held a question category that was predicted to rise, matched by any delta > 0 (no
+``mcnemar_p``); they read back and replay as decided.
 """
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Mapping
 
-from evolve.benchmarks.types import CATEGORIES
+from evolve.observe.ladder import ROOT_CAUSES
+from evolve.verify.statistics import mcnemar_exact
 
 Direction = Literal["up", "down"]
+#: The question category of a failure category over every category.
+EVERY = "*"
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """A failure category (root cause, optionally x question category) and the direction it should move."""
+
+    root_cause: str
+    category: str = EVERY
+    direction: Direction = "down"
+
+    @property
+    def key(self) -> str:
+        return f"{self.root_cause}/{self.category}"
+
+    def __str__(self) -> str:
+        return f"{self.key}:{self.direction}"
+
+    @classmethod
+    def parse(cls, text: str) -> "Prediction":
+        """``ROOT_CAUSE[/CATEGORY][:down|up]`` (every category and ``down`` when left out); ``ValueError`` saying
+        what is wrong."""
+        target, _, direction = text.partition(":")
+        root_cause, _, category = target.partition("/")
+        direction = direction or "down"
+        if root_cause not in ROOT_CAUSES:
+            raise ValueError(f"{text!r}: {root_cause!r} is not a root cause (one of {', '.join(ROOT_CAUSES)})")
+        if direction not in ("up", "down"):
+            raise ValueError(f"{text!r}: direction {direction!r} is not up or down")
+        return cls(root_cause, category or EVERY, direction)
 
 
 @dataclass(frozen=True)
 class HypothesisCheck:
-    """The predicted movement of one category and the movement observed in the paired comparison."""
+    """The predicted movement of a failure category and the paired test of the observed one.
+
+    ``category`` is the failure category's key (``root_cause/category``); ``observed_delta`` the change of its share
+    of the ``n`` compared questions; ``before``/``after`` its counts under parent and candidate; ``left``/``entered``
+    the discordant questions; ``mcnemar_p`` their exact McNemar p, held to ``alpha``. A record written before the
+    test holds a question category, its accuracy delta and ``n`` only (the other fields ``None``)."""
 
     category: str
     predicted: str  # "up" | "down"
     observed_delta: float
     n: int
+    before: int | None = None
+    after: int | None = None
+    left: int | None = None
+    entered: int | None = None
+    mcnemar_p: float | None = None
+    alpha: float | None = None
+
+    @property
+    def legacy(self) -> bool:
+        """Written before the paired test: a question category's accuracy, any move counting."""
+        return self.mcnemar_p is None
 
     @property
     def matches(self) -> bool:
-        return self.observed_delta > 0 if self.predicted == "up" else self.observed_delta < 0
+        moved = self.observed_delta > 0 if self.predicted == "up" else self.observed_delta < 0
+        return moved if self.legacy else moved and self.mcnemar_p <= self.alpha
 
     def describe(self) -> str:
-        return (f"predicted {self.category} {self.predicted}, observed {self.observed_delta:+.4f} on {self.n} "
-                f"questions ({'matches' if self.matches else 'mismatch'})")
+        verdict = "matches" if self.matches else "mismatch"
+        if self.legacy:
+            return (f"predicted {self.category} {self.predicted}, observed {self.observed_delta:+.4f} on {self.n} "
+                    f"questions ({verdict})")
+        return (f"predicted {self.category} {self.predicted}: {self.before} -> {self.after} of {self.n} questions "
+                f"({self.observed_delta:+.4f}; {self.left} left, {self.entered} entered, exact McNemar "
+                f"p={self.mcnemar_p:.4g}, alpha {self.alpha:g}) ({verdict})")
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {k: v for k, v in asdict(self).items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HypothesisCheck":
-        return cls(str(data["category"]), str(data["predicted"]), float(data["observed_delta"]), int(data["n"]))
+        tested = {name: data[name] for name in ("before", "after", "left", "entered") if name in data}
+        if "mcnemar_p" in data:
+            if len(tested) < 4 or "alpha" not in data:
+                raise ValueError("a tested check needs before, after, left, entered, mcnemar_p and alpha")
+            tested.update(mcnemar_p=float(data["mcnemar_p"]), alpha=float(data["alpha"]))
+        return cls(str(data["category"]), str(data["predicted"]), float(data["observed_delta"]), int(data["n"]),
+                   **{k: int(v) if k not in ("mcnemar_p", "alpha") else v for k, v in tested.items()})
 
 
-def predicted(symptom: str) -> tuple[str, Direction] | None:
-    """The category a candidate aimed at ``symptom`` predicts to rise (``None`` for a symptom of no one category,
-    e.g. ``retrieval_gap/*``)."""
-    category = symptom.partition("/")[2]
-    return (category, "up") if category in CATEGORIES else None
+def predicted(symptom: str) -> Prediction | None:
+    """What a loop candidate aimed at ``symptom`` (``root_cause/category``, the category ``*`` for all) predicts: that
+    failure category goes down (``None`` for a symptom that names no root cause, e.g. a merge's)."""
+    root_cause, _, category = symptom.partition("/")
+    return Prediction(root_cause, category or EVERY) if root_cause in ROOT_CAUSES else None
 
 
-def check(prediction: tuple[str, Direction] | None, per_category: Mapping[str, Mapping[str, Any]]
-          ) -> HypothesisCheck | None:
-    """The prediction held against a paired report's per-category rows (``None`` without a prediction, or when the
-    category has no compared question)."""
+def check(prediction: Prediction | None, base: Mapping[str, tuple[str, str | None]],
+          cand: Mapping[str, tuple[str, str | None]], alpha: float) -> HypothesisCheck | None:
+    """The prediction tested on the questions both sides count: ``base`` and ``cand`` map a question id to its
+    category and root cause (``None``: not a failure). ``None`` without a prediction or without a compared question
+    of its category."""
     if prediction is None:
         return None
-    category, direction = prediction
-    row = per_category.get(category)
-    if not row or not row.get("n"):
+    ids = [q for q in base.keys() & cand.keys() if prediction.category in (EVERY, base[q][0])]
+    if not ids:
         return None
-    return HypothesisCheck(category, direction, float(row["delta"]), int(row["n"]))
+    before = {q for q in ids if base[q][1] == prediction.root_cause}
+    after = {q for q in ids if cand[q][1] == prediction.root_cause}
+    left, entered = len(before - after), len(after - before)
+    return HypothesisCheck(prediction.key, prediction.direction, (len(after) - len(before)) / len(ids), len(ids),
+                           len(before), len(after), left, entered, mcnemar_exact(left, entered), alpha)

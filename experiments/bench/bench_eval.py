@@ -50,7 +50,7 @@ from evolve.runtime import IngestionCache, MemoryRuntime, classify_intent
 from evolve.runtime.lexical import Analyzer
 from evolve.runtime.retrieval import Query, retrieve
 from evolve.runtime.store import MemoryStore
-from evolve.runtime.text import content_tokens, count_tokens
+from evolve.runtime.text import content_tokens, count_words
 from evolve.strategy.artifact import derive, load_strategy
 from evolve.strategy.paths import get_path, set_path
 
@@ -169,7 +169,7 @@ def packed_bm25(bench: Benchmark, indexes: dict[str, tuple[bm25s.BM25, list[str]
         for i in np.lexsort((np.arange(len(ids)), -scores)):
             if scores[i] <= 0:
                 break
-            cost = count_tokens(turns[q.conversation_id][ids[i]])
+            cost = count_words(turns[q.conversation_id][ids[i]])
             if used + cost <= budget:
                 used += cost
                 packed.add(ids[i])

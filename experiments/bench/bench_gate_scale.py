@@ -57,7 +57,7 @@ def run_gate(base: Path, cand: Path, stores: Path) -> tuple[float, float, str]:
     """Wall seconds, the child's peak resident MiB, and its first output line."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     started = time.perf_counter()
-    child = subprocess.Popen([sys.executable, "-m", "evolve.cli", "gate", str(base), str(cand), "--stores",
+    child = subprocess.Popen([sys.executable, "-m", "evolve.cli", "gate", str(base), str(cand), "--no-hypothesis", "--stores",
                               str(stores)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=ROOT)
     out = child.stdout.read().decode()
     _, status, usage = os.wait4(child.pid, 0)

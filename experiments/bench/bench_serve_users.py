@@ -38,18 +38,19 @@ sys.path.insert(0, str(ROOT))
 from evolve.benchmarks.locomo import load_locomo  # noqa: E402
 from evolve.data import BASELINE_PATH  # noqa: E402
 from evolve.serve.memory import turn_record  # noqa: E402
+from evolve.serve.records import CaptureEvent, CloseEvent, TurnsEvent  # noqa: E402
 from bench_serve_load import _machine, _port  # noqa: E402
 
 
-def _events(conversation) -> list[dict]:
+def _events(conversation) -> list[CaptureEvent]:
     """The capture-log events of ``conversation`` captured session by session, the last one closed."""
     events = []
     for session in conversation.sessions:
         turns = [{"id": t.id, "speaker": t.speaker, "text": t.text, "session": session.id,
                   "time": (t.timestamp or session.timestamp).isoformat() if (t.timestamp or session.timestamp)
                   else None} for t in session.turns]
-        events.append({"turns": [turn_record(t, "seed") for t in turns]})
-    return events + [{"close": conversation.sessions[-1].id}]
+        events.append(TurnsEvent(turns=[turn_record(t, "seed") for t in turns]))
+    return events + [CloseEvent(close=conversation.sessions[-1].id)]
 
 
 def seed_files(data: Path, conversations: list, users: int, serving: Path) -> None:

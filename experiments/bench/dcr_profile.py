@@ -1,10 +1,12 @@
-"""DCR@1/3/5/6 of constructed trace logs of four kinds, read through the gate's adapters, beside the D²ACCI profile.
+"""DCR@1/3/5/6 of constructed trace logs of four kinds, read through the gate's adapters, beside the D²ACCI profile,
+counted by D²ACCI's six stages (trace contract version 2) against the count of version 1 (:data:`BEFORE`).
 
 Each log holds 200 LoCoMo-shaped samples, a third of them judged wrong (the failure set F): results only (answer and
-verdict), retrieval only (a retriever's documents, answer and verdict), retrieval + context (plus the documents
-handed to the answerer), and full (all six stages). The recorded Mem0 ``search()``/``get_all()`` log of
-``tests/fixtures/adapters`` is added as a real system's row (no answer or verdict logged: F is all its samples).
-Writes the table to experiments/bench/dcr_profile.md. Usage: python experiments/bench/dcr_profile.py
+verdict), retrieval only (a retriever's documents with scores, answer and verdict), retrieval + context (plus the
+documents handed to the answerer), and full (every stage of version 1; and of version 2, with the constraints). The
+recorded Mem0 ``search()``/``get_all()`` log of ``tests/fixtures/adapters`` is added as a real system's row (no
+answer or verdict logged: F is all its samples). Writes the table to experiments/bench/dcr_profile.md. Usage:
+python experiments/bench/dcr_profile.py
 """
 from __future__ import annotations
 
@@ -21,6 +23,10 @@ N = 200
 #: The paper's profile as issue #36 quotes it (other cells are not quoted there).
 PAPER = {"results only": "not quoted", "retrieval only": "98–100 % at @3 (0 % under the code before the contract)",
          "retrieval + context": "not quoted", "full": "not quoted"}
+#: DCR@1/3/5/6 (%) of the same logs under the version-1 count (answer and judge two stages, no constraint stage,
+#: retrieval without scores and empty lists counting), as this script printed it before version 2.
+BEFORE = {"results only": (100, 0, 0, 0), "retrieval only": (100, 100, 0, 0), "retrieval + context": (100, 100, 0, 0),
+          "full": (100, 100, 100, 100), "Mem0 search/get_all log, recorded": (100, 100, 0, 0)}
 
 
 def _base(i: int) -> dict:
@@ -45,7 +51,9 @@ def logs() -> dict[str, tuple[str, list[dict]]]:
             "retrieval + context": ("retriever", [{**_base(i), "documents": _documents(i),
                                                    "context_ids": [d["id"] for d in _documents(i)[:4]]}
                                                   for i in range(N)]),
-            "full": ("jsonl", full)}
+            "full": ("jsonl", full),  # version 1
+            "full, version 2": ("jsonl", [{**line, "trace_version": "2", "constraints": ["token_budget:160"]}
+                                          for line in full])}
 
 
 def profile() -> list[tuple[str, int, dict[str, float]]]:
@@ -66,19 +74,25 @@ def profile() -> list[tuple[str, int, dict[str, float]]]:
 
 def main() -> None:
     lines = ["# DCR profile of constructed trace logs", "",
-             "`python experiments/bench/dcr_profile.py`: DCR@τ over the failure set F (samples judged wrong), a stage "
-             "counting when its record is present and valid against `schemas/trace.schema.json`.", "",
-             "| log (adapter) | F | DCR@1 | DCR@3 | DCR@5 | DCR@6 | D²ACCI profile (as issue #36 quotes it) |",
-             "|---|---|---|---|---|---|---|"]
+             "`python experiments/bench/dcr_profile.py`: DCR@τ over the failure set F (samples judged wrong), counted "
+             "by D²ACCI's six stages (trace contract version 2: ingestion, retrieval with scores, filtering, assembly, "
+             "constraints, generation = answer with the judge's verdict; an empty list only where emptiness is the "
+             "result), beside the version-1 count (six stages with answer and judge apart and no constraints, "
+             "retrieval without scores and empty lists counting).", "",
+             "| log (adapter) | F | DCR@1 | DCR@3 | DCR@5 | DCR@6 | version 1: @1/@3/@5/@6 | D²ACCI profile (as issue #36 "
+             "quotes it) |", "|---|---|---|---|---|---|---|---|"]
     for kind, n, dcr in profile():
-        paper = PAPER.get(kind.split(" (")[0], "-")
+        name = kind.split(" (")[0]
+        before = "/".join(f"{v}" for v in BEFORE[name]) + " %" if name in BEFORE else "- (new)"
         lines.append(f"| {kind} | {n} | " + " | ".join(f"{dcr[t] * 100:.0f} %" for t in ("1", "3", "5", "6"))
-                     + f" | {paper} |")
-    lines += ["", "Stages recorded: results only = generation + results (2); retrieval only = retrieval + generation + "
-              "results (3); retrieval + context = + assembly (4); full = 6; the Mem0 log = ingestion (`get_all`) + "
-              "retrieval + assembly (`search`, the memories handed to the model) (3). Before the contract, DCR "
-              "counted a field as present when it was not null and over every scored trace, so every harness run "
-              "scored 1.0 at all τ."]
+                     + f" | {before} | {PAPER.get(name, '-')} |")
+    lines += ["", "Stages counted (version 2, version 1 in brackets): results only = generation (2: generation + "
+              "results); retrieval only = retrieval + generation (3); retrieval + context = + assembly (4); full = "
+              "ingestion, retrieval, filtering, assembly, generation: 5 (6), version 2 adds the constraints: 6; the "
+              "Mem0 log = ingestion (`get_all`) + retrieval + assembly (`search`, the memories handed to the "
+              "model): 3 (3). A log of the packed context, answer and verdict reached DCR@3 under version 1 and "
+              "passed the default floor; it now counts 2. Before the contract, DCR counted a field as present when "
+              "it was not null and over every scored trace, so every harness run scored 1.0 at all τ."]
     (HERE / "dcr_profile.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

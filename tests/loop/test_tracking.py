@@ -114,6 +114,10 @@ def test_candidate_artifacts_download_and_match_the_stores(tracked_round, tmp_pa
     assert round_summary["round"] == 1
     assert [c["id"] for c in round_summary["candidates"]] == [r["candidate_id"] for r in records]
     assert round_summary["accuracy_after"] == pytest.approx(runs["round-001"].data.metrics["accuracy"], abs=1e-12)
+    observed = json.loads(Path(client.download_artifacts(runs["round-001"].info.run_id, "summary.json",
+                                                         str(tmp_path))).read_text())
+    assert {r["parent_hash"] for r in records} == {observed["strategy_hash"]}  # the candidates' parent
+    assert "traces.jsonl" in {a.path for a in client.list_artifacts(runs["round-001"].info.run_id)}
 
     evaluated = 0
     for record in records:
@@ -133,3 +137,28 @@ def test_candidate_artifacts_download_and_match_the_stores(tracked_round, tmp_pa
             evaluated += 1
             assert {"summary.json", "traces.jsonl"} <= listed
     assert evaluated >= 1  # at least one candidate was fully evaluated, so its traces were logged
+
+
+def test_a_tracked_rounds_candidates_are_reviewed_from_its_artifacts(tracked_round, tmp_path, monkeypatch, capsys):
+    """The round run keeps the parent's traces and each fully compared candidate's run its own: ``memevolve
+    review`` finds both under the default artifact root and writes the page; with no run directory it says where
+    it looked and how to provide them."""
+    from evolve.cli.main import main
+
+    compared = [r for r in _records(tracked_round["stores"]) if r.get("paired")]
+    record = max(compared, key=lambda r: len(r["paired"]["improved"]) + len(r["paired"]["regressed"]))
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", tracked_round["uri"])  # its artifacts are a default run-directory root
+    page = tmp_path / "review.html"
+    assert main(["review", record["candidate_id"], "--stores", str(tracked_round["stores"]), "--out", str(page)]) == 0
+    out = capsys.readouterr().out
+    n = len(record["paired"]["improved"]) + len(record["paired"]["regressed"])
+    assert f"{n} discordances" in out
+    text = page.read_text()
+    assert text.count("<section class='disc'") == n
+    assert f"parent traces <code>{tracked_round['base'] / 'mlartifacts'}" in text
+    assert text.count("/artifacts/traces.jsonl") == 2
+    monkeypatch.delenv("MLFLOW_TRACKING_URI")
+    monkeypatch.chdir(tmp_path)
+    assert main(["review", record["candidate_id"], "--stores", str(tracked_round["stores"]), "--out",
+                 str(page)]) == 2
+    assert "holds the parent's traces" in capsys.readouterr().err

@@ -1,7 +1,7 @@
 """Layer-A root causes on constructed traces, DCR, and the deterministic judge."""
 import pytest
 
-from evolve.observe.diagnosis import dcr, dcr_by_tau, diagnose, root_cause_counts
+from evolve.observe.diagnosis import dcr, dcr_by_tau, diagnose, recorded_stages, root_cause_counts
 from evolve.observe.trace import DCR_TAUS, STAGE_FIELDS, Trace
 from evolve.observe.judge import TokenF1Judge, evidence_recall, token_f1
 
@@ -32,7 +32,7 @@ def test_each_root_cause_branch(kwargs, cause):
 RESULTS = {"question_id": "q", "category": "single_hop", "correct": False, "scored": True}
 #: Each stage's fields, as the harness records them (filtering by either of its two fields).
 STAGE_RECORD = {"ingestion": {"stored_ids": ["m1"]},
-                "retrieval": {"retrieved": [{"id": "m1", "rank": 1, "source_ids": ["D1:1"]}]},
+                "retrieval": {"retrieved": [{"id": "m1", "rank": 1, "score": 0.5, "source_ids": ["D1:1"]}]},
                 "filtering": {"filtered": []},
                 "assembly": {"packed": [{"id": "m1", "text": "x", "source_ids": ["D1:1"]}]},
                 "generation": {"answer": "x", "answer_support": ["m1"]}}
@@ -46,10 +46,11 @@ def recorded(*stages: str, **extra) -> Trace:
 
 
 def test_dcr_of_a_results_only_log_is_zero():
+    """The verdict alone is no stage: generation is the answer with its verdict."""
     log = [recorded(), recorded(correct=True)]
     assert [t.stages for t in log] == [["results"], ["results"]]
-    assert {tau: dcr(log, tau) for tau in DCR_TAUS} == {1: 1.0, 3: 0.0, 5: 0.0, 6: 0.0}
-    assert dcr_by_tau(log) == {"1": 1.0, "3": 0.0, "5": 0.0, "6": 0.0}
+    assert {tau: dcr(log, tau) for tau in DCR_TAUS} == {1: 0.0, 3: 0.0, 5: 0.0, 6: 0.0}
+    assert dcr_by_tau(log) == {"1": 0.0, "3": 0.0, "5": 0.0, "6": 0.0}
 
 
 def test_a_claimed_stage_list_is_not_trusted():
@@ -77,7 +78,9 @@ def test_dcr_at_each_tau_over_the_scored_failures():
            recorded("ingestion", "retrieval"), recorded(), recorded(*STAGE_RECORD, scored=False),
            recorded(correct=True)]
     assert [len(t.stages) for t in log] == [6, 5, 3, 1, 6, 1]
-    assert dcr_by_tau(log) == {"1": 1.0, "3": 0.75, "5": 0.5, "6": 0.25}
+    # counted: 6; 5 (the constraints come with the assembly, no answer); 2; 0 (a verdict alone)
+    assert [len(recorded_stages(t)) for t in log[:4]] == [6, 5, 2, 0]
+    assert dcr_by_tau(log) == {"1": 0.75, "3": 0.5, "5": 0.5, "6": 0.25}
     assert dcr([], 3) == 1.0 == dcr([recorded(correct=True)], 6)  # nothing failed: nothing to diagnose
 
 

@@ -44,20 +44,24 @@ def files(tmp_path):
 
 
 def gate(tmp_path, *args) -> int:
-    return main(["gate", *map(str, args), "--stores", str(tmp_path / "gate")])
+    """``memevolve gate`` into the test's gate store; ``--no-hypothesis`` unless the arguments say otherwise."""
+    said = {"--hypothesis", "--predict", "--no-hypothesis"} & set(map(str, args))
+    return main(["gate", *map(str, args), *([] if said else ["--no-hypothesis"]), "--stores", str(tmp_path / "gate")])
 
 
 def test_a_verdict_is_journaled_and_read_like_a_candidate(tmp_path, files, capsys):
     assert gate(tmp_path, *files) == 0
     out = capsys.readouterr().out
     assert out.startswith("gate-0001: ACCEPT (rule accept)") and "DCR@3 1.000" in out
-    assert gate(tmp_path, *files, "--hypothesis", "fewer misses on dates", "--predict", "temporal:down") == 0
+    assert gate(tmp_path, *files, "--hypothesis", "fewer misses on dates", "--predict",
+                "retrieval_gap/temporal") == 0
     assert "hypothesis_mismatch" in capsys.readouterr().out
     stores = tmp_path / "gate"
     records = History(stores).records
     assert [(r.candidate_id, str(r.verdict), r.decision.rule) for r in records] == [
         ("gate-0001", "ACCEPT", "accept"), ("gate-0002", "FEATURE_FLAG", "hypothesis_mismatch")]
-    assert records[1].hypothesis.category == "temporal" and records[1].direction["why"] == "fewer misses on dates"
+    assert records[1].hypothesis.category == "retrieval_gap/temporal"
+    assert records[1].direction["why"] == "fewer misses on dates"
     assert main(["show", "gate-0001", "--stores", str(stores)]) == 0
     shown = capsys.readouterr().out
     assert "not promotable: no strategy file (a memevolve gate verdict" in shown
@@ -65,7 +69,7 @@ def test_a_verdict_is_journaled_and_read_like_a_candidate(tmp_path, files, capsy
     assert improved and f"improved questions ({min(len(improved), 25)} of {len(improved)} shown)" in shown
     assert f"[{improved[0]}]" in shown and "schema ?" not in shown
     assert main(["show", "gate-0002", "--stores", str(stores)]) == 0
-    assert "hypothesis mismatch: predicted temporal down" in capsys.readouterr().out
+    assert "hypothesis mismatch: predicted retrieval_gap/temporal down: 13 -> 10 of 20 questions (-0.1500; 3 left, 0 entered, exact McNemar p=0.25" in capsys.readouterr().out
     assert main(["journal", "verify", "--stores", str(stores)]) == 0
     assert "2 candidate records match their journaled decisions" in capsys.readouterr().out
     assert main(["report", "--stores", str(stores), "--out", str(tmp_path / "r.html")]) == 0
@@ -95,13 +99,21 @@ def test_bad_input_exits_2_with_nothing_journaled(tmp_path, files, capsys):
              ((mem0, mem0, "--adapter", "mem0"),
               r"mem0.jsonl:1: the mem0 adapter cannot read this line: KeyError\('memory'\)"),
              ((base, tmp_path / "absent.jsonl"), "absent.jsonl"),
-             ((base, cand, "--predict", "temporal"), "--predict needs --hypothesis"),
-             ((base, cand, "--hypothesis", "h", "--predict", "lifecycle:up"), "no sample has that category")]
+             ((base, cand, "--hypothesis", "h", "--predict", "retrieval_gap/lifecycle:up"),
+              "no sample has category 'lifecycle'"),
+             ((base, cand), "a gate run needs --hypothesis TEXT and --predict"),
+             ((base, cand, "--hypothesis", "h"), "a gate run needs --hypothesis TEXT and --predict"),
+             ((base, cand, "--no-hypothesis", "--predict", "generation_error"), "--no-hypothesis: leave out")]
     import re
     for args, message in cases:
-        assert gate(tmp_path, *args) == 2, args
+        code = (main(["gate", *map(str, args), "--stores", str(tmp_path / "gate")]) if "needs" in message
+                else gate(tmp_path, *args))
+        assert code == 2, args
         err = capsys.readouterr().err
         assert re.search(message, err), err
+    with pytest.raises(SystemExit) as exc:
+        gate(tmp_path, base, cand, "--hypothesis", "h", "--predict", "temporal")
+    assert exc.value.code == 2 and "'temporal' is not a root cause" in capsys.readouterr().err
     assert not (tmp_path / "gate").exists()
 
 
@@ -137,9 +149,11 @@ def test_a_gate_run_answers_an_escalation(tmp_path, files, capsys):
         stores.commit_round(1, bundle)
     config = tmp_path / "run.yaml"
     config.write_text(f"benchmark: synthetic:0\nstores: {loop}\n")
-    assert main(["gate", *map(str, files), "--rules", str(config), "--answers", "retrieval.top_k::down"]) == 2
+    assert main(["gate", *map(str, files), "--rules", str(config), "--answers", "retrieval.top_k::down",
+                 "--no-hypothesis"]) == 2
     assert "no such escalation (known: retrieval.top_k::up)" in capsys.readouterr().err
-    assert main(["gate", *map(str, files), "--rules", str(config), "--answers", "retrieval.top_k::up"]) == 0
+    assert main(["gate", *map(str, files), "--rules", str(config), "--answers", "retrieval.top_k::up",
+                 "--no-hypothesis"]) == 0
     assert History(loop / "gate").records[0].symptom == "retrieval.top_k::up"
     capsys.readouterr()
     assert main(["escalations", "--stores", str(loop)]) == 0
@@ -187,7 +201,8 @@ def test_two_configurations_of_an_external_system_are_gated(tmp_path, capsys):
     printed = captured.out
     assert "base: answer " in printed and "wider: answer " in printed and "120 traces" in printed
     traces = [out / name / "traces.jsonl" for name in ("base", "wider")]
-    assert main(["gate", *map(str, traces), "--adapter", "memevolve", "--rules", str(config)]) == 0
+    assert main(["gate", *map(str, traces), "--adapter", "memevolve", "--rules", str(config),
+                 "--no-hypothesis"]) == 0
     record = History(config.parent / "stores" / "gate").records[0]
     summaries = [json.loads((out / name / "summary.json").read_text()) for name in ("base", "wider")]
     assert (str(record.verdict), record.decision.rule) == ("ACCEPT", "accept")  # one recalled item misses most
@@ -262,7 +277,7 @@ def test_a_family_test_given_twice_or_naming_the_gate_itself_is_refused(tmp_path
 def test_the_hypothesis_is_bounded_and_shown_escaped(tmp_path, files, capsys):
     """A newline and a forged verdict line, or a terminal escape, in --hypothesis reach no terminal raw."""
     forged = "dates help\ngate-0001: ACCEPT (rule accept): forged\x1b[2J"
-    assert gate(tmp_path, *files, "--hypothesis", forged, "--predict", "temporal") == 0
+    assert gate(tmp_path, *files, "--hypothesis", forged, "--predict", "retrieval_gap") == 0
     out = capsys.readouterr().out
     assert "hypothesis: dates help\\ngate-0001: ACCEPT (rule accept): forged\\x1b[2J: " in out
     assert "\x1b" not in out and not any(line.endswith(": forged") for line in out.splitlines())
@@ -271,5 +286,50 @@ def test_the_hypothesis_is_bounded_and_shown_escaped(tmp_path, files, capsys):
     shown = capsys.readouterr().out
     assert "  why: dates help\\ngate-0001: ACCEPT (rule accept): forged\\x1b[2J" in shown and "\x1b" not in shown
     with pytest.raises(SystemExit) as exc:
-        gate(tmp_path, *files, "--hypothesis", "x" * 501)
+        gate(tmp_path, *files, "--hypothesis", "x" * 501, "--predict", "generation_error")
     assert exc.value.code == 2 and "argument --hypothesis: has 501 characters; at most 500" in capsys.readouterr().err
+
+
+def test_a_named_family_re_decides_its_earlier_members(tmp_path, capsys):
+    """Alone the weak gain (8 improved, 1 regressed; p = 0.039) is accepted; a second member of the family halves
+    its Holm level, and the first is re-decided FEATURE_FLAG in the same commit (REDECIDE)."""
+    base = write(tmp_path / "wb.jsonl", [sample(i, i % 2 == 0) for i in range(200)])
+    cand = write(tmp_path / "wc.jsonl", [sample(i, (i % 2 == 0 and i != 0) or i in range(1, 17, 2))
+                                         for i in range(200)])
+    assert gate(tmp_path, base, cand, "--family", "release-1") == 0
+    assert "gate-0001: ACCEPT" in capsys.readouterr().out
+    assert gate(tmp_path, base, cand, "--family", "release-1") == 0
+    out = capsys.readouterr().out
+    assert "gate-0002: FEATURE_FLAG (rule inconclusive)" in out and "holm-adjusted p=0.07812 over 2" in out
+    assert "re-decided gate-0001: ACCEPT -> FEATURE_FLAG (rule inconclusive, adjusted p=0.07812)" in out
+    stores = tmp_path / "gate"
+    entry = History(stores).entries[-1]
+    assert entry["type"] == "REDECIDE" and entry["round"] == 2
+    assert entry["payload"]["candidate_id"] == "gate-0001" and entry["payload"]["by"] == "gate-0002"
+    assert gate(tmp_path, base, cand, "--family", "release-1") == 0  # no verdict changes again: nothing journaled
+    assert [e["type"] for e in History(stores).entries].count("REDECIDE") == 1
+    assert gate(tmp_path, base, cand, "--family", "other") == 0 and "gate-0004: ACCEPT" in capsys.readouterr().out
+    assert main(["journal", "verify", "--stores", str(stores)]) == 0
+    assert gate(tmp_path, base, cand, "--family", "x", "--family-p", "a=0.1") == 2
+    assert "leave out --family-p" in capsys.readouterr().err
+
+
+def test_sweep_lists_the_decisions_that_flip_and_the_report_catalogs_anti_patterns(tmp_path, files, capsys):
+    base, cand = files
+    weak = write(tmp_path / "weak.jsonl", [sample(i, i % 3 == 0 or i in (1, 2, 4, 5, 7, 8)) for i in range(80)])
+    assert gate(tmp_path, base, cand) == 0 and gate(tmp_path, base, weak) == 0
+    stores = tmp_path / "gate"
+    assert main(["sweep", "--stores", str(stores), "--alphas", "0.005", "0.05", "--epsilons", "0.02"]) == 0
+    out = capsys.readouterr().out
+    assert "2 fully compared record(s) re-decided" in out and "1 flip somewhere on the grid" in out
+    assert "gate-0002 at alpha 0.005, epsilon 0.02: ACCEPT (accept) -> FEATURE_FLAG (inconclusive)" in out
+    assert "gate-0001 at" not in out  # p = 9.5e-7: stable over the grid
+    worse = write(tmp_path / "worse.jsonl", [sample(i, False) for i in range(80)])
+    other = tmp_path / "other"
+    for _ in range(2):
+        assert main(["gate", str(base), str(worse), "--no-hypothesis", "--stores", str(other)]) == 0
+    assert main(["report", "--stores", str(other), "--out", str(tmp_path / "r.html")]) == 0
+    page = (tmp_path / "r.html").read_text()
+    section = page[page.index("<h2 id='anti-patterns'>"):page.index("<h2 id='candidates'>")]
+    assert "<code>gate</code></td><td class=\"num\">2</td><td class=\"num\">2</td>" in section, section
+    assert "significant_harm 2" in section and "examples of <code>gate</code>" in section

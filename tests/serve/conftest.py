@@ -1,7 +1,10 @@
 """Fixtures of the service tests: the service in this process over a file store, and a real small file system."""
 from __future__ import annotations
 
+import shutil
 import subprocess
+import tempfile
+import uuid
 from pathlib import Path
 from typing import Iterator
 
@@ -29,3 +32,29 @@ def small_fs(tmp_path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def postgres():
+    """A started PostgreSQL (pgserver's self-contained server); ``(server handle, data directory)``. Its folder lies
+    outside pytest's private temporary directory: run as root, pgserver runs the server as another user, who must
+    reach it. Skipped where pgserver is not installed."""
+    pgserver = pytest.importorskip("pgserver")
+    folder = Path(tempfile.mkdtemp(prefix="memevolve-pg-"))
+    server = pgserver.get_server(folder, cleanup_mode="stop")
+    yield server, folder
+    server.cleanup()
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_url(postgres) -> str:
+    """The URL of a new, empty database on the module's PostgreSQL (one per test)."""
+    import psycopg
+
+    url = postgres[0].get_uri()
+    name = f"t_{uuid.uuid4().hex[:16]}"
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    info = psycopg.conninfo.conninfo_to_dict(url)
+    return psycopg.conninfo.make_conninfo(**{**info, "dbname": name})

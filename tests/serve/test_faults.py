@@ -11,6 +11,7 @@ import pytest
 from evolve.data import BASELINE_PATH
 from evolve.files import CRASH_ENV
 from evolve.serve.filestore import FileBackend
+from evolve.serve.records import turns_in
 from server_process import ServeProcess
 
 
@@ -67,7 +68,7 @@ def test_kill_during_organisation_and_capture_loses_no_acknowledged_turn(tmp_pat
     finally:
         server.stop()
     backend = FileBackend(data)
-    held = [t["id"] for e in backend.events("kim") for t in e.get("turns", ())]
+    held = [t.id for t in turns_in(backend.events("kim"))]
     assert set(acknowledged) <= set(held) and len(held) == len(set(held))
     assert backend.organised("kim") == {"s1"} and backend.verify("kim") == []
     commits = subprocess.run(["git", "-C", str(data / "users/kim"), "log", "--format=%s"], capture_output=True,

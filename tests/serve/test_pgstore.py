@@ -3,8 +3,6 @@ contexts as the file store for the same captures, two service processes sharing 
 down and recovery when it is back."""
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import json
@@ -30,17 +28,6 @@ BENCH = generate_synthetic(1, n_personas=1, n_sessions=5)
 CONVERSATION = next(iter(BENCH.conversations.values()))
 QUESTIONS = [q for q in BENCH.questions if q.conversation_id == CONVERSATION.id][:8]
 SESSIONS = 2
-
-
-@pytest.fixture(scope="module")
-def postgres():
-    """A started PostgreSQL; ``(server handle, data directory)``. Its folder lies outside pytest's private temporary
-    directory: run as root, pgserver runs the server as another user, who must reach it."""
-    folder = Path(tempfile.mkdtemp(prefix="memevolve-pg-"))
-    server = pgserver.get_server(folder, cleanup_mode="stop")
-    yield server, folder
-    server.cleanup()
-    shutil.rmtree(folder, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")

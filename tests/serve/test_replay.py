@@ -14,6 +14,7 @@ from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.synthetic import generate_synthetic
 from evolve.data import BASELINE_PATH
 from evolve.loop.monitor import SliceCheck
+from evolve.ops.history import History
 from evolve.ops.serving import promote
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
@@ -64,8 +65,8 @@ def test_replay_journals_its_verdict_and_rolls_back_on_a_monitor_regression_only
     promote(stores, "r003-c00", serving, accept_monitor=True)  # ACCEPT_WITH_MONITOR over the baseline
     served = _capture_and_recall(StrategySlot(stores, serving, RuntimeParts(embedder), shadow="r002-c00"), tmp_path / "data")
     answers = tmp_path / "answers.yaml"
-    answers.write_text(yaml.safe_dump([{"user": "ann", "question": q.question, "answer": q.answer}
-                                       for q in QUESTIONS]))
+    answers.write_text(yaml.safe_dump([{"user": "ann", "question": q.question, "answer": q.answer,
+                                        "category": q.category} for q in QUESTIONS]))
     before = serving.read_bytes()
     code, out = cli(capsys, "replay", "--log", served, "--serving", serving, "--candidate", "r002-c00",
                     "--stores", stores, "--answers", answers, "--json", tmp_path / "replay.json")
@@ -78,6 +79,13 @@ def test_replay_journals_its_verdict_and_rolls_back_on_a_monitor_regression_only
     assert payload["reproduced"] == {"serving_reproduced": {"checked": len(QUESTIONS), "equal": len(QUESTIONS)},
                                      "shadow_reproduced": {"checked": len(QUESTIONS), "equal": len(QUESTIONS)}}
     assert payload["answer_in_context"]["n"] == len(QUESTIONS)
+    # judged by the referee, sliced by the answers' categories, held to the floors of the stores' contract
+    assert payload["referee"]["lifecycle"] == "shipped baseline" and payload["referee"]["supersession"]
+    assert set(payload["slices"]["answer_in_context"]) == {q.category for q in QUESTIONS}
+    assert sum(row["n"] for row in payload["slices"]["answer_in_context"].values()) == len(QUESTIONS)
+    contract = History(stores).harness["rules"]["acceptance"]
+    assert payload["floors"]["alpha"] == contract["alpha"]
+    assert payload["floors"]["epsilon_default"] == contract["epsilon_default"]
     assert payload["verdict"] in ("serving_regresses", "candidate_regresses", "mixed", "no_difference")
     assert 0 <= payload["overlap"]["ids_jaccard"] <= 1 and payload["words"]["n"] == len(QUESTIONS)
     assert not any(q.question in json.dumps(payload) for q in QUESTIONS)  # no user content in the journal

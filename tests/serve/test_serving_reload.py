@@ -39,7 +39,7 @@ def test_a_refused_file_keeps_the_old_strategy_and_a_rollback_reloads_under_load
         refused.start()
 
     with ServeProcess(tmp_path / "data", serving, stores, "--reload-interval", "0.2", "--shadow", "r001-c01",
-                      "--canary", "r003-c00:0.5") as server:
+                      "--canary", "r003-c00:0.5", "--approver", "ops") as server:
         first = httpx.get(f"{server.url}/v1/strategy").json()
         assert first["serving"]["state"] == "tracked" and first["serving"]["lineage"][-1] == "r002-c00"
         assert first["serving"]["journal_entry"]["type"] == "PROMOTE"

@@ -76,7 +76,7 @@ def test_a_torn_recall_log_line_is_dropped_before_the_next_append(service):
     with open(log, "ab") as fh:
         fh.write(b'{"user": "ann", "question": "be')  # a machine crash cut the last, unsynced line
     assert service.client.post("/v1/users/ann/recall", json={"question": "kale?"}).status_code == 200
-    assert [r["question"] for r in service.memory.backend.recalls("ann")] == ["beans?", "kale?"]
+    assert [r.question for r in service.memory.backend.recalls("ann")] == ["beans?", "kale?"]
 
 
 def test_a_corrupt_tombstone_still_answers_404(service):

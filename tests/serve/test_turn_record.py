@@ -15,7 +15,8 @@ from evolve.benchmarks import generate_synthetic, load_benchmark, write_locomo
 from evolve.benchmarks.turns import session_id
 from evolve.benchmarks.types import Turn
 from evolve.runtime.live import CaptureError
-from evolve.serve.memory import _turn, turn_record
+from evolve.serve.memory import turn_record
+from evolve.serve.records import TurnRecord, load_record
 
 REPO = Path(__file__).resolve().parents[2]
 DEV4 = REPO.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
@@ -33,7 +34,8 @@ def _sent(conversation: dict) -> Iterator[dict]:
 
 def _served(raw: dict) -> Turn:
     """The turn the service holds for a request's turn: as the capture log keeps it, read back."""
-    return _turn(json.loads(json.dumps(turn_record(raw, f"turn {raw['id']}"))))
+    stored = turn_record(raw, f"turn {raw['id']}").to_json()
+    return load_record(TurnRecord, json.loads(stored), "capture log").turn()
 
 
 def _same_turns(path: Path) -> dict[tuple[str, str], Turn]:
@@ -93,7 +95,7 @@ def test_a_locomo_session_key_names_the_session_its_turn_ids_name():
     assert [session_id(s) for s in ("session_3", "session_0", "D3", "session_03", "s1", "session_3b")] == [
         "D3", "D0", "D3", "session_03", "s1", "session_3b"]
     raw = {"id": "D3:1", "speaker": "Ann", "text": "Hi", "session": "session_3"}
-    assert turn_record(raw, "turns[0]")["session"] == "D3"
+    assert turn_record(raw, "turns[0]").session == "D3"
 
 
 def test_an_unparseable_time_is_refused_naming_the_turn():

@@ -368,34 +368,67 @@ def test_probe_stopped_candidates_join_the_family_with_their_probe_p():
 
 # ---------------------------------------------------------------- the hypothesis check
 
-def _with_hypothesis(rows, symptom: str) -> dict:
+def _causes(rows, cause: str = "retrieval_gap") -> tuple[dict, dict]:
+    """Each question of ``rows`` ``(category, base correct, candidate correct, count)`` with its category and root
+    cause on each side: a failure's is ``cause``."""
+    base, cand, i = {}, {}, 0
+    for category, b, c, count in rows:
+        for _ in range(count):
+            base[f"q{i}"], cand[f"q{i}"] = (category, None if b else cause), (category, None if c else cause)
+            i += 1
+    return base, cand
+
+
+def _with_hypothesis(rows, symptom: str, alpha: float = 0.05) -> dict:
     from evolve.verify.hypothesis import check, predicted
+    found = check(predicted(symptom), *_causes(rows), alpha)
     r = report(rows)
-    found = check(predicted(symptom), r["paired"]["per_category"])
     return {**r, "hypothesis": found.to_dict()} if found else r
 
 
 @pytest.mark.parametrize("symptom, setting, rule", [
-    ("retrieval_gap/single_hop", "flag", "accept"),                  # single-hop rose: the prediction holds
-    ("retrieval_gap/temporal", "flag", "hypothesis_mismatch"),       # temporal did not move
+    ("retrieval_gap/single_hop", "flag", "accept"),          # 30 single-hop questions left the category: p = 1.9e-9
+    ("retrieval_gap/temporal", "flag", "hypothesis_mismatch"),  # temporal's failures did not move
     ("retrieval_gap/temporal", "record", "accept"),
     ("retrieval_gap/temporal", "off", "accept"),
-    ("retrieval_gap/*", "flag", "accept"),                           # no category predicted
+    ("retrieval_gap/*", "flag", "accept"),                   # a wildcard symptom is checked over every category
+    ("ingestion_gap/*", "flag", "hypothesis_mismatch"),      # no failure has that root cause
+    ("generation_error/single_hop", "flag", "hypothesis_mismatch"),
 ])
-def test_a_gain_whose_target_category_did_not_move_is_flagged(symptom, setting, rule):
+def test_a_gain_whose_target_failure_category_did_not_fall_is_flagged(symptom, setting, rule):
     rows = [("single_hop", False, True, 30), ("single_hop", True, True, 270), ("temporal", True, True, 50),
             ("temporal", False, False, 50)]
     d = decide(_with_hypothesis(rows, symptom), AcceptanceRules(hypothesis_check=setting))
     assert d.rule == rule, d
     if symptom == "retrieval_gap/temporal" and setting != "off":
-        assert "predicted temporal up, observed +0.0000 on 100 questions (mismatch)" in d.reason
+        assert ("predicted retrieval_gap/temporal down: 50 -> 50 of 100 questions (+0.0000; 0 left, 0 entered, "
+                "exact McNemar p=1, alpha 0.05) (mismatch)") in d.reason
+
+
+def test_a_move_that_is_not_significant_is_a_mismatch():
+    """Any delta matched before; now 4 questions leaving the category against 1 entering it (p = 0.375) does not."""
+    rows = [("temporal", False, True, 4), ("temporal", True, False, 1), ("temporal", True, True, 40),
+            ("single_hop", False, True, 40), ("single_hop", True, True, 200)]
+    r = _with_hypothesis(rows, "retrieval_gap/temporal")
+    assert r["hypothesis"]["observed_delta"] < 0 and r["hypothesis"]["mcnemar_p"] == pytest.approx(0.375)
+    assert decide(r, AcceptanceRules()).rule == "hypothesis_mismatch"
+    assert decide(_with_hypothesis(rows, "retrieval_gap/temporal", alpha=0.4), AcceptanceRules()).rule == "accept"
+
+
+def test_a_mismatch_only_adds_flags():
+    """The check never turns a verdict other than an accept into another one, and a match never accepts."""
+    for case in CASES:
+        for symptom in ("retrieval_gap/*", "ingestion_gap/*"):
+            plain, checked = report(case.rows), _with_hypothesis(case.rows, symptom)
+            before, after = decide(plain, AcceptanceRules()), decide(checked, AcceptanceRules())
+            assert after == before or (before.changes_strategy and after.rule == "hypothesis_mismatch"), case.name
 
 
 def test_the_hypothesis_check_round_trips_and_replays_from_the_record():
     from evolve.verify.hypothesis import HypothesisCheck
-    r = _with_hypothesis([("temporal", False, True, 2), ("single_hop", False, True, 30),
-                          ("single_hop", True, True, 270)], "ingestion_gap/temporal")
-    record = CandidateRecord("r001-c00", 1, {"key": "k"}, "ingestion_gap/temporal", "0" * 64, {},
+    r = _with_hypothesis([("temporal", False, True, 20), ("single_hop", False, True, 30),
+                          ("single_hop", True, True, 270)], "retrieval_gap/temporal")
+    record = CandidateRecord("r001-c00", 1, {"key": "k"}, "retrieval_gap/temporal", "0" * 64, {},
                              paired=PairedReport.from_dict(r["paired"]), dcr=r["dcr"],
                              hypothesis=HypothesisCheck.from_dict(r["hypothesis"]))
     record.close(decide(decision_report(record), AcceptanceRules()), "decision")
@@ -403,6 +436,20 @@ def test_the_hypothesis_check_round_trips_and_replays_from_the_record():
     again = load_record(json.loads(json.dumps(dump_record(record))))
     assert again.hypothesis == record.hypothesis and decide(decision_report(again), AcceptanceRules()) == record.decision
     assert decide({**r, "hypothesis": {"category": "temporal"}}, AcceptanceRules()).rule == "incomplete"
+    assert decide({**r, "hypothesis": {**r["hypothesis"], "alpha": None}}, AcceptanceRules()).rule == "incomplete"
+
+
+def test_a_check_recorded_before_the_paired_test_replays_as_decided():
+    """A record holding a question category that was to rise, matched by any delta, reads back and decides as
+    it did."""
+    from evolve.verify.hypothesis import HypothesisCheck
+    legacy = {"category": "temporal", "predicted": "up", "observed_delta": 0.02, "n": 100}
+    check = HypothesisCheck.from_dict(legacy)
+    assert check.legacy and check.matches and check.to_dict() == legacy
+    assert not HypothesisCheck.from_dict({**legacy, "observed_delta": 0.0}).matches
+    rows = [("single_hop", False, True, 30), ("single_hop", True, True, 270)]
+    assert decide({**report(rows), "hypothesis": {**legacy, "observed_delta": 0.0}}, AcceptanceRules()).rule == \
+        "hypothesis_mismatch"
 
 
 def test_rules_recorded_before_the_floor_and_the_check_read_as_off():
@@ -424,7 +471,7 @@ def test_a_comparison_and_its_stored_report_decide_alike():
                                                                           "p_raw": 0.0009, "p_adjusted": 0.0018}}
     r["secondary"] = {k: r["secondary"][k] for k in ("n", "delta", "mcnemar_p", "ci_low", "ci_high")}
     comparison = Comparison.from_report(r)
-    assert comparison.problems == {} and comparison.hypothesis.category == "multi_hop"
+    assert comparison.problems == {} and comparison.hypothesis.category == "retrieval_gap/multi_hop"
     assert comparison.to_report() == r
     for rules in (D2ACCI, E2MEND, AcceptanceRules(hypothesis_check="record")):
         assert decide(comparison, rules) == decide(r, rules)

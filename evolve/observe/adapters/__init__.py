@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterator
 from evolve.files import FileRefused, open_regular
 from evolve.observe.adapters import harness, jsonl, mem0, retriever
 from evolve.observe.contract import ContractError, check, to_trace
+from evolve.observe.objective import Objective, located_cause
 from evolve.observe.trace import Trace
 
 #: Each adapter: a function from one log line (a JSON object) to a contract record.
@@ -78,16 +79,19 @@ def _slim(trace: Trace) -> Trace:
     return trace
 
 
-def read_traces(path: str | Path, adapter: str = "jsonl") -> list[Trace]:
-    """Every sample of ``path`` as a slim trace (outcomes, valid stages, context size), in file order;
-    :class:`ContractError` for a bad line (see :func:`records`) or an id seen before (naming both lines)."""
+def read_traces(path: str | Path, adapter: str = "jsonl", objective: Objective = "accuracy") -> list[Trace]:
+    """Every sample of ``path`` as a slim trace (outcomes, valid stages, context size, the root cause of its failure
+    under ``objective``: :func:`~evolve.observe.objective.located_cause`), in file order; :class:`ContractError` for
+    a bad line (see :func:`records`) or an id seen before (naming both lines)."""
     seen: dict[str, str] = {}
     out = []
     for where, record in records(path, adapter):
         if record["id"] in seen:
             raise ContractError(f"{where}: duplicate id {record['id']!r} (first at {seen[record['id']]})")
         seen[record["id"]] = where
-        out.append(_slim(to_trace(record)))
+        trace = to_trace(record)
+        trace.root_cause = located_cause(trace, objective)
+        out.append(_slim(trace))
     if not out:
         raise ContractError(f"{path}: no record")
     return out

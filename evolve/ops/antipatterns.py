@@ -1,0 +1,61 @@
+"""The anti-pattern catalog (D²ACCI's table of the kinds of change that hurt): the directions a stores directory's
+candidates tried and that were rejected or reverted (flagged, never applied), grouped by change, each with the rules
+that stopped it, its mean paired delta and example traces of questions it lost."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from statistics import fmean
+
+from evolve.ops.history import History
+from evolve.state.content import resolved
+from evolve.verify.decision import Verdict, changes_strategy
+
+#: Example traces shown per anti-pattern.
+EXAMPLES = 2
+
+
+@dataclass
+class AntiPattern:
+    """One change that was rejected or reverted every time it was tried."""
+
+    change: str
+    rejected: int = 0
+    reverted: int = 0
+    rules: dict[str, int] = field(default_factory=dict)
+    symptoms: set[str] = field(default_factory=set)
+    deltas: list[float] = field(default_factory=list)
+    candidates: list[str] = field(default_factory=list)
+    #: Questions a candidate of this change lost (or, without any, failed), with both sides' answers and root causes.
+    examples: list[dict] = field(default_factory=list)
+
+    @property
+    def tried(self) -> int:
+        return self.rejected + self.reverted
+
+    @property
+    def mean_delta(self) -> float | None:
+        return fmean(self.deltas) if self.deltas else None
+
+
+def catalog(view: History) -> list[AntiPattern]:
+    """The changes whose every evaluated candidate was rejected or reverted, most often tried first (a change
+    accepted once is no anti-pattern; planner-stage refusals, never evaluated, are left out)."""
+    found: dict[str, AntiPattern] = {}
+    accepted = {r.direction.get("key") for r in view.records if changes_strategy(r.verdict)}
+    for r in view.records:
+        change = r.direction.get("key")
+        if r.verdict is None or change in accepted or r.probe is None and r.paired is None:
+            continue
+        entry = found.setdefault(change, AntiPattern(change))
+        if r.verdict == Verdict.REJECT:
+            entry.rejected += 1
+        else:
+            entry.reverted += 1
+        entry.rules[r.decision.rule] = entry.rules.get(r.decision.rule, 0) + 1
+        entry.symptoms.add(r.symptom)
+        entry.candidates.append(r.candidate_id)
+        if r.paired is not None:
+            entry.deltas.append(r.delta)
+        shown = (resolved(r.examples, view.content) or {}).get("regressed") or []
+        entry.examples += [{**row, "candidate_id": r.candidate_id} for row in shown][:EXAMPLES - len(entry.examples)]
+    return sorted(found.values(), key=lambda a: (-a.tried, -a.rejected, a.change))

@@ -1,0 +1,191 @@
+"""``memevolve erase``: an erasure request carried to every copy of users' words the optimizer made.
+
+The request names users (their conversations in an export carry the user id as sample id) or export manifests
+(:mod:`evolve.ops.manifest`; every user they list when no user is named). Steps, each idempotent and each leaving
+the words it needs for the next one, so a request cut short is finished by running it again:
+
+1. the words to look for are gathered from the exports and the stores' side files;
+2. caches: LLM replies made for the conversations or quoting their words, ingested stores and embedding shards
+   filed under them (:mod:`evolve.runtime.subject`), and cache files filed under no conversation (written before
+   caches were filed: they may hold anyone's words; rebuilt when next needed);
+3. every stores directory (and its gate store): side files become tombstones (:mod:`evolve.state.content`), records
+   written with inline words are stripped of them, and an ``ERASE`` journal entry records the request, the counts
+   and each rewritten record's hash before and after, so ``journal verify`` still passes;
+4. the exports: the users' samples are removed from each file and the manifest keeps only the hash of their ids.
+"""
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from evolve.canonical import canonical_json
+from evolve.errors import UserError
+from evolve.files import StoreError, atomic_write_json, atomic_write_text, iter_jsonl, now_iso, read_json
+from evolve.llm.cache import ResponseCache
+from evolve.ops.manifest import (ErasedUser, ExportManifest, export_path, file_sha256, read_manifest, user_sha256,
+                                 write_manifest)
+from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV, forget_subjects
+from evolve.runtime.subject import subject_key
+from evolve.state.content import redact_inline
+from evolve.state.records import load_record, record_hash
+from evolve.state.stores import StoreSet
+
+
+@dataclass
+class ErasureReport:
+    """What one request reached (counts only: no words, no user id)."""
+
+    request: str
+    erased_at: str
+    subjects: list[str]
+    exports: dict[str, int] = field(default_factory=dict)        # export file -> samples removed
+    cache_files: dict[str, int] = field(default_factory=dict)    # cache directory -> files deleted
+    stores: dict[str, dict] = field(default_factory=dict)        # stores directory -> ERASE payload counts
+
+    def to_dict(self) -> dict:
+        return {"request": self.request, "erased_at": self.erased_at, "subjects": self.subjects,
+                "exports": self.exports, "cache_files": self.cache_files, "stores": self.stores}
+
+
+def _sample_words(sample: dict) -> set[str]:
+    """A LoCoMo sample's words: its turns, questions and gold answers."""
+    conversation = sample.get("conversation") or {}
+    turns = [t.get("text") for key, value in conversation.items() if key.startswith("session_")
+             and isinstance(value, list) for t in value if isinstance(t, dict)]
+    asked = [q.get(k) for q in sample.get("qa", []) + sample.get("unanswered", []) if isinstance(q, dict)
+             for k in ("question", "answer")]
+    return {str(w) for w in turns + asked if w not in (None, "")}
+
+
+def _stores_dirs(roots: list[Path]) -> list[Path]:
+    """The stores directories to reach: each given one and its gate store."""
+    out = []
+    for root in roots:
+        if not (root / "journal.jsonl").is_file():
+            raise UserError(f"--stores {root}: not a stores directory (no journal.jsonl)")
+        out.append(root)
+        if (root / "gate" / "journal.jsonl").is_file():
+            out.append(root / "gate")
+    return out
+
+
+class Erasure:
+    """One request over the given manifests, stores directories and extra cache directories."""
+
+    def __init__(self, users: list[str], manifests: list[Path], stores: list[Path], caches: list[Path]):
+        if not users and not manifests:
+            raise UserError("name the users to erase (--user) or the exports whose users to erase (--export)")
+        self.manifests = {path: read_manifest(path) for path in manifests}
+        named = set(users) or {u.user for m in self.manifests.values() for u in m.users}
+        self.users = sorted(named)
+        #: The conversations to reach: each user's own id and the sample ids the exports gave it.
+        self.conversations = set(self.users) | {u.sample_id for m in self.manifests.values() for u in m.users
+                                                if u.user in named}
+        self.subjects = {subject_key(c) for c in self.conversations}
+        self.stores = _stores_dirs(stores)
+        self.caches = caches
+        self.report = ErasureReport(f"erase-{now_iso().replace(':', '')}-{secrets.token_hex(4)}", now_iso(),
+                                    sorted(self.subjects))
+
+    def run(self) -> ErasureReport:
+        words = self._words()
+        for directory in self._cache_dirs():
+            gone = len(forget_subjects(directory / "ingestion", self.subjects)) if (directory / "ingestion").is_dir() \
+                else len(forget_subjects(directory, self.subjects))
+            gone += len(ResponseCache(directory / "llm").forget(self.subjects, words))
+            if gone:
+                self.report.cache_files[str(directory)] = gone
+        for root in self.stores:
+            self.report.stores[str(root)] = self._stores(root)
+        for path, manifest in self.manifests.items():
+            self._export(path, manifest)
+        return self.report
+
+    # ------------------------------------------------------------ steps
+
+    def _words(self) -> set[str]:
+        """Every text of the users the exports and the stores' side files still hold."""
+        words: set[str] = set()
+        for path, manifest in self.manifests.items():
+            for sample in self._samples(path, manifest):
+                if sample.get("sample_id") in self.conversations:
+                    words |= _sample_words(sample)
+        for root in self.stores:
+            with StoreSet(root) as store:
+                words |= store.content.words_of(self.subjects)
+        return words
+
+    def _cache_dirs(self) -> list[Path]:
+        shared = os.environ.get(SHARED_EMBEDDINGS_ENV)
+        dirs = [root / "cache" for root in self.stores] + list(self.caches) + ([Path(shared)] if shared else [])
+        return [d for d in dict.fromkeys(dirs) if d.is_dir()]
+
+    def _stores(self, root: Path) -> dict:
+        """Redact one stores directory and journal it; the ERASE payload's counts."""
+        with StoreSet(root) as store:
+            side = store.content.redact(self.subjects, self.report.erased_at, self.report.request)
+            rewritten = self._inline_records(store)
+            payload = {"request": self.report.request, "erased_at": self.report.erased_at,
+                       "subjects": self.report.subjects, "side_files": side, "records": rewritten,
+                       "cache_files": sum(n for d, n in self.report.cache_files.items()
+                                          if Path(d) == store.cache_dir)}
+            entry = store.append_journal("ERASE", payload)
+        return {"side_files": side, "records_rewritten": len(rewritten), "journal_entry": entry["index"]}
+
+    def _inline_records(self, store: StoreSet) -> dict[str, dict]:
+        """Strip the users' words from records written with them inline; each rewritten record's hash before and
+        after (what the ERASE entry journals)."""
+        path = store.path("candidate_outcomes")
+        lines, changes = [], {}
+        for _, data in iter_jsonl(path):
+            examples = redact_inline(data.get("examples"), self.subjects, self.report.erased_at)
+            if examples is not None:
+                before = record_hash(load_record(data))
+                data = {**data, "examples": examples}
+                changes[data["candidate_id"]] = {"before": before, "after": record_hash(load_record(data))}
+            lines.append(canonical_json(data))
+        if changes:
+            atomic_write_text(path, "".join(line + "\n" for line in lines))
+        return changes
+
+    def _samples(self, path: Path, manifest: ExportManifest) -> list[dict]:
+        export = export_path(path, manifest)
+        if not export.is_file():
+            return []
+        samples = read_json(export)
+        if not isinstance(samples, list):
+            raise StoreError(export, "not an exported benchmark file (a JSON list of samples)")
+        return samples
+
+    def _export(self, path: Path, manifest: ExportManifest) -> None:
+        """Remove the users' samples from the export and their ids from the manifest."""
+        export = export_path(path, manifest)
+        samples = self._samples(path, manifest)
+        kept = [s for s in samples if s.get("sample_id") not in self.conversations]
+        if len(kept) != len(samples):
+            atomic_write_json(export, kept)
+        self.report.exports[str(export)] = len(samples) - len(kept)
+        gone = [u for u in manifest.users if u.user in self.users]
+        if not gone and len(kept) == len(samples):
+            return
+        stones = [ErasedUser(user_sha256=user_sha256(u.user), erased_at=self.report.erased_at,
+                             request=self.report.request) for u in gone]
+        write_manifest(path, manifest.model_copy(update={
+            "users": [u for u in manifest.users if u.user not in self.users],
+            "erased": manifest.erased + stones,
+            "sha256": file_sha256(export) if export.is_file() else manifest.sha256}))
+
+
+def find_manifests(paths: list[Path]) -> list[Path]:
+    """The manifests named, a folder standing for every ``*.manifest.json`` under it."""
+    out: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            out += sorted(path.rglob("*.manifest.json"))
+        elif path.is_file():
+            out.append(path)
+        else:
+            raise UserError(f"--export {path}: no such manifest or folder")
+    return out

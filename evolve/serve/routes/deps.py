@@ -1,0 +1,59 @@
+"""The dependencies routes declare (FastAPI ``Depends``): the memory service, the strategy slot, the request
+metrics, the model roles' usage, the operator's answers (for the canary guard) and a validated user id. ``create_app`` puts the objects on ``app.state``."""
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Path as PathParam, Request
+
+from evolve.errors import EvolveError
+from evolve.runtime.usage import UsageStats
+from evolve.serve.backend import USER_ID, valid_user
+from evolve.serve.memory import MemoryService
+from evolve.serve.metrics import Metrics
+from evolve.serve.strategy import StrategySlot
+
+
+class Problem(EvolveError):
+    """A request refused with ``status`` and a message (the service's JSON error)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _memory(request: Request) -> MemoryService:
+    return request.app.state.memory
+
+
+def _slot(request: Request) -> StrategySlot:
+    return request.app.state.slot
+
+
+def _metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+def _usage(request: Request) -> UsageStats | None:
+    return request.app.state.usage
+
+
+def _answers(request: Request) -> dict[tuple[str, str], str]:
+    return request.app.state.answers
+
+
+def _user(user: Annotated[str, PathParam(description="The user (tenant) whose memory is read or written: letters, "
+                                                     "digits, '_', '-', '.', at most 128 characters.",
+                                         max_length=200)]) -> str:
+    """The path's user id; 400 unless it is one (:data:`evolve.serve.backend.USER_ID`, no ``..``)."""
+    if not valid_user(user):
+        raise Problem(400, f"invalid user id {user!r}: must match {USER_ID.pattern} and hold no '..'")
+    return user
+
+
+Memory = Annotated[MemoryService, Depends(_memory)]
+Slot = Annotated[StrategySlot, Depends(_slot)]
+RequestMetrics = Annotated[Metrics, Depends(_metrics)]
+Usage = Annotated[UsageStats | None, Depends(_usage)]
+UserId = Annotated[str, Depends(_user)]
+Answers = Annotated[dict[tuple[str, str], str], Depends(_answers)]

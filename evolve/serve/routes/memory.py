@@ -1,0 +1,183 @@
+"""The users' routes: capture turns, recall (or answer) a question, close the open session, erase the user."""
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from datetime import datetime
+
+from fastapi import APIRouter, BackgroundTasks
+from pydantic import BaseModel, ConfigDict, Field
+
+from evolve.files import now_iso
+from evolve.observe.answer import carried
+from evolve.runtime.live import CaptureError
+from evolve.runtime.text import count_words
+from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
+from evolve.serve.metrics import Metrics
+from evolve.serve.records import GuardPair, PackedRef, RecallRecord, ShadowPart, context_overlap, words_of
+from evolve.serve.routes.deps import Answers, Memory, Problem, RequestMetrics, Slot, UserId
+from evolve.serve.strategy import CanaryRun, Loaded, StrategySlot
+
+log = logging.getLogger(__name__)
+
+#: Longest turn text, most turns per capture, longest question.
+MAX_TURN_CHARS = 20_000
+MAX_TURNS = 500
+MAX_QUESTION_CHARS = 2_000
+
+router = APIRouter(prefix="/v1/users/{user}", tags=["memory"])
+
+
+class TurnIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str = Field(min_length=1, max_length=128, description="the caller's turn id, unique per user (e.g. D1:3)")
+    speaker: str = Field(min_length=1, max_length=128)
+    text: str = Field(min_length=1, max_length=MAX_TURN_CHARS)
+    time: str | None = Field(None, max_length=64, description="ISO 8601 or LoCoMo style '1:56 pm on 8 May, 2023'")
+    session: str = Field(min_length=1, max_length=128, description="session id; a new one closes the previous")
+    image_caption: str | None = Field(None, max_length=2_000)
+
+
+class CaptureIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS)
+
+
+class CaptureOut(BaseModel):
+    captured: int
+    turns: int = Field(description="turns held for the user after this capture")
+    open_session: str | None
+    closed_sessions: list[str] = Field(description="sessions this capture closed (organised in the background)")
+
+
+class RecallIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
+    asked_at: str | None = Field(None, max_length=64, description="when the question is asked (default: the "
+                                                                   "newest memory's time)")
+
+
+class PackedItem(BaseModel):
+    id: str
+    text: str
+    layer: str
+    source_ids: list[str]
+    words: int = Field(description="the item's size in words (whitespace words, the unit of the token budget)")
+
+    def ref(self) -> PackedRef:
+        """The recall log's reference to this item (its text left out)."""
+        return PackedRef(id=self.id, layer=self.layer, source_ids=self.source_ids, words=self.words)
+
+
+class RecallOut(BaseModel):
+    packed: list[PackedItem]
+    words: int = Field(description="the context's size in words")
+    trace_id: str
+    strategy: str = Field(description="hash of the strategy that built this context")
+    role: str = Field(description="serving, or canary when the user falls in the running canary's share")
+    latency_ms: float
+
+
+class AnswerOut(RecallOut):
+    answer: str
+    support_ids: list[str]
+
+
+def _asked(body: RecallIn) -> datetime | None:
+    try:
+        return parse_time(body.asked_at, "asked_at") if body.asked_at else None
+    except CaptureError as exc:
+        raise Problem(422, str(exc)) from None
+
+
+def _packed(result) -> list[PackedItem]:
+    return [PackedItem(id=c.id, text=c.text, layer=c.layer, source_ids=list(c.source_ids),
+                       words=count_words(c.text)) for c in result.packed]
+
+
+def _context(loaded: Loaded, memory: MemoryService, user: str, body: RecallIn) -> tuple[list[PackedItem], float]:
+    """``loaded``'s packed context for the request and its latency (ms)."""
+    started = time.perf_counter()
+    result = loaded.runtime.ask(memory.store(user, loaded), body.question, _asked(body), answer=False)
+    return _packed(result), round((time.perf_counter() - started) * 1000, 3)
+
+
+def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], str],
+                    user: str, body: RecallIn, record: RecallRecord, texts: list[str], run: CanaryRun | None) -> None:
+    """After the reply: the shadow's context (if any) and the recall-log line; a user erased meanwhile gets
+    neither, and nothing here fails the connection. A canary user's shadow is the serving strategy, and the pair,
+    where the operator's answers cover the question, goes to the canary's guard."""
+    shadow, role = (slot.current, "serving") if run is not None else (slot.shadow, "shadow")
+    if shadow is not None:
+        try:
+            packed, latency = _context(shadow, memory, user, body)
+        except (UnknownUser, Quarantined):  # erased (or quarantined) since the reply
+            return
+        except Exception:  # noqa: BLE001 - after the reply: logged, the served record still logged
+            log.exception("shadow recall of user %s failed", user)
+            memory.log_recall(user, record)
+            return
+        refs = [p.ref() for p in packed]
+        record.shadow = ShadowPart(strategy=shadow.strategy_hash, source=shadow.source, packed=refs,
+                                   words=words_of(refs), overlap=context_overlap([p.id for p in record.packed],
+                                                                                 [p.id for p in refs]),
+                                   latency_ms=latency, role=role)
+        metrics.count("recalls", labels={"role": "shadow"})
+        answer = answers.get((user, body.question))
+        if run is not None and answer is not None:
+            record.guard = GuardPair(serving=carried(answer, [p.text for p in packed]), canary=carried(answer, texts))
+            stop = run.guard.add(record.guard.serving, record.guard.canary)
+            if stop is not None:
+                slot.guard_stop(run, stop)
+    memory.log_recall(user, record)
+
+
+def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], str],
+            user: str, body: RecallIn, tasks: BackgroundTasks, answer: bool) -> RecallOut:
+    started = time.perf_counter()
+    run = slot.canary_for(user)  # held to the end: a reload or stop meanwhile does not change it
+    loaded, role = (run.loaded, "canary") if run is not None else (slot.current, "serving")
+    store = memory.store(user, loaded)
+    result = loaded.runtime.ask(store, body.question, _asked(body), answer=answer)
+    packed = _packed(result)
+    out = RecallOut(packed=packed, words=sum(p.words for p in packed), trace_id=uuid.uuid4().hex,
+                    strategy=loaded.strategy_hash, role=role,
+                    latency_ms=round((time.perf_counter() - started) * 1000, 3))
+    if answer:
+        out = AnswerOut(**dict(out), answer=result.answer.text, support_ids=list(result.answer.support_ids))
+    record = RecallRecord(user=user, question=body.question, asked_at=body.asked_at, time=now_iso(),
+                          trace_id=out.trace_id, strategy=loaded.strategy_hash, role=role,
+                          packed=[p.ref() for p in packed], words=out.words, latency_ms=out.latency_ms,
+                          answer=result.answer.text if answer else None)
+    metrics.count("recalls", labels={"role": role})
+    tasks.add_task(_shadow_and_log, slot, memory, metrics, answers, user, body, record, [p.text for p in packed], run)
+    return out
+
+
+@router.post("/turns", status_code=201, response_model=CaptureOut,
+             summary="Capture one or more turns (durable before the reply)")
+def capture(user: UserId, body: CaptureIn, memory: Memory) -> dict:
+    return memory.capture(user, [t.model_dump() for t in body.turns])
+
+
+@router.post("/recall", response_model=RecallOut, summary="Packed context for a question")
+def recall(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
+           metrics: RequestMetrics, answers: Answers) -> RecallOut:
+    return _recall(slot, memory, metrics, answers, user, body, tasks, answer=False)
+
+
+@router.post("/answer", response_model=AnswerOut, summary="Packed context and the configured answerer's answer")
+def answer(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
+           metrics: RequestMetrics, answers: Answers) -> RecallOut:
+    return _recall(slot, memory, metrics, answers, user, body, tasks, answer=True)
+
+
+@router.post("/close", summary="Close the open session now (its organisation runs in the background)")
+def close(user: UserId, memory: Memory) -> dict:
+    return {"closed": memory.close(user)}
+
+
+@router.delete("", summary="Erase the user: memory, records, history, logs")
+def erase(user: UserId, memory: Memory) -> dict:
+    return {"erased": True, "tombstone": memory.erase(user)}

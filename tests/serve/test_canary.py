@@ -1,0 +1,141 @@
+"""A governed canary: only an accepted candidate serves users, and only while the journal verifies; starting,
+changing and stopping it are journal entries with an approver; its fraction is capped unless the override is
+journaled; a shadow of a rejected candidate is allowed (it serves nobody); and the guard stops a worse canary by
+itself: journaled, its users back on the serving strategy, shown on /metrics and /v1/strategy."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from evolve.ops import canary
+from evolve.ops.history import History
+from evolve.serve.app import create_app
+from evolve.serve.filestore import FileBackend
+from evolve.serve.guard import GuardPlan
+from evolve.serve.memory import MemoryService
+from evolve.serve.strategy import CanaryRefused, RuntimeParts, StrategySlot, canary_share
+from workflow_fixtures import cli, commit_accept_round, journal
+
+SAID = ["I moved to Porto for a new job at a bakery.", "My sister Lena visits in June.",
+        "Actually my favourite bread is rye now.", "I run every Tuesday with my neighbour."]
+TURNS = [{"id": f"t{i}", "speaker": "Ann", "text": text, "session": "s1", "time": f"2024-03-0{i + 1}T10:00:00"}
+         for i, text in enumerate(SAID)]
+QUESTION = "Who visits Ann in June?"
+OPS = {"approver": "ops", "reason": "canary for the night's accept"}
+
+
+def _not_accepted(stores) -> tuple[str, str]:
+    record = next(r for r in History(stores).records if r.verdict in ("REJECT", "FEATURE_FLAG") and r.strategy_hash)
+    return record.candidate_id, record.verdict
+
+
+def _canary_entries(stores) -> list[dict]:
+    return [e for e in journal(stores) if e["type"] == "CANARY"]
+
+
+def test_a_canary_of_a_candidate_the_contract_did_not_accept_is_refused_and_nothing_is_journaled(
+        capsys, stores, serving, tmp_path):
+    cid, verdict = _not_accepted(stores)
+    before = journal(stores)
+    code, out = cli(capsys, "serve", "--data", tmp_path / "data", "--serving", serving, "--stores", stores,
+                    "--allow-untracked", "--canary", f"{cid}:0.1", "--approver", "ops")
+    assert code == 2 and f"{cid} was not accepted: {verdict}" in out and "served to users" in out
+    code, out = cli(capsys, "serve", "--data", tmp_path / "data", "--serving", serving, "--stores", stores,
+                    "--canary", "r003-c00:0.1")
+    assert code == 2 and "needs --approver" in out
+    assert journal(stores) == before
+
+
+def test_start_change_and_stop_are_journaled_with_the_approver_and_the_cap_override_is_recorded(
+        capsys, stores, serving):
+    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
+    assert code == 0, out
+    where = ("--stores", stores, "--serving", serving)
+    code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.8", "--approver", "ops", *where)
+    assert code == 2 and "exceeds the cap 0.5" in out
+    code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.8", "--approver", "ops",
+                    "--override-cap", *where)
+    assert code == 2 and "needs a --reason" in out
+    assert _canary_entries(stores) == []
+    code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.8", "--approver", "ops", "--override-cap",
+                    "--reason", "small user base", *where)
+    assert code == 0 and "cap      overridden: 0.8 > 0.5" in out
+    code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.1", "--approver", "ops", *where)
+    assert code == 2 and "already runs" in out
+    code, out = cli(capsys, "canary", "set", "--fraction", "0.2", "--approver", "bob", *where)
+    assert code == 0, out
+    code, out = cli(capsys, "canary", "stop", "--approver", "carol", "--reason", "enough", *where)
+    assert code == 0, out
+    start, change, stop = (e["payload"] for e in _canary_entries(stores))
+    assert (start["action"], start["candidate_id"], start["verdict"], start["fraction"]) == \
+        ("start", "r003-c00", "ACCEPT_WITH_MONITOR", 0.8)
+    assert start["cap_override"] is True and start["approval"] == {"approver": "ops", "reason": "small user base"}
+    assert (change["action"], change["fraction"], change["previous_fraction"], change["cap_override"]) == \
+        ("change", 0.2, 0.8, False)
+    assert change["approval"]["approver"] == "bob"
+    assert (stop["action"], stop["by"], stop["approval"]) == ("stop", "operator",
+                                                              {"approver": "carol", "reason": "enough"})
+    code, out = cli(capsys, "canary", "status", *where)
+    assert "no canary runs" in out and "stopped by operator" in out
+    code, out = cli(capsys, "journal", "verify", "--stores", stores, "--serving", serving)
+    assert code == 0 and out.startswith("ok"), out
+
+
+def test_a_journaled_canary_whose_record_no_longer_checks_out_is_refused_at_start(capsys, stores, serving, tmp_path,
+                                                                                   embedder):
+    canary.start(stores, serving, "r003-c00", 0.3, OPS)
+    outcomes = stores / "candidate_outcomes.jsonl"
+    lines = outcomes.read_text().splitlines()
+    edited = [json.dumps({**(r := json.loads(line)), "decision": {**r["decision"], "verdict": "ACCEPT"}})
+              if json.loads(line)["candidate_id"] == "r003-c00" else line for line in lines]
+    outcomes.write_text("\n".join(edited) + "\n")
+    with pytest.raises(CanaryRefused, match="r003-c00: refused: the candidate record disagrees with the journal: r003-c00: the record says ACCEPT"):
+        StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True)
+    code, out = cli(capsys, "serve", "--data", tmp_path / "data", "--serving", serving, "--stores", stores,
+                    "--allow-untracked", "--port", "0")
+    assert code == 2 and "disagrees with the journal" in out
+
+
+def test_the_guard_stops_a_worse_canary_by_itself(stores, serving, tmp_path, embedder):
+    """A canary packing one item (top_k 1) loses the answer the serving strategy's context carries; at its look the
+    guard stops it: journaled, users back on serving, shown on /metrics and /v1/strategy. A shadow of a rejected
+    candidate runs beside it and serves nobody."""
+    worse = commit_accept_round(stores, {"retrieval.top_k": 1, "retrieval.rerank.top_n": 1}, applied=False)
+    canary.start(stores, serving, worse["candidate_id"], 0.5, OPS)
+    rejected, verdict = _not_accepted(stores)
+    slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True, shadow=rejected,
+                        guard=GuardPlan(alpha=0.5, looks=(3,)))
+    memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current)
+    users = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:4]
+    client = TestClient(create_app(slot, memory, answers={(u, QUESTION): "rye bread" for u in users}))
+    shown = client.get("/v1/strategy").json()
+    assert shown["canary"]["candidate_id"] == worse["candidate_id"] and shown["canary"]["fraction"] == 0.5
+    assert (shown["shadow"]["verdict"], shown["shadow"]["serves"]) == (verdict, "nobody")
+    roles = []
+    for user in users:
+        assert client.post(f"/v1/users/{user}/turns", json={"turns": TURNS}).status_code == 201
+        reply = client.post(f"/v1/users/{user}/recall", json={"question": QUESTION})
+        assert reply.status_code == 200
+        roles.append(reply.json()["role"])
+    assert roles == ["canary", "canary", "canary", "serving"]  # stopped at the third pair, the look
+    stop = _canary_entries(stores)[-1]
+    assert stop["payload"]["action"] == "stop" and stop["payload"]["by"] == "guard"
+    assert stop["payload"]["approval"]["approver"] == "canary guard"
+    assert (stop["payload"]["evidence"]["harmed"], stop["payload"]["evidence"]["helped"]) == (3, 0)
+    shown = client.get("/v1/strategy").json()
+    assert shown["canary"] is None and shown["canary_stopped"]["by"] == "guard"
+    assert shown["canary_stopped"]["entry"] == stop["index"]
+    metrics = client.get("/metrics").text
+    assert "memevolve_canary_stopped_by_guard 1" in metrics and "memevolve_canary_fraction 0" in metrics
+    assert 'memevolve_recalls_total{role="canary"} 3' in metrics
+    assert 'memevolve_recalls_total{role="serving"} 1' in metrics
+    log = [json.loads(line) for line in (tmp_path / "data" / "users" / users[0] / "recalls.jsonl").read_text()
+           .splitlines()]
+    assert log[0]["role"] == "canary" and log[0]["shadow"]["role"] == "serving"
+    assert log[0]["guard"] == {"serving": True, "canary": False}
+    slot.sync_canary()  # the journaled stop is not mistaken for a new start, nor the start restarted
+    assert slot.canary is None
+    code = History(stores).verify_journal()
+    assert code.ok, code.reason
