@@ -105,26 +105,40 @@ def cmd_erase(args: argparse.Namespace) -> int:
     import json
 
     from evolve.errors import EvolveError
+    from evolve.loop.tracking import existing_tracking_uri
     from evolve.ops.erasure import Erasure, find_manifests
 
+    tracking = args.tracking_uri or [uri for uri in (existing_tracking_uri(None),) if uri]
     try:
         report = Erasure(args.user or [], find_manifests([Path(p) for p in args.export or []]), [Path(args.stores)],
-                         [Path(c) for c in args.cache or []]).run()
+                         [Path(c) for c in args.cache or []], [] if args.no_tracking else tracking).run()
     except (EvolveError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    refused = report.refused()
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, sort_keys=True))
-        return 0
+        return 1 if refused else 0
     print(f"erasure {report.request} at {report.erased_at}: {len(report.subjects)} conversation(s)")
     for export, n in report.exports.items():
         print(f"  export {export}: {n} sample(s) removed")
     for directory, n in report.cache_files.items():
         print(f"  cache {directory}: {n} file(s) deleted")
+    for uri, runs in report.tracking.items():
+        print(f"  tracking {uri}: {len(runs)} run(s) held the words")
+        for run in runs:
+            print(f"    run {run.run_id}: {len(run.redacted)} artifact(s) redacted, {len(run.deleted)} deleted")
+    if not report.tracking:
+        print("  tracking: no MLflow store reached (none given with --tracking-uri, none at $MLFLOW_TRACKING_URI or "
+              "experiments/mlflow.db)")
     for root, counts in report.stores.items():
         print(f"  stores {root}: {counts['side_files']} side file(s) redacted, {counts['records_rewritten']} "
-              f"record(s) with inline words rewritten; ERASE journal entry {counts['journal_entry']}")
-    return 0
+              f"record(s) with inline words rewritten, artifacts of {counts['runs']} tracked run(s); ERASE journal "
+              f"entry {counts['journal_entry']}")
+    for run_id, path, why in refused:
+        print(f"NOT ERASED: artifact {path} of MLflow run {run_id} still holds the words: its artifact store cannot "
+              f"delete or rewrite it ({why}); delete it in the store itself")
+    return 1 if refused else 0
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -146,7 +160,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_escalations)
 
     p = sub.add_parser("erase", help="erase users' words from every copy the optimizer made: exported benchmark "
-                                     "files, candidate and gate examples, LLM and embedding caches (journaled, ERASE)")
+                                     "files, candidate and gate examples, LLM and embedding caches, MLflow artifacts "
+                                     "(journaled, ERASE); exits 1 if an artifact store refused to rewrite one")
     p.add_argument("--user", nargs="+", metavar="USER", help="the users (their conversations' ids) to erase")
     p.add_argument("--export", nargs="+", metavar="MANIFEST|DIR",
                    help="export manifests (`capture-export` writes them), or folders holding them: the users are "
@@ -155,5 +170,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache", nargs="+", metavar="DIR", help="further cache directories (an `eval --cache` "
                                                              "directory); the stores' own caches and "
                                                              "$MEMEVOLVE_EMBEDDING_CACHE are always reached")
+    tracked = p.add_mutually_exclusive_group()
+    tracked.add_argument("--tracking-uri", nargs="+", metavar="URI",
+                         help="MLflow tracking stores whose runs' artifacts to redact (default $MLFLOW_TRACKING_URI, "
+                              "or experiments/mlflow.db if present)")
+    tracked.add_argument("--no-tracking", action="store_true", help="reach no MLflow tracking store")
     p.add_argument("--json", action="store_true", help="print the report as JSON (counts, no words, no user ids)")
     p.set_defaults(func=cmd_erase)

@@ -359,7 +359,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=positive_int, help="port on 127.0.0.1 (default: a free one)")
     p.set_defaults(func=cmd_local_llm)
 
-    from evolve.cli import canary, gate, governance, replay, review, serve, sweep, workflow
+    from evolve.cli import audit, canary, gate, governance, keys, replay, review, serve, sweep, workflow
 
     workflow.register(sub)
     canary.register(sub)
@@ -369,6 +369,8 @@ def build_parser() -> argparse.ArgumentParser:
     gate.register(sub)
     review.register(sub)
     sweep.register(sub)
+    keys.register(sub)
+    audit.register(sub)
     return parser
 
 

@@ -63,6 +63,17 @@ def level(text: str) -> float:
     return value
 
 
+def days(text: str) -> float:
+    """An argparse type: a positive number of days (fractions allowed), at most 100 years."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of days") from None
+    if not 0 < value <= 36_500:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 36500] days")
+    return value
+
+
 def port_number(text: str) -> int:
     """An argparse type: a TCP port, 0 (any free port) to 65535."""
     try:
@@ -115,7 +126,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     config = ServeConfig(Path(args.data or "."), Path(args.serving), Path(args.stores) if args.stores else None,
                          args.host, args.port, args.shadow, args.allow_untracked, args.idle,
                          args.reload_interval, args.store, roles, args.max_users, GuardPlan(alpha=args.guard_alpha),
-                         Path(args.answers) if args.answers else None)
+                         Path(args.answers) if args.answers else None, Path(args.auth) if args.auth else None,
+                         args.allow_unauthenticated, args.retention_days,
+                         Path(args.audit_witness) if args.audit_witness else None)
     try:
         run(config, reload_now)
     except (CanaryRefused, AnswersError) as exc:
@@ -170,4 +183,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--reload-interval", type=seconds(*RELOAD_SECONDS), default=1.0, metavar="SECONDS",
                    help="how often the serving file is checked for a promote or rollback, 0.05 s to 1 h; SIGHUP "
                         "checks at once (default: %(default)s)")
+    p.add_argument("--auth", metavar="FILE",
+                   help="require an API key from this keys file (memevolve keys add) on every memory and admin "
+                        "route; without it the service refuses to bind beyond loopback")
+    p.add_argument("--allow-unauthenticated", action="store_true",
+                   help="serve beyond loopback without --auth anyway (logged, and noted in the audit)")
+    p.add_argument("--retention-days", type=days, metavar="DAYS",
+                   help="purge every turn this long after its capture (a capture's retain_until may purge sooner), "
+                        "audited, with what was derived from it (default: kept until erased)")
+    p.add_argument("--audit-witness", metavar="FILE",
+                   help="append the audit's head to FILE (kept outside the data directory) once a minute when it "
+                        "moved; `memevolve audit verify --witness FILE` checks it")
     p.set_defaults(func=cmd_serve)

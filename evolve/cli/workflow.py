@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -159,22 +158,13 @@ def cmd_rollback(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tracking_uri(given: str | None) -> str | None:
-    """The tracking store to check anchors in: ``given``, ``MLFLOW_TRACKING_URI``, or the default file if present."""
-    from evolve.loop.tracking import default_dir
-
-    if given or os.environ.get("MLFLOW_TRACKING_URI"):
-        return given or os.environ["MLFLOW_TRACKING_URI"]
-    default = default_dir() / "mlflow.db"
-    return f"sqlite:///{default}" if default.is_file() else None
-
-
 def cmd_journal_verify(args: argparse.Namespace) -> int:
     """The first line is the verdict: ``ok: ...`` exactly when the command exits 0, ``verification failed...``
     otherwise."""
     from evolve.ops.change import pending_change
     from evolve.files import StoreError
     from evolve.ops.drift import serving_status, serving_targets
+    from evolve.loop.tracking import existing_tracking_uri
     from evolve.ops.history import History
     from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
 
@@ -194,7 +184,7 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
         return 1
     targets = dict.fromkeys(Path(t).resolve() for t in [*args.serving, *serving_targets(view.entries)])
     anchors = [a for t in targets for a in witness_anchors(t, view.root)]
-    uri = _tracking_uri(args.tracking_uri)
+    uri = existing_tracking_uri(args.tracking_uri)
     if uri is not None:
         anchors += tracking_anchors(uri, view.root)
     problems = anchor_problems(anchors, result.hashes) + view.record_problems()

@@ -35,6 +35,15 @@ def default_tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{default_dir() / 'mlflow.db'}"
 
 
+def existing_tracking_uri(given: str | None) -> str | None:
+    """The tracking store a check or an erasure reads: ``given``, ``MLFLOW_TRACKING_URI``, or the default file if
+    present (``None``: no tracking store to read)."""
+    if given or os.environ.get("MLFLOW_TRACKING_URI"):
+        return given or os.environ["MLFLOW_TRACKING_URI"]
+    default = default_dir() / "mlflow.db"
+    return f"sqlite:///{default}" if default.is_file() else None
+
+
 def artifact_dir(uri: str) -> Path:
     """Where a local tracking store keeps artifacts: beside a SQLite tracking file (``experiments/mlartifacts`` by
     default)."""

@@ -8,10 +8,13 @@ the words it needs for the next one, so a request cut short is finished by runni
 2. caches: LLM replies made for the conversations or quoting their words, ingested stores and embedding shards
    filed under them (:mod:`evolve.runtime.subject`), and cache files filed under no conversation (written before
    caches were filed: they may hold anyone's words; rebuilt when next needed);
-3. every stores directory (and its gate store): side files become tombstones (:mod:`evolve.state.content`), records
-   written with inline words are stripped of them, and an ``ERASE`` journal entry records the request, the counts
-   and each rewritten record's hash before and after, so ``journal verify`` still passes;
-4. the exports: the users' samples are removed from each file and the manifest keeps only the hash of their ids.
+3. MLflow: the artifacts of tracked runs holding the words are redacted or deleted (:mod:`evolve.ops.erasure_tracking`;
+   one an artifact store cannot rewrite is reported as refused);
+4. every stores directory (and its gate store): side files become tombstones (:mod:`evolve.state.content`), records
+   written with inline words are stripped of them, and an ``ERASE`` journal entry records the request, the counts,
+   each rewritten record's hash before and after and the artifacts of the runs that tracked it, so ``journal
+   verify`` still passes;
+5. the exports: the users' samples are removed from each file and the manifest keeps only the hash of their ids.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ from evolve.canonical import canonical_json
 from evolve.errors import UserError
 from evolve.files import StoreError, atomic_write_json, atomic_write_text, iter_jsonl, now_iso, read_json
 from evolve.llm.cache import ResponseCache
+from evolve.ops.erasure_tracking import RunErasure, TrackingErasure
 from evolve.ops.manifest import (ErasedUser, ExportManifest, export_path, file_sha256, read_manifest, user_sha256,
                                  write_manifest)
 from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV, forget_subjects
@@ -43,10 +47,17 @@ class ErasureReport:
     exports: dict[str, int] = field(default_factory=dict)        # export file -> samples removed
     cache_files: dict[str, int] = field(default_factory=dict)    # cache directory -> files deleted
     stores: dict[str, dict] = field(default_factory=dict)        # stores directory -> ERASE payload counts
+    tracking: dict[str, list[RunErasure]] = field(default_factory=dict)  # tracking URI -> runs reached
+
+    def refused(self) -> list[tuple[str, str, str]]:
+        """Artifacts a tracking store could not rewrite: (run id, artifact path, why)."""
+        return [(r.run_id, path, why) for runs in self.tracking.values() for r in runs
+                for path, why in r.refused.items()]
 
     def to_dict(self) -> dict:
         return {"request": self.request, "erased_at": self.erased_at, "subjects": self.subjects,
-                "exports": self.exports, "cache_files": self.cache_files, "stores": self.stores}
+                "exports": self.exports, "cache_files": self.cache_files, "stores": self.stores,
+                "tracking": {uri: [r.model_dump() for r in runs] for uri, runs in self.tracking.items()}}
 
 
 def _sample_words(sample: dict) -> set[str]:
@@ -72,9 +83,11 @@ def _stores_dirs(roots: list[Path]) -> list[Path]:
 
 
 class Erasure:
-    """One request over the given manifests, stores directories and extra cache directories."""
+    """One request over the given manifests, stores directories, extra cache directories and MLflow tracking
+    stores."""
 
-    def __init__(self, users: list[str], manifests: list[Path], stores: list[Path], caches: list[Path]):
+    def __init__(self, users: list[str], manifests: list[Path], stores: list[Path], caches: list[Path],
+                 tracking: list[str] = ()):
         if not users and not manifests:
             raise UserError("name the users to erase (--user) or the exports whose users to erase (--export)")
         self.manifests = {path: read_manifest(path) for path in manifests}
@@ -86,6 +99,7 @@ class Erasure:
         self.subjects = {subject_key(c) for c in self.conversations}
         self.stores = _stores_dirs(stores)
         self.caches = caches
+        self.tracking = list(tracking)
         self.report = ErasureReport(f"erase-{now_iso().replace(':', '')}-{secrets.token_hex(4)}", now_iso(),
                                     sorted(self.subjects))
 
@@ -97,6 +111,8 @@ class Erasure:
             gone += len(ResponseCache(directory / "llm").forget(self.subjects, words))
             if gone:
                 self.report.cache_files[str(directory)] = gone
+        for uri in self.tracking:
+            self.report.tracking[uri] = TrackingErasure(uri, self.conversations, words, self.report.erased_at).run()
         for root in self.stores:
             self.report.stores[str(root)] = self._stores(root)
         for path, manifest in self.manifests.items():
@@ -127,12 +143,17 @@ class Erasure:
         with StoreSet(root) as store:
             side = store.content.redact(self.subjects, self.report.erased_at, self.report.request)
             rewritten = self._inline_records(store)
+            tracked = str(root.resolve())
+            artifacts = {r.run_id: r.journaled() for runs in self.report.tracking.values() for r in runs
+                         if r.stores == tracked}
             payload = {"request": self.report.request, "erased_at": self.report.erased_at,
                        "subjects": self.report.subjects, "side_files": side, "records": rewritten,
                        "cache_files": sum(n for d, n in self.report.cache_files.items()
-                                          if Path(d) == store.cache_dir)}
+                                          if Path(d) == store.cache_dir),
+                       "artifacts": artifacts}
             entry = store.append_journal("ERASE", payload)
-        return {"side_files": side, "records_rewritten": len(rewritten), "journal_entry": entry["index"]}
+        return {"side_files": side, "records_rewritten": len(rewritten), "runs": len(artifacts),
+                "journal_entry": entry["index"]}
 
     def _inline_records(self, store: StoreSet) -> dict[str, dict]:
         """Strip the users' words from records written with them inline; each rewritten record's hash before and

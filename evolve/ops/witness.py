@@ -41,25 +41,33 @@ def witness_path(target: Path) -> Path:
     return target.with_name(target.name + WITNESS_SUFFIX)
 
 
-def write_witness(target: Path, entry: dict, stores_root: Path) -> None:
-    """Append the head ``entry`` (just journaled for ``target``) to the witness file beside ``target``; a PROMOTE
-    line also carries the promotion's approval (``null``: unapproved)."""
+def append_head(path: Path, entry: dict, where: str, **more) -> None:
+    """Append the head ``entry`` of the chain kept at ``where`` to the witness file ``path``, with ``more``."""
     line = {"index": entry["index"], "hash": entry["hash"], "type": entry["type"], "ts": entry["ts"],
-            "stores": str(stores_root.resolve())}
-    if entry["type"] == "PROMOTE":
-        line["approval"] = entry["payload"].get("approval")
-    append_lines(witness_path(target), [canonical_json(line)])
+            "stores": where, **more}
+    append_lines(path, [canonical_json(line)])
 
 
-def witness_anchors(target: Path, stores_root: Path) -> list[Anchor]:
-    """Heads of ``stores_root``'s journal witnessed beside ``target`` (none if there is no witness file)."""
-    path, root = witness_path(target), str(stores_root.resolve())
+def head_anchors(path: Path, where: str) -> list[Anchor]:
+    """Heads of the chain kept at ``where`` witnessed in the file ``path`` (none if there is no such file)."""
     try:
         lines = list(iter_jsonl(path))
     except StoreError as exc:
         return [Anchor(f"{path}: unreadable ({exc.cause})", -1, "")]
     return [Anchor(f"{path}:{n}", int(w.get("index", -1)), str(w.get("hash", ""))) for n, w in lines
-            if w.get("stores") == root]
+            if w.get("stores") == where]
+
+
+def write_witness(target: Path, entry: dict, stores_root: Path) -> None:
+    """Append the head ``entry`` (just journaled for ``target``) to the witness file beside ``target``; a PROMOTE
+    line also carries the promotion's approval (``null``: unapproved)."""
+    more = {"approval": entry["payload"].get("approval")} if entry["type"] == "PROMOTE" else {}
+    append_head(witness_path(target), entry, str(stores_root.resolve()), **more)
+
+
+def witness_anchors(target: Path, stores_root: Path) -> list[Anchor]:
+    """Heads of ``stores_root``'s journal witnessed beside ``target`` (none if there is no witness file)."""
+    return head_anchors(witness_path(target), str(stores_root.resolve()))
 
 
 def tracking_anchors(uri: str, stores_root: Path) -> list[Anchor]:
@@ -89,14 +97,14 @@ def tracking_anchors(uri: str, stores_root: Path) -> list[Anchor]:
     return anchors
 
 
-def anchor_problems(anchors: list[Anchor], hashes: tuple[str, ...]) -> list[str]:
-    """Anchors whose head is not an entry of the journal whose entry hashes are ``hashes``."""
+def anchor_problems(anchors: list[Anchor], hashes: tuple[str, ...], name: str = "journal") -> list[str]:
+    """Anchors whose head is not an entry of the chain (the journal, or the ``name``d log) hashing to ``hashes``."""
     problems = []
     for a in anchors:
         if not 0 <= a.index < len(hashes):
-            problems.append(f"{a.source} witnessed entry {a.index}, but the journal has {len(hashes)} entries "
+            problems.append(f"{a.source} witnessed entry {a.index}, but the {name} has {len(hashes)} entries "
                             "(truncated or replaced)")
         elif hashes[a.index] != a.hash:
-            problems.append(f"{a.source} witnessed entry {a.index} with hash {a.hash[:12]}, but the journal's entry "
+            problems.append(f"{a.source} witnessed entry {a.index} with hash {a.hash[:12]}, but the {name}'s entry "
                             f"{a.index} hashes to {hashes[a.index][:12]} (rewritten)")
     return problems

@@ -15,7 +15,9 @@ from evolve.files import StoreError
 from evolve.runtime.live import CaptureError
 from evolve.runtime.roles import RoleError
 from evolve.runtime.usage import UsageStats
-from evolve.serve.backend import StoreUnavailable
+from evolve.serve.access import Access, AuditFailed, Denied
+from evolve.serve.backend import StoreUnavailable, UnknownTurn
+from evolve.serve.keys import KeysUnreadable
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser
 from evolve.serve.metrics import Metrics
 from evolve.serve.records import RecordError
@@ -97,6 +99,13 @@ def _http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return _error(exc.status_code, str(exc.detail))
 
 
+def _denied(_: Request, exc: Denied) -> JSONResponse:
+    response = _error(exc.status, exc.message)
+    if exc.status == 401:
+        response.headers["WWW-Authenticate"] = "Bearer"
+    return response
+
+
 def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ()) if p != "body") or "body"
@@ -108,9 +117,13 @@ def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
 #: Each failure the routes let through, as the status and message the client gets.
 HANDLERS = {
     Problem: lambda _, exc: _error(exc.status, exc.message),
+    Denied: _denied,
+    AuditFailed: lambda _, exc: _error(503, str(exc)),
+    KeysUnreadable: lambda _, exc: _error(503, f"{exc}; every request is refused until the keys file reads again"),
     HTTPException: _http_error,
     RequestValidationError: _invalid,
     UnknownUser: _unknown,
+    UnknownTurn: lambda _, exc: _error(404, str(exc)),
     StoreUnavailable: lambda _, exc: _error(503, f"{exc}; retry later (nothing was stored by this request)"),
     # a store write refused (507 for a full disk, else 503): the request changed nothing; reads go on
     StoreError: lambda _, exc: _error(507 if exc.out_of_space else 503, f"{exc}; nothing was changed by this "
@@ -123,15 +136,16 @@ HANDLERS = {
 
 
 def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None,
-               answers: dict[tuple[str, str], str] | None = None) -> FastAPI:
+               answers: dict[tuple[str, str], str] | None = None, access: Access | None = None) -> FastAPI:
     """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary); ``usage``: the model
     roles' counters, exported on ``/metrics``; ``answers``: the operator's ``(user, question) -> answer``, by which
-    the canary guard judges the paired contexts of the recalls they cover."""
+    the canary guard judges the paired contexts of the recalls they cover; ``access``: the keys callers must present
+    and the audit (default: neither)."""
     app = FastAPI(title="memevolve memory service", version="1",
                   description="The promoted strategy as a per-user memory service: capture turns, recall packed "
-                              "context, erase a user.", exception_handlers=HANDLERS)
+                              "context, erase a user or one of its turns.", exception_handlers=HANDLERS)
     app.state.slot, app.state.memory, app.state.metrics, app.state.usage = slot, memory, Metrics(), usage
-    app.state.answers = answers or {}
+    app.state.answers, app.state.access = answers or {}, access or Access()
     app.add_middleware(_Measure, metrics=app.state.metrics)
     app.add_middleware(_BodyLimit, limit=MAX_BODY_BYTES)
     app.include_router(memory_routes.router)

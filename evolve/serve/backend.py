@@ -13,7 +13,7 @@ from typing import Protocol
 from evolve.errors import EvolveError
 from evolve.benchmarks.types import Turn
 from evolve.runtime.store import MemoryStore
-from evolve.serve.records import CaptureEvent, RecallRecord, Tombstone
+from evolve.serve.records import CaptureEvent, RecallRecord, Tombstone, TurnErased
 
 #: A user id: letters, digits, ``_``, ``-`` and ``.``, starting with a letter or digit, at most 128 characters
 #: (no path separators, no ``..``: a user id names a folder).
@@ -22,6 +22,13 @@ USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 class StoreUnavailable(EvolveError, ConnectionError):
     """The store cannot be reached now (a database down); the service answers 503 until it is back."""
+
+
+class UnknownTurn(EvolveError, LookupError):
+    """The user's capture log holds no turn of that id (never captured, or erased)."""
+
+    def __init__(self, user: str, turn: str):
+        super().__init__(f"user {user!r} has no turn {turn!r} (never captured, or erased)")
 
 
 def valid_user(user: str) -> bool:
@@ -33,7 +40,8 @@ class Backend(Protocol):
     ``tests/serve/test_backend_conformance.py`` runs one suite against every implementation."""
 
     #: Whether other processes (service replicas) write the same users: the service then applies the events appended
-    #: since it last looked (:meth:`events` ``since``) before using its copy of a user's memory.
+    #: since it last looked (:meth:`events` ``since``) before using its copy of a user's memory, and loads the memory
+    #: again when the user's :meth:`generation` changed meanwhile.
     shared: bool
 
     def users(self) -> list[str]:
@@ -53,8 +61,12 @@ class Backend(Protocol):
         dropped)."""
         ...
 
-    def event_count(self, user: str) -> int:
-        """How many events the user's capture log holds (fewer than seen before: the user was erased meanwhile)."""
+    def generation(self, user: str) -> int:
+        """The user id's erasure generation: how many times its capture log was erased or rewritten (the whole user,
+        or one turn), 0 for an id never erased. Kept by the hash of the user id, so it outlives the user's erasure
+        and grows with every one: a replica that loaded the user under another generation holds words erased since,
+        and loads the user again (a re-used id never revives erased turns). Read after :meth:`events` for the
+        comparison to cover the events read."""
         ...
 
     def organise(self, user: str, session: str, turns: list[Turn], store: MemoryStore, strategy_hash: str) -> None:
@@ -78,11 +90,29 @@ class Backend(Protocol):
         ...
 
     def erase(self, user: str) -> Tombstone:
-        """Remove everything held for ``user``; return the tombstone (no content) left in its place."""
+        """Remove everything held for ``user`` and advance its :meth:`generation`; return the tombstone (no content)
+        left in its place."""
+        ...
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """Remove turn ``turn`` of ``user`` from the capture log and every organised record holding its words, history
+        included: its session's records and rollup (organised again from the log), the facts whose sources hold it;
+        drop the user's persisted embeddings; advance the user's :meth:`generation`. :class:`UnknownTurn` (nothing
+        changed) when the log holds no such turn."""
         ...
 
     def tombstone(self, user: str) -> Tombstone | None:
         """The tombstone an erasure of ``user`` left, if any."""
+        ...
+
+    def rewrite(self, user: str, events: list[CaptureEvent], purged: set[str], through: int, generation: int) -> bool:
+        """A retention purge of the turns ``purged``: the first ``through`` events of the user's capture log, read under
+        :meth:`generation` ``generation``, are replaced by ``events`` (events appended after them, by another replica
+        meanwhile, follow unchanged); what was derived from the old log is dropped (organised records and their
+        history, organised marks, embeddings, the recall-log lines that packed a purged turn; organisation runs again
+        on what is kept) and the generation advanced. A log left with no turn is erased instead (:meth:`erase`, a
+        tombstone). ``False``, nothing changed, if the generation moved since (the log was erased or rewritten
+        meanwhile: read it again)."""
         ...
 
     def verify(self, user: str) -> list[str]:

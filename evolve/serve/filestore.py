@@ -12,9 +12,16 @@
 * ``organised.json`` - the sessions whose commit completed; ``recalls.jsonl`` (+ ``recalls.1.jsonl``) - the
   size-bounded recall log; ``derived/`` - the embedding cache.
 
-Erasure renames the whole folder (its Git history included) out of ``users/`` in one step, leaves a tombstone
+Erasure renames the whole folder (its Git history included) out of ``users/`` in one step, advances the user id's
+erasure generation ``<root>/generations/<sha256 of the user id>.json``, leaves a tombstone
 ``<root>/tombstones/<sha256 of the user id>.json`` holding no content, then deletes the renamed folder; a crash in
 between is finished at the next start. No raw text of an erased user remains in the store, Git history included.
+
+Erasing one turn notes the erasure (``erasing-turn.json``: ids only), rewrites the user's Git history so that no
+commit keeps the turn's record, its session's rollup or a fact it is a source of (:mod:`evolve.serve.githistory`;
+unreachable objects pruned), removes the session's current records (organised again without the turn), rewrites the
+capture log without it, drops the embedding cache and advances the generation; a crash between is finished when the
+store is next opened.
 """
 from __future__ import annotations
 
@@ -28,16 +35,21 @@ from pathlib import Path
 import yaml
 
 from evolve.benchmarks.types import Turn
-from evolve.files import (StoreError, append_lines, atomic_write_json, atomic_write_text, crash_point, ensure_dir,
-                          iter_jsonl, now_iso, os_error, read_json, remove_stale_temps, repair_torn_tail)
+from evolve.canonical import sha256_hex
+from evolve.files import (StoreError, append_lines, atomic_write_bytes, atomic_write_json, atomic_write_text,
+                          crash_point, ensure_dir, iter_jsonl, now_iso, os_error, read_json, remove_stale_temps,
+                          repair_torn_tail)
 from evolve.runtime.store import MemoryItem, MemoryStore
-from evolve.serve.backend import valid_user
-from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnMeta, load_record,
-                                  read_event, turns_in)
+from evolve.serve.backend import UnknownTurn, valid_user
+from evolve.serve.githistory import prune, rewrite_history
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnErased, TurnMeta,
+                                  load_record, read_event, turns_in, without_turn)
 
 #: Recall log size at which it rotates (the log keeps at most twice this).
 RECALL_LOG_BYTES = 4 * 2**20
 _IGNORED = "capture.jsonl\norganised.json\nrecalls*.jsonl\nderived/\n"
+#: A turn erasure begun and not finished (a crash): finished when the store is next opened.
+_ERASING = "erasing-turn.json"
 
 
 def _safe(name: str) -> str:
@@ -50,14 +62,35 @@ def _frontmatter(meta: dict, body: str) -> str:
 
 def read_record(path: Path) -> tuple[dict, str]:
     """``(frontmatter, body)`` of a Markdown record; :class:`StoreError` naming the file if it is not one."""
-    text = path.read_text(encoding="utf-8")
+    return parse_record(path.read_text(encoding="utf-8"), path)
+
+
+def parse_record(text: str, where: str | Path) -> tuple[dict, str]:
+    """``(frontmatter, body)`` of a Markdown record's ``text``; :class:`StoreError` naming ``where`` if it is not
+    one."""
     head, sep, body = text[4:].partition("\n---\n")
     if not text.startswith("---\n") or not sep:
-        raise StoreError(path, "not a record: no YAML frontmatter between '---' lines")
+        raise StoreError(where, "not a record: no YAML frontmatter between '---' lines")
     meta = yaml.safe_load(head)
     if not isinstance(meta, dict):
-        raise StoreError(path, "frontmatter is not a mapping")
+        raise StoreError(where, "frontmatter is not a mapping")
     return meta, body[:-1] if body.endswith("\n") else body
+
+
+def _memory_yaml(strategy: str | None, facts: list[dict]) -> str:
+    return yaml.safe_dump({"strategy": strategy, "facts": facts}, sort_keys=False, allow_unicode=True)
+
+
+def _without_turn(path: str, data: bytes, erased: TurnErased) -> bytes | None:
+    """A file of ``records/`` without what turn ``erased.turn`` gave it: its own record and its session's rollup
+    dropped, the facts it is a source of left out of ``memory.yaml``."""
+    if path == "records/memory.yaml":
+        memory = yaml.safe_load(data) or {}
+        facts = memory.get("facts") or []
+        kept = [f for f in facts if erased.turn not in f.get("source_ids", ())]
+        return data if len(kept) == len(facts) else _memory_yaml(memory.get("strategy"), kept).encode()
+    meta, _ = parse_record(data.decode("utf-8"), path)
+    return None if meta.get("id") == erased.turn or erased.turn in (meta.get("source_ids") or ()) else data
 
 
 def _fact(item: MemoryItem) -> dict:
@@ -81,10 +114,12 @@ class FileBackend:
     def __init__(self, root: str | Path, recall_log_bytes: int = RECALL_LOG_BYTES):
         self.root = Path(root)
         self.recall_log_bytes = recall_log_bytes
-        for sub in ("users", "tombstones", "trash"):
+        for sub in ("users", "tombstones", "generations", "trash"):
             ensure_dir(self.root / sub)
         for left in (self.root / "trash").iterdir():  # an erasure interrupted after its rename
             shutil.rmtree(left, ignore_errors=True)
+        for pending in sorted((self.root / "users").glob(f"*/{_ERASING}")):  # a turn erasure interrupted
+            self._finish_turn_erasure(pending.parent.name, load_record(TurnErased, read_json(pending), str(pending)))
 
     def _dir(self, user: str) -> Path:
         if not valid_user(user):
@@ -124,8 +159,15 @@ class FileBackend:
         repair_torn_tail(log)
         return self._read_events(log)[since:]
 
-    def event_count(self, user: str) -> int:
-        return len(self.events(user))
+    def generation(self, user: str) -> int:
+        return read_json(self._generation_path(user), 0)
+
+    def _generation_path(self, user: str) -> Path:
+        return self.root / "generations" / f"{self._user_key(user)}.json"
+
+    def _advance(self, user: str) -> None:
+        """Advance the user's generation (written atomically)."""
+        atomic_write_json(self._generation_path(user), self.generation(user) + 1)
 
     @staticmethod
     def _read_events(log: Path) -> list[CaptureEvent]:
@@ -148,9 +190,7 @@ class FileBackend:
             atomic_write_text(records / "summary.md", _frontmatter(
                 {"id": item.id, "session": session, "source_ids": list(item.source_ids)}, item.text))
         facts = [_fact(i) for i in store.items if i.layer in ("L0", "L2")]
-        atomic_write_text(folder / "records" / "memory.yaml",
-                          yaml.safe_dump({"strategy": strategy_hash, "facts": facts}, sort_keys=False,
-                                         allow_unicode=True))
+        atomic_write_text(folder / "records" / "memory.yaml", _memory_yaml(strategy_hash, facts))
         crash_point("serve.organise.before_commit")
         self._git(folder, "add", "-A", "records", ".gitignore")
         if self._git(folder, "diff", "--cached", "--quiet", check=False).returncode != 0:
@@ -191,8 +231,11 @@ class FileBackend:
 
     def recalls(self, user: str) -> list[RecallRecord]:
         folder = self._dir(user)
-        return [load_record(RecallRecord, r, f"{folder / name}: line {line}")
-                for name in ("recalls.1.jsonl", "recalls.jsonl") for line, r in iter_jsonl(folder / name)]
+        return [r for name in ("recalls.1.jsonl", "recalls.jsonl") for r in self._recalls(folder / name)]
+
+    @staticmethod
+    def _recalls(log: Path) -> list[RecallRecord]:
+        return [load_record(RecallRecord, r, f"{log}: line {line}") for line, r in iter_jsonl(log)]
 
     # ---------------------------------------------------------------- erasure and verification
 
@@ -216,6 +259,7 @@ class FileBackend:
             except OSError as exc:
                 raise os_error(folder, exc, "erase (move out of users/)") from None
             try:
+                self._advance(user)  # advanced in vain if the tombstone then fails: a replica only loads again
                 atomic_write_json(self._tombstone_path(user), tombstone.stored())
             except StoreError:
                 os.replace(parked, folder)
@@ -223,6 +267,70 @@ class FileBackend:
             crash_point("serve.erase.before_delete")
             shutil.rmtree(parked, ignore_errors=True)  # what is left is removed at the next start
         return tombstone
+
+    def rewrite(self, user: str, events: list[CaptureEvent], purged: set[str], through: int, generation: int) -> bool:
+        """Derived state first (a crash before the log is replaced leaves the expired turns in it, purged again at
+        the next look; never records or history of turns the log no longer holds), then the log, atomically."""
+        if self.generation(user) != generation:
+            return False
+        events = [*events, *self.events(user, since=through)]
+        if not turns_in(events):
+            self.erase(user)
+            return True
+        folder = self._dir(user)
+        (folder / "organised.json").unlink(missing_ok=True)
+        for derived in ("records", ".git", "derived"):
+            shutil.rmtree(folder / derived, ignore_errors=True)
+        for name in ("recalls.1.jsonl", "recalls.jsonl"):
+            if (folder / name).exists():
+                kept = [r for r in self._recalls(folder / name) if not r.packs(purged)]
+                atomic_write_text(folder / name, "".join(r.to_json() + "\n" for r in kept))
+        self._git(folder, "init", "-q")
+        atomic_write_text(folder / "capture.jsonl", "".join(e.to_json() + "\n" for e in events))
+        self._advance(user)
+        return True
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """Note the erasure in the user's folder (ids only), then carry it out (:meth:`_finish_turn_erasure`); a crash
+        between is finished when the store is next opened."""
+        folder = self._dir(user)
+        held = next((t for t in turns_in(self.events(user)) if t.id == turn), None)
+        if held is None:
+            raise UnknownTurn(user, turn)
+        erased = TurnErased(turn=turn, session=held.session, erased_at=now_iso(),
+                            organised=held.session in self.organised(user))
+        atomic_write_json(folder / _ERASING, erased.stored())
+        self._finish_turn_erasure(user, erased)
+        return erased
+
+    def _finish_turn_erasure(self, user: str, erased: TurnErased) -> None:
+        """Every step, each idempotent: the Git history rewritten without the turn's words and pruned, the current
+        records likewise (the session's records and rollup removed, to be organised again), the capture log without
+        the turn, the session no longer marked organised, the embedding cache dropped, the generation advanced."""
+        folder = self._dir(user)
+        session_dir = f"records/{_safe(erased.session)}/"
+        rewrite_history(folder, lambda path: path == "records/memory.yaml" or path.startswith(session_dir),
+                        lambda path, data: _without_turn(path, data, erased))
+        shutil.rmtree(folder / session_dir, ignore_errors=True)
+        memory = folder / "records" / "memory.yaml"
+        if memory.is_file():
+            atomic_write_bytes(memory, _without_turn("records/memory.yaml", memory.read_bytes(), erased))
+        if self._git(folder, "rev-parse", "--verify", "-q", "HEAD", check=False).returncode == 0:
+            self._git(folder, "reset", "-q")
+            self._git(folder, "add", "-A", "records")
+            if self._git(folder, "diff", "--cached", "--quiet", check=False).returncode != 0:
+                self._git(folder, "commit", "-q", "-m", f"erase a turn of session {erased.session}: its record, "
+                                                        "rollup and facts removed, history rewritten")
+            prune(folder)
+        log = folder / "capture.jsonl"
+        events = self._read_events(log) if log.exists() else []
+        kept = without_turn(events, erased.turn)
+        if kept != events:
+            atomic_write_text(log, "".join(e.to_json() + "\n" for e in kept))
+        atomic_write_json(folder / "organised.json", sorted(self.organised(user) - {erased.session}))
+        shutil.rmtree(folder / "derived" / "embeddings", ignore_errors=True)  # vectors of texts holding its words
+        self._advance(user)
+        (folder / _ERASING).unlink(missing_ok=True)
 
     def _tombstone_path(self, user: str) -> Path:
         return self.root / "tombstones" / f"{self._user_key(user)}.json"

@@ -11,7 +11,7 @@ import time
 from contextlib import nullcontext
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable, Iterable
 
@@ -24,7 +24,8 @@ from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import Backend, StoreUnavailable
-from evolve.serve.records import CaptureEvent, CloseEvent, RecallRecord, Tombstone, TurnRecord, TurnsEvent
+from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, RecordError, Tombstone, TurnErased,
+                                  TurnRecord, TurnsEvent, turns_in)
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,37 @@ def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: 
     return closed
 
 
+def purpose_of(events: Iterable[CaptureEvent]) -> str | None:
+    """What a capture log's memory was captured for: its first capture's purpose (``None``: any)."""
+    return next((e.purpose for e in events if isinstance(e, TurnsEvent)), None)
+
+
+def prune(events: list[CaptureEvent], now: datetime, retention: timedelta | None
+          ) -> tuple[list[CaptureEvent], list[str], datetime | None]:
+    """The capture log without the turns expired at ``now`` (:meth:`TurnsEvent.expires`) and without the closes of
+    sessions left empty, the ids of those turns, and when the next turn kept expires."""
+    kept: list[CaptureEvent] = []
+    purged: list[str] = []
+    soonest: datetime | None = None
+    for event in events:
+        when = event.expires(retention) if isinstance(event, TurnsEvent) else None
+        if when is not None and when <= now:
+            purged += [t.id for t in event.turns]
+            continue
+        if when is not None:
+            soonest = when if soonest is None else min(soonest, when)
+        kept.append(event)
+    sessions = {t.session for t in turns_in(kept)}
+    return [e for e in kept if not isinstance(e, CloseEvent) or e.close in sessions], purged, soonest
+
+
 class UnknownUser(EvolveError, LookupError):
     """No memory is held for the user (never captured, or erased)."""
+
+
+class _Stale(EvolveError):
+    """The user's capture log was erased or rewritten through another replica since this one loaded it (its
+    :meth:`Backend.generation` moved): the memory held here is dropped; look the user up again."""
 
 
 class Quarantined(EvolveError):
@@ -129,6 +159,8 @@ class _User:
     last_capture: float = field(default_factory=time.monotonic)
     capturing: int = 0  # capture requests in progress (some may wait for the lock behind organisation)
     seen: int = 0  # capture-log events applied (with a shared store other replicas append too)
+    generation: int = 0  # the user id's erasure generation the memory was loaded under
+    purpose: str | None = None  # what the memory was captured for (its first capture's purpose); None: any
 
     def __post_init__(self) -> None:
         self.erasures = self.tenant.erasures
@@ -146,10 +178,14 @@ class _User:
 class MemoryService:
     """Every user's memory over one :class:`Backend`; ``current`` gives the strategy organisation runs under."""
 
-    def __init__(self, backend: Backend, current: Callable[[], Loaded], max_users: int | None = None):
+    def __init__(self, backend: Backend, current: Callable[[], Loaded], max_users: int | None = None,
+                 retention: timedelta | None = None):
         if max_users is not None and max_users < 1:
             raise ValueError(f"max_users must be >= 1, got {max_users}")
-        self.backend, self.current, self.max_users = backend, current, max_users
+        self.backend, self.current, self.max_users, self.retention = backend, current, max_users, retention
+        #: When each loaded (or once loaded) user's next turn expires (users with no expiring turn absent).
+        self._expiry: dict[str, datetime] = {}
+        self.purged = 0
         self._users: OrderedDict[str, _User] = OrderedDict()  # least recently used first
         self._tenants: dict[str, _Tenant] = {}
         #: Users evicted with an open session, with their last capture's time (their session still closes when idle).
@@ -177,26 +213,36 @@ class MemoryService:
             tenant = self._tenants.setdefault(user, _Tenant())
         with tenant.erasing:
             live = LiveConversation(user)
+            generation = self.backend.generation(user)  # before the events: an erasure between is seen at a sync
             events = self.backend.events(user)
             apply_events(live, events)
             lost = self.backend.organised(user) - live.closed
             if lost:
                 raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
                                  "that were organised: truncated, emptied or deleted? (the organised records hold them)")
-            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events))
+            self._note_expiry(user, prune(events, datetime.min.replace(tzinfo=timezone.utc), self.retention)[2])
+            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events), generation=generation,
+                         purpose=purpose_of(events))
+
+    def _note_expiry(self, user: str, when: datetime | None) -> None:
+        """Record that one of ``user``'s turns expires at ``when`` (if sooner than the one known)."""
+        if when is not None:
+            with self._registry:
+                self._expiry[user] = min(when, self._expiry.get(user, when))
 
     def _sync(self, user: str, state: _User) -> list[str]:
         """With a shared store (:attr:`Backend.shared`), apply the events other replicas appended since the last look,
-        in log order, queueing the sessions they closed; :class:`UnknownUser` if the user was erased meanwhile."""
+        in log order, queueing the sessions they closed; :class:`_Stale` (the memory dropped) if the user or one of
+        its turns was erased meanwhile, even if the user id was captured again since."""
         if not self.backend.shared:
             return []
         with state.lock:
             events = self.backend.events(user, since=state.seen)
-            if not events and state.seen and self.backend.event_count(user) < state.seen:
-                with state.tenant.erasing:  # erased through another replica
-                    state.tenant.erasures += 1
-                self._drop(user, state)
-                raise UnknownUser(user)
+            if self.backend.generation(user) != state.generation:  # read after the events: it covers them
+                self._forget(user, state)
+                raise _Stale(user)
+            if not len(state.live):  # a new memory: its first capture names its purpose
+                state.purpose = purpose_of(events)
             closed = apply_events(state.live, events, state.seen + 1)
             state.seen += len(events)
             for session in closed:
@@ -269,6 +315,25 @@ class MemoryService:
             finally:
                 state.lock.release()
 
+    def _forget(self, user: str, state: _User) -> None:
+        """Drop ``state`` as erased (its lock held): no embedding shard or recall line of it is written after."""
+        with state.tenant.erasing:
+            state.tenant.erasures += 1
+        self._drop(user, state)
+
+    def _applied(self, user: str, state: _User) -> tuple[_User, list[str]]:
+        """After this replica appended an event (``state``'s lock held): the memory with it and the sessions closed.
+        When the user's log was rewritten through another replica meanwhile, the memory is loaded again and the
+        closed sessions not yet organised are queued (the event appended is in the new log)."""
+        try:
+            return state, self._sync(user, state)
+        except _Stale:
+            fresh = self._get(user)
+            closed = sorted(fresh.live.closed - self.backend.organised(user))
+            for session in closed:
+                self._queue.put((user, session))
+            return fresh, closed
+
     def _drop(self, user: str, state: _User) -> None:
         """Forget ``state`` (erased, or a new user whose first capture was refused; its lock held): writers that
         waited for its lock look the user up again."""
@@ -297,9 +362,13 @@ class MemoryService:
 
     # ---------------------------------------------------------------- capture, close, read
 
-    def capture(self, user: str, turns: list[dict]) -> dict:
-        """Validate every turn, append them as one durable log line, then add them to memory; all or nothing."""
-        records = [turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)]
+    def capture(self, user: str, turns: list[dict], purpose: str | None = None,
+                retain_until: datetime | None = None) -> dict:
+        """Validate every turn, append them as one durable log line, then add them to memory; all or nothing.
+        ``purpose``: what they may be recalled for (a user's memory holds one; omitted, the user's); ``retain_until``:
+        when they are purged (see :meth:`purge_expired`)."""
+        event = TurnsEvent(turns=[turn_record(raw, f"turns[{i}]") for i, raw in enumerate(turns)], purpose=purpose,
+                           retain_until=retain_until)
         while True:
             state = self._get(user, create=True)
             with self._capture_seen:
@@ -307,32 +376,41 @@ class MemoryService:
             try:
                 with state.lock:
                     if not state.gone:  # else erased or evicted while this waited: look the user up again
-                        return self._capture(user, state, records)
+                        return self._capture(user, state, event)
+            except _Stale:  # erased through another replica: captured into the user's new memory
+                continue
             finally:
                 with self._capture_seen:
                     state.capturing -= 1
                     self._captured.add(user)
                     self._capture_seen.notify()
 
-    def _capture(self, user: str, state: _User, records: list[TurnRecord]) -> dict:
+    def _capture(self, user: str, state: _User, event: TurnsEvent) -> dict:
         self._sync(user, state)
-        state.live.check([r.turn() for r in records])
+        if len(state.live):
+            if event.purpose is not None and event.purpose != state.purpose:
+                held = f"purpose {state.purpose!r}" if state.purpose else "no purpose"
+                raise CaptureError(f"user {user!r} already holds memory captured for {held}; turns for purpose "
+                                   f"{event.purpose!r} need another user id")
+            event = event.model_copy(update={"purpose": state.purpose})
+        state.live.check([r.turn() for r in event.turns])
         try:
-            self.backend.append(user, event := TurnsEvent(turns=records))
+            self.backend.append(user, event)
         except Exception:
-            if not len(state.live):  # a new user's refused first capture registers nobody
-                with state.tenant.erasing:
-                    state.tenant.erasures += 1  # nor keeps an embedding shard
-                self._drop(user, state)
+            if not len(state.live):  # a new user's refused first capture registers nobody (nor keeps a shard)
+                self._forget(user, state)
             raise
         if self.backend.shared:
-            closed = self._sync(user, state)  # this capture and any other replica's, in log order
+            state, closed = self._applied(user, state)  # this capture and any other replica's, in log order
         else:
+            state.purpose = event.purpose
             closed = apply_events(state.live, [event])
             for session in closed:
                 self._queue.put((user, session))
+        self._note_expiry(user, event.model_copy(update={"at": datetime.now(timezone.utc).isoformat()}
+                                                 ).expires(self.retention))
         state.last_capture = time.monotonic()
-        return {"captured": len(records), "turns": len(state.live), "open_session": state.live.open_session,
+        return {"captured": len(event.turns), "turns": len(state.live), "open_session": state.live.open_session,
                 "closed_sessions": closed}
 
     def close(self, user: str) -> str | None:
@@ -342,12 +420,16 @@ class MemoryService:
             with state.lock:
                 if state.gone:  # erased (the next look says so) or evicted meanwhile
                     continue
+                try:
+                    self._sync(user, state)
+                except _Stale:
+                    continue
                 session = state.live.open_session
                 if session is None:
                     return None
                 self.backend.append(user, CloseEvent(close=session))
                 if self.backend.shared:
-                    self._sync(user, state)
+                    self._applied(user, state)
                 else:
                     state.live.close(session)
                     self._queue.put((user, session))
@@ -357,13 +439,21 @@ class MemoryService:
 
     def store(self, user: str, loaded: Loaded) -> MemoryStore:
         """The user's memory store under ``loaded``'s ingestion policy (rebuilt from memoised parts when stale)."""
-        return self._store(user, self._get(user), loaded)
+        while True:
+            try:
+                return self._store(user, self._get(user), loaded)
+            except _Stale:
+                continue
 
     def _store(self, user: str, state: _User, loaded: Loaded) -> MemoryStore:
         self._sync(user, state)
         rt = loaded.runtime
         return state.live.store(loaded.key, rt.policy, rt.extractor,
                                 lambda texts: state.embeddings.encode(rt.embedder, texts), rt.embedder.name)
+
+    def purpose(self, user: str) -> str | None:
+        """What the user's memory was captured for (``None``: any purpose); :class:`UnknownUser` if none is held."""
+        return self._get(user).purpose
 
     def turn_count(self, user: str) -> int:
         return len(self._get(user).live)
@@ -404,6 +494,76 @@ class MemoryService:
                 with self._registry:
                     self.quarantined.pop(user, None)
                 return tombstone
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """Forget one turn of the user: the store removes it and what holds its words (:meth:`Backend.erase_turn`),
+        the memory held here (its indexes and embeddings) is dropped and loaded again without it, and its session,
+        if closed, is queued to be organised again (facts and rollups recomputed). :class:`UnknownTurn` if the user
+        has no such turn (nothing changed)."""
+        while True:
+            state = self._get(user)
+            with state.lock:
+                if state.gone:  # erased or evicted while this waited
+                    continue
+                with state.tenant.erasing:
+                    erased = self.backend.erase_turn(user, turn)
+                    state.tenant.erasures += 1
+                self._drop(user, state)
+            if erased.session in self._get(user).live.closed:
+                self._queue.put((user, erased.session))
+            return erased
+
+    # ---------------------------------------------------------------- retention (background)
+
+    def purge_expired(self, record: Callable[[str, list[str]], None], now: datetime | None = None) -> int:
+        """Purge every turn whose retention has ended by ``now`` (default: now) from the users' capture logs, and
+        what was derived from them (organised records and their history, embeddings, recall-log lines that packed
+        them; organisation runs again on what is kept). ``record(user, ids)`` (the audit) is called before each
+        user's purge is written; a user left with no turn is erased (tombstone). The number of turns purged."""
+        now = now or datetime.now(timezone.utc)
+        with self._registry:
+            due = [user for user, when in self._expiry.items() if when <= now]
+        done = 0
+        for user in due:
+            try:
+                done += self._purge(user, now, record)
+            except (StoreError, RecordError) as exc:  # a full disk, an unreadable line: tried again at the next look
+                log.warning("purging the expired turns of user %s failed: %s", user, exc)
+        self.purged += done
+        return done
+
+    def _purge(self, user: str, now: datetime, record: Callable[[str, list[str]], None]) -> int:
+        while True:
+            try:
+                state = self._get(user)
+            except (UnknownUser, Quarantined):  # erased (nothing to purge) or unreadable (purged once repaired)
+                with self._registry:
+                    self._expiry.pop(user, None)
+                return 0
+            with state.lock:
+                if state.gone:
+                    continue
+                generation = self.backend.generation(user)  # before the events, as a load reads them
+                events = self.backend.events(user)
+                kept, purged, soonest = prune(events, now, self.retention)
+                with self._registry:
+                    self._expiry.pop(user, None)
+                self._note_expiry(user, soonest)
+                if not purged:
+                    return 0
+                record(user, purged)
+                with state.tenant.erasing:  # a build or shadow in flight on the old memory writes nothing after it
+                    done = self.backend.rewrite(user, kept, set(purged), len(events), generation)
+                    state.tenant.erasures += 1
+                self._drop(user, state)
+                if not done:  # erased or rewritten through another replica meanwhile: loaded again, looked at again
+                    continue
+                break
+        if self.backend.exists(user):  # organise again what was kept
+            state = self._get(user)
+            for session in sorted(state.live.closed - self.backend.organised(user)):
+                self._queue.put((user, session))
+        return len(purged)
 
     def forget_strategies(self, keep: set[str]) -> None:
         with self._registry:
@@ -473,17 +633,22 @@ class MemoryService:
                 return 0
             with state.lock:
                 if not state.gone:  # else erased (the next look says so) or evicted meanwhile
-                    return self._organise_step(user, session, state)
+                    try:
+                        return self._organise_step(user, session, state)
+                    except _Stale:
+                        continue
 
     def _organise_step(self, user: str, session: str, state: _User) -> int:
         """The step, the user's lock held."""
         try:
-            if session in self.backend.organised(user):
-                return 0
+            if session not in state.live.closed or session in self.backend.organised(user):
+                return 0  # organised already, or its turns purged since it was queued
             loaded = self.current()
             store = self._store(user, state, loaded)
             self.backend.organise(user, session, state.live.session_turns(session), store, loaded.strategy_hash)
             self.organised_steps += 1
+        except _Stale:
+            raise
         except Exception:  # noqa: BLE001 - logged and retried at the next start, never lost
             self.organise_failures += 1
             log.exception("organising session %s of user %s failed", session, user)

@@ -6,9 +6,13 @@ under a per-user advisory lock, one row per acknowledged request, committed befo
 row per organisation step (the provenance a Git commit gives the file store) with ``mem_records`` (one per turn,
 with the sha256 of its text) and ``mem_facts`` (the facts as that step left them, supersession and retraction
 marks included); ``mem_organised``; ``mem_recalls`` - the recall
-log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id. Erasure deletes every
-row of the user in one transaction. When the database cannot be reached, every call raises
-:class:`evolve.serve.backend.StoreUnavailable` (the service answers 503) and the pool reconnects once it is back.
+log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id; ``mem_generations`` -
+each user id's erasure generation, by the same key. Erasure deletes every row of the user and advances its
+generation in one transaction; erasing one turn rewrites its capture-log row and deletes the rows derived from it
+(its session's records, the facts it is a source of, in every step) in one. Rows deleted or rewritten stay in the
+database's files as dead row versions until ``VACUUM`` reclaims them, and in its write-ahead log and backups. When
+the database cannot be reached, every call raises :class:`evolve.serve.backend.StoreUnavailable` (the service
+answers 503) and the pool reconnects once it is back.
 """
 from __future__ import annotations
 
@@ -23,10 +27,10 @@ from evolve.benchmarks.types import Turn
 from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
-from evolve.serve.backend import StoreUnavailable, valid_user
+from evolve.serve.backend import StoreUnavailable, UnknownTurn, valid_user
 from evolve.serve.filestore import _fact
-from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnMeta, TurnsEvent,
-                                  load_record, read_event, turns_in)
+from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnErased, TurnMeta,
+                                  TurnsEvent, load_record, read_event, turns_in, without_turn)
 
 #: Recall records kept per user (older ones are deleted as new ones arrive, checked every ``min(100, kept)``
 #: appends of all users).
@@ -49,6 +53,7 @@ CREATE TABLE IF NOT EXISTS mem_organised (user_id text NOT NULL, session text NO
 CREATE TABLE IF NOT EXISTS mem_recalls (seq bigserial PRIMARY KEY, user_id text NOT NULL, record jsonb NOT NULL);
 CREATE INDEX IF NOT EXISTS mem_recalls_user ON mem_recalls (user_id, seq);
 CREATE TABLE IF NOT EXISTS mem_tombstones (user_sha256 text PRIMARY KEY, tombstone jsonb NOT NULL);
+CREATE TABLE IF NOT EXISTS mem_generations (user_sha256 text PRIMARY KEY, generation bigint NOT NULL);
 """
 _USER_TABLES = ("mem_events", "mem_steps", "mem_records", "mem_facts", "mem_organised", "mem_recalls", "mem_users")
 
@@ -83,6 +88,14 @@ class PostgresBackend:
         """The database without credentials."""
         info = psycopg.conninfo.conninfo_to_dict(self.url)
         return f"{info.get('dbname', '?')} at {info.get('host', 'localhost')}"
+
+    @property
+    def where(self) -> str:
+        return self._where()
+
+    def run(self, work):
+        """``work(conn)`` in one transaction, for tables kept beside the users' (the audit)."""
+        return self._run(work)
 
     def _run(self, work):
         """``work(conn)`` in one transaction; :class:`StoreUnavailable` when the database cannot be reached."""
@@ -135,9 +148,20 @@ class PostgresBackend:
                                              "ORDER BY seq", (user, since)).fetchall())
         return [read_event(event, f"user {user} capture log event {seq}") for seq, event in rows]
 
-    def event_count(self, user: str) -> int:
-        return self._run(lambda c: c.execute("SELECT count(*) FROM mem_events WHERE user_id = %s",
-                                             (self._check(user),)).fetchone()[0])
+    def generation(self, user: str) -> int:
+        self._check(user)
+        return self._run(lambda c: self._generation(c, user))
+
+    @staticmethod
+    def _generation(c, user: str) -> int:
+        row = c.execute("SELECT generation FROM mem_generations WHERE user_sha256 = %s", (_user_key(user),)).fetchone()
+        return row[0] if row else 0
+
+    @staticmethod
+    def _advance(c, user: str) -> None:
+        """Advance the user's generation (in the caller's transaction)."""
+        c.execute("INSERT INTO mem_generations VALUES (%s, 1) ON CONFLICT (user_sha256) DO UPDATE SET generation = "
+                  "mem_generations.generation + 1", (_user_key(user),))
 
     # ---------------------------------------------------------------- organisation
 
@@ -193,14 +217,69 @@ class PostgresBackend:
 
         def work(c):
             c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
-            turns = c.execute("SELECT coalesce(sum(jsonb_array_length(event->'turns')), 0) FROM mem_events "
-                              "WHERE user_id = %s AND event ? 'turns'", (user,)).fetchone()[0]
-            tombstone = Tombstone(user_sha256=_user_key(user), erased_at=now_iso(), turns_erased=turns)
-            for table in _USER_TABLES:
+            return self._erase(c, user)
+        return self._run(work)
+
+    def _erase(self, c, user: str) -> Tombstone:
+        """Every row of the user deleted, the generation advanced, the tombstone written (the user's lock held)."""
+        turns = c.execute("SELECT coalesce(sum(jsonb_array_length(event->'turns')), 0) FROM mem_events "
+                          "WHERE user_id = %s AND event ? 'turns'", (user,)).fetchone()[0]
+        tombstone = Tombstone(user_sha256=_user_key(user), erased_at=now_iso(), turns_erased=turns)
+        for table in _USER_TABLES:
+            c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
+        self._advance(c, user)
+        c.execute("INSERT INTO mem_tombstones VALUES (%s, %s) ON CONFLICT (user_sha256) DO UPDATE SET "
+                  "tombstone = excluded.tombstone", (tombstone.user_sha256, Jsonb(tombstone.stored())))
+        return tombstone
+
+    def rewrite(self, user: str, events: list[CaptureEvent], purged: set[str], through: int, generation: int) -> bool:
+        """In one transaction under the user's lock, so an event another replica appends meanwhile is kept."""
+        self._check(user)
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            if self._generation(c, user) != generation:
+                return False
+            log = [*events, *(read_event(e, f"user {user} capture log event {seq}") for seq, e in c.execute(
+                "SELECT seq, event FROM mem_events WHERE user_id = %s AND seq > %s ORDER BY seq", (user, through)))]
+            if not turns_in(log):
+                self._erase(c, user)
+                return True
+            for table in ("mem_events", "mem_steps", "mem_records", "mem_facts", "mem_organised"):
                 c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
-            c.execute("INSERT INTO mem_tombstones VALUES (%s, %s) ON CONFLICT (user_sha256) DO UPDATE SET "
-                      "tombstone = excluded.tombstone", (tombstone.user_sha256, Jsonb(tombstone.stored())))
-            return tombstone
+            with c.cursor() as cur:
+                cur.executemany("INSERT INTO mem_events VALUES (%s, %s, %s)",
+                                [(user, n, Jsonb(e.stored())) for n, e in enumerate(log, 1)])
+            stale = [seq for seq, record in c.execute("SELECT seq, record FROM mem_recalls WHERE user_id = %s", (user,))
+                     if load_record(RecallRecord, record, f"user {user} recall {seq}").packs(purged)]
+            c.execute("DELETE FROM mem_recalls WHERE seq = ANY(%s)", (stale,))
+            self._advance(c, user)
+            return True
+        return self._run(work)
+
+    def erase_turn(self, user: str, turn: str) -> TurnErased:
+        """In one transaction: the turn left out of its capture-log event, its session's records and organised mark
+        deleted (organised again without it), every fact it is a source of deleted from every step, the generation
+        advanced."""
+        self._check(user)
+
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_id(user),))
+            row = c.execute("SELECT seq, event FROM mem_events WHERE user_id = %s AND event->'turns' @> %s LIMIT 1",
+                            (user, Jsonb([{"id": turn}]))).fetchone()
+            if row is None:
+                raise UnknownTurn(user, turn)
+            event = read_event(row[1], f"user {user} capture log event {row[0]}")
+            session = next(t.session for t in turns_in([event]) if t.id == turn)
+            [kept] = without_turn([event], turn)
+            c.execute("UPDATE mem_events SET event = %s WHERE user_id = %s AND seq = %s",
+                      (Jsonb(kept.stored()), user, row[0]))
+            organised = c.execute("DELETE FROM mem_organised WHERE user_id = %s AND session = %s RETURNING 1",
+                                  (user, session)).fetchone() is not None
+            c.execute("DELETE FROM mem_records WHERE user_id = %s AND session = %s", (user, session))
+            c.execute("DELETE FROM mem_facts WHERE user_id = %s AND fact->'source_ids' ? %s", (user, turn))
+            self._advance(c, user)
+            return TurnErased(turn=turn, session=session, erased_at=now_iso(), organised=organised)
         return self._run(work)
 
     def tombstone(self, user: str) -> Tombstone | None:

@@ -1,5 +1,6 @@
 """The records the serving wing stores, defined once: the capture-log events (captured turns, a session closed), an
-organised turn's metadata, the recall record (its packed references and its shadow part) and the erasure tombstone.
+organised turn's metadata, the recall record (its packed references and its shadow part), the erasure tombstone and
+what erasing one turn did.
 
 Every store writes a record as :meth:`Record.to_json` (canonical JSON: sorted keys, compact) and reads it back with
 :func:`load_record`, which refuses a record of another shape naming where it lies and which field is wrong (never the
@@ -13,10 +14,10 @@ tokenizer tokens, which ``/metrics`` reports as ``llm_prompt_tokens``). How much
 """
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from typing import Any, Iterable, TypeVar, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evolve.benchmarks.turns import naive
 from evolve.benchmarks.types import Turn
@@ -32,9 +33,9 @@ def _absent(value: Any) -> bool:
     return value is None
 
 
-def _omitted() -> Any:
+def _omitted(**constraints: Any) -> Any:
     """A field left out of the stored JSON while it is unset (the service has never written it as ``null``)."""
-    return Field(None, exclude_if=_absent)
+    return Field(None, exclude_if=_absent, **constraints)
 
 
 class Record(BaseModel):
@@ -85,11 +86,37 @@ class TurnRecord(Record):
                     naive(datetime.fromisoformat(self.time)) if self.time else None)
 
 
+#: A purpose: what a memory may be used for (named by a capture, checked against a recall's).
+PURPOSE = r"^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$"
+
+
+def utc(moment: datetime) -> datetime:
+    """``moment`` zoned (a naive one taken as UTC)."""
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=timezone.utc)
+
+
 class TurnsEvent(Record):
-    """One acknowledged capture request: its turns, in order. ``at``: when the store appended it (UTC)."""
+    """One acknowledged capture request: its turns, in order. ``at``: when the store appended it (UTC);
+    ``purpose``: what its turns may be recalled for; ``retain_until``: when they are purged (both omitted when
+    unset, as before either existed)."""
 
     turns: list[TurnRecord]
     at: str | None = _omitted()
+    purpose: str | None = _omitted(pattern=PURPOSE)
+    retain_until: datetime | None = _omitted()
+
+    @field_validator("retain_until")
+    @classmethod
+    def _zoned(cls, moment: datetime | None) -> datetime | None:
+        return utc(moment) if moment is not None else None
+
+    def expires(self, retention: timedelta | None) -> datetime | None:
+        """When its turns expire: ``retain_until``, or the capture time plus ``retention``, whichever comes first;
+        ``None`` if neither applies."""
+        moments = [self.retain_until] if self.retain_until is not None else []
+        if retention is not None and self.at is not None:
+            moments.append(utc(datetime.fromisoformat(self.at)) + retention)
+        return min(moments, default=None)
 
 
 class CloseEvent(Record):
@@ -193,6 +220,11 @@ class RecallRecord(Record):
     shadow: ShadowPart | None = _omitted()
     guard: GuardPair | None = _omitted()
 
+    def packs(self, turns: set[str]) -> bool:
+        """Whether this context (or its shadow's) packed anything drawn from one of ``turns``."""
+        packed = [*self.packed, *(self.shadow.packed if self.shadow is not None else ())]
+        return any(turns.intersection(p.source_ids) for p in packed)
+
 
 # ---------------------------------------------------------------- erasure
 
@@ -203,6 +235,22 @@ class Tombstone(Record):
     user_sha256: str
     erased_at: str
     turns_erased: int | None = Field(description="turns the erased capture log held (None: it was unreadable)")
+
+
+class TurnErased(Record):
+    """What erasing one turn did (no content): the turn and its session, and whether the session had been organised
+    (its records, facts and rollups are then organised again without the turn)."""
+
+    turn: str
+    session: str
+    erased_at: str
+    organised: bool
+
+
+def without_turn(events: list[CaptureEvent], turn: str) -> list[CaptureEvent]:
+    """``events`` with turn ``turn`` left out (the capture request that held it stays, without it)."""
+    return [e.model_copy(update={"turns": [t for t in e.turns if t.id != turn]}) if isinstance(e, TurnsEvent) else e
+            for e in events]
 
 
 def turns_in(events: list[CaptureEvent]) -> list[TurnRecord]:

@@ -1,12 +1,14 @@
 """``memevolve serve``: the memory service on uvicorn, with its background workers (serving-file reload,
-idle-session closing, organisation) and SIGHUP as an immediate reload."""
+idle-session closing, organisation, retention purge and audit witness) and SIGHUP as an immediate reload."""
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import socket
 import threading
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 from evolve.errors import ConfigError
@@ -15,7 +17,10 @@ from evolve.llm.config import EndpointUnreachable
 from evolve.runtime.embedder import default_embedder
 from evolve.runtime.onnx_embedder import OnnxEmbedder
 from evolve.runtime.usage import UsageStats
+from evolve.serve.access import Access
 from evolve.serve.app import create_app
+from evolve.serve.audit import audit_of, witness_head
+from evolve.serve.keys import KeyStore
 from evolve.serve.backend import StoreUnavailable
 from evolve.serve.answers import answer_map, load_answers
 from evolve.serve.batching import BatchingEmbedder
@@ -43,6 +48,11 @@ class ServeConfig:
     max_users: int | None = None  # users whose memory stays loaded (least recently used unloaded beyond it)
     guard: GuardPlan | None = None  # the canary guard's test (default: GuardPlan())
     answers: Path | None = None  # the operator's answers (answers.yaml): the guard judges recalls they cover
+    auth: Path | None = None  # the keys file; None: no authentication (refused beyond loopback unless overridden)
+    allow_unauthenticated: bool = False  # serve beyond loopback without --auth (logged and audited)
+    retention_days: float | None = None  # turns are purged this long after their capture
+    audit_witness: Path | None = None  # the audit's head is appended here (kept outside the data directory)
+    housekeeping_seconds: float = 60.0  # how often expired turns are purged and the audit's head witnessed
 
 
 def parse_canary(text: str) -> tuple[str, float]:
@@ -108,18 +118,23 @@ class Service:
 
     def __init__(self, config: ServeConfig, reload_now: threading.Event | None = None):
         self.config = config
+        keys = KeyStore(config.auth) if config.auth is not None else None  # before the model: a bad file fails now
         self.usage = UsageStats()
         self.slot = StrategySlot(config.stores, config.serving, runtime_parts(config.roles, self.usage),
                                  allow_untracked=config.allow_untracked, shadow=config.shadow, guard=config.guard)
         self.slot.current.runtime.embedder.encode(["warm up"])  # load the model now, not on the first recall
+        retention = timedelta(days=config.retention_days) if config.retention_days is not None else None
         self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current,
-                                    config.max_users)
+                                    config.max_users, retention)
+        self.access = Access(keys, audit_of(self.memory.backend))
+        self.access.record("START", None, None, reason=start_note(config))
         self.users = self.memory.recover()
         answers = answer_map(load_answers(config.answers)) if config.answers else None
-        self.app = create_app(self.slot, self.memory, self.usage, answers)
+        self.app = create_app(self.slot, self.memory, self.usage, answers, self.access)
         self._stop = threading.Event()
         self._reload_now = reload_now or threading.Event()
         self._workers: list[threading.Thread] = []
+        self._witnessed: str | None = None
 
     def _warm(self, loaded: Loaded) -> None:
         """Build every loaded user's memory under ``loaded`` while the old strategy serves."""
@@ -162,8 +177,26 @@ class Service:
         while not self._stop.is_set():
             self.memory.warm_captured(lambda user: self.slot.for_user(user)[0])
 
+    def housekeeping(self) -> None:
+        """Purge the turns whose retention ended (each user's purge audited before it is written) and witness the
+        audit's head if it moved."""
+        self.memory.purge_expired(lambda user, ids: self.access.record("PURGE", None, user, ids=ids,
+                                                                       counts={"turns": len(ids)}))
+        if self.config.audit_witness is not None and self.access.audit is not None:
+            head = self.access.audit.last()
+            if head is not None and head["hash"] != self._witnessed:
+                witness_head(self.access.audit, self.config.audit_witness)
+                self._witnessed = head["hash"]
+
+    def _keep(self) -> None:
+        while not self._stop.wait(self.config.housekeeping_seconds):
+            try:
+                self.housekeeping()
+            except Exception:  # noqa: BLE001 - tried again at the next look
+                log.exception("retention purge or audit witness failed")
+
     def start_workers(self) -> None:
-        for target in (self._watch, self._organise, self._build_captured):
+        for target in (self._watch, self._organise, self._build_captured, self._keep):
             worker = threading.Thread(target=target, daemon=True, name=f"serve{target.__name__}")
             worker.start()
             self._workers.append(worker)
@@ -181,12 +214,34 @@ class Service:
                 log.warning("worker %s still running after %.0f s at stop", worker.name, self.STOP_WAIT_S)
 
 
+def start_note(config: ServeConfig) -> str:
+    """How the service was started, for the audit's START line (no secret: the keys file's path)."""
+    note = f"host {config.host}, auth {config.auth or 'off'}"
+    if config.auth is None and config.allow_unauthenticated:
+        note += ", --allow-unauthenticated"
+    return note + (f", retention {config.retention_days:g} days" if config.retention_days is not None else "")
+
+
+def check_open(host: str, config: ServeConfig) -> None:
+    """Refuse (:class:`ConfigError`) to serve without ``--auth`` on the bound address ``host`` if it lies beyond
+    loopback, unless ``--allow-unauthenticated`` says so (then logged)."""
+    if config.auth is not None or ipaddress.ip_address(host).is_loopback:
+        return
+    if not config.allow_unauthenticated:
+        raise ConfigError(f"--host {config.host}: refusing to serve beyond loopback without --auth (any client that "
+                          "reaches the port could read or erase any user); pass --auth FILE, or "
+                          "--allow-unauthenticated to serve it open anyway")
+    log.warning("serving %s without authentication (--allow-unauthenticated): any client that reaches the port can "
+                "read or erase any user", host)
+
+
 def run(config: ServeConfig, reload_now: threading.Event | None = None) -> None:
     """Serve until interrupted (SIGINT or SIGTERM); the address is bound before anything loads."""
     import uvicorn
 
     sock = bind(config.host, config.port)
     try:
+        check_open(sock.getsockname()[0], config)
         service = Service(config, reload_now)
         service.start_workers()
         print(f"serving {service.slot.current.strategy_hash[:12]} ({service.slot.current.state}) from "

@@ -54,7 +54,6 @@ ENTRY_TYPES = (
     "CANARY",      # a canary beside a serving file started, changed or stopped (approval; the guard's evidence)
 )
 GENESIS_HASH = "0" * 64
-ENTRY_FIELDS = frozenset({"index", "type", "ts", "round", "seq", "payload", "payload_hash", "prev_hash", "hash"})
 #: Tags of an MLflow round run that record the journal head at the round's commit (``INDEX:HASH``) and the stores.
 HEAD_TAG, STORES_TAG = "memevolve.journal_head", "memevolve.stores"
 #: Environment variable holding the journal key; when set, entries carry and are checked for a ``mac``.
@@ -79,10 +78,14 @@ def entry_hash(entry: dict) -> str:
     return canonical_hash({k: v for k, v in entry.items() if k not in ("hash", "mac")})
 
 
+def chain_key(env: str) -> bytes | None:
+    """The key the environment variable ``env`` holds, as bytes (any bytes, UTF-8 or not), or ``None``."""
+    return os.environb.get(env.encode()) or None
+
+
 def journal_key() -> bytes | None:
-    """The journal key from :data:`KEY_ENV` as the bytes the environment holds (any bytes, UTF-8 or not), or
-    ``None``."""
-    return os.environb.get(KEY_ENV.encode()) or None
+    """The journal key from :data:`KEY_ENV`, or ``None``."""
+    return chain_key(KEY_ENV)
 
 
 def entry_mac(key: bytes, digest: str) -> str:
@@ -100,40 +103,50 @@ def _complete_lines(path: Path) -> int:
         raise os_error(path, exc, "read") from None
 
 
-class Journal:
-    """Append-only hash-chained journal at ``path``.
+class HashChain:
+    """An append-only hash-chained JSONL log at ``path``: entries ``{"index", "type", "ts", <EXTRA>, "payload",
+    "payload_hash", "prev_hash", "hash"}`` (plus ``mac`` when :attr:`KEY_ENV` holds a key). A subclass names its
+    entry :attr:`TYPES`, its :attr:`EXTRA` fields, its key variable and the command that verifies it.
 
     A torn last line (a crash mid-append) is truncated on open, but only when it lies past ``anchor``, the head
     recorded at the last commit: a torn or missing *committed* entry is damage, not an interrupted append, and
     opening refuses with :class:`StoreError`.
     """
 
+    TYPES: tuple[str, ...] = ()
+    EXTRA: tuple[str, ...] = ()
+    NAME = "log"
+    KEY_ENV = ""
+    VERIFY_COMMAND = ""
+
     def __init__(self, path: str | Path, anchor: dict | None = None):
         self.path = Path(path)
-        self.key = journal_key()
+        self.key = chain_key(self.KEY_ENV)
         ensure_dir(self.path.parent)
         complete = _complete_lines(self.path)
         if anchor is not None and complete <= anchor["index"]:
             raise StoreError(self.path, f"committed history is damaged: entry {anchor['index']} was recorded as "
-                                        f"committed but the journal holds only {complete} complete line(s) "
-                                        "(truncated or lines removed); see `memevolve journal verify`")
+                                        f"committed but the {self.NAME} holds only {complete} complete line(s) "
+                                        f"(truncated or lines removed); see `{self.VERIFY_COMMAND}`")
         #: Bytes of an unterminated last line dropped on open (empty if the file was clean).
         self.repaired_tail: bytes = repair_torn_tail(self.path)
         self._last_entry()  # fail now, naming the line, if the head is unreadable
 
-    def append(self, type: str, payload: dict, round: int | None = None, seq: int | None = None) -> dict:
-        """Append one entry (fsynced) and return it."""
-        if type not in ENTRY_TYPES:
-            raise ValueError(f"unknown journal entry type {type!r}; expected one of {', '.join(ENTRY_TYPES)}")
+    @classmethod
+    def fields(cls) -> frozenset[str]:
+        return frozenset({"index", "type", "ts", *cls.EXTRA, "payload", "payload_hash", "prev_hash", "hash"})
+
+    def link(self, type: str, payload: dict, last: dict | None, **extra: Any) -> dict:
+        """The entry that follows ``last`` (``None``: the first), hashed (and MACed under the key)."""
+        if type not in self.TYPES:
+            raise ValueError(f"unknown {self.NAME} entry type {type!r}; expected one of {', '.join(self.TYPES)}")
         if not isinstance(payload, dict):
-            raise ValueError(f"journal payload must be a dict, got {payload.__class__.__name__}")
-        last = self._last_entry()
+            raise ValueError(f"{self.NAME} payload must be a dict, got {payload.__class__.__name__}")
         entry: dict[str, Any] = {
             "index": 0 if last is None else last["index"] + 1,
             "type": type,
             "ts": now_iso(),
-            "round": round,
-            "seq": seq,
+            **{name: extra.get(name) for name in self.EXTRA},
             "payload": payload,
             "payload_hash": self._payload_hash(payload),
             "prev_hash": GENESIS_HASH if last is None else last["hash"],
@@ -141,6 +154,11 @@ class Journal:
         entry["hash"] = entry_hash(entry)
         if self.key is not None:
             entry["mac"] = entry_mac(self.key, entry["hash"])
+        return entry
+
+    def _append(self, type: str, payload: dict, **extra: Any) -> dict:
+        """Append one entry after the file's last (fsynced) and return it."""
+        entry = self.link(type, payload, self._last_entry(), **extra)
         append_lines(self.path, [canonical_json(entry)])
         return entry
 
@@ -150,15 +168,8 @@ class Journal:
     def last(self) -> dict | None:
         return self._last_entry()
 
-    def find(self, type: str | None = None, **payload_match: Any) -> list[dict]:
-        """Entries of ``type`` (any if ``None``) whose payload has every given key/value."""
-        return [e for e in self.entries()
-                if (type is None or e["type"] == type)
-                and all(k in e["payload"] and e["payload"][k] == v for k, v in payload_match.items())]
-
     def verify(self, anchor: dict | None = None) -> VerifyResult:
         """Check every line and the chain; ``anchor`` ``{"index", "hash"}`` (a recorded head) must still be present."""
-        prev, n = GENESIS_HASH, 0
         try:
             with open_regular(self.path) as fh:
                 lines = fh.read().split(b"\n")
@@ -168,16 +179,21 @@ class Journal:
             raise os_error(self.path, exc, "read") from None
         if lines[-1] != b"":
             return VerifyResult(False, len(lines), len(lines) - 1, f"line {len(lines)}: torn (no trailing newline)")
+        return self.check_lines(lines[:-1], anchor)
+
+    def check_lines(self, lines: list[bytes], anchor: dict | None = None) -> VerifyResult:
+        """Check ``lines`` (each entry's canonical JSON, oldest first) as a chain; see :meth:`verify`."""
+        prev, n = GENESIS_HASH, 0
         hashes: list[str] = []
         unchecked = False
-        for i, raw in enumerate(lines[:-1]):
+        for i, raw in enumerate(lines):
             reason = self._check_line(raw, i, prev)
             if reason:
-                return VerifyResult(False, len(lines) - 1, i, f"entry {i} (line {i + 1}): {reason}")
+                return VerifyResult(False, len(lines), i, f"entry {i} (line {i + 1}): {reason}")
             entry = json.loads(raw)
             reason = self._check_mac(entry)
             if reason:
-                return VerifyResult(False, len(lines) - 1, i, f"entry {i} (line {i + 1}): {reason}")
+                return VerifyResult(False, len(lines), i, f"entry {i} (line {i + 1}): {reason}")
             unchecked |= self.key is None and "mac" in entry
             prev = entry["hash"]
             hashes.append(prev)
@@ -185,7 +201,7 @@ class Journal:
         if anchor is not None:
             at = anchor["index"]
             if at >= n:
-                return VerifyResult(False, n, n, f"journal ends at entry {n - 1} but entry {at} was recorded "
+                return VerifyResult(False, n, n, f"the {self.NAME} ends at entry {n - 1} but entry {at} was recorded "
                                                  "as committed (entries removed from the end)")
             if hashes[at] != anchor["hash"]:
                 return VerifyResult(False, n, at, f"entry {at}: hash differs from the recorded committed head")
@@ -197,24 +213,24 @@ class Journal:
         try:
             return canonical_hash(payload)
         except (TypeError, ValueError) as exc:
-            raise StoreError(self.path, f"journal payload is not JSON-serialisable: {exc}") from None
+            raise StoreError(self.path, f"{self.NAME} payload is not JSON-serialisable: {exc}") from None
 
     def _check_mac(self, entry: dict) -> str | None:
         if self.key is None:
             return None
         if "mac" not in entry:
-            return f"no MAC although {KEY_ENV} is set (written without the key, or forged)"
+            return f"no MAC although {self.KEY_ENV} is set (written without the key, or forged)"
         if not hmac.compare_digest(str(entry["mac"]), entry_mac(self.key, entry["hash"])):
             return "MAC does not match under the key (forged, or a different key)"
         return None
 
-    @staticmethod
-    def _check_line(raw: bytes, i: int, prev: str) -> str | None:
+    @classmethod
+    def _check_line(cls, raw: bytes, i: int, prev: str) -> str | None:
         try:
             entry = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError):
             return "not valid JSON (edited or corrupted)"
-        if not isinstance(entry, dict) or set(entry) - {"mac"} != ENTRY_FIELDS:
+        if not isinstance(entry, dict) or set(entry) - {"mac"} != cls.fields():
             return "wrong set of fields (edited)"
         if canonical_json(entry).encode("utf-8") != raw:
             return "line is not in canonical form (edited)"
@@ -222,7 +238,7 @@ class Journal:
             return f"index is {entry['index']}, expected {i} (a line was deleted, inserted or reordered)"
         if entry["prev_hash"] != prev:
             return "prev_hash does not match the previous entry's hash (chain broken)"
-        if entry["type"] not in ENTRY_TYPES:
+        if entry["type"] not in cls.TYPES:
             return f"unknown entry type {entry['type']!r}"
         if entry["payload_hash"] != canonical_hash(entry["payload"]):
             return "payload does not match payload_hash (payload edited)"
@@ -256,9 +272,29 @@ class Journal:
         try:
             entry = json.loads(raw)
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise StoreError(self.path, f"last entry is corrupt ({exc}); run `memevolve journal verify` to locate "
+            raise StoreError(self.path, f"last entry is corrupt ({exc}); run `{self.VERIFY_COMMAND}` to locate "
                                         "tampering") from None
         if not isinstance(entry, dict) or not {"index", "hash"} <= set(entry):
-            raise StoreError(self.path, "last entry lacks index/hash; run `memevolve journal verify` to locate "
+            raise StoreError(self.path, f"last entry lacks index/hash; run `{self.VERIFY_COMMAND}` to locate "
                                         "tampering")
         return entry
+
+
+class Journal(HashChain):
+    """The decision journal: :data:`ENTRY_TYPES`, each entry with its ``round`` and ``seq``."""
+
+    NAME = "journal"
+    TYPES = ENTRY_TYPES
+    EXTRA = ("round", "seq")
+    KEY_ENV = KEY_ENV
+    VERIFY_COMMAND = "memevolve journal verify"
+
+    def append(self, type: str, payload: dict, round: int | None = None, seq: int | None = None) -> dict:
+        """Append one entry (fsynced) and return it."""
+        return self._append(type, payload, round=round, seq=seq)
+
+    def find(self, type: str | None = None, **payload_match: Any) -> list[dict]:
+        """Entries of ``type`` (any if ``None``) whose payload has every given key/value."""
+        return [e for e in self.entries()
+                if (type is None or e["type"] == type)
+                and all(k in e["payload"] and e["payload"][k] == v for k, v in payload_match.items())]

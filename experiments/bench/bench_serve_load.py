@@ -10,9 +10,10 @@ questions, then again after lead-ins such as "Remind me: "), so every recall emb
 Under the file store a second 8-client run replaces the serving file with ``--reload-to`` half-way (the service
 reloads it, building the user's memory under the new ingestion policy while the old strategy serves), keeps asking
 until the new strategy answers and then as many recalls again, and counts failed requests and the strategies that
-answered. Run from the repository root:
+answered. ``--auth`` serves with a keys file (``memevolve serve --auth``) and every request carries a key: with the
+audit every service keeps, the cost of authentication on each request. Run from the repository root:
 
-    python experiments/bench/bench_serve_load.py [--bench PATH] [--conversation ID] [--out PATH]
+    python experiments/bench/bench_serve_load.py [--bench PATH] [--conversation ID] [--auth] [--out PATH]
 """
 from __future__ import annotations
 
@@ -39,6 +40,10 @@ sys.path.insert(0, str(ROOT))
 
 from evolve.benchmarks.locomo import load_locomo  # noqa: E402
 from evolve.data import BASELINE_PATH  # noqa: E402
+from evolve.serve.keys import SCOPES, add_key  # noqa: E402
+
+#: Headers of every request: the API key's when the service runs with --auth.
+HEADERS: dict[str, str] = {}
 
 
 def _port() -> int:
@@ -50,12 +55,13 @@ def _port() -> int:
 class Server:
     """A ``memevolve serve`` child process; :meth:`stop` ends it."""
 
-    def __init__(self, work: Path, serving: Path, store: str | None):
+    def __init__(self, work: Path, serving: Path, store: str | None, auth: Path | None = None):
         self.port = _port()
         self.url = f"http://127.0.0.1:{self.port}"
         args = [sys.executable, "-m", "evolve.cli", "serve", "--data", str(work / "data"), "--serving", str(serving),
                 "--stores", str(work / "no-stores"), "--allow-untracked", "--port", str(self.port),
-                "--reload-interval", "0.5", *(["--store", store] if store else [])]
+                "--reload-interval", "0.5", *(["--store", store] if store else []),
+                *(["--auth", str(auth)] if auth else [])]
         self.log = work / f"serve-{self.port}.log"
         self.proc = subprocess.Popen(args, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)},
                                      stdout=open(self.log, "wb"), stderr=subprocess.STDOUT)
@@ -64,7 +70,7 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"serve exited: {self.log.read_text()}")
             try:
-                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                if httpx.get(f"{self.url}/healthz", timeout=1).status_code == 200:  # open: liveness
                     return
             except httpx.HTTPError:
                 time.sleep(0.3)
@@ -82,7 +88,7 @@ def capture(server: Server, conversation, user: str) -> dict:
     """Every turn in its own request, in order; then close the last session and wait for organisation."""
     started = time.perf_counter()
     n = 0
-    with httpx.Client(base_url=server.url, timeout=120) as client:
+    with httpx.Client(base_url=server.url, timeout=120, headers=HEADERS) as client:
         for session in conversation.sessions:
             for t in session.turns:
                 when = t.timestamp or session.timestamp
@@ -105,7 +111,7 @@ def chat(server: Server, conversation, user: str, questions: Iterator[str], exch
     recalls, captures = [], []
     last = max(s.timestamp for s in conversation.sessions if s.timestamp)
     turns = [t for s in conversation.sessions for t in s.turns][:exchanges]
-    with httpx.Client(base_url=server.url, timeout=120) as client:
+    with httpx.Client(base_url=server.url, timeout=120, headers=HEADERS) as client:
         for i, t in enumerate(turns):
             started = time.perf_counter()
             client.post(f"/v1/users/{user}/turns", json={"turns": [{
@@ -165,7 +171,7 @@ async def _load(url: str, user: str, questions: Iterator[str], clients: int, req
             done += 1
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits, headers=HEADERS) as client:
         started = time.perf_counter()
         tasks = [asyncio.create_task(worker(client)) for _ in range(clients)]
         if during is not None:
@@ -180,6 +186,28 @@ async def _load(url: str, user: str, questions: Iterator[str], clients: int, req
             "seconds": round(seconds, 2), "recalls_per_s": round(done / seconds, 1),
             **{f"p{q}_ms": round(float(np.percentile(lat, q)), 1) for q in (50, 90, 95, 99)},
             "max_ms": round(float(lat.max()), 1), "strategies": strategies}
+
+
+def admission_cost(work: Path, n: int = 2000) -> dict:
+    """In process, the two steps ``--auth`` and the audit add to a recall: admitting its key (the keys file's stat,
+    the hash compared) and appending its audit line (fsynced), ``n`` times each; p50 and p95 in ms."""
+    from evolve.serve.access import Access
+    from evolve.serve.audit import FileAudit
+    from evolve.serve.keys import KeyStore
+
+    _, secret = add_key(work / "micro-keys.json", ["u1"], list(SCOPES))
+    access = Access(KeyStore(work / "micro-keys.json"), FileAudit(work / "micro-data"))
+    admit, line = [], []
+    for _ in range(n):
+        started = time.perf_counter()
+        caller = access.admit("recall", secret, "u1")
+        admit.append((time.perf_counter() - started) * 1000)
+        started = time.perf_counter()
+        access.record("RECALL", caller.key, "u1", ids=[f"D1:{i}" for i in range(12)], counts={"packed": 12})
+        line.append((time.perf_counter() - started) * 1000)
+    pct = lambda xs, q: round(float(np.percentile(xs, q)), 3)  # noqa: E731
+    return {"n": n, "admit_p50_ms": pct(admit, 50), "admit_p95_ms": pct(admit, 95),
+            "audit_line_p50_ms": pct(line, 50), "audit_line_p95_ms": pct(line, 95)}
 
 
 def _machine() -> dict:
@@ -203,6 +231,7 @@ def main() -> int:
                                                                 "(default: %(default)s)")
     p.add_argument("--think", type=float, default=0.5, help="seconds between a capture and the next recall in the "
                                                             "chat run (default: %(default)s)")
+    p.add_argument("--auth", action="store_true", help="serve with a keys file and send a key with every request")
     p.add_argument("--out", default=str(ROOT / "experiments/bench/serve_load.json"))
     args = p.parse_args()
 
@@ -211,11 +240,14 @@ def main() -> int:
     conversation = bench.conversations[conv_id]
     questions = [q.question for q in bench.questions if q.conversation_id == conv_id]
     asked = fresh_questions(list(dict.fromkeys(q.question for q in bench.questions)))
-    report = {"machine": _machine(), "conversation": conv_id, "turns": len(conversation.turns()),
+    report = {"machine": _machine(), "auth": args.auth, "conversation": conv_id, "turns": len(conversation.turns()),
               "questions": len(questions), "strategy": Path(args.strategy).name, "stores": {}}
     work = Path(tempfile.mkdtemp(prefix="memevolve-load-"))
     pg = None
     try:
+        if args.auth:
+            report["admission_in_process"] = admission_cost(work)
+            print("admission", json.dumps(report["admission_in_process"]), flush=True)
         for kind in args.stores:
             folder = work / kind
             folder.mkdir()
@@ -228,11 +260,16 @@ def main() -> int:
                 pg_dir = Path(tempfile.mkdtemp(prefix="memevolve-load-pg-"))  # reachable by pgserver's own user
                 pg = pgserver.get_server(pg_dir, cleanup_mode="stop")
                 url = pg.get_uri()
-            server = Server(folder, serving, url)
+            keys = None
+            if args.auth:
+                keys = folder / "keys.json"
+                HEADERS["Authorization"] = f"Bearer {add_key(keys, ['u1'], list(SCOPES))[1]}"
+            server = Server(folder, serving, url, keys)
             try:
                 result: dict = {"capture": capture(server, conversation, "u1")}
                 started = time.perf_counter()
-                httpx.post(f"{server.url}/v1/users/u1/recall", json={"question": next(asked)}, timeout=600)
+                httpx.post(f"{server.url}/v1/users/u1/recall", json={"question": next(asked)}, timeout=600,
+                           headers=HEADERS)
                 result["first_recall_s"] = round(time.perf_counter() - started, 2)  # builds the user's store
                 result["recall"] = []
                 for clients in args.levels:
@@ -246,14 +283,14 @@ def main() -> int:
                         staged = serving.with_suffix(".new")
                         shutil.copyfile(args.reload_to, staged)
                         os.replace(staged, serving)
-                        async with httpx.AsyncClient(base_url=server.url, timeout=30) as client:
+                        async with httpx.AsyncClient(base_url=server.url, timeout=30, headers=HEADERS) as client:
                             while (await client.get("/v1/strategy")).json()["serving"]["hash"][:12] == before:
                                 await asyncio.sleep(0.05)
 
-                    before = httpx.get(f"{server.url}/v1/strategy").json()["serving"]["hash"][:12]
+                    before = httpx.get(f"{server.url}/v1/strategy", headers=HEADERS).json()["serving"]["hash"][:12]
                     row = asyncio.run(_load(server.url, "u1", asked, 8, max(args.requests, 400), swap))
                     time.sleep(2)
-                    after = httpx.get(f"{server.url}/v1/strategy").json()
+                    after = httpx.get(f"{server.url}/v1/strategy", headers=HEADERS).json()
                     row.update(before=before, after=after["serving"]["hash"][:12], reloads=after["reloads"])
                     result["hot_reload"] = row
                     print(kind, "hot reload", json.dumps(row), flush=True)

@@ -8,13 +8,16 @@ from datetime import datetime
 from pathlib import Path
 from typing import Callable, Iterator
 
+import subprocess
+
 import numpy as np
 import pytest
 
 from evolve.runtime.store import MemoryItem, MemoryStore
-from evolve.serve.backend import Backend
+from evolve.serve.backend import Backend, UnknownTurn
 from evolve.serve.filestore import FileBackend
-from evolve.serve.records import CloseEvent, PackedRef, RecallRecord, Tombstone, TurnRecord, TurnsEvent, turns_in
+from evolve.serve.records import (CloseEvent, PackedRef, RecallRecord, ShadowPart, Tombstone, TurnRecord, TurnsEvent,
+                                  turns_in)
 
 STORES = ["files", "postgres"]
 RECALLS_BOUND = 5  # the recall log's bound each store is opened with (the file store's in bytes, see below)
@@ -29,6 +32,8 @@ class Subject:
     tamper: Callable[[str], None]
     recalls_held: int
     shared: bool
+    #: Whether any stored byte of the user's (every file and every Git object; every row) holds the text.
+    holds: Callable[[str, str], bool]
 
 
 @pytest.fixture(params=STORES)
@@ -41,9 +46,16 @@ def store(request, tmp_path) -> Iterator[Subject]:
             record = next((tmp_path / "data/users" / user / "records").rglob("0000-*.md"))
             record.write_text(record.read_text().replace("Lisbon", "Porto"))
 
-        yield Subject(backend, tamper, 2 * RECALLS_BOUND, shared=False)  # the log rotates at the bound: 2x at most
+        def holds(user: str, text: str) -> bool:
+            folder = tmp_path / "data/users" / user
+            objects = subprocess.run(["git", "-C", str(folder), "cat-file", "--batch-all-objects", "--batch"],
+                                     capture_output=True, check=True).stdout
+            return text.encode() in objects or any(text.encode() in p.read_bytes() for p in folder.rglob("*")
+                                                   if p.is_file() and ".git" not in p.parts)
+
+        yield Subject(backend, tamper, 2 * RECALLS_BOUND, shared=False, holds=holds)  # the log rotates at the bound
         return
-    from evolve.serve.pgstore import PostgresBackend
+    from evolve.serve.pgstore import _USER_TABLES, PostgresBackend
 
     url = request.getfixturevalue("pg_url")
     backend = PostgresBackend(url, recalls_kept=RECALLS_BOUND)
@@ -52,7 +64,12 @@ def store(request, tmp_path) -> Iterator[Subject]:
         with backend.pool.connection() as conn:
             conn.execute("UPDATE mem_records SET body = replace(body, 'Lisbon', 'Porto') WHERE user_id = %s", (user,))
 
-    yield Subject(backend, tamper, 2 * RECALLS_BOUND - 1, shared=True)  # pruned every RECALLS_BOUND appends
+    def holds(user: str, text: str) -> bool:
+        with backend.pool.connection() as conn:
+            return any(conn.execute(f"SELECT 1 FROM {table} t WHERE t.user_id = %s AND t::text LIKE %s LIMIT 1",
+                                    (user, f"%{text}%")).fetchone() for table in _USER_TABLES)
+
+    yield Subject(backend, tamper, 2 * RECALLS_BOUND - 1, shared=True, holds=holds)  # pruned every RECALLS_BOUND
     backend.close()
 
 
@@ -87,7 +104,7 @@ def test_users_and_exists(store):
 
 def test_append_events_since_and_count(store):
     backend = store.backend
-    assert backend.events("ann") == [] and backend.event_count("ann") == 0
+    assert backend.events("ann") == []
     sent = [TurnsEvent(turns=_turns("D1", 3)), CloseEvent(close="D1"), TurnsEvent(turns=_turns("D2", 2))]
     for event in sent:
         backend.append("ann", event)
@@ -95,9 +112,8 @@ def test_append_events_since_and_count(store):
     assert [e.model_copy(update={"at": None}) for e in events] == sent
     assert all(isinstance(e.at, str) and e.at.endswith("Z") for e in events)
     assert [datetime.fromisoformat(e.at) for e in events] == sorted(datetime.fromisoformat(e.at) for e in events)
-    assert backend.event_count("ann") == 3
     assert backend.events("ann", since=1) == events[1:] and backend.events("ann", since=3) == []
-    assert backend.events("bo") == [] and backend.event_count("bo") == 0
+    assert backend.events("bo") == []
 
 
 def test_shared_says_whether_other_processes_write_the_same_users(store):
@@ -139,10 +155,82 @@ def test_erase_leaves_a_tombstone_and_nothing_else(store):
     assert isinstance(stone, Tombstone) and stone.turns_erased == 5 and "ann" not in stone.to_json()
     assert backend.tombstone("ann") == stone
     assert not backend.exists("ann") and backend.users() == ["bo"]
-    assert backend.events("ann") == [] and backend.event_count("ann") == 0 and backend.organised("ann") == set()
+    assert backend.events("ann") == [] and backend.organised("ann") == set()
     assert len(turns_in(backend.events("bo"))) == 1  # another user untouched
     backend.append("ann", TurnsEvent(turns=_turns("D9", 1)))  # captured again after erasure: a new memory
     assert backend.exists("ann") and len(turns_in(backend.events("ann"))) == 1 and backend.recalls("ann") == []
+
+
+def test_rewrite_replaces_the_log_and_drops_what_was_derived_from_it(store):
+    """A retention purge: the log becomes the events kept (an event appended after those read follows them), the
+    organisation marks and records go (organised again from what is kept), recall-log lines that packed a purged
+    turn (or whose shadow did) go, the others stay, the generation advances; a rewrite read under an older generation
+    changes nothing; a log left with no turn is erased."""
+    backend = store.backend
+    purged, kept = _turns("D1", 2), _turns("D2", 2)
+    for event in (TurnsEvent(turns=purged), CloseEvent(close="D1"), TurnsEvent(turns=kept)):
+        backend.append("ann", event)
+    backend.append("bo", TurnsEvent(turns=_turns("D1", 1)))
+    backend.organise("ann", "D1", [t.turn() for t in purged], _memory(purged), "h" * 64)
+    packing = [_recall(0), _recall(1).model_copy(update={"packed": [PackedRef(id="L0:1", layer="L0",
+                                                                              source_ids=["D2:0"], words=3)]})]
+    shadowed = _recall(2).model_copy(update={"packed": packing[1].packed, "shadow": ShadowPart(
+        strategy="t" * 64, source="candidate", packed=packing[0].packed, words=3, overlap=0.0, latency_ms=1.0)})
+    for record in (*packing, shadowed):
+        backend.log_recall("ann", record)
+    generation, events = backend.generation("ann"), backend.events("ann")
+    backend.append("ann", CloseEvent(close="D2"))  # appended after the purge read the log (another replica)
+    assert backend.rewrite("ann", events[2:], {t.id for t in purged}, len(events), generation) is True
+    assert backend.events("ann")[:1] == events[2:] and isinstance(backend.events("ann")[1], CloseEvent)
+    assert backend.organised("ann") == set() and backend.verify("ann") == []
+    assert backend.recalls("ann") == [packing[1]]  # D1:0 packed by the first, and by the third's shadow
+    assert backend.generation("ann") == generation + 1 and backend.generation("bo") == 0
+    assert backend.exists("ann") and len(turns_in(backend.events("bo"))) == 1  # another user untouched
+    assert backend.rewrite("ann", [], set(), 2, generation) is False  # read before the rewrite: refused
+    assert len(backend.events("ann")) == 2
+    backend.append("ann", TurnsEvent(turns=_turns("D3", 1)))  # the log goes on after the rewrite
+    assert [t.id for t in turns_in(backend.events("ann", since=1))] == ["D3:0"]
+    assert backend.rewrite("ann", [], {"D2:0", "D2:1", "D3:0"}, 3, generation + 1) is True  # nothing kept: erased
+    assert not backend.exists("ann") and backend.tombstone("ann").turns_erased == 3
+    assert backend.generation("ann") == generation + 2
+
+
+def test_the_erasure_generation_of_a_user_id_grows_with_every_erasure_and_outlives_it(store):
+    backend = store.backend
+    assert backend.generation("ann") == 0
+    backend.append("ann", TurnsEvent(turns=_turns("D1", 2)))
+    backend.append("bo", TurnsEvent(turns=_turns("D1", 1)))
+    assert backend.generation("ann") == 0  # a capture does not move it
+    backend.erase("ann")
+    assert backend.generation("ann") == 1 and backend.generation("bo") == 0
+    backend.append("ann", TurnsEvent(turns=_turns("D2", 3)))  # the id captured again: the generation stays
+    assert backend.generation("ann") == 1
+    backend.erase("ann")
+    assert backend.generation("ann") == 2
+
+
+def test_erase_turn_leaves_no_word_of_it_and_the_rest_as_it_was(store):
+    backend = store.backend
+    first, second = _turns("D1", 3), _turns("D2", 2, start=5)
+    backend.append("ann", TurnsEvent(turns=first))
+    backend.append("ann", CloseEvent(close="D1"))
+    backend.organise("ann", "D1", [t.turn() for t in first], _memory(first), "h" * 64)
+    backend.append("ann", TurnsEvent(turns=second))
+    backend.organise("ann", "D2", [t.turn() for t in second], _memory(first + second), "h" * 64)  # a later step
+    gone = first[1].text
+    assert store.holds("ann", gone) and backend.generation("ann") == 0
+    erased = backend.erase_turn("ann", "D1:1")
+    assert (erased.turn, erased.session, erased.organised) == ("D1:1", "D1", True)
+    assert not store.holds("ann", gone)
+    assert [t.id for t in turns_in(backend.events("ann"))] == ["D1:0", "D1:2", "D2:5", "D2:6"]
+    assert len(backend.events("ann")) == 3  # the capture request that held it stays, without it
+    assert backend.organised("ann") == {"D2"} and backend.generation("ann") == 1 and backend.verify("ann") == []
+    assert store.holds("ann", first[0].text) and store.holds("ann", second[0].text)
+    with pytest.raises(UnknownTurn, match="no turn 'D1:1'"):
+        backend.erase_turn("ann", "D1:1")
+    assert backend.generation("ann") == 1  # a refused erasure changes nothing
+    erased = backend.erase_turn("ann", "D2:6")  # a turn of a session never organised since the first step
+    assert erased.session == "D2" and backend.organised("ann") == set() and not store.holds("ann", second[1].text)
 
 
 def test_embeddings_dir_is_per_user_if_any(store):
@@ -158,6 +246,6 @@ def test_a_torn_tail_is_dropped_and_the_next_append_does_not_join_it(tmp_path):
     backend.append("ann", TurnsEvent(turns=_turns("D1", 1)))
     with open(tmp_path / "data/users/ann/capture.jsonl", "ab") as fh:
         fh.write(b'{"turns": [{"id": "to')
-    assert len(backend.events("ann")) == 1 and backend.event_count("ann") == 1
+    assert len(backend.events("ann")) == 1
     backend.append("ann", TurnsEvent(turns=_turns("D1", 1, start=1)))
     assert [t.id for t in turns_in(backend.events("ann"))] == ["D1:0", "D1:1"]

@@ -59,10 +59,12 @@ def test_an_erasure_reaches_every_copy(tmp_path, serving, embedder, capsys):
 
     stores = tmp_path / "stores"
     config = tmp_path / "run.yaml"
+    mlruns = tmp_path / "mlruns"  # a local tracking store: its database and artifacts (mlruns/mlartifacts)
+    tracking = f"sqlite:///{mlruns / 'mlflow.db'}"
     config.write_text(yaml.safe_dump({"benchmark": f"locomo:{export / 'night.json'}", "strategy": str(BASELINE_PATH),
                                       "stores": str(stores), "rounds": 1, "candidates_per_round": 1, "seed": 0,
-                                      "probe_size": 10, "objective": "answer"}))
-    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+                                      "probe_size": 10, "objective": "answer", "tracking_uri": tracking}))
+    code, out = cli(capsys, "run", "--config", config)
     assert code == 0, out
     small = yaml.safe_load(BASELINE_PATH.read_text())
     small["assembly"]["token_budget"] = 40
@@ -78,23 +80,29 @@ def test_an_erasure_reaches_every_copy(tmp_path, serving, embedder, capsys):
     gate = History(stores / "gate").records[0]
     assert gate.examples["regressed"] and all("question" not in r and "content" in r
                                               for r in gate.examples["regressed"])
-    before = _marked(tmp_path / "data", export, stores)
+    before = _marked(tmp_path / "data", export, stores, mlruns)
     assert any(p.endswith(".pkl") for p in before), before
+    assert any(p.startswith(str(mlruns / "mlartifacts")) and p.endswith("traces.jsonl") for p in before), before
     side = sorted((stores / "gate" / "content").rglob("*.json"))
     assert side and all("words" in json.loads(p.read_text()) for p in side)
     assert str(export / "night.json") in before
 
     assert client.delete("/v1/users/ann").status_code == 200
-    code, out = cli(capsys, "erase", "--user", "ann", "--export", export, "--stores", stores)
-    assert code == 0, out
+    code, out = cli(capsys, "erase", "--user", "ann", "--export", export, "--stores", stores, "--tracking-uri",
+                    tracking)
+    assert code == 0 and "artifact(s) redacted" in out, out
 
-    assert _marked(tmp_path / "data", export, stores) == []
+    assert _marked(tmp_path / "data", export, stores, mlruns) == []
     assert all(set(json.loads(p.read_text())) == {"erased_at", "request"} for p in side)
     assert client.post("/v1/users/ann/recall", json={"question": "anything?"}).status_code == 404
     code, out = cli(capsys, "journal", "verify", "--stores", stores, "--config", config)
     assert code == 0 and out.startswith("ok:"), out
     code, out = cli(capsys, "journal", "verify", "--stores", stores / "gate", "--config", config)
     assert code == 0 and out.startswith("ok:"), out
+    [night_erase] = History(stores).journal.find("ERASE")
+    artifacts = night_erase["payload"]["artifacts"]
+    assert artifacts and all(a["redacted"] or a["deleted"] for a in artifacts.values())
+    assert any(p.endswith("traces.jsonl") for a in artifacts.values() for p in a["redacted"] + a["deleted"])
     [erase] = History(stores / "gate").journal.find("ERASE")
     assert erase["payload"]["subjects"] == [subject_key("ann")] and erase["payload"]["side_files"] > 0
     shown = resolved(History(stores / "gate").records[0].examples, ContentStore(stores / "gate" / "content"))
@@ -156,3 +164,31 @@ def test_erase_names_what_is_missing(tmp_path, capsys, monkeypatch, argv, words)
     shutil.copytree(OLD_STORES / "evidence", tmp_path / "stores")
     code, out = cli(capsys, "erase", *argv, "--stores", tmp_path / "stores")
     assert code == 2 and words in out, out
+
+
+def test_an_artifact_its_store_cannot_rewrite_is_named_and_the_erasure_exits_1(tmp_path, small_fs, capsys):
+    """Artifacts on a file system gone read-only: the erasure says which artifact of which run still holds the
+    words, and exits 1; the artifact of a conversation not erased is left alone."""
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    tracking = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=tracking)
+    experiment = client.create_experiment("night", artifact_location=(small_fs / "mlartifacts").as_uri())
+    run = client.create_run(experiment).info.run_id
+    client.log_text(run, "".join(json.dumps({"question_id": f"{c}/q0", "conversation_id": c,
+                                             "question": f"Where did {c} go?"}) + "\n" for c in ("ann", "bo")),
+                    "traces.jsonl")
+    client.log_text(run, json.dumps({"accuracy": 0.5}), "summary.json")
+    shutil.copytree(OLD_STORES / "evidence", tmp_path / "stores")
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    code, out = cli(capsys, "erase", "--user", "ann", "--stores", tmp_path / "stores", "--tracking-uri", tracking)
+    assert code == 1, out
+    assert f"NOT ERASED: artifact traces.jsonl of MLflow run {run} still holds the words" in out, out
+    assert "summary.json" not in out
+    subprocess.run(["mount", "-o", "remount,rw", str(small_fs)], check=True)
+    code, out = cli(capsys, "erase", "--user", "ann", "--stores", tmp_path / "stores", "--tracking-uri", tracking)
+    assert code == 0 and f"run {run}: 1 artifact(s) redacted, 0 deleted" in out, out
+    held = (small_fs / "mlartifacts" / run / "artifacts" / "traces.jsonl").read_text()
+    assert [json.loads(line)["conversation_id"] for line in held.splitlines()] == ["bo"]

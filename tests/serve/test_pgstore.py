@@ -15,7 +15,8 @@ from evolve.benchmarks.synthetic import generate_synthetic
 from evolve.data import BASELINE_PATH
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
-from evolve.serve.memory import MemoryService
+from evolve.serve.memory import MemoryService, UnknownUser
+from evolve.serve.records import turns_in
 from evolve.serve.replay import replay, stored_recalls
 from evolve.serve.strategy import RuntimeParts, StrategySlot
 from server_process import ServeProcess, turns_of
@@ -106,3 +107,100 @@ def test_two_replicas_share_memory_and_answer_503_while_postgres_is_down(postgre
         assert httpx.delete(f"{b.url}/v1/users/bo", timeout=60).status_code == 200  # erased through one replica
         gone = httpx.post(f"{a.url}/v1/users/bo/recall", json=question, timeout=60)
         assert gone.status_code == 404 and "erased at" in gone.json()["error"]["message"]
+
+
+def test_replicas_extend_one_audit_chain_and_verify_names_an_edited_row(postgres, capsys):
+    from evolve.cli.main import main
+    from evolve.serve.audit import AuditEvent, PgAudit
+
+    url = postgres[0].get_uri()
+    first, second = PostgresBackend(url), PostgresBackend(url)
+    try:
+        audits = [PgAudit(first), PgAudit(second)]
+        start = len(audits[0].entries())
+        for i in range(4):  # the two replicas in turn
+            audits[i % 2].record("RECALL", AuditEvent(key="0123456789ab", ids=[f"D1:{i}"], counts={"packed": i}))
+        assert [e["index"] for e in audits[1].entries()][start:] == list(range(start, start + 4))
+        assert main(["audit", "verify", "--store", url]) == 0
+        edited = start + 2
+        line = first.run(lambda c: c.execute("SELECT line FROM mem_audit WHERE index = %s", (edited,)).fetchone()[0])
+        try:
+            first.run(lambda c: c.execute("UPDATE mem_audit SET line = %s WHERE index = %s",
+                                          (line.replace('"packed":2', '"packed":9'), edited)))
+            assert main(["audit", "verify", "--store", url]) == 1
+            assert capsys.readouterr().out.splitlines()[-1].startswith(f"verification failed at entry {edited}: ")
+        finally:
+            first.run(lambda c: c.execute("UPDATE mem_audit SET line = %s WHERE index = %s", (line, edited)))
+        assert audits[0].verify().ok
+    finally:
+        first.close()
+        second.close()
+
+
+def test_a_retention_purge_rewrites_the_users_rows(postgres, serving, embedder):
+    from datetime import datetime, timedelta, timezone
+
+    backend = PostgresBackend(postgres[0].get_uri())
+    try:
+        slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+        memory = MemoryService(backend, lambda: slot.current)
+        turns = turns_of(CONVERSATION, 2)
+        first = [t for t in turns if t["session"] == turns[0]["session"]]
+        memory.capture("purged-pg", first, retain_until=datetime.now(timezone.utc) - timedelta(seconds=1))
+        memory.capture("purged-pg", [t for t in turns if t not in first])
+        assert memory.purge_expired(lambda *_: None) == len(first)
+        kept = [t.id for t in turns_in(backend.events("purged-pg"))]
+        assert kept == [t["id"] for t in turns if t not in first] and backend.verify("purged-pg") == []
+        memory.organise_pending()
+        assert backend.organised("purged-pg") == set()  # the open session is organised when it closes
+    finally:
+        backend.close()
+
+
+def _turn(n: int, text: str) -> dict:
+    return {"id": f"t{n}", "speaker": "Ann", "text": text, "session": "S1", "time": None}
+
+
+def test_a_reused_user_id_never_revives_erased_turns_on_another_replica(pg_url, serving, embedder):
+    """The race: replica B has loaded ann; ann is erased through replica A and captured again, past the old event
+    count, before B looks; B's next recall must hold only the new turns."""
+    slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+    a, b = (MemoryService(PostgresBackend(pg_url), lambda: slot.current) for _ in range(2))
+    for n in range(2):
+        a.capture("ann", [_turn(n, f"My secret word is Zanzibarine number {n}.")])
+    held = b.store("ann", slot.current).turns.values()
+    assert [t.text for t in held] == [f"My secret word is Zanzibarine number {n}." for n in range(2)]
+    a.erase("ann")
+    for n in range(3):  # three capture events: more than the two B has seen
+        a.capture("ann", [_turn(10 + n, f"I like tea, cup {n}.")])
+    seen = b.store("ann", slot.current)
+    assert [t.text for t in seen.turns.values()] == [f"I like tea, cup {n}." for n in range(3)]
+    assert not any("Zanzibarine" in item.text for item in seen.items)
+    assert b.turn_count("ann") == 3
+    a.erase("ann")  # erased again, not captured since: B answers that the user is unknown
+    with pytest.raises(UnknownUser):
+        b.store("ann", slot.current)
+    for service in (a, b):
+        service.backend.close()
+
+
+def test_a_purge_through_one_replica_reaches_the_others_memory(pg_url, serving, embedder):
+    """Replica B has loaded ann; replica A purges ann's expired turns and ann captures again through A; B's next
+    recall holds neither the purged turns nor a stale log (the purge advanced the user's generation)."""
+    from datetime import datetime, timedelta, timezone
+
+    slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+    a, b = (MemoryService(PostgresBackend(pg_url), lambda: slot.current) for _ in range(2))
+    try:
+        a.capture("ann", [_turn(0, "My secret word is Zanzibarine.")],
+                  retain_until=datetime.now(timezone.utc) - timedelta(seconds=1))
+        a.capture("ann", [_turn(1, "I like tea.")])
+        assert b.turn_count("ann") == 2
+        assert a.purge_expired(lambda *_: None) == 1
+        a.capture("ann", [_turn(2, "I like coffee too.")])  # the log grows back past what B has seen
+        seen = b.store("ann", slot.current)
+        assert [t.text for t in seen.turns.values()] == ["I like tea.", "I like coffee too."]
+        assert not any("Zanzibarine" in item.text for item in seen.items)
+    finally:
+        for service in (a, b):
+            service.backend.close()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import numpy as np
@@ -98,7 +98,7 @@ def test_the_postgres_store_reads_todays_rows_and_writes_the_same_json(pg_url):
         assert [(e.to_json() + "\n").encode() for e in events] == LINES["capture.jsonl"]
         assert [(r.to_json() + "\n").encode() for r in recalls] == LINES["recalls.jsonl"]
         assert dumps_json(backend.tombstone("gone").stored(), "t").encode() == TOMBSTONES[0].read_bytes()
-        assert backend.events("ann", since=2) == events[2:] and backend.event_count("ann") == len(events)
+        assert backend.events("ann", since=2) == events[2:] and backend.generation("ann") == 0
 
         for event in events:
             backend.append("bo", event.model_copy(update={"at": None}))
@@ -154,11 +154,33 @@ def test_postgres_keeps_the_same_turn_meta(pg_url):
                                                                         "required"),
     ({"close": 3}, "CloseEvent field close: Input should be a valid string"),
     ({"turns": [], "colour": "blue"}, "TurnsEvent field colour: Extra inputs are not permitted"),
+    ({"turns": [], "purpose": "a b"}, "TurnsEvent field purpose: String should match pattern "
+                                      "'^[A-Za-z0-9][A-Za-z0-9_.:-]{0,63}$'"),
+    ({"turns": [], "retain_until": "soon"}, "TurnsEvent field retain_until: Input should be a valid datetime or "
+                                            "date, input is too short"),
 ])
 def test_a_record_of_another_shape_is_refused_naming_where_and_the_field_not_the_text(raw, words):
     with pytest.raises(RecordError) as caught:
         read_event(raw, "capture.jsonl: line 3")
     assert str(caught.value) == f"capture.jsonl: line 3: {words}" and "secret" not in str(caught.value)
+
+
+def test_a_captures_purpose_and_retention_are_stored_only_when_set_and_read_back(tmp_path):
+    """Both fields join the stored line only when a capture names them (a line without them keeps its bytes, as the
+    fixture tests above pin); a ``retain_until`` without a zone is taken as UTC; a turn's expiry is the sooner of
+    ``retain_until`` and its capture time plus the retention."""
+    backend = FileBackend(tmp_path / "data")
+    turns = [TurnRecord(id="D1:1", speaker="Ann", text="Bees.", session="D1")]
+    backend.append("ann", TurnsEvent(turns=turns))
+    backend.append("ann", TurnsEvent(turns=turns, purpose="support", retain_until=datetime(2030, 1, 2, 3, 4)))
+    plain, bound = (json.loads(line) for line in (tmp_path / "data/users/ann/capture.jsonl").read_text().splitlines())
+    assert set(plain) == {"at", "turns"}
+    assert bound["purpose"] == "support" and bound["retain_until"] == "2030-01-02T03:04:00Z"
+    first, second = backend.events("ann")
+    assert first.purpose is None and first.expires(None) is None
+    assert second.retain_until == datetime(2030, 1, 2, 3, 4, tzinfo=timezone.utc)
+    assert second.expires(None) == second.retain_until and second.expires(timedelta(days=1)) < second.retain_until
+    assert first.expires(timedelta(days=1)) == datetime.fromisoformat(first.at) + timedelta(days=1)
 
 
 def test_one_function_applies_capture_events_and_names_the_one_refused(tmp_path):

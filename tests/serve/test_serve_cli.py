@@ -84,7 +84,7 @@ def test_stop_waits_for_every_worker(tmp_path, serving):
              for i in range(30)]
     service.memory.capture("ann", turns)  # the builder wakes to build ann's memory
     workers = [t for t in __import__("threading").enumerate() if t.name.startswith("serve_")]
-    assert len(workers) == 3
+    assert len(workers) == 4
     started = time.monotonic()
     service.stop()
     assert [t.name for t in workers if t.is_alive()] == []

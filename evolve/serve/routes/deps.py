@@ -1,13 +1,17 @@
 """The dependencies routes declare (FastAPI ``Depends``): the memory service, the strategy slot, the request
-metrics, the model roles' usage, the operator's answers (for the canary guard) and a validated user id. ``create_app`` puts the objects on ``app.state``."""
+metrics, the model roles' usage, the operator's answers (for the canary guard), a validated user id, and the caller
+admitted for a scope (``Security``: an API key under ``--auth``, every refusal audited). ``create_app`` puts the
+objects on ``app.state``."""
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Path as PathParam, Request
+from fastapi import Depends, Path as PathParam, Request, Security
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, SecurityScopes
 
 from evolve.errors import EvolveError
 from evolve.runtime.usage import UsageStats
+from evolve.serve.access import Access, Caller
 from evolve.serve.backend import USER_ID, valid_user
 from evolve.serve.memory import MemoryService
 from evolve.serve.metrics import Metrics
@@ -57,3 +61,31 @@ RequestMetrics = Annotated[Metrics, Depends(_metrics)]
 Usage = Annotated[UsageStats | None, Depends(_usage)]
 UserId = Annotated[str, Depends(_user)]
 Answers = Annotated[dict[tuple[str, str], str], Depends(_answers)]
+
+
+def _access(request: Request) -> Access:
+    return request.app.state.access
+
+
+_bearer = HTTPBearer(auto_error=False, description="an API key from `memevolve keys add` (with --auth)")
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _for_user(scopes: SecurityScopes, access: Annotated[Access, Depends(_access)], user: UserId,
+              credentials: Credentials) -> Caller:
+    """The caller of a route on one user's memory, admitted for the route's scope and that user."""
+    return access.admit(scopes.scopes[0], credentials.credentials if credentials else None, user)
+
+
+def _for_service(scopes: SecurityScopes, access: Annotated[Access, Depends(_access)],
+                 credentials: Credentials) -> Caller:
+    """The caller of a route on the service itself, admitted for the route's scope (``admin``)."""
+    return access.admit(scopes.scopes[0], credentials.credentials if credentials else None, None)
+
+
+Capturer = Annotated[Caller, Security(_for_user, scopes=["capture"])]
+Recaller = Annotated[Caller, Security(_for_user, scopes=["recall"])]
+Answerer = Annotated[Caller, Security(_for_user, scopes=["answer"])]
+Eraser = Annotated[Caller, Security(_for_user, scopes=["erase"])]
+#: A service route's dependency: the caller holds the ``admin`` scope.
+ADMIN = Security(_for_service, scopes=["admin"])

@@ -13,10 +13,12 @@ from evolve.files import now_iso
 from evolve.observe.answer import carried
 from evolve.runtime.live import CaptureError
 from evolve.runtime.text import count_words
+from evolve.serve.access import Caller
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
-from evolve.serve.records import GuardPair, PackedRef, RecallRecord, ShadowPart, context_overlap, words_of
-from evolve.serve.routes.deps import Answers, Memory, Problem, RequestMetrics, Slot, UserId
+from evolve.serve.records import PURPOSE, GuardPair, PackedRef, RecallRecord, ShadowPart, context_overlap, words_of
+from evolve.serve.routes.deps import (Answerer, Answers, Capturer, Eraser, Memory, Problem, Recaller, RequestMetrics,
+                                      Slot, UserId)
 from evolve.serve.strategy import CanaryRun, Loaded, StrategySlot
 
 log = logging.getLogger(__name__)
@@ -42,6 +44,10 @@ class TurnIn(BaseModel):
 class CaptureIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS)
+    purpose: str | None = Field(None, pattern=PURPOSE, description="what these turns may be recalled for; a user's "
+                                "memory holds one purpose (default: the user's, none for a new user)")
+    retain_until: datetime | None = Field(None, description="ISO 8601 moment after which these turns are purged "
+                                          "(earlier than the service's --retention-days if both apply)")
 
 
 class CaptureOut(BaseModel):
@@ -56,6 +62,8 @@ class RecallIn(BaseModel):
     question: str = Field(min_length=1, max_length=MAX_QUESTION_CHARS)
     asked_at: str | None = Field(None, max_length=64, description="when the question is asked (default: the "
                                                                    "newest memory's time)")
+    purpose: str | None = Field(None, pattern=PURPOSE, description="what the recall is for; must be the purpose the "
+                                                                   "user's memory was captured for, if any")
 
 
 class PackedItem(BaseModel):
@@ -134,8 +142,12 @@ def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics,
 
 
 def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], str],
-            user: str, body: RecallIn, tasks: BackgroundTasks, answer: bool) -> RecallOut:
+            user: str, body: RecallIn, tasks: BackgroundTasks, caller: Caller, answer: bool) -> RecallOut:
     started = time.perf_counter()
+    bound = memory.purpose(user)
+    if bound is not None and body.purpose != bound:
+        raise caller.deny(f"user {user!r}'s memory was captured for purpose {bound!r}; this {caller.scope} names "
+                          f"{body.purpose!r}", user, "purpose")
     run = slot.canary_for(user)  # held to the end: a reload or stop meanwhile does not change it
     loaded, role = (run.loaded, "canary") if run is not None else (slot.current, "serving")
     store = memory.store(user, loaded)
@@ -150,6 +162,9 @@ def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers
                           trace_id=out.trace_id, strategy=loaded.strategy_hash, role=role,
                           packed=[p.ref() for p in packed], words=out.words, latency_ms=out.latency_ms,
                           answer=result.answer.text if answer else None)
+    caller.record("ANSWER" if answer else "RECALL", user, purpose=body.purpose,
+                  ids=sorted({s for p in packed for s in p.source_ids}),
+                  counts={"packed": len(packed), "words": out.words})
     metrics.count("recalls", labels={"role": role})
     tasks.add_task(_shadow_and_log, slot, memory, metrics, answers, user, body, record, [p.text for p in packed], run)
     return out
@@ -157,27 +172,43 @@ def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers
 
 @router.post("/turns", status_code=201, response_model=CaptureOut,
              summary="Capture one or more turns (durable before the reply)")
-def capture(user: UserId, body: CaptureIn, memory: Memory) -> dict:
-    return memory.capture(user, [t.model_dump() for t in body.turns])
+def capture(user: UserId, body: CaptureIn, memory: Memory, caller: Capturer) -> dict:
+    out = memory.capture(user, [t.model_dump() for t in body.turns], body.purpose, body.retain_until)
+    caller.record("CAPTURE", user, ids=[t.id for t in body.turns], purpose=body.purpose,
+                  counts={"turns": out["captured"]})
+    return out
 
 
 @router.post("/recall", response_model=RecallOut, summary="Packed context for a question")
 def recall(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
-           metrics: RequestMetrics, answers: Answers) -> RecallOut:
-    return _recall(slot, memory, metrics, answers, user, body, tasks, answer=False)
+           metrics: RequestMetrics, answers: Answers, caller: Recaller) -> RecallOut:
+    return _recall(slot, memory, metrics, answers, user, body, tasks, caller, answer=False)
 
 
 @router.post("/answer", response_model=AnswerOut, summary="Packed context and the configured answerer's answer")
 def answer(user: UserId, body: RecallIn, tasks: BackgroundTasks, slot: Slot, memory: Memory,
-           metrics: RequestMetrics, answers: Answers) -> RecallOut:
-    return _recall(slot, memory, metrics, answers, user, body, tasks, answer=True)
+           metrics: RequestMetrics, answers: Answers, caller: Answerer) -> RecallOut:
+    return _recall(slot, memory, metrics, answers, user, body, tasks, caller, answer=True)
 
 
 @router.post("/close", summary="Close the open session now (its organisation runs in the background)")
-def close(user: UserId, memory: Memory) -> dict:
-    return {"closed": memory.close(user)}
+def close(user: UserId, memory: Memory, caller: Capturer) -> dict:
+    closed = memory.close(user)
+    caller.record("CLOSE", user, ids=[closed] if closed else [])
+    return {"closed": closed}
 
 
 @router.delete("", summary="Erase the user: memory, records, history, logs")
-def erase(user: UserId, memory: Memory) -> dict:
-    return {"erased": True, "tombstone": memory.erase(user)}
+def erase(user: UserId, memory: Memory, caller: Eraser) -> dict:
+    tombstone = memory.erase(user)
+    caller.record("ERASE", user, counts={"turns": tombstone.turns_erased or 0})
+    return {"erased": True, "tombstone": tombstone}
+
+
+@router.delete("/turns/{turn:path}", summary="Erase one turn: from the capture log, the records, facts and rollups "
+                                              "derived from it (organised again without it), their history, the "
+                                              "indexes and embeddings")
+def erase_turn(user: UserId, turn: str, memory: Memory, caller: Eraser) -> dict:
+    erased = memory.erase_turn(user, turn)
+    caller.record("ERASE", user, ids=[turn], counts={"turns": 1})
+    return {"erased": True, "turn": erased}

@@ -5,7 +5,7 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from evolve.serve.batching import BatchingEmbedder
-from evolve.serve.routes.deps import Memory, RequestMetrics, Slot, Usage
+from evolve.serve.routes.deps import ADMIN, Memory, RequestMetrics, Slot, Usage
 
 #: Model-role usage counters exported on ``/metrics``, per role.
 LLM_COUNTERS = ("requests", "failures", "prompt_tokens", "completion_tokens")
@@ -13,7 +13,7 @@ LLM_COUNTERS = ("requests", "failures", "prompt_tokens", "completion_tokens")
 router = APIRouter(tags=["service"])
 
 
-@router.get("/v1/strategy", summary="The strategy serving, its lineage and journal entry")
+@router.get("/v1/strategy", summary="The strategy serving, its lineage and journal entry", dependencies=[ADMIN])
 def strategy(slot: Slot) -> dict:
     run = slot.canary
     return {"serving": slot.current.describe(), "refused": slot.refused, "reloads": slot.reloads,
@@ -29,7 +29,7 @@ def healthz(slot: Slot, memory: Memory) -> dict:
             "quarantined": dict(memory.quarantined)}
 
 
-@router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus text format")
+@router.get("/metrics", response_class=PlainTextResponse, summary="Prometheus text format", dependencies=[ADMIN])
 def prometheus(slot: Slot, memory: Memory, metrics: RequestMetrics, usage: Usage) -> PlainTextResponse:
     current = slot.current
     gauges = [("strategy_info", "The strategy serving (1) by hash and state.",
