@@ -5,11 +5,11 @@ import json
 import math
 import sys
 import re
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+from evolve.benchmarks.turns import TurnError, client_turn, format_locomo_date, parse_moment, session_id
+from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session
 from evolve.safe_text import quoted
 from evolve.files import MAX_BENCHMARK_BYTES, read_bounded
 
@@ -20,10 +20,8 @@ CODE_BY_CATEGORY = {name: code for code, name in CATEGORY_BY_CODE.items()}
 #: Gold answer of an adversarial question that carries only ``adversarial_answer`` (the trap, not the truth).
 NOT_MENTIONED = "Not mentioned in the conversation"
 
-_DATE_FORMAT = "%I:%M %p on %d %B, %Y"  # "1:56 pm on 8 May, 2023"
 _SESSION_KEY = re.compile(r"session_(\d+)")
 _DIA_ID = re.compile(r"D\s*:?\s*(\d+)\s*:\s*(\d+)", re.IGNORECASE)
-_CAPTION_PREFIX = re.compile(r"^\s*an? (?:photo|photography|picture|image) of\s+", re.IGNORECASE)
 
 
 def read_json(path: Path) -> Any:
@@ -56,18 +54,6 @@ def read_json_list(path: Path, items: str) -> list:
         raise BenchmarkError(f"{path}: expected a JSON list of {items}, got {type(data).__name__}")
     return data
 
-def parse_locomo_date(text: str) -> datetime:
-    """Parse LoCoMo's session stamp, e.g. ``"1:56 pm on 8 May, 2023"``."""
-    return datetime.strptime(" ".join(text.split()), _DATE_FORMAT)
-
-
-def format_locomo_date(moment: datetime) -> str:
-    """Inverse of :func:`parse_locomo_date` (minute resolution)."""
-    hour = moment.hour % 12 or 12
-    meridiem = "am" if moment.hour < 12 else "pm"
-    return f"{hour}:{moment.minute:02d} {meridiem} on {moment.day} {moment:%B}, {moment.year}"
-
-
 #: JSON names of the Python types a field may be required to have.
 _JSON_KIND = {str: "a string", int: "an integer", float: "a number", list: "a list", dict: "an object"}
 
@@ -93,19 +79,6 @@ def answer_field(record: dict, where: str) -> str:
     if isinstance(value, float) and not math.isfinite(value):
         raise BenchmarkError(f"{where}: field 'answer' is {value!r}; a gold answer is a string or a finite number")
     return str(value)
-
-
-def fold_caption(text: str, caption: object) -> str:
-    """A turn's text with its photo's caption folded in, as every reader of a turn writes it (the LoCoMo adapter,
-    the memory service): ``text [shares a photo of CAPTION]``, a leading "a photo of" (or picture, image) dropped
-    from the caption; the text alone without a caption."""
-    if not isinstance(caption, str) or not caption.strip():
-        return text
-    return f"{text} [shares a photo of {_CAPTION_PREFIX.sub('', caption).strip()}]"
-
-
-def _turn_text(turn: dict) -> str:
-    return fold_caption(turn["text"], turn.get("blip_caption"))
 
 
 class _EvidenceLog:
@@ -164,11 +137,11 @@ def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -
         key = f"session_{number}"
         turns_raw = require_field(data, key, list, f"{where}.conversation")
         stamp_key = f"{key}_date_time"
-        stamp = None
+        stamp = text = None
         if stamp_key in data:
             text = require_field(data, stamp_key, str, f"{where}.conversation")
             try:
-                stamp = parse_locomo_date(text)
+                stamp = parse_moment(text)
             except ValueError:
                 raise BenchmarkError(f"{where}.conversation.{stamp_key}: unparseable date {quoted(text)}") from None
         else:
@@ -178,7 +151,6 @@ def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -
                                  f"{last[0]}_date_time ({format_locomo_date(last[1])}); sessions are numbered in "
                                  "time order")
         last = (key, stamp) if stamp is not None else last
-        session_id = f"D{number}"
         turns = []
         for index, turn in enumerate(turns_raw):
             turn_where = f"{where}.conversation.{key}[{index}]"
@@ -189,9 +161,12 @@ def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -
                 raise BenchmarkError(f"{turn_where}: duplicate dia_id {turn_id!r}")
             seen.add(turn_id)
             speaker = require_field(turn, "speaker", str, turn_where)
-            require_field(turn, "text", str, turn_where)
-            turns.append(Turn(turn_id, speaker, _turn_text(turn), session_id, stamp))
-        sessions.append(Session(session_id, stamp, tuple(turns)))
+            said = require_field(turn, "text", str, turn_where)
+            try:  # the turn as a client sends it to the service: one meaning offline and served
+                turns.append(client_turn(turn_id, speaker, said, key, text, turn.get("blip_caption"), turn_where))
+            except TurnError as exc:
+                raise BenchmarkError(str(exc)) from None
+        sessions.append(Session(session_id(key), stamp, tuple(turns)))
     return Conversation(sample_id, speakers, tuple(sessions))
 
 

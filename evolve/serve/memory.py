@@ -18,14 +18,14 @@ from typing import Callable, Iterable
 import numpy as np
 
 from evolve.errors import EvolveError
-from evolve.benchmarks.locomo import fold_caption, parse_locomo_date
+from evolve.benchmarks.turns import TurnError, client_turn, parse_moment
 from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import Backend, StoreUnavailable
 from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, RecordError, Tombstone, TurnErased,
-                                  TurnRecord, TurnsEvent, naive, turns_in)
+                                  TurnRecord, TurnsEvent, turns_in)
 from evolve.serve.strategy import Loaded
 
 log = logging.getLogger(__name__)
@@ -39,21 +39,21 @@ def parse_time(text: str, where: str) -> datetime:
     """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment, a zoned one as naive UTC;
     :class:`CaptureError` naming ``where``."""
     try:
-        return naive(datetime.fromisoformat(text))
-    except ValueError:
-        pass
-    try:
-        return naive(parse_locomo_date(text))
+        return parse_moment(text)
     except ValueError:
         raise CaptureError(f"{where}: unparseable time {text!r} (ISO 8601 or e.g. '1:56 pm on 8 May, 2023')") from None
 
 
 def turn_record(raw: dict, where: str) -> TurnRecord:
-    """A request's turn as the capture log keeps it: the image caption folded into the text by the LoCoMo adapter's
-    own :func:`~evolve.benchmarks.locomo.fold_caption`, the time in ISO form (naive UTC for a zoned one)."""
-    text = fold_caption(raw["text"], raw.get("image_caption"))
-    when = parse_time(raw["time"], f"{where}.time").isoformat() if raw.get("time") else None
-    return TurnRecord(id=raw["id"], speaker=raw["speaker"], text=text, session=raw["session"], time=when)
+    """A request's turn as the capture log keeps it: the turn the LoCoMo reader would read
+    (:func:`~evolve.benchmarks.turns.client_turn`), its time in ISO form (naive UTC for a zoned one)."""
+    try:
+        turn = client_turn(raw["id"], raw["speaker"], raw["text"], raw["session"], raw.get("time"),
+                           raw.get("image_caption"), where)
+    except TurnError as exc:
+        raise CaptureError(str(exc)) from None
+    return TurnRecord(id=turn.id, speaker=turn.speaker, text=turn.text, session=turn.session_id,
+                      time=turn.timestamp.isoformat() if turn.timestamp else None)
 
 
 def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: int = 1) -> list[str]:

@@ -19,6 +19,7 @@ from typing import Any, Iterable, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evolve.benchmarks.turns import naive
 from evolve.benchmarks.types import Turn
 from evolve.canonical import canonical_json, sha256_hex
 from evolve.errors import EvolveError
@@ -68,11 +69,6 @@ def load_record(model: type[R], raw: Any, where: str) -> R:
 
 
 # ---------------------------------------------------------------- the capture log
-
-
-def naive(moment: datetime) -> datetime:
-    """A zoned moment in UTC without its zone, so every time of a user compares (naive ones are taken as given)."""
-    return moment.astimezone(timezone.utc).replace(tzinfo=None) if moment.tzinfo is not None else moment
 
 
 class TurnRecord(Record):

@@ -26,6 +26,7 @@ from typing import Iterable
 import numpy as np
 from scipy import stats
 
+from evolve.benchmarks.turns import naive
 from evolve.canonical import sha256_hex
 from evolve.errors import EvolveError
 from evolve.files import StoreError, iter_jsonl
@@ -37,7 +38,7 @@ from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import count_words
 from evolve.serve.backend import Backend
 from evolve.serve.memory import apply_events, parse_time
-from evolve.serve.records import RecallRecord, RecordError, context_overlap, load_record, naive
+from evolve.serve.records import RecallRecord, RecordError, context_overlap, load_record
 from evolve.serve.referee import STATES, Marks, Referee, floor_reasons, slice_lines, slices, stale_counts
 from evolve.serve.strategy import Loaded
 from evolve.verify.decision import AcceptanceRules

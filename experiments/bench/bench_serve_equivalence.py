@@ -1,24 +1,27 @@
-"""Served memory against the offline harness on LoCoMo: equivalence of packed contexts and LiteMem's retention.
+"""Served memory against the offline harness on LoCoMo, captured as a client sends the raw file: equivalence.
 
-One ``memevolve serve`` (uvicorn, 127.0.0.1, a fresh data directory) serves the strategy; every turn of every
-conversation is captured with its own ``POST /v1/users/{conversation}/turns`` (one turn per request, in dialogue
-order; a new session id closes the previous session), the last session is closed with ``POST .../close``, then
-every question is asked with ``POST .../answer`` (the packed context and the configured answerer's answer). The offline
-harness (:class:`evolve.observe.harness.Harness`, batch ingestion) evaluates the same strategy, answers included.
+For each strategy, one ``memevolve serve`` (uvicorn, 127.0.0.1, a fresh data directory) serves it. The client reads
+the LoCoMo JSON itself and sends it as it stands: every turn of every conversation with its own
+``POST /v1/users/{sample_id}/turns`` in dialogue order, with the file's ``dia_id``, ``speaker`` and ``text``, the
+session key (``session_3``) as its session, the session's ``session_N_date_time`` (``1:56 pm on 8 May, 2023``) as its
+time and ``blip_caption`` as its ``image_caption``; a new session closes the previous one, ``POST .../close`` closes
+the last. Then every question the harness scores is asked with ``POST .../answer``, its text as the file has it. The
+offline harness (:class:`evolve.observe.harness.Harness`, batch ingestion of the adapter's turns) evaluates the same
+strategy, answers included.
 
-Figures:
+Figures per strategy:
 
-* **identical packed contexts**: share of questions whose served packed items equal the harness's (same ids, texts
-  and source ids, in order);
-* **retention** (LiteMem, Mi-Memory report section 7): answer in evidence of a no-memory baseline (nothing packed,
-  so 0 by construction), of served memory and of the offline harness, on the questions the answer check scores
-  (non-adversarial, gold evidence known, an answer with a content word); retention = served / offline;
-* **accuracy** of the same three on every non-adversarial question, judged as the evaluator judges (the harness's
-  judge; a declined abstention question counts as correct); the no-memory answer is the answerer's on an empty
-  context;
+* **identical packed contexts**: share of questions (every question the harness traces, adversarial ones included)
+  whose served packed items equal the harness's (same ids, texts and source ids, in order), with the ids of any
+  that differ;
+* **equivalence** of answer in evidence (on the non-adversarial questions the answer check scores: gold evidence
+  known, an answer with a content word) and of accuracy (on the non-adversarial questions, the harness's judge; a
+  declined abstention question counts as correct):
+  served / offline. Served and offline are one runtime over the same turns, so this checks that nothing is lost on
+  the way through HTTP; it is not LiteMem's retention, which compares two different memory substrates;
 * capture and recall latency as one client sees them (p50 / p95 ms), and the wall time of each phase.
 
-    python experiments/bench/bench_serve_equivalence.py [--file PATH] [--strategy PATH] [--out report.json]
+    python experiments/bench/bench_serve_equivalence.py [--file PATH] [--strategy PATH ...] [--out report.json]
 """
 from __future__ import annotations
 
@@ -26,6 +29,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import signal
 import socket
 import subprocess
@@ -33,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Iterator
 
 import httpx
 import numpy as np
@@ -41,12 +46,16 @@ from evolve.benchmarks import load_benchmark
 from evolve.observe.abstention import abstains
 from evolve.observe.answer import answer_check
 from evolve.observe.harness import Harness
-from evolve.runtime import MemoryRuntime, classify_intent
 from evolve.strategy.artifact import load_strategy
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_FILE = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
-DEFAULT_STRATEGY = ROOT / "experiments" / "strategies" / "locomo_answer_evolved4.yaml"
+#: The baseline (no turn layer, memories as the unit), the loop's strategy evolved on dev4 (turn layer) and the
+#: hand-set turn strategy (turn layer, turns as the unit).
+DEFAULT_STRATEGIES = [ROOT / "strategies" / "baseline.yaml",
+                      ROOT / "experiments" / "strategies" / "locomo_answer_evolved4.yaml",
+                      ROOT / "experiments" / "strategies" / "locomo_answer_turns.yaml"]
+_SESSION = re.compile(r"session_(\d+)")
 
 
 def _port() -> int:
@@ -81,18 +90,18 @@ def _key(packed: list[dict]) -> list[tuple]:
     return [(p["id"], p["text"], tuple(p["source_ids"])) for p in packed]
 
 
-def run(path: Path, strategy_path: Path) -> dict:
-    bench = load_benchmark(f"locomo:{path}")
-    started = time.perf_counter()
-    harness = Harness(bench, progress=False)  # adversarial questions left out, as in every evaluation
-    strategy = load_strategy(strategy_path)
-    traces = harness.evaluate(strategy).traces  # answered and judged: accuracy beside the packed context
-    offline = {t.question_id: t.packed for t in traces}
-    offline_correct = {t.question_id: t.correct for t in traces}
-    offline_s = time.perf_counter() - started
-    questions = [q for q in bench.questions if q.id in offline]
+def raw_turns(conversation: dict) -> Iterator[dict]:
+    """Every turn of a raw LoCoMo conversation as a client sends it, in dialogue order."""
+    keys = sorted((k for k in conversation if _SESSION.fullmatch(k)), key=lambda k: int(_SESSION.fullmatch(k)[1]))
+    for key in keys:
+        for t in conversation[key]:
+            yield {"id": t["dia_id"], "speaker": t["speaker"], "text": t["text"], "session": key,
+                   "time": conversation.get(f"{key}_date_time"), "image_caption": t.get("blip_caption")}
 
-    served: dict[str, list[dict]] = {}
+
+def _serve(samples: list[dict], asked: dict[str, str], strategy_path: Path) -> dict:
+    """Capture ``samples`` raw and ask ``asked`` (question id -> text) on a fresh service; replies and timings."""
+    packed: dict[str, list[dict]] = {}
     answers: dict[str, str] = {}
     capture_ms, recall_ms = [], []
     with tempfile.TemporaryDirectory() as tmp:
@@ -100,68 +109,88 @@ def run(path: Path, strategy_path: Path) -> dict:
         try:
             with httpx.Client(base_url=url, timeout=600) as client:
                 started = time.perf_counter()
-                for cid, conversation in bench.conversations.items():
-                    for session in conversation.sessions:
-                        for t in session.turns:
-                            when = t.timestamp or session.timestamp
-                            body = {"turns": [{"id": t.id, "speaker": t.speaker, "text": t.text, "session": session.id,
-                                               "time": when.isoformat() if when else None}]}
-                            sent = time.perf_counter()
-                            reply = client.post(f"/v1/users/{cid}/turns", json=body)
-                            capture_ms.append((time.perf_counter() - sent) * 1000)
-                            reply.raise_for_status()
-                    client.post(f"/v1/users/{cid}/close").raise_for_status()
+                for sample in samples:
+                    user = sample["sample_id"]
+                    for turn in raw_turns(sample["conversation"]):
+                        sent = time.perf_counter()
+                        reply = client.post(f"/v1/users/{user}/turns", json={"turns": [turn]})
+                        capture_ms.append((time.perf_counter() - sent) * 1000)
+                        reply.raise_for_status()
+                    client.post(f"/v1/users/{user}/close").raise_for_status()
                 capture_s = time.perf_counter() - started
                 started = time.perf_counter()
-                for q in questions:
+                for qid, question in asked.items():
                     sent = time.perf_counter()
-                    reply = client.post(f"/v1/users/{q.conversation_id}/answer",
-                                        json={"question": q.question,
-                                              "asked_at": q.asked_at.isoformat() if q.asked_at else None})
+                    reply = client.post(f"/v1/users/{qid.rpartition('/q')[0]}/answer", json={"question": question})
                     recall_ms.append((time.perf_counter() - sent) * 1000)
                     reply.raise_for_status()
-                    served[q.id], answers[q.id] = reply.json()["packed"], reply.json()["answer"]
+                    packed[qid], answers[qid] = reply.json()["packed"], reply.json()["answer"]
                 recall_s = time.perf_counter() - started
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+    return {"packed": packed, "answers": answers, "capture_ms": capture_ms, "recall_ms": recall_ms,
+            "capture_s": capture_s, "recall_s": recall_s}
 
-    identical = [q.id for q in questions if _key(served[q.id]) == _key(offline[q.id])]
-    scored = [q for q in questions if q.category != "adversarial"
-              and answer_check(q.answer, bench.known_evidence(q), [])[0] is not None]
 
-    def aie(contexts: dict[str, list[dict]] | None) -> float:
-        hits = [bool(answer_check(q.answer, bench.known_evidence(q), contexts[q.id] if contexts else [])[0])
-                for q in scored]
-        return round(float(np.mean(hits)), 4)
+def _ratio(served: float, offline: float) -> float | None:
+    return round(served / offline, 4) if offline else None
 
-    none, live, batch = aie(None), aie(served), aie(offline)
 
-    runtime = MemoryRuntime(strategy)
+def run_strategy(samples: list[dict], harness: Harness, strategy_path: Path) -> dict:
+    """One strategy served and evaluated offline on the same file; its figures."""
+    bench = harness.benchmark
+    started = time.perf_counter()
+    traces = harness.evaluate(load_strategy(strategy_path)).traces  # answered and judged
+    offline_s = time.perf_counter() - started
+    offline = {t.question_id: t.packed for t in traces}
+    offline_correct = {t.question_id: t.correct for t in traces if t.scored}  # adversarial questions left out
+    questions = [q for q in bench.questions if q.id in offline]  # every question traced: its context compared
+    asked = {f"{s['sample_id']}/q{i}": r["question"] for s in samples for i, r in enumerate(s.get("qa", []))}
+    served = _serve(samples, {q.id: asked[q.id] for q in questions}, strategy_path)
+
+    identical = [q.id for q in questions if _key(served["packed"][q.id]) == _key(offline[q.id])]
+    judged = [q for q in questions if q.id in offline_correct]
+    scored = [q for q in judged if answer_check(q.answer, bench.known_evidence(q), [])[0] is not None]
+
+    def aie(contexts: dict[str, list[dict]]) -> float:
+        return round(float(np.mean([bool(answer_check(q.answer, bench.known_evidence(q), contexts[q.id])[0])
+                                    for q in scored])), 4)
 
     def correct(q, answer: str) -> bool:  # as the evaluator judges: the run's judge, a declined abstention counts
         judged = harness.roles.judge.judge(q.question, q.answer, answer, category=q.category, abstention=q.abstention)
         return judged.correct or bool(answer and q.abstention and abstains(answer))
 
-    silent = {q.id: runtime.answerer.answer(q.question, [], runtime.policy.answering, classify_intent(q.question)).text
-              for q in questions}  # no memory: the answerer with an empty context
-    accuracy = {name: round(float(np.mean([hit(q) for q in questions])), 4) for name, hit in (
-        ("no_memory", lambda q: correct(q, silent[q.id])), ("served", lambda q: correct(q, answers[q.id])),
-        ("offline", lambda q: offline_correct[q.id]))}
+    in_evidence = {"served": aie(served["packed"]), "offline": aie(offline)}
+    accuracy = {"served": round(float(np.mean([correct(q, served["answers"][q.id]) for q in judged])), 4),
+                "offline": round(float(np.mean([offline_correct[q.id] for q in judged])), 4)}
     return {
-        "file": str(path), "strategy": str(strategy_path), "conversations": len(bench.conversations),
-        "turns": sum(len(c.turns()) for c in bench.conversations.values()), "questions": len(questions),
+        "strategy": str(strategy_path.relative_to(ROOT)) if strategy_path.is_relative_to(ROOT) else str(strategy_path),
+        "questions": len(questions),
         "identical_packed": {"n": len(identical), "share": round(len(identical) / len(questions), 4),
                              "differing": sorted(set(q.id for q in questions) - set(identical))},
-        "answer_in_evidence": {"scored_questions": len(scored), "no_memory": none, "served": live, "offline": batch,
-                               "retention": round((live - none) / (batch - none), 4) if batch > none else None},
-        "accuracy": {"questions": len(questions), **accuracy,
-                     "retention": (round((accuracy["served"] - accuracy["no_memory"]) /
-                                         (accuracy["offline"] - accuracy["no_memory"]), 4)
-                                   if accuracy["offline"] > accuracy["no_memory"] else None)},
-        "latency": {"capture": _ms(capture_ms), "recall": _ms(recall_ms)},
-        "wall_s": {"offline_harness": round(offline_s, 1), "capture": round(capture_s, 1),
-                   "recall": round(recall_s, 1)},
+        "answer_in_evidence": {"scored_questions": len(scored), **in_evidence,
+                               "equivalence": _ratio(in_evidence["served"], in_evidence["offline"])},
+        "accuracy": {"questions": len(judged), **accuracy,
+                     "equivalence": _ratio(accuracy["served"], accuracy["offline"])},
+        "latency": {"capture": _ms(served["capture_ms"]), "recall": _ms(served["recall_ms"])},
+        "wall_s": {"offline_harness": round(offline_s, 1), "capture": round(served["capture_s"], 1),
+                   "recall": round(served["recall_s"], 1)},
+    }
+
+
+def run(path: Path, strategies: list[Path]) -> dict:
+    started = time.perf_counter()
+    samples = json.loads(path.read_text())
+    bench = load_benchmark(f"locomo:{path}")
+    harness = Harness(bench, progress=False)  # adversarial questions left out, as in every evaluation
+    sent = [t for s in samples for t in raw_turns(s["conversation"])]
+    results = [run_strategy(samples, harness, s) for s in strategies]
+    return {
+        "file": path.name, "conversations": len(samples), "turns": len(sent),
+        "turns_with_image_caption": sum(bool(t["image_caption"]) for t in sent),
+        "captions_starting_a_photo_of": sum(str(t["image_caption"]).lower().startswith("a photo of") for t in sent),
+        "strategies": results, "wall_s": round(time.perf_counter() - started, 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s), Python {platform.python_version()}",
     }
 
@@ -169,13 +198,15 @@ def run(path: Path, strategy_path: Path) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE, help="LoCoMo-format file (default: dev4)")
-    parser.add_argument("--strategy", type=Path, default=DEFAULT_STRATEGY, help="strategy to serve and evaluate")
+    parser.add_argument("--strategy", type=Path, action="append",
+                        help="strategy to serve and evaluate (repeatable; default: the baseline, "
+                             "locomo_answer_evolved4.yaml and locomo_answer_turns.yaml)")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if not args.file.is_file():
         print(f"error: {args.file} does not exist")
         return 2
-    result = run(args.file, args.strategy)
+    result = run(args.file, [p.absolute() for p in args.strategy or DEFAULT_STRATEGIES])
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
