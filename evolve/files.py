@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from evolve.errors import EvolveError, UserError
 
@@ -433,3 +433,17 @@ def remove_stale_temps(directory: Path, recursive: bool = False) -> list[Path]:
             raise os_error(tmp, exc, "remove stale temp file") from None
     return found
 
+
+def files_named(paths: Iterable[str | Path], pattern: str, missing: Callable[[Path], Exception]) -> list[Path]:
+    """The files ``paths`` name: a file as is, a directory as every file below it matching ``pattern`` (sorted);
+    a path that is neither raises ``missing(path)``."""
+    out: list[Path] = []
+    for raw in paths:
+        path = Path(raw)
+        if path.is_dir():
+            out += sorted(path.rglob(pattern))
+        elif path.is_file():
+            out.append(path)
+        else:
+            raise missing(path)
+    return out

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from evolve.cli.argtypes import positive_int
+from evolve.cli.argtypes import positive_int, probability
 from evolve.cli.canary import approval_args, cap_arg
 from evolve.errors import ConfigError
 
@@ -50,17 +50,6 @@ def seconds(low: float, high: float):
         return value
 
     return parse
-
-
-def level(text: str) -> float:
-    """An argparse type: a significance level in (0, 1)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value < 1:
-        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1)")
-    return value
 
 
 def days(text: str) -> float:
@@ -167,7 +156,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--answers", metavar="ANSWERS_YAML",
                    help="the operator's answers (as replay reads them): the canary guard judges the recalls they "
                         "cover by whether each context carries the answer")
-    p.add_argument("--guard-alpha", type=level, default=0.05, metavar="ALPHA",
+    p.add_argument("--guard-alpha", type=probability, default=0.05, metavar="ALPHA",
                    help="family-wise level of the canary guard's harm test over its looks (default: %(default)s)")
     p.add_argument("--roles", metavar="CONFIG",
                    help="put the runtime's model roles (extractor, expander, answerer) on the endpoints of this run "

@@ -25,7 +25,8 @@ from pathlib import Path
 
 from evolve.canonical import canonical_json
 from evolve.errors import UserError
-from evolve.files import StoreError, atomic_write_json, atomic_write_text, iter_jsonl, now_iso, read_json
+from evolve.files import (StoreError, atomic_write_json, atomic_write_text, files_named, iter_jsonl, now_iso,
+                          read_json)
 from evolve.llm.cache import ResponseCache
 from evolve.ops.erasure_tracking import RunErasure, TrackingErasure
 from evolve.ops.manifest import (ErasedUser, ExportManifest, export_path, file_sha256, read_manifest, user_sha256,
@@ -201,12 +202,4 @@ class Erasure:
 
 def find_manifests(paths: list[Path]) -> list[Path]:
     """The manifests named, a folder standing for every ``*.manifest.json`` under it."""
-    out: list[Path] = []
-    for path in paths:
-        if path.is_dir():
-            out += sorted(path.rglob("*.manifest.json"))
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise UserError(f"--export {path}: no such manifest or folder")
-    return out
+    return files_named(paths, "*.manifest.json", lambda path: UserError(f"--export {path}: no such manifest or folder"))

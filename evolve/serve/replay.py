@@ -29,7 +29,7 @@ from scipy import stats
 from evolve.benchmarks.turns import naive
 from evolve.canonical import sha256_hex
 from evolve.errors import EvolveError
-from evolve.files import StoreError, iter_jsonl
+from evolve.files import StoreError, files_named, iter_jsonl
 from evolve.observe.answer import carried, content_words
 from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.expander import classify_intent
@@ -55,16 +55,7 @@ class ReplayError(EvolveError):
 
 def recall_logs(paths: Iterable[str | Path]) -> list[Path]:
     """The recall-log files ``paths`` name: a file as is, a directory as every ``recalls*.jsonl`` below it."""
-    out: list[Path] = []
-    for raw in paths:
-        path = Path(raw)
-        if path.is_dir():
-            out += sorted(path.rglob("recalls*.jsonl"))
-        elif path.is_file():
-            out.append(path)
-        else:
-            raise ReplayError(f"{path}: no such recall log or directory")
-    return out
+    return files_named(paths, "recalls*.jsonl", lambda path: ReplayError(f"{path}: no such recall log or directory"))
 
 
 def _owner(log: Path) -> str | None:
