@@ -41,11 +41,22 @@ def recorded_rules(rules: Mapping[str, Any]) -> tuple[AcceptanceRules, CostLimit
     return AcceptanceRules.model_validate(acceptance, strict=False), CostLimits.model_validate(cost, strict=False)
 
 
+#: Rules that act only under another rule's value: ``section.rule`` -> (``section.other``, the values it acts under).
+ACTS_UNDER: dict[str, tuple[str, tuple[Any, ...]]] = {"acceptance.fdr_q": ("acceptance.multiple_testing", ("bh",))}
+
+
+def _acts(name: str, flat: Mapping[str, Any]) -> bool:
+    """Whether rule ``name`` takes part in a decision under the rules ``flat``."""
+    condition = ACTS_UNDER.get(name)
+    return condition is None or flat.get(condition[0]) in condition[1]
+
+
 def rule_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
-    """``(rule, old value, new value)`` of every rule that differs, by name."""
+    """``(rule, old value, new value)`` of every rule that differs, by name, among the rules that act under the old
+    rules or the new (:data:`ACTS_UNDER`: ``fdr_q`` only under ``bh``): a rule no decision reads is no change."""
     before, after = _flat(old), _flat(new)
     return [(name, before.get(name), after.get(name)) for name in sorted({*before, *after})
-            if before.get(name) != after.get(name)]
+            if before.get(name) != after.get(name) and (_acts(name, before) or _acts(name, after))]
 
 
 def rule_params(rules: Mapping[str, Any]) -> dict[str, Any]:

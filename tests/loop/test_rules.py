@@ -40,6 +40,15 @@ def test_a_rule_recorded_before_it_existed_takes_its_default():
     assert rule_changes(old, rules_of(AcceptanceRules(dcr_tau=5), CostLimits())) == [("acceptance.dcr_tau", 3, 5)]
 
 
+def test_fdr_q_is_compared_only_where_bh_reads_it():
+    holm_old, holm_new = (rules_of(AcceptanceRules(fdr_q=q), CostLimits()) for q in (0.05, 0.01))
+    assert rule_changes(holm_old, holm_new) == []
+    bh_old, bh_new = (rules_of(AcceptanceRules(multiple_testing="bh", fdr_q=q), CostLimits()) for q in (0.05, 0.01))
+    assert rule_changes(bh_old, bh_new) == [("acceptance.fdr_q", 0.05, 0.01)]
+    assert rule_changes(holm_old, bh_new) == [("acceptance.fdr_q", 0.05, 0.01),
+                                              ("acceptance.multiple_testing", "holm", "bh")]
+
+
 def test_the_journal_payload_keeps_old_and_new_rules_and_the_reason():
     old, new = rules_of(AcceptanceRules(), CostLimits()), rules_of(AcceptanceRules(rho_min=0.5), CostLimits())
     payload = RulesChange(old, new, "DCR floor lowered for the thin traces").payload()
@@ -127,6 +136,34 @@ def test_changed_rules_are_refused_then_journaled_with_new_rules(first_run, tmp_
     code, out = cli(capsys, "run", "--config", config, "--no-tracking")  # the new rules are the stores' now
     assert code == 0 and "0 rounds run" in out, out
     assert [e["type"] for e in journal(root)].count("RULES") == 1
+
+
+def _recorded_fdr_q(root: Path, **acceptance) -> None:
+    """Rewrite the stores' recorded rules as made under the former default ``fdr_q: 0.05`` (and ``acceptance``)."""
+    state = json.loads((root / "state.json").read_text())
+    state["harness"]["rules"]["acceptance"].update(fdr_q=0.05, **acceptance)
+    (root / "state.json").write_text(json.dumps(state))
+
+
+def test_stores_recorded_under_the_old_fdr_q_continue_under_holm_but_not_under_bh(first_run, tmp_path, capsys):
+    base, committed = first_run
+    holm, bh = tmp_path / "holm", tmp_path / "bh"
+    shutil.copytree(committed, holm)
+    shutil.copytree(committed, bh)
+    _recorded_fdr_q(holm)  # Holm, under which fdr_q decides nothing
+    code, out = cli(capsys, "run", "--config", write_config(tmp_path / "holm.yaml", stores=holm, acceptance=RULES),
+                    "--no-tracking")
+    assert code == 0, out
+    assert "RULES" not in [e["type"] for e in journal(holm)]
+    assert json.loads((holm / "state.json").read_text())["last_committed_round"] == 2
+
+    _recorded_fdr_q(bh, multiple_testing="bh")
+    config = write_config(tmp_path / "bh.yaml", stores=bh, acceptance={**RULES, "multiple_testing": "bh"})
+    before = snapshot(bh)
+    code, out = cli(capsys, "run", "--config", config, "--no-tracking")
+    assert code == 2, out
+    assert "acceptance.fdr_q: stores 0.05, run config 0.01" in out and "--new-rules" in out, out
+    assert snapshot(bh) == before
 
 
 def test_new_rules_on_old_stores_records_them_as_unknown_before(first_run, tmp_path, capsys):
