@@ -1,6 +1,7 @@
 """The anti-pattern catalog (D²ACCI's table of the kinds of change that hurt): the directions a stores directory's
-candidates tried and that were rejected or reverted (flagged, never applied), grouped by change, each with the rules
-that stopped it, its mean paired delta and example traces of questions it lost."""
+candidates tried, never accepted and rejected at least once (a change only ever flagged inconclusive, or flagged for a
+gain its hypothesis did not predict, did not hurt and is left out), grouped by change, each with the rules that
+stopped it, its mean paired delta and example traces of questions it lost."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -16,11 +17,11 @@ EXAMPLES = 2
 
 @dataclass
 class AntiPattern:
-    """One change that was rejected or reverted every time it was tried."""
+    """One change never accepted and rejected at least once."""
 
     change: str
     rejected: int = 0
-    reverted: int = 0
+    flagged: int = 0
     rules: dict[str, int] = field(default_factory=dict)
     symptoms: set[str] = field(default_factory=set)
     deltas: list[float] = field(default_factory=list)
@@ -30,7 +31,7 @@ class AntiPattern:
 
     @property
     def tried(self) -> int:
-        return self.rejected + self.reverted
+        return self.rejected + self.flagged
 
     @property
     def mean_delta(self) -> float | None:
@@ -38,7 +39,7 @@ class AntiPattern:
 
 
 def catalog(view: History) -> list[AntiPattern]:
-    """The changes whose every evaluated candidate was rejected or reverted, most often tried first (a change
+    """The changes never accepted with at least one evaluated candidate rejected, most often tried first (a change
     accepted once is no anti-pattern; planner-stage refusals, never evaluated, are left out)."""
     found: dict[str, AntiPattern] = {}
     accepted = {r.direction.get("key") for r in view.records if changes_strategy(r.verdict)}
@@ -50,7 +51,7 @@ def catalog(view: History) -> list[AntiPattern]:
         if r.verdict == Verdict.REJECT:
             entry.rejected += 1
         else:
-            entry.reverted += 1
+            entry.flagged += 1
         entry.rules[r.decision.rule] = entry.rules.get(r.decision.rule, 0) + 1
         entry.symptoms.add(r.symptom)
         entry.candidates.append(r.candidate_id)
@@ -58,4 +59,4 @@ def catalog(view: History) -> list[AntiPattern]:
             entry.deltas.append(r.delta)
         shown = (resolved(r.examples, view.content) or {}).get("regressed") or []
         entry.examples += [{**row, "candidate_id": r.candidate_id} for row in shown][:EXAMPLES - len(entry.examples)]
-    return sorted(found.values(), key=lambda a: (-a.tried, -a.rejected, a.change))
+    return sorted((a for a in found.values() if a.rejected), key=lambda a: (-a.tried, -a.rejected, a.change))
