@@ -333,3 +333,24 @@ def test_sweep_lists_the_decisions_that_flip_and_the_report_catalogs_anti_patter
     section = page[page.index("<h2 id='anti-patterns'>"):page.index("<h2 id='candidates'>")]
     assert "<code>gate</code></td><td class=\"num\">2</td><td class=\"num\">2</td>" in section, section
     assert "significant_harm 2" in section and "examples of <code>gate</code>" in section
+
+
+def test_a_change_only_ever_flagged_is_no_anti_pattern(tmp_path):
+    from types import SimpleNamespace as NS
+
+    from evolve.ops.antipatterns import catalog
+    from evolve.state.content import ContentStore
+    from evolve.verify.decision import Verdict
+
+    def record(cid: str, key: str, verdict: Verdict, rule: str, delta: float) -> NS:
+        return NS(candidate_id=cid, direction={"key": key}, verdict=verdict, probe=None, paired=object(),
+                  decision=NS(rule=rule), symptom="retrieval_gap/*", delta=delta, examples=None)
+
+    view = NS(content=ContentStore(tmp_path / "content"), records=[
+        record("r001-c00", "retrieval.top_k::increase", Verdict.FEATURE_FLAG, "inconclusive", 0.004),
+        record("r001-c01", "assembly.replies::increase", Verdict.REJECT, "significant_harm", -0.05),
+        record("r002-c00", "assembly.replies::increase", Verdict.FEATURE_FLAG, "inconclusive", 0.0),
+        record("r002-c01", "retrieval.weights.bm25::increase", Verdict.REJECT, "significant_harm", -0.03),
+        record("r003-c00", "retrieval.weights.bm25::increase", Verdict.ACCEPT, "accept", 0.04)])
+    [only] = catalog(view)
+    assert (only.change, only.tried, only.rejected, only.flagged) == ("assembly.replies::increase", 2, 1, 1)
