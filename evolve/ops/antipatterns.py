@@ -1,12 +1,14 @@
 """The anti-pattern catalog (D²ACCI's table of the kinds of change that hurt): the directions a stores directory's
-candidates tried, never accepted and rejected at least once (a change only ever flagged inconclusive, or flagged for a
-gain its hypothesis did not predict, did not hurt and is left out), grouped by change, each with the rules that
-stopped it, its mean paired delta and example traces of questions it lost."""
+candidates tried that never stayed applied and were rejected, or applied and reverted (a night whose confirmation
+refused its final restored its start), at least once; a change only ever flagged (inconclusive, or a gain its
+hypothesis did not predict) did not hurt and is left out. Grouped by change, each with the rules that stopped it, its
+mean paired delta and example traces of questions it lost."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from statistics import fmean
 
+from evolve.loop.night import NightRecord
 from evolve.ops.history import History
 from evolve.state.content import resolved
 from evolve.verify.decision import Verdict, changes_strategy
@@ -17,10 +19,11 @@ EXAMPLES = 2
 
 @dataclass
 class AntiPattern:
-    """One change never accepted and rejected at least once."""
+    """One change that never stayed applied, rejected or reverted at least once."""
 
     change: str
     rejected: int = 0
+    reverted: int = 0
     flagged: int = 0
     rules: dict[str, int] = field(default_factory=dict)
     symptoms: set[str] = field(default_factory=set)
@@ -31,24 +34,39 @@ class AntiPattern:
 
     @property
     def tried(self) -> int:
-        return self.rejected + self.flagged
+        return self.rejected + self.reverted + self.flagged
 
     @property
     def mean_delta(self) -> float | None:
         return fmean(self.deltas) if self.deltas else None
 
 
+def reverted_rounds(view: History) -> set[int]:
+    """The rounds of every night whose confirmation refused its final (their accepts were undone)."""
+    out: set[int] = set()
+    for entry in view.entries:
+        if entry["type"] == "NIGHT":
+            night = NightRecord.model_validate(entry["payload"])
+            if night.restored is not None:
+                out |= set(range(night.first_round, night.last_round + 1))
+    return out
+
+
 def catalog(view: History) -> list[AntiPattern]:
-    """The changes never accepted with at least one evaluated candidate rejected, most often tried first (a change
-    accepted once is no anti-pattern; planner-stage refusals, never evaluated, are left out)."""
+    """The changes that never stayed applied, with at least one evaluated candidate rejected or reverted, most often
+    tried first (a change that stayed applied once is no anti-pattern; planner-stage refusals, never evaluated, are
+    left out)."""
     found: dict[str, AntiPattern] = {}
-    accepted = {r.direction.get("key") for r in view.records if changes_strategy(r.verdict)}
+    undone = reverted_rounds(view)
+    kept = {r.direction.get("key") for r in view.records if changes_strategy(r.verdict) and r.round not in undone}
     for r in view.records:
         change = r.direction.get("key")
-        if r.verdict is None or change in accepted or r.probe is None and r.paired is None:
+        if r.verdict is None or change in kept or r.probe is None and r.paired is None:
             continue
         entry = found.setdefault(change, AntiPattern(change))
-        if r.verdict == Verdict.REJECT:
+        if changes_strategy(r.verdict):
+            entry.reverted += 1
+        elif r.verdict == Verdict.REJECT:
             entry.rejected += 1
         else:
             entry.flagged += 1
@@ -59,4 +77,5 @@ def catalog(view: History) -> list[AntiPattern]:
             entry.deltas.append(r.delta)
         shown = (resolved(r.examples, view.content) or {}).get("regressed") or []
         entry.examples += [{**row, "candidate_id": r.candidate_id} for row in shown][:EXAMPLES - len(entry.examples)]
-    return sorted((a for a in found.values() if a.rejected), key=lambda a: (-a.tried, -a.rejected, a.change))
+    return sorted((a for a in found.values() if a.rejected or a.reverted),
+                  key=lambda a: (-a.tried, -a.rejected - a.reverted, a.change))

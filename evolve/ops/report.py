@@ -241,14 +241,15 @@ def _monitors_html(entries: list[dict]) -> str:
 
 
 def _antipatterns_html(items: list[AntiPattern]) -> str:
-    """The anti-pattern catalog: each change never accepted and rejected at least once, with example traces it lost."""
+    """The anti-pattern catalog: each change that never stayed applied, rejected or reverted at least once, with
+    example traces it lost."""
     if not items:
-        return "<p>none: no change was rejected and never accepted</p>"
-    rows = [[f"<code>{_e(a.change)}</code>", str(a.tried), str(a.rejected), str(a.flagged),
+        return "<p>none: every change rejected or reverted also stayed applied once</p>"
+    rows = [[f"<code>{_e(a.change)}</code>", str(a.tried), str(a.rejected), str(a.reverted), str(a.flagged),
              _e(", ".join(f"{rule} {n}" for rule, n in sorted(a.rules.items()))), fmt_num(a.mean_delta, "+.4f"),
              _e(", ".join(sorted(a.symptoms))), _e(", ".join(a.candidates))] for a in items]
-    out = [_table(["change", "tried", "rejected", "flagged", "stopped by", "mean Δ", "symptoms", "candidates"], rows,
-                  num={1, 2, 3, 5})]
+    out = [_table(["change", "tried", "rejected", "reverted", "flagged", "stopped by", "mean Δ", "symptoms",
+                   "candidates"], rows, num={1, 2, 3, 4, 6})]
     for a in items:
         if a.examples:
             out.append(f"<details><summary>examples of <code>{_e(a.change)}</code></summary><ul>" + "".join(

@@ -335,22 +335,30 @@ def test_sweep_lists_the_decisions_that_flip_and_the_report_catalogs_anti_patter
     assert "significant_harm 2" in section and "examples of <code>gate</code>" in section
 
 
-def test_a_change_only_ever_flagged_is_no_anti_pattern(tmp_path):
+def test_a_change_only_ever_flagged_is_no_anti_pattern_and_one_a_refused_night_undid_is(tmp_path):
     from types import SimpleNamespace as NS
 
+    from evolve.loop.night import NightRecord
     from evolve.ops.antipatterns import catalog
     from evolve.state.content import ContentStore
     from evolve.verify.decision import Verdict
 
     def record(cid: str, key: str, verdict: Verdict, rule: str, delta: float) -> NS:
-        return NS(candidate_id=cid, direction={"key": key}, verdict=verdict, probe=None, paired=object(),
-                  decision=NS(rule=rule), symptom="retrieval_gap/*", delta=delta, examples=None)
+        return NS(candidate_id=cid, round=int(cid[1:4]), direction={"key": key}, verdict=verdict, probe=None,
+                  paired=object(), decision=NS(rule=rule), symptom="retrieval_gap/*", delta=delta, examples=None)
 
-    view = NS(content=ContentStore(tmp_path / "content"), records=[
+    records = [
         record("r001-c00", "retrieval.top_k::increase", Verdict.FEATURE_FLAG, "inconclusive", 0.004),
         record("r001-c01", "assembly.replies::increase", Verdict.REJECT, "significant_harm", -0.05),
         record("r002-c00", "assembly.replies::increase", Verdict.FEATURE_FLAG, "inconclusive", 0.0),
         record("r002-c01", "retrieval.weights.bm25::increase", Verdict.REJECT, "significant_harm", -0.03),
-        record("r003-c00", "retrieval.weights.bm25::increase", Verdict.ACCEPT, "accept", 0.04)])
-    [only] = catalog(view)
-    assert (only.change, only.tried, only.rejected, only.flagged) == ("assembly.replies::increase", 2, 1, 1)
+        record("r003-c00", "retrieval.weights.bm25::increase", Verdict.ACCEPT, "accept", 0.04),
+        record("r005-c00", "assembly.unit::set:turn", Verdict.ACCEPT, "accept", 0.02)]
+    night = NightRecord(ended="patience", first_round=4, last_round=6, rounds=3, evaluations=9, start="a", final="b",
+                        diff={}, restored="a")
+    view = NS(content=ContentStore(tmp_path / "content"), records=records, entries=[])
+    assert [(a.change, a.tried, a.rejected, a.reverted, a.flagged) for a in catalog(view)] == [
+        ("assembly.replies::increase", 2, 1, 0, 1)]
+    view.entries = [{"type": "NIGHT", "payload": night.model_dump()}]
+    assert [(a.change, a.rejected, a.reverted) for a in catalog(view)] == [
+        ("assembly.replies::increase", 1, 0), ("assembly.unit::set:turn", 0, 1)]
