@@ -24,3 +24,14 @@ def probability(text: str) -> float:
     if not 0 < value < 1:
         raise argparse.ArgumentTypeError(f"{value:g} is not in (0, 1)")
     return value
+
+
+def share(text: str) -> float:
+    """An argparse type: a number in (0, 1] (a threshold, a level, a share of users)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
+    return value

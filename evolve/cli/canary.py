@@ -9,19 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from evolve.cli.argtypes import share
 from evolve.cli.workflow import DEFAULT_SERVING, operator_arg, stores_arg
 from evolve.safe_text import MAX_OPERATOR_CHARS, escaped
-
-
-def fraction_arg(text: str) -> float:
-    """An argparse type: a share of users in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not a share of users in (0, 1]")
-    return value
 
 
 def journal_start(stores: str, serving: str, candidate: str, fraction: float, approver: str, reason: str | None,
@@ -112,12 +102,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     q = csub.add_parser("start", help="serve an accepted candidate to a share of users (stable hash of the user id)")
     q.add_argument("candidate", metavar="CANDIDATE_ID", help="a candidate recorded ACCEPT or ACCEPT_WITH_MONITOR")
-    q.add_argument("--fraction", type=fraction_arg, required=True, help="share of users, in (0, 1]")
+    q.add_argument("--fraction", type=share, required=True, help="share of users, in (0, 1]")
     common(q)
     approval_args(q)
     cap_arg(q)
     q = csub.add_parser("set", help="change the running canary's share of users")
-    q.add_argument("--fraction", type=fraction_arg, required=True, help="share of users, in (0, 1]")
+    q.add_argument("--fraction", type=share, required=True, help="share of users, in (0, 1]")
     common(q)
     approval_args(q)
     cap_arg(q)

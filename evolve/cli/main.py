@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from evolve.cli import interrupt
-from evolve.cli.argtypes import positive_int
+from evolve.cli.argtypes import positive_int, share
 from evolve.cli.defaults import CONFIG_HELP, config_path, stores_dir
 from evolve.data import BASELINE_PATH
 from evolve.errors import UserError
@@ -270,17 +270,6 @@ def cmd_local_llm(args: argparse.Namespace) -> int:
     return 1
 
 
-def threshold(text: str) -> float:
-    """An argparse type: a number in (0, 1]."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"{text} is not in (0, 1]")
-    return value
-
-
 class _ModelNames:
     """The packaged local models as argparse choices, imported only when checked or listed (keeps --help fast)."""
 
@@ -296,7 +285,7 @@ class _ModelNames:
 def _eval_args(p: argparse.ArgumentParser) -> None:
     """Options ``eval`` and ``compare`` share: which questions, how they are judged, the ingestion cache."""
     p.add_argument("--limit", type=positive_int, metavar="N", help="only the first N questions (N >= 1)")
-    p.add_argument("--judge-threshold", type=threshold, default=0.5,
+    p.add_argument("--judge-threshold", type=share, default=0.5,
                    help="token-F1 at or above which an answer is correct, in (0, 1] (default: %(default)s)")
     p.add_argument("--include-adversarial", action="store_true",
                    help="also score adversarial (unanswerable) questions, left out by default")
@@ -330,7 +319,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--objective", choices=OBJECTIVES, default="accuracy",
                    help="the per-question outcome compared (default: %(default)s)")
     _eval_args(p)
-    p.add_argument("--alpha", type=threshold, default=0.05, help="significance level in (0, 1] (default: %(default)s)")
+    p.add_argument("--alpha", type=share, default=0.05, help="significance level in (0, 1] (default: %(default)s)")
     p.add_argument("--show", type=positive_int, default=20, help="question ids listed per side (default: %(default)s)")
     p.add_argument("--json", action="store_true", help="print the full paired report as JSON")
     p.set_defaults(func=cmd_compare)
