@@ -11,15 +11,9 @@ from __future__ import annotations
 from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict
-from scipy import stats
 
 from evolve.verify.decision import TOLERANCE
-
-
-def mcnemar_greater(improved: int, regressed: int) -> float:
-    """One-sided exact McNemar p for a gain: P(at least ``improved`` of the discordant pairs improve | 1/2 each)."""
-    discordant = improved + regressed
-    return float(stats.binomtest(improved, discordant, 0.5, alternative="greater").pvalue) if discordant else 1.0
+from evolve.verify.statistics import mcnemar_exact
 
 
 class Confirmation(BaseModel):
@@ -57,7 +51,7 @@ def confirm(start: Mapping[str, Mapping], final: Mapping[str, Mapping], *, alpha
         raise ValueError("confirmation: the start and the final share no scored question")
     up = sum(bool(final[q]["correct"]) and not start[q]["correct"] for q in ids)
     down = sum(bool(start[q]["correct"]) and not final[q]["correct"] for q in ids)
-    p = mcnemar_greater(up, down)
+    p = mcnemar_exact(up, down, "greater")
     score_start = sum(bool(start[q]["correct"]) for q in ids) / len(ids)
     score_final = sum(bool(final[q]["correct"]) for q in ids) / len(ids)
     over = (f"{words[1]:.1f} context words per question exceed max_context_words {max_words:g}"

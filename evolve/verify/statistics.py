@@ -9,7 +9,7 @@ can be replayed from the saved JSON alone. Each category's row carries its own d
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping
+from typing import Any, Literal, Mapping
 
 import numpy as np
 from scipy import special, stats
@@ -94,11 +94,11 @@ def _check_outcomes(label: str, outcomes: Mapping[str, Any]) -> None:
             raise ValueError(f"{label}[{qid!r}].category: must be a string, got {outcome.get('category')!r}")
 
 
-def mcnemar_exact(improved: int, regressed: int) -> float:
-    """Exact two-sided McNemar p: a binomial test of ``improved`` among the discordant pairs at 1/2 (1.0 without
-    any)."""
+def mcnemar_exact(improved: int, regressed: int, alternative: Literal["two-sided", "greater"] = "two-sided") -> float:
+    """Exact McNemar p: a binomial test of ``improved`` among the discordant pairs at 1/2 (1.0 without any);
+    ``greater``: one-sided for a gain, P(at least ``improved`` of them improve)."""
     discordant = improved + regressed
-    return float(stats.binomtest(improved, discordant, 0.5).pvalue) if discordant else 1.0
+    return float(stats.binomtest(improved, discordant, 0.5, alternative=alternative).pvalue) if discordant else 1.0
 
 
 def _bca_levels(theta_b: np.ndarray, theta: float, values: np.ndarray, counts: np.ndarray,

@@ -11,7 +11,8 @@ from evolve.loop.setup import RunSetup, confirmation_split
 from evolve.data import BASELINE_PATH
 from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import derive, load_strategy, strategy_hash
-from evolve.verify.confirmation import confirm, mcnemar_greater
+from evolve.verify.confirmation import confirm
+from evolve.verify.statistics import mcnemar_exact
 
 
 def test_a_night_ends_on_patience_evaluations_minutes_or_its_last_round():
@@ -45,7 +46,7 @@ def _outcomes(bits: str) -> dict[str, dict]:
 
 def test_confirm_is_one_sided_and_keeps_the_word_cap():
     start, final = _outcomes("0" * 12 + "1" * 8), _outcomes("1" * 10 + "00" + "1" * 8)
-    assert mcnemar_greater(10, 0) == pytest.approx(0.5 ** 10)
+    assert mcnemar_exact(10, 0, "greater") == pytest.approx(0.5 ** 10)
     ok = confirm(start, final, alpha=0.05, start_hash="a", final_hash="b", words=(100.0, 150.0), max_words=160)
     assert ok.verdict == "CONFIRMED" and (ok.improved, ok.regressed) == (10, 0) and ok.delta == pytest.approx(0.5)
     worse = confirm(final, start, alpha=0.05, start_hash="b", final_hash="a", words=(100.0, 100.0))
