@@ -13,7 +13,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable, Iterable, TypeVar
 
 import numpy as np
 
@@ -117,6 +117,9 @@ class Quarantined(EvolveError):
 LOAD_ERRORS = (StoreError, ValueError, OSError)
 
 
+T = TypeVar("T")
+
+
 @dataclass(eq=False)
 class _Tenant:
     """What outlives a user's loaded memory in this process: the erasure lock, held by the erasure and by the writes
@@ -125,6 +128,14 @@ class _Tenant:
 
     erasing: threading.Lock = field(default_factory=threading.Lock)
     erasures: int = 0
+
+    def erase(self, change: Callable[[], T] = lambda: None) -> T:
+        """Run ``change`` (what the store erases) under the erasure lock and count one erasure: every memory loaded
+        before it writes nothing after it."""
+        with self.erasing:
+            done = change()
+            self.erasures += 1
+        return done
 
 
 class _UserEmbeddings(EmbeddingCache):
@@ -317,8 +328,7 @@ class MemoryService:
 
     def _forget(self, user: str, state: _User) -> None:
         """Drop ``state`` as erased (its lock held): no embedding shard or recall line of it is written after."""
-        with state.tenant.erasing:
-            state.tenant.erasures += 1
+        state.tenant.erase()
         self._drop(user, state)
 
     def _applied(self, user: str, state: _User) -> tuple[_User, list[str]]:
@@ -329,10 +339,14 @@ class MemoryService:
             return state, self._sync(user, state)
         except _Stale:
             fresh = self._get(user)
-            closed = sorted(fresh.live.closed - self.backend.organised(user))
-            for session in closed:
-                self._queue.put((user, session))
-            return fresh, closed
+            return fresh, self._organise_unorganised(user, fresh)
+
+    def _organise_unorganised(self, user: str, state: _User) -> list[str]:
+        """Queue the organisation of ``state``'s closed sessions whose step has not completed; those sessions."""
+        closed = sorted(state.live.closed - self.backend.organised(user))
+        for session in closed:
+            self._queue.put((user, session))
+        return closed
 
     def _drop(self, user: str, state: _User) -> None:
         """Forget ``state`` (erased, or a new user whose first capture was refused; its lock held): writers that
@@ -352,8 +366,7 @@ class MemoryService:
                 state = self._get(user)
             except Quarantined:
                 continue
-            for session in sorted(state.live.closed - self.backend.organised(user)):
-                self._queue.put((user, session))
+            self._organise_unorganised(user, state)
         return len(users)
 
     def loaded(self) -> list[str]:
@@ -486,9 +499,7 @@ class MemoryService:
                     continue
                 with self._registry:
                     tenant = self._tenants.setdefault(user, _Tenant())
-                with tenant.erasing:
-                    tombstone = self.backend.erase(user)
-                    tenant.erasures += 1
+                tombstone = tenant.erase(lambda: self.backend.erase(user))
                 if state is not None:
                     self._drop(user, state)
                 with self._registry:
@@ -505,9 +516,7 @@ class MemoryService:
             with state.lock:
                 if state.gone:  # erased or evicted while this waited
                     continue
-                with state.tenant.erasing:
-                    erased = self.backend.erase_turn(user, turn)
-                    state.tenant.erasures += 1
+                erased = state.tenant.erase(lambda: self.backend.erase_turn(user, turn))
                 self._drop(user, state)
             if erased.session in self._get(user).live.closed:
                 self._queue.put((user, erased.session))
@@ -552,17 +561,15 @@ class MemoryService:
                 if not purged:
                     return 0
                 record(user, purged)
-                with state.tenant.erasing:  # a build or shadow in flight on the old memory writes nothing after it
-                    done = self.backend.rewrite(user, kept, set(purged), len(events), generation)
-                    state.tenant.erasures += 1
+                # a build or shadow in flight on the old memory writes nothing after it
+                done = state.tenant.erase(lambda: self.backend.rewrite(user, kept, set(purged), len(events),
+                                                                       generation))
                 self._drop(user, state)
                 if not done:  # erased or rewritten through another replica meanwhile: loaded again, looked at again
                     continue
                 break
         if self.backend.exists(user):  # organise again what was kept
-            state = self._get(user)
-            for session in sorted(state.live.closed - self.backend.organised(user)):
-                self._queue.put((user, session))
+            self._organise_unorganised(user, self._get(user))
         return len(purged)
 
     def forget_strategies(self, keep: set[str]) -> None:
