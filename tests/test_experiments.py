@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from evolve.benchmarks.types import file_spec
 from evolve.loop.config import load_config
 from evolve.loop.setup import RunSetup
 from evolve.strategy.artifact import load_strategy
@@ -23,10 +24,9 @@ def test_shipped_run_configs_validate(path, where, monkeypatch, tmp_path):
     # README runs them) and from any other directory.
     monkeypatch.chdir(ROOT if where == "root" else tmp_path)
     raw = yaml.safe_load(path.read_text())
-    scheme, _, data = raw.get("benchmark", "").partition(":")
-    data = data.partition("#")[0]  # PATH#CONV,...
-    if scheme == "locomo" and not (path.parent / data).is_file():
-        pytest.skip(f"{data} is not on this machine")
+    spec = file_spec(raw.get("benchmark", ""))  # a file's benchmark (locomo:, probes:, ...), PATH#CONV,... included
+    if spec is not None and not (path.parent / spec[1]).is_file():
+        pytest.skip(f"{spec[1]} is not on this machine")
     config = load_config(path.relative_to(ROOT) if where == "root" else path)
     assert config.strategy.is_file() and config.stores.is_relative_to(ROOT / "stores")
     setup = RunSetup.prepare(config)
