@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from pathlib import Path
 
 from evolve.cli.defaults import config_path
@@ -60,7 +61,11 @@ def cmd_gate(args: argparse.Namespace) -> int:
     if args.family is not None and (args.family_p or args.family_secondary_p):
         raise UserError(f"--family {args.family}: its members are the family's runs in the gate store; leave out "
                         "--family-p and --family-secondary-p")
-    gate = GateInput(Path(args.base), Path(args.candidate), config, args.adapter, args.hypothesis, args.predict,
+    if args.predicted_by == "planner" and args.predict is None:
+        raise UserError("--predicted-by planner: goes with --predict (the prediction a night's planner made)")
+    predict = (dataclasses.replace(args.predict, author=args.predicted_by) if args.predict is not None
+               else None)
+    gate = GateInput(Path(args.base), Path(args.candidate), config, args.adapter, args.hypothesis, predict,
                      args.answers, family("--family-p", args.family_p),
                      family("--family-secondary-p", args.family_secondary_p), args.family)
     result = evaluate(gate)
@@ -103,13 +108,16 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                         "experiments/nightly.yaml if it exists, else the defaults)")
     p.add_argument("--adapter", choices=sorted(ADAPTERS), default="jsonl",
                    help="how the files' lines are read (default: %(default)s, the trace contract)")
-    p.add_argument("--hypothesis", metavar="TEXT", type=operator_arg(blank=True),
+    p.add_argument("--hypothesis", metavar="TEXT", type=operator_arg(),
                    help=f"what the change is meant to do (recorded; needed with --predict unless --no-hypothesis); "
                         f"at most {MAX_OPERATOR_CHARS} characters, shown with control characters escaped")
     p.add_argument("--predict", type=prediction, metavar="ROOT_CAUSE[/CATEGORY][:down|up]",
                    help="the failure category the change moves (default every category, down): tested paired "
                         "(exact McNemar at alpha); a would-be accept whose prediction does not hold is rule "
                         "hypothesis_mismatch")
+    p.add_argument("--predicted-by", choices=("engineer", "planner"), default="engineer",
+                   help="whose prediction --predict is: an engineer's (default; a mismatch flags the change) or, to "
+                        "decide a night's candidate again, its planner's (a mismatch is named, never flags)")
     p.add_argument("--no-hypothesis", action="store_true",
                    help="gate without a hypothesis (recorded with the verdict)")
     p.add_argument("--stores", help=f"gate store (default: the run config's stores/gate, else {DEFAULT_STORES})")

@@ -8,7 +8,9 @@ Reputation (documented rule, recomputed on every record and on load)::
 
 An untried direction scores 0; every revert lowers the smoothed rate (one revert: -0.17,
 two: -0.25) and a harmful mean delta lowers it further, while accepts raise it. The planner
-adds its own per-symptom penalty on top via :meth:`DimensionEffects.reverts`.
+adds its own per-symptom penalty on top via :meth:`DimensionEffects.reverts` and
+:meth:`DimensionEffects.mismatches` (gains that did not move the failure category the planner predicted for that
+symptom: the mechanism refuted there, the move's own record untouched).
 """
 from __future__ import annotations
 
@@ -25,6 +27,7 @@ class Effect:
     accepts: int = 0
     reverts: int = 0
     reverts_by_symptom: dict[str, int] = field(default_factory=dict)
+    mismatches_by_symptom: dict[str, int] = field(default_factory=dict)
     sum_delta: float = 0.0
     #: Fully evaluated tries, and the sum of their relative growth of mean context words over the parent.
     costed: int = 0
@@ -44,6 +47,8 @@ class Effect:
         out = {"tries": self.tries, "accepts": self.accepts, "reverts": self.reverts,
                "reverts_by_symptom": dict(sorted(self.reverts_by_symptom.items())),
                "sum_delta": self.sum_delta, "reputation": round(self.reputation, 6)}
+        if self.mismatches_by_symptom:
+            out["mismatches_by_symptom"] = dict(sorted(self.mismatches_by_symptom.items()))
         return {**out, "costed": self.costed, "sum_growth": self.sum_growth} if self.costed else out
 
 
@@ -54,9 +59,11 @@ class DimensionEffects:
     def __init__(self) -> None:
         self._effects: dict[str, Effect] = {}
 
-    def record(self, key: str, symptom_key: str, accepted: bool, delta: float, growth: float | None = None) -> None:
+    def record(self, key: str, symptom_key: str, accepted: bool, delta: float, growth: float | None = None,
+               mechanism: bool | None = None) -> None:
         """One evaluated candidate that moved ``key`` to address ``symptom_key`` (``growth``: its relative change of
-        mean context words over the parent, when fully evaluated)."""
+        mean context words over the parent, when fully evaluated; ``mechanism``: whether the failure category the
+        planner predicted for it moved so, ``None`` when untested)."""
         Move.parse(key)
         effect = self._effects.setdefault(key, Effect())
         effect.tries += 1
@@ -69,6 +76,8 @@ class DimensionEffects:
         else:
             effect.reverts += 1
             effect.reverts_by_symptom[symptom_key] = effect.reverts_by_symptom.get(symptom_key, 0) + 1
+        if mechanism is False:
+            effect.mismatches_by_symptom[symptom_key] = effect.mismatches_by_symptom.get(symptom_key, 0) + 1
 
     def reputation(self, key: str) -> float:
         effect = self._effects.get(key)
@@ -80,6 +89,11 @@ class DimensionEffects:
         if effect is None:
             return 0
         return effect.reverts if symptom_key is None else effect.reverts_by_symptom.get(symptom_key, 0)
+
+    def mismatches(self, key: str, symptom_key: str) -> int:
+        """Evaluations of ``key`` for ``symptom_key`` whose predicted failure category did not move as predicted."""
+        effect = self._effects.get(key)
+        return effect.mismatches_by_symptom.get(symptom_key, 0) if effect else 0
 
     def growth(self, key: str) -> float | None:
         """Expected relative growth of context words of moving ``key``: its own record, else the sum over the parts
@@ -122,10 +136,11 @@ class DimensionEffects:
                 counts[name] = value
             if counts["accepts"] + counts["reverts"] != counts["tries"]:
                 raise ValueError(f"{where}: tries must equal accepts + reverts")
-            by_symptom = entry.get("reverts_by_symptom", {})
-            if not isinstance(by_symptom, dict) or not all(
-                    isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in by_symptom.values()):
-                raise ValueError(f"{where}: reverts_by_symptom: expected a mapping of non-negative integers")
+            by_symptom = {name: entry.get(name, {}) for name in ("reverts_by_symptom", "mismatches_by_symptom")}
+            for name, counts_by in by_symptom.items():
+                if not isinstance(counts_by, dict) or not all(
+                        isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in counts_by.values()):
+                    raise ValueError(f"{where}: {name}: expected a mapping of non-negative integers")
             sum_delta = entry.get("sum_delta")
             if not is_real(sum_delta):
                 raise ValueError(f"{where}: sum_delta: expected a number, got {sum_delta!r}")
@@ -134,6 +149,8 @@ class DimensionEffects:
                 raise ValueError(f"{where}: costed: expected an integer between 0 and tries, got {costed!r}")
             if not is_real(sum_growth):
                 raise ValueError(f"{where}: sum_growth: expected a number, got {sum_growth!r}")
-            out._effects[key] = Effect(reverts_by_symptom=dict(by_symptom), sum_delta=float(sum_delta),
+            out._effects[key] = Effect(reverts_by_symptom=dict(by_symptom["reverts_by_symptom"]),
+                                       mismatches_by_symptom=dict(by_symptom["mismatches_by_symptom"]),
+                                       sum_delta=float(sum_delta),
                                        costed=costed, sum_growth=float(sum_growth), **counts)
         return out

@@ -6,7 +6,9 @@ without a symptom); their children are hypotheses keyed by a move's stored text
 
 * ``active``    — still worth trying;
 * ``confirmed`` — at least one candidate moving it was accepted (and it is not refuted since);
-* ``refuted``   — ``refute_after`` reverts in a row with no gain (delta <= 0) since its last accept;
+* ``refuted``   — ``refute_after`` reverts in a row with no gain (delta <= 0) since its last accept, or
+  ``refute_after`` gains in a row that did not move the failure category the planner predicted for it (its
+  symptom: the mechanism is refuted there; the move's gain still counts, and it stays selectable elsewhere);
 * ``exhausted`` — the path sits at its schema bound in this direction (set by the planner via
   :meth:`HypothesisTree.mark_bound`; lifted again when the value moves away from the bound).
 
@@ -52,6 +54,7 @@ class Hypothesis:
     best_delta: float | None = None
     accepts: int = 0
     no_gain_reverts: int = 0  # consecutive since the last accept
+    mismatches: int = 0  # consecutive gains whose predicted failure category did not move
     at_bound: bool = False
 
     @property
@@ -61,14 +64,14 @@ class Hypothesis:
     def status(self, refute_after: int) -> str:
         if self.at_bound:
             return "exhausted"
-        if self.no_gain_reverts >= refute_after:
+        if self.no_gain_reverts >= refute_after or self.mismatches >= refute_after:
             return "refuted"
         return "confirmed" if self.accepts else "active"
 
     def to_dict(self, refute_after: int) -> dict:
         return {"visits": self.visits, "total_reward": self.total_reward, "best_delta": self.best_delta,
-                "accepts": self.accepts, "no_gain_reverts": self.no_gain_reverts, "at_bound": self.at_bound,
-                "status": self.status(refute_after)}
+                "accepts": self.accepts, "no_gain_reverts": self.no_gain_reverts, "mismatches": self.mismatches,
+                "at_bound": self.at_bound, "status": self.status(refute_after)}
 
 
 class HypothesisTree:
@@ -123,8 +126,10 @@ class HypothesisTree:
         position = {k: i for i, k in enumerate(live)}
         return sorted(live, key=lambda k: (-self.ucb(k, c, parent), position[k]))
 
-    def update(self, key: str, reward: float, delta: float, accepted: bool, parent: str = ROOT) -> str:
-        """Record one evaluated candidate for ``key`` under ``parent``; return the new status."""
+    def update(self, key: str, reward: float, delta: float, accepted: bool, parent: str = ROOT,
+               mechanism: bool | None = None) -> str:
+        """Record one evaluated candidate for ``key`` under ``parent``; return the new status. ``mechanism``: whether
+        the failure category predicted for it moved as predicted (``None``: not tested)."""
         if not 0.0 <= reward <= 1.0:
             raise ValueError(f"reward for {key!r} must lie in [0, 1], got {reward!r}")
         node = self._ensure(key, parent)
@@ -136,6 +141,8 @@ class HypothesisTree:
             node.no_gain_reverts = 0
         elif delta <= 0:
             node.no_gain_reverts += 1
+        if mechanism is not None:
+            node.mismatches = 0 if mechanism else node.mismatches + 1
         return node.status(self.refute_after)
 
     def mark_bound(self, key: str, at_bound: bool, parent: str = ROOT) -> None:
@@ -172,6 +179,7 @@ class HypothesisTree:
                     node.visits, node.total_reward = int(n["visits"]), float(n["total_reward"])
                     node.best_delta = None if n["best_delta"] is None else float(n["best_delta"])
                     node.accepts, node.no_gain_reverts = int(n["accepts"]), int(n["no_gain_reverts"])
+                    node.mismatches = int(n.get("mismatches", 0))  # trees stored before mechanisms were tested
                     node.at_bound = bool(n["at_bound"])
         except KeyError as exc:
             raise ValueError(f"{source}: missing field {exc.args[0]!r}") from None

@@ -10,7 +10,8 @@ Priority of a direction reached through symptom ``s`` at position ``i`` of its c
 
     s.share_of_failures * factor / (1 + 0.25 * i)        # severity, decayed down the bundle order
       + effects.reputation(key)                          # track record (reverts lower it)
-      - revert_penalty * effects.reverts(key, s.key)     # reverted for this very symptom
+      - revert_penalty * (effects.reverts(key, s.key)    # reverted for this very symptom,
+                          + effects.mismatches(key, s.key))  # or gained without moving it (mechanism refuted)
 
 ``factor`` = 1.25 for a category-specific entry, x1.25 again for a qualified one, times the
 qualifier's share. With the hypothesis tree enabled, ``i`` is the UCB1 rank instead of the
@@ -393,10 +394,11 @@ class Planner:
                    effects: DimensionEffects) -> Direction:
         severity = symptom.share_of_failures * factor / (1 + POSITION_DECAY * position)
         reputation = effects.reputation(key)
-        reverts = effects.reverts(key, symptom.key)
-        priority = round(severity + reputation - self.revert_penalty * reverts, 6)
+        reverts, mismatches = effects.reverts(key, symptom.key), effects.mismatches(key, symptom.key)
+        priority = round(severity + reputation - self.revert_penalty * (reverts + mismatches), 6)
         rank_kind = "UCB rank" if self.use_tree else "bundle position"
+        refuted = f", {mismatches} gain(s) that did not move it" if mismatches else ""
         why = (f"{symptom.key}: {symptom.count} failures ({symptom.share_of_failures:.0%} of failures, "
                f"{symptom.share_of_category:.0%} of {symptom.category}); via {table_key}, {rank_kind} {position + 1}; "
-               f"reputation {reputation:+.3f}; {reverts} revert(s) for this symptom")
+               f"reputation {reputation:+.3f}; {reverts} revert(s) for this symptom{refuted}")
         return Direction(Move.parse(key), symptom.key, priority, why)

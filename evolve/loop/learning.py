@@ -31,16 +31,26 @@ def learn(results: list[CandidateResult], effects: DimensionEffects, tree: Hypot
             delta = record.delta if evaluated else record.probe.delta
             won = r.accepted  # an accept that lost the round to a better one still paid off
             growth = record.cost.growth if evaluated and record.cost else None
+            mechanism = _mechanism(record)
             for key in dict.fromkeys(record.change_keys + [r.proposal.key]):
                 # A change key shares the words of a move of several keys with the others: not its own cost.
                 own = key == r.proposal.key or len(record.change_keys) == 1
-                effects.record(key, record.symptom, won, delta, growth if own else None)
-                tree.update(key, reward_of(won, delta), delta, won, parent=record.symptom)
+                effects.record(key, record.symptom, won, delta, growth if own else None, mechanism)
+                tree.update(key, reward_of(won, delta), delta, won, parent=record.symptom, mechanism=mechanism)
             pending.append({"study": r.proposal.study, "trial": r.proposal.trial_number, "value": delta,
                             "outcome": record.step_outcome})
         else:
             pending.append({"study": r.proposal.study, "trial": r.proposal.trial_number, "value": None})
     return pending
+
+
+def _mechanism(record: CandidateRecord) -> bool | None:
+    """For a gain the contract accepted, whether the failure category the planner predicted for it moved as predicted
+    (``None``: not accepted, or no planner hypothesis tested): a mismatch refutes that mechanism for its symptom."""
+    check = record.hypothesis
+    if check is None or check.binding or not changes_strategy(record.verdict):
+        return None
+    return check.matches
 
 
 def runners_up(records: list[CandidateRecord], round_no: int, current: dict) -> list[Direction]:

@@ -311,6 +311,8 @@ def replay_args(record: CandidateRecord, records: Mapping[str, CandidateRecord])
     prediction = predicted(record.symptom) if record.hypothesis is not None else None
     args += (["--hypothesis", record.symptom, "--predict", str(prediction)] if prediction is not None
              else ["--no-hypothesis"])
+    if prediction is not None and not record.hypothesis.binding:
+        args += ["--predicted-by", "planner"]
     for option, adjustment, secondary in (("--family-p", record.multiple_testing, False),
                                           ("--family-secondary-p", record.secondary_testing, True)):
         if adjustment is not None:

@@ -198,6 +198,18 @@ def _discordance(d: Discordance, label: Label) -> str:
             f"{_side('candidate', t, d.candidate_cause, not parent_ok, words)}</div>{_label_box(label)}</section>")
 
 
+def _hypothesis(record: CandidateRecord) -> str:
+    """The failure-category hypothesis the comparison tested, whose it was, and whether it held."""
+    check = record.hypothesis
+    if check is None:
+        return ""
+    whose = "engineer's" if check.binding else "planner's"
+    held = "held" if check.matches else ("mismatch, flags the change under hypothesis_check: flag" if check.binding
+                                         else "mismatch, refutes the mechanism in the planner (does not flag)")
+    return (f"<br><span id='hypothesis' data-author='{_e(check.author)}' data-matches='{str(check.matches).lower()}'>"
+            f"{whose} hypothesis: {_e(check.describe())}: {held}</span>")
+
+
 def _select(name: str, values: list[str]) -> str:
     options = "".join(f"<option value='{_e(v)}'>{_e(v)}</option>" for v in values)
     return f"<label>{name} <select id='f-{name}'><option value=''>all</option>{options}</select></label>"
@@ -213,7 +225,7 @@ def render_review(record: CandidateRecord, items: list[Discordance], labels: lis
             f"{_e(record.reason)}<br>objective {_e(LABEL[objective])} · {p.n} paired questions · "
             f"{len(p.improved)} improved, {len(p.regressed)} regressed · direction "
             f"<code>{_e(record.direction.get('key', ''))}</code><br>parent traces <code>{_e(sides[0].source)}</code>"
-            f"<br>candidate traces <code>{_e(sides[1].source)}</code></p>"
+            f"<br>candidate traces <code>{_e(sides[1].source)}</code>{_hypothesis(record)}</p>"
             f"<p id='counts'>{len(items)} discordances; labelled (confirmed) {confirmed}; failing side's root cause: "
             + ", ".join(f"{_e(c)} {n}" for c, n in sorted(causes.items())) + "</p>")
     filters = ("<div class='filters'>" + _select("category", sorted({d.category for d in items}))

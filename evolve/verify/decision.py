@@ -48,6 +48,9 @@ entries, below), or a stored report of one (``Comparison.to_report``), and appli
                         category did not move at all) (``hypothesis_check: flag``; ``record`` names it in the
                         accept's reason, ``off`` skips it). Read only here, for a would-be accept: a
                         mismatch adds a flag, a match never accepts                        -> FEATURE_FLAG
+                        Only an engineer's prediction (``gate``) flags: the night's planner predicts a
+                        mechanism for its own move, and its mismatch is named in the reason and refutes
+                        that mechanism in the planner's tree and reputation (:mod:`evolve.loop.learning`)
 9. ``protected_slice_regression`` a protected slice has delta_c < -epsilon_c            -> ACCEPT_WITH_MONITOR
 10. ``accept``                                                                           -> ACCEPT
 
@@ -168,9 +171,10 @@ class AcceptanceRules(BaseModel):
     require_significance: bool = Field(True, description="false: a positive delta goes on to rules 6-9 without "
                                                          "significance (rule 5)")
     hypothesis_check: Literal["flag", "record", "off"] = Field(
-        "flag", description="a would-be accept whose target failure category did not move as predicted (paired exact "
-                            "McNemar at alpha): FEATURE_FLAG (flag), named in the reason (record), or not checked "
-                            "(off)")
+        "flag", description="a would-be accept whose target failure category did not move as an engineer predicted "
+                            "(gate; paired exact McNemar at alpha): FEATURE_FLAG (flag), named in the reason (record), "
+                            "or not checked (off). A night's planner predicts its own moves' mechanism: its mismatch "
+                            "is named in the reason and refutes that mechanism in the planner, never flags")
     secondary: Objective | None = Field(None, description="second outcome that decides where the objective's gain is "
                                                           "inconclusive but non-inferior (rule 5)")
     non_inferiority_margin: float = Field(0.02, ge=0, le=0.2, description=(
@@ -179,6 +183,9 @@ class AcceptanceRules(BaseModel):
     secondary_alpha: float | None = Field(None, gt=0, description="level of the secondary outcome's test; the "
                                                                   "objective's gain is tested at alpha minus it. "
                                                                   "Left out with secondary set: alpha / 5")
+    promotion_level: float = Field(0.05, gt=0, lt=1, description=(
+        "highest alpha a candidate may have been decided at for promote or canary to take it; a night's final that "
+        "its confirmation CONFIRMED is promotable whatever alpha the search ran at"))
     bootstrap_resamples: int = Field(10_000, ge=200, le=100_000, description=(
         "resamples of the paired BCa confidence interval: at least 200 (fewer leave the 2.5% tails of the BCa "
         "interval to a handful of resamples, so the CI is noise), at most 100,000 (the CI's Monte Carlo error is then "
@@ -448,12 +455,12 @@ def decide(report: Comparison | Mapping[str, Any], rules: AcceptanceRules, cost:
     hypothesis = comparison.hypothesis if rules.hypothesis_check != "off" else None
     if rules.hypothesis_check != "off" and "hypothesis" in comparison.problems:
         return _incomplete(comparison.problems["hypothesis"])
-    if hypothesis is not None and not hypothesis.matches and rules.hypothesis_check == "flag":
+    if hypothesis is not None and not hypothesis.matches and hypothesis.binding and rules.hypothesis_check == "flag":
         return Decision(Verdict.FEATURE_FLAG, f"hypothesis mismatch: {hypothesis.describe()} ({stats})",
                         Rule.HYPOTHESIS_MISMATCH)
     unvetoed = f"; unprotected category regressed (no veto): {'; '.join(noted)}" if noted else ""
     if hypothesis is not None and not hypothesis.matches:
-        unvetoed += f"; hypothesis {hypothesis.describe()}"
+        unvetoed += f"; {'' if hypothesis.binding else 'planner '}hypothesis {hypothesis.describe()}"
     if exempt:
         unvetoed += f"; significant regression in a floor-exempt category: {'; '.join(exempt)}"
     if monitored:

@@ -23,6 +23,8 @@ from evolve.observe.ladder import ROOT_CAUSES
 from evolve.verify.statistics import mcnemar_exact
 
 Direction = Literal["up", "down"]
+#: Who made a prediction: the night's planner (its own hypothesis about the move it proposes) or an engineer (``gate``).
+Author = Literal["planner", "engineer"]
 #: The question category of a failure category over every category.
 EVERY = "*"
 
@@ -34,6 +36,7 @@ class Prediction:
     root_cause: str
     category: str = EVERY
     direction: Direction = "down"
+    author: Author = "engineer"
 
     @property
     def key(self) -> str:
@@ -75,6 +78,14 @@ class HypothesisCheck:
     entered: int | None = None
     mcnemar_p: float | None = None
     alpha: float | None = None
+    #: Who predicted it; a record written before authors were kept reads as ``engineer`` (it was decided so).
+    author: Author = "engineer"
+
+    @property
+    def binding(self) -> bool:
+        """Whether a mismatch may flag the change: an engineer's prediction is the human method's requirement; the
+        planner's is its own guess at the mechanism, which a mismatch refutes in its tree, never in the decision."""
+        return self.author == "engineer"
 
     @property
     def legacy(self) -> bool:
@@ -96,7 +107,8 @@ class HypothesisCheck:
                 f"p={self.mcnemar_p:.4g}, alpha {self.alpha:g}) ({verdict})")
 
     def to_dict(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if v is not None}
+        """The fields set (``author`` only when it is the planner: a record without one reads as an engineer's)."""
+        return {k: v for k, v in asdict(self).items() if v is not None and (k, v) != ("author", "engineer")}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "HypothesisCheck":
@@ -105,15 +117,18 @@ class HypothesisCheck:
             if len(tested) < 4 or "alpha" not in data:
                 raise ValueError("a tested check needs before, after, left, entered, mcnemar_p and alpha")
             tested.update(mcnemar_p=float(data["mcnemar_p"]), alpha=float(data["alpha"]))
+        author = data.get("author", "engineer")
+        if author not in ("planner", "engineer"):
+            raise ValueError(f"author {author!r} is not planner or engineer")
         return cls(str(data["category"]), str(data["predicted"]), float(data["observed_delta"]), int(data["n"]),
-                   **{k: int(v) if k not in ("mcnemar_p", "alpha") else v for k, v in tested.items()})
+                   **{k: int(v) if k not in ("mcnemar_p", "alpha") else v for k, v in tested.items()}, author=author)
 
 
 def predicted(symptom: str) -> Prediction | None:
-    """What a loop candidate aimed at ``symptom`` (``root_cause/category``, the category ``*`` for all) predicts: that
-    failure category goes down (``None`` for a symptom that names no root cause, e.g. a merge's)."""
+    """What a loop candidate aimed at ``symptom`` (``root_cause/category``, the category ``*`` for all) predicts, as the
+    planner's own hypothesis: that failure category goes down (``None`` for a symptom that names no root cause, e.g. a merge's)."""
     root_cause, _, category = symptom.partition("/")
-    return Prediction(root_cause, category or EVERY) if root_cause in ROOT_CAUSES else None
+    return Prediction(root_cause, category or EVERY, author="planner") if root_cause in ROOT_CAUSES else None
 
 
 def check(prediction: Prediction | None, base: Mapping[str, tuple[str, str | None]],
@@ -130,4 +145,5 @@ def check(prediction: Prediction | None, base: Mapping[str, tuple[str, str | Non
     after = {q for q in ids if cand[q][1] == prediction.root_cause}
     left, entered = len(before - after), len(after - before)
     return HypothesisCheck(prediction.key, prediction.direction, (len(after) - len(before)) / len(ids), len(ids),
-                           len(before), len(after), left, entered, mcnemar_exact(left, entered), alpha)
+                           len(before), len(after), left, entered, mcnemar_exact(left, entered), alpha,
+                           prediction.author)

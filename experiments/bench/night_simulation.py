@@ -99,9 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of each comparison")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--report", type=Path)
+    ap.add_argument("--only", metavar="TEXT", help="only the designs whose name holds TEXT (e.g. 'search at alpha "
+                                                   "0.2' with the config's share)")
     args = ap.parse_args(argv)
     raw = yaml.safe_load(args.config.read_text())
-    named = designs(args.config, args.resamples, args.max_rounds)
+    named = {name: d for name, d in designs(args.config, args.resamples, args.max_rounds).items()
+             if args.only is None or args.only in name}
+    if not named:
+        raise SystemExit(f"--only {args.only!r}: no design's name holds it")
     lines: list[str] = []
 
     def say(line: str = "") -> None:

@@ -95,3 +95,43 @@ def test_a_gain_blocked_by_cost_is_joined_with_the_first_relief_move_that_can_sh
     # Only the cost rule asks for relief.
     assert relieved(accepted("r004-c02", {"lifecycle.supersession": False}, 0.02), relief, effects,
                     baseline_strategy) is None
+
+
+def _with_check(r: CandidateRecord, author: str, matches: bool) -> CandidateRecord:
+    from evolve.verify.hypothesis import HypothesisCheck
+    r.hypothesis = HypothesisCheck("retrieval_gap/*", "down", -0.05 if matches else 0.0, 100, 20, 15 if matches else 20,
+                                   5 if matches else 0, 0, 0.06 if matches else 1.0, 0.2, author)
+    return r
+
+
+def test_a_gain_whose_planner_hypothesis_did_not_hold_refutes_the_mechanism_not_the_move():
+    """The planner aimed top_k 5 -> 6 at retrieval_gap/*; it was accepted, but retrieval gaps did not fall. The move
+    keeps its accept (reputation, reward); the mechanism is refuted for that symptom after refute_after such gains
+    (the tree no longer selects it there, the planner's per-symptom penalty grows), and stays live for others. A
+    matched gain clears the count; an engineer's check or a non-accept teaches nothing about mechanisms."""
+    from evolve.improve.evolver import Proposal
+    from evolve.improve.hypotheses import HypothesisTree
+    from evolve.loop.learning import learn
+
+    key = "retrieval.top_k::increase"
+    effects, tree = DimensionEffects(), HypothesisTree(refute_after=2)
+
+    def result(cid: str, verdict: str, author: str, matches: bool) -> CandidateResult:
+        r = _with_check(record(cid, {"retrieval.top_k": 6}, verdict), author, matches)
+        r.direction = {"key": key}
+        # ``run`` only says the candidate was fully compared; learning reads the record alone
+        return CandidateResult(r, {}, Proposal({"retrieval.top_k": 6}, key, "memevolve-retrieval", 0), run=object())
+
+    learn([result("r001-c00", "ACCEPT", "planner", matches=False)], effects, tree)
+    assert effects.get(key).accepts == 1 and effects.mismatches(key, "retrieval_gap/*") == 1
+    assert tree.node(key, "retrieval_gap/*").mismatches == 1 and tree.status(key, "retrieval_gap/*") == "confirmed"
+    learn([result("r002-c00", "ACCEPT", "planner", matches=False)], effects, tree)
+    assert tree.status(key, "retrieval_gap/*") == "refuted" and effects.reputation(key) > 0
+    assert tree.select([key], parent="retrieval_gap/*") == [] and tree.select([key], parent="kf_filtered/*") == [key]
+    assert tree.to_dict()["parents"]["retrieval_gap/*"][key]["mismatches"] == 2
+    assert DimensionEffects.from_dict(effects.to_dict()).mismatches(key, "retrieval_gap/*") == 2
+    learn([result("r003-c00", "FEATURE_FLAG", "planner", matches=False),   # not accepted: reverts speak for it
+           result("r003-c01", "ACCEPT", "engineer", matches=False)], effects, tree)
+    assert effects.mismatches(key, "retrieval_gap/*") == 2
+    learn([result("r004-c00", "ACCEPT", "planner", matches=True)], effects, tree)
+    assert tree.status(key, "retrieval_gap/*") == "confirmed" and tree.node(key, "retrieval_gap/*").mismatches == 0

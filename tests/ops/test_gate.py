@@ -288,6 +288,11 @@ def test_the_hypothesis_is_bounded_and_shown_escaped(tmp_path, files, capsys):
     with pytest.raises(SystemExit) as exc:
         gate(tmp_path, *files, "--hypothesis", "x" * 501, "--predict", "generation_error")
     assert exc.value.code == 2 and "argument --hypothesis: has 501 characters; at most 500" in capsys.readouterr().err
+    for blank in ("", "   "):  # an empty hypothesis records nothing a reviewer could check
+        with pytest.raises(SystemExit) as exc:
+            gate(tmp_path, *files, "--hypothesis", blank, "--predict", "generation_error")
+        assert exc.value.code == 2 and "argument --hypothesis:" in capsys.readouterr().err
+    assert len(History(tmp_path / "gate").records) == 1
 
 
 def test_a_named_family_re_decides_its_earlier_members(tmp_path, capsys):

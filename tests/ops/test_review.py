@@ -212,6 +212,18 @@ def test_cohens_kappa_on_two_files_that_differ_in_two_labels(tmp_path, capsys):
     assert "label different questions: 1 only in" in capsys.readouterr().err
 
 
+def test_one_label_throughout_says_kappa_undefined_in_one_line_without_library_warnings(tmp_path, capsys):
+    import warnings
+
+    a = tmp_path / "a.csv"
+    write_labels(a, _labels([("retrieval_gap", "retrieval_gap")] * 4, 0))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # any library warning fails the test
+        assert main(["review", "r001-c00", "--agreement", str(a), str(a)]) == 0
+    out = capsys.readouterr()
+    assert "kappa undefined" in out.out and "Warning" not in out.out + out.err
+
+
 def test_confirmed_labels_change_the_next_rounds_planning_input(tmp_path):
     """A reviewer's correction of a failure the ladder diagnosed moves that failure's count in the next round's
     digest, and the round's diagnosis record says which counts came from reviewers."""
@@ -246,3 +258,19 @@ def test_the_report_links_a_review_page_beside_it(verdict, tmp_path):
     elsewhere = tmp_path / "report.html"
     assert main(["report", "--stores", str(verdict["stores"]), "--out", str(elsewhere)]) == 0
     assert "<code>memevolve review gate-0001 --out review-gate-0001.html</code>" in elsewhere.read_text()
+
+
+def test_the_page_says_whose_hypothesis_was_tested_and_what_its_mismatch_did(verdict):
+    """A planner's mismatch refutes its mechanism and does not flag; an engineer's flags under the human rule."""
+    from copy import copy
+
+    from evolve.ops.review_page import _hypothesis
+    from evolve.verify.hypothesis import HypothesisCheck
+
+    assert _hypothesis(verdict["record"]) == ""  # gated with --no-hypothesis: nothing to say
+    for author, said in (("planner", "planner's hypothesis"), ("engineer", "engineer's hypothesis")):
+        record = copy(verdict["record"])
+        record.hypothesis = HypothesisCheck("kf_filtered/*", "down", -0.01, 300, 30, 27, 4, 1, 0.375, 0.2, author)
+        shown = _hypothesis(record)
+        assert said in shown and "30 -&gt; 27 of 300 questions" in shown and f"data-author='{author}'" in shown
+        assert ("refutes the mechanism in the planner (does not flag)" in shown) == (author == "planner")

@@ -379,9 +379,13 @@ def _causes(rows, cause: str = "retrieval_gap") -> tuple[dict, dict]:
     return base, cand
 
 
-def _with_hypothesis(rows, symptom: str, alpha: float = 0.05) -> dict:
+def _with_hypothesis(rows, symptom: str, alpha: float = 0.05, author: str = "engineer") -> dict:
+    """The report of ``rows`` with the hypothesis that ``symptom``'s failure category falls, predicted by ``author``
+    (an engineer's, as ``gate`` takes it, unless told)."""
+    from dataclasses import replace
+
     from evolve.verify.hypothesis import check, predicted
-    found = check(predicted(symptom), *_causes(rows), alpha)
+    found = check(replace(predicted(symptom), author=author), *_causes(rows), alpha)
     r = report(rows)
     return {**r, "hypothesis": found.to_dict()} if found else r
 
@@ -403,6 +407,26 @@ def test_a_gain_whose_target_failure_category_did_not_fall_is_flagged(symptom, s
     if symptom == "retrieval_gap/temporal" and setting != "off":
         assert ("predicted retrieval_gap/temporal down: 50 -> 50 of 100 questions (+0.0000; 0 left, 0 entered, "
                 "exact McNemar p=1, alpha 0.05) (mismatch)") in d.reason
+
+
+def test_the_planners_own_hypothesis_never_flags_a_gain_the_contract_accepts():
+    """In a night the planner predicts the mechanism of its own move; a mismatch is named in the accept's reason (and
+    refutes the mechanism in the planner, tests/improve), while an engineer's prediction keeps the human rule. A
+    record made before authors were kept reads as an engineer's, so it replays as it was decided."""
+    rows = [("single_hop", False, True, 30), ("single_hop", True, True, 270), ("temporal", True, True, 50),
+            ("temporal", False, False, 50)]
+    planner = _with_hypothesis(rows, "retrieval_gap/temporal", author="planner")
+    assert planner["hypothesis"]["author"] == "planner"
+    d = decide(planner, AcceptanceRules(hypothesis_check="flag"))
+    assert d.verdict == "ACCEPT" and d.rule == "accept", d
+    assert "planner hypothesis predicted retrieval_gap/temporal down" in d.reason and "(mismatch)" in d.reason
+    engineer = _with_hypothesis(rows, "retrieval_gap/temporal")
+    assert decide(engineer, AcceptanceRules(hypothesis_check="flag")).rule == "hypothesis_mismatch"
+    legacy = {**planner, "hypothesis": {k: v for k, v in planner["hypothesis"].items() if k != "author"}}
+    assert decide(legacy, AcceptanceRules(hypothesis_check="flag")).rule == "hypothesis_mismatch"
+    with pytest.raises(Exception, match="author 'robot' is not planner or engineer"):
+        from evolve.verify.hypothesis import HypothesisCheck
+        HypothesisCheck.from_dict({**planner["hypothesis"], "author": "robot"})
 
 
 def test_a_move_that_is_not_significant_is_a_mismatch():
