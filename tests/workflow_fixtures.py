@@ -86,8 +86,9 @@ def run_engine(base: Path) -> Path:
 
 
 def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, applied: bool = True,
-                        delta: float = 0.05, harness: dict | None = None) -> dict:
-    """Commit the next round with one candidate ``changes`` away from the current strategy, decided ``verdict``."""
+                        delta: float = 0.05, harness: dict | None = None, p: float | None = None) -> dict:
+    """Commit the next round with one candidate ``changes`` away from the current strategy, decided ``verdict``
+    (``p``: its gain test's p, alone in its round)."""
     with StoreSet(root) as stores:
         n, state = stores.last_committed_round + 1, stores.state
         parent_hash = state["current_strategy"]
@@ -107,6 +108,9 @@ def commit_accept_round(root: Path, changes: dict, verdict: str = "ACCEPT", *, a
                   "decided_by": "decision", "applied": applied, "harness": harness or state["harness"],
                   "paired": _paired(template["paired"], delta, verdict),
                   "summary": _shifted(before, cand_hash, delta), "examples": _examples(template["paired"])}
+        if p is not None:
+            record["paired"]["mcnemar_p"] = p
+            record.pop("multiple_testing", None)
         record["decision"] = {"verdict": verdict, "rule": "accept" if verdict == "ACCEPT" else
                               "protected_slice_regression", "reason": f"accepted: delta={delta:+.4f}"}
         new_hash = cand_hash if applied else parent_hash

@@ -15,13 +15,14 @@ from evolve.safe_text import MAX_OPERATOR_CHARS, escaped
 
 
 def journal_start(stores: str, serving: str, candidate: str, fraction: float, approver: str, reason: str | None,
-                  override_cap: bool) -> int:
+                  override_cap: bool, allow_untracked: bool = False) -> int:
     """Journal a canary start and say so; 2 (and the reason on stderr) when refused."""
     from evolve.ops import canary
     from evolve.ops.drift import approval
 
     try:
-        entry = canary.start(stores, serving, candidate, fraction, approval(approver, reason), override_cap)
+        entry = canary.start(stores, serving, candidate, fraction, approval(approver, reason), override_cap,
+                             allow_untracked=allow_untracked)
     except canary.Refused as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -62,7 +63,7 @@ def cmd_canary(args: argparse.Namespace) -> int:
         return 0
     if args.canary_command == "start":
         return journal_start(args.stores, args.serving, args.candidate, args.fraction, args.approver, args.reason,
-                             args.override_cap)
+                             args.override_cap, args.allow_untracked)
     given = approval(args.approver, args.reason)
     try:
         if args.canary_command == "set":
@@ -106,6 +107,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     common(q)
     approval_args(q)
     cap_arg(q)
+    q.add_argument("--allow-untracked", action="store_true",
+                   help="run it beside a serving file these stores did not promote (as `serve --allow-untracked` "
+                        "serves it); a missing file is refused all the same")
     q = csub.add_parser("set", help="change the running canary's share of users")
     q.add_argument("--fraction", type=share, required=True, help="share of users, in (0, 1]")
     common(q)

@@ -101,7 +101,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not args.approver:
             print("error: --canary needs --approver NAME: a canary start is journaled with who approved it")
             return 2
-        code = journal_start(args.stores, args.serving, *canary, args.approver, args.reason, args.override_cap)
+        code = journal_start(args.stores, args.serving, *canary, args.approver, args.reason, args.override_cap,
+                             args.allow_untracked)
         if code:
             return code
     try:

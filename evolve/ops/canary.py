@@ -14,6 +14,7 @@ from pathlib import Path
 
 from evolve.files import StoreError
 from evolve.ops.history import History
+from evolve.ops.drift import serving_status
 from evolve.ops.serving import check_decision, check_harness, require_journal
 from evolve.ops.targets import Refused
 from evolve.state.record import CandidateRecord
@@ -103,11 +104,19 @@ def _journal(stores: str | Path, target: str | Path, build, lock_wait: float) ->
 
 
 def start(stores: str | Path, target: str | Path, candidate_id: str, fraction: float, approval: dict,
-          override_cap: bool = False, lock_wait: float = LOCK_WAIT_S) -> dict:
-    """Journal the start of a canary of ``candidate_id`` serving ``fraction`` of the users of ``target``."""
+          override_cap: bool = False, lock_wait: float = LOCK_WAIT_S, allow_untracked: bool = False) -> dict:
+    """Journal the start of a canary of ``candidate_id`` serving ``fraction`` of the users of ``target``: a serving
+    file that exists and that these stores installed (``allow_untracked``: or one they do not track, as
+    ``serve --allow-untracked`` serves it)."""
     check_fraction(fraction, approval, override_cap)
 
     def build(view: History, current: Canary | None) -> dict:
+        status = serving_status(view, target)
+        if status.current is None:
+            raise Refused(f"refused: serving file {target} does not exist; a canary runs beside the file that serves")
+        if status.state != "tracked" and not allow_untracked:
+            raise Refused(f"refused: {target}: {status.describe()}; a canary runs beside a serving file these "
+                          "stores promoted (or pass --allow-untracked, as the service was told)")
         if current is not None:
             raise Refused(f"refused: a canary of {current.candidate_id} already runs beside {target} (entry "
                           f"{current.start_index}); stop it first (memevolve canary stop) or change its fraction")

@@ -14,7 +14,8 @@ from evolve.safe_text import escaped
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.gates import GateTrail
 from evolve.verify.statistics import PairedReport
-from evolve.verify.decision import Verdict
+from evolve.verify.decision import Verdict, changes_strategy
+from evolve.ops.promotable import promotability
 
 #: Verdict names accepted by ``--decision``.
 DECISIONS = {"accept": "ACCEPT", "accept_with_monitor": "ACCEPT_WITH_MONITOR", "reject": "REJECT",
@@ -177,6 +178,9 @@ def render_record(record: CandidateRecord, view: History) -> str:
              f"reason: {r.reason}",
              f"direction: {direction['key']} for symptom {r.symptom}",
              f"  why: {escaped(direction.get('why', '-'))}"]
+    if changes_strategy(r.verdict) and view.record_problem(r) is None:
+        sound = promotability(view, r)
+        lines.insert(2, f"promotable: {'yes' if sound.ok else 'no'}: {sound.why}")
     if harness:
         schema = f", schema {harness['schema_hash'][:12]}" if harness.get("schema_hash") else ""  # a gate has none
         lines.append(f"harness: {harness.get('benchmark', '?')} (benchmark {harness['benchmark_hash'][:12]}), judge "

@@ -28,6 +28,7 @@ from evolve.ops.drift import (
 )
 from evolve.ops.change import Recovered, apply_change, pending_change, recover_change
 from evolve.ops.history import History
+from evolve.ops.promotable import promotability
 from evolve.ops.review import CANDIDATE_ID_RE
 from evolve.ops.targets import Refused, check_target
 from evolve.files import atomic_write_bytes, ensure_dir, require_writable_dir
@@ -169,7 +170,8 @@ def _no_record_reason(view: History, source: Path, strategy: dict, digest: str) 
 
 def check_decision(view: History, record: CandidateRecord, accept_monitor: bool, use: str = "promoted") -> None:
     """:class:`Refused` unless ``record`` agrees with the journal and holds a strategy-changing verdict
-    (ACCEPT_WITH_MONITOR only with ``accept_monitor``); ``use`` names what is refused in the message."""
+    (ACCEPT_WITH_MONITOR only with ``accept_monitor``) that the contract confirmed at a sound level
+    (:mod:`evolve.ops.promotable`); ``use`` names what is refused in the message."""
     cid = record.candidate_id
     problem = view.record_problem(record)
     if problem is not None:
@@ -180,6 +182,9 @@ def check_decision(view: History, record: CandidateRecord, accept_monitor: bool,
     if not changes_strategy(record.verdict):
         raise Refused(f"refused: {cid} was not accepted: {record.verdict} by {record.decided_by} ({record.reason}); "
                       f"only recorded ACCEPT decisions can be {use}")
+    sound = promotability(view, record)
+    if not sound.ok:
+        raise Refused(f"refused: {sound.why}; nothing is {use}")
 
 
 def check_harness(view: History, record: CandidateRecord) -> None:

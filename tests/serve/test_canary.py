@@ -85,7 +85,7 @@ def test_start_change_and_stop_are_journaled_with_the_approver_and_the_cap_overr
 
 def test_a_journaled_canary_whose_record_no_longer_checks_out_is_refused_at_start(capsys, stores, serving, tmp_path,
                                                                                    embedder):
-    canary.start(stores, serving, "r003-c00", 0.3, OPS)
+    canary.start(stores, serving, "r003-c00", 0.3, OPS, allow_untracked=True)
     outcomes = stores / "candidate_outcomes.jsonl"
     lines = outcomes.read_text().splitlines()
     edited = [json.dumps({**(r := json.loads(line)), "decision": {**r["decision"], "verdict": "ACCEPT"}})
@@ -103,7 +103,7 @@ def test_the_guard_stops_a_worse_canary_by_itself(stores, serving, tmp_path, emb
     guard stops it: journaled, users back on serving, shown on /metrics and /v1/strategy. A shadow of a rejected
     candidate runs beside it and serves nobody."""
     worse = commit_accept_round(stores, {"retrieval.top_k": 1, "retrieval.rerank.top_n": 1}, applied=False)
-    canary.start(stores, serving, worse["candidate_id"], 0.5, OPS)
+    canary.start(stores, serving, worse["candidate_id"], 0.5, OPS, allow_untracked=True)
     rejected, verdict = _not_accepted(stores)
     slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True, shadow=rejected,
                         guard=GuardPlan(alpha=0.5, looks=(3,)))
@@ -139,3 +139,39 @@ def test_the_guard_stops_a_worse_canary_by_itself(stores, serving, tmp_path, emb
     assert slot.canary is None
     code = History(stores).verify_journal()
     assert code.ok, code.reason
+
+
+def test_a_hand_edited_canary_fraction_is_not_followed_by_a_running_service(stores, serving, embedder):
+    """The last CANARY entry's fraction edited to 1.0 under a running service: the journal no longer verifies, so
+    the service stops serving the canary (nobody gets it) instead of widening it; the journal's own change widens it."""
+    canary.start(stores, serving, "r003-c00", 0.3, OPS, allow_untracked=True)
+    slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True)
+    users = [f"u{i}" for i in range(40)]
+    served = sum(slot.canary is not None and canary_share(u) < slot.canary.fraction for u in users)
+    assert slot.canary is not None and slot.canary.fraction == 0.3 and 0 < served < 40
+    path = stores / "journal.jsonl"
+    lines = path.read_text().splitlines()
+    last = json.loads(lines[-1])
+    assert last["type"] == "CANARY"
+    last["payload"]["fraction"] = 1.0
+    path.write_text("\n".join([*lines[:-1], json.dumps(last)]) + "\n")
+    assert slot.sync_canary() is True
+    assert slot.canary is None and "fails verification" in slot.canary_refused["reason"]
+    path.write_text("\n".join(lines) + "\n")  # the edit undone: the journaled canary serves again
+    assert slot.sync_canary() is True and slot.canary is not None and slot.canary.fraction == 0.3
+
+
+def test_a_canary_beside_a_serving_file_the_stores_do_not_track_or_that_does_not_exist_is_refused(
+        capsys, stores, serving, tmp_path):
+    before = journal(stores)
+    code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.1", "--approver", "ops",
+                    "--stores", stores, "--serving", serving)
+    assert code == 2 and "a canary runs beside a serving file these stores promoted" in out, out
+    missing = tmp_path / "strategies" / "nowhere.yaml"
+    code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.1", "--approver", "ops",
+                    "--stores", stores, "--serving", missing, "--allow-untracked")
+    assert code == 2 and "does not exist" in out, out
+    assert journal(stores) == before
+    code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.1", "--approver", "ops",
+                    "--stores", stores, "--serving", serving, "--allow-untracked")
+    assert code == 0, out
