@@ -111,7 +111,8 @@ def cmd_erase(args: argparse.Namespace) -> int:
     tracking = args.tracking_uri or [uri for uri in (existing_tracking_uri(None),) if uri]
     try:
         report = Erasure(args.user or [], find_manifests([Path(p) for p in args.export or []]), [Path(args.stores)],
-                         [Path(c) for c in args.cache or []], [] if args.no_tracking else tracking).run()
+                         [Path(c) for c in args.cache or []], [] if args.no_tracking else tracking,
+                         outside=args.follow_outside).run()
     except (EvolveError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -135,6 +136,9 @@ def cmd_erase(args: argparse.Namespace) -> int:
         print(f"  stores {root}: {counts['side_files']} side file(s) redacted, {counts['records_rewritten']} "
               f"record(s) with inline words rewritten, artifacts of {counts['runs']} tracked run(s); ERASE journal "
               f"entry {counts['journal_entry']}")
+    if not report.found:
+        print("  found nowhere: no export, cache, side file, record or tracked run held these users' words (the "
+              "request is journaled all the same); check the user ids")
     for run_id, path, why in refused:
         print(f"NOT ERASED: artifact {path} of MLflow run {run_id} still holds the words: its artifact store cannot "
               f"delete or rewrite it ({why}); delete it in the store itself")
@@ -166,6 +170,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--export", nargs="+", metavar="MANIFEST|DIR",
                    help="export manifests (`capture-export` writes them), or folders holding them: the users are "
                         "removed from each export; without --user, every user they list is erased")
+    p.add_argument("--follow-outside", action="store_true",
+                   help="reach an export a manifest names outside the manifest's own folder (refused otherwise: an "
+                        "edited manifest must not make the erasure rewrite a file that was never exported)")
     stores_arg(p)
     p.add_argument("--cache", nargs="+", metavar="DIR", help="further cache directories (an `eval --cache` "
                                                              "directory); the stores' own caches and "

@@ -138,10 +138,14 @@ class Agreement:
 
 
 def _kappa(a: list[str], b: list[str]) -> float | None:
+    """Cohen's kappa, ``None`` when undefined (one label throughout: chance agreement is 1), said once by the caller
+    rather than by the library's warnings."""
     from sklearn.metrics import cohen_kappa_score
 
+    if len(set(a) | set(b)) < 2:
+        return None
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
+        warnings.simplefilter("ignore")
         value = float(cohen_kappa_score(a, b))
     return None if math.isnan(value) else value
 

@@ -29,7 +29,7 @@ from evolve.files import (StoreError, atomic_write_json, atomic_write_text, file
                           read_json)
 from evolve.llm.cache import ResponseCache
 from evolve.ops.erasure_tracking import RunErasure, TrackingErasure
-from evolve.ops.manifest import (ErasedUser, ExportManifest, export_path, file_sha256, read_manifest, user_sha256,
+from evolve.ops.manifest import (ErasedUser, ExportManifest, checked_export, file_sha256, read_manifest, user_sha256,
                                  write_manifest)
 from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV, forget_subjects
 from evolve.runtime.subject import subject_key
@@ -49,6 +49,12 @@ class ErasureReport:
     cache_files: dict[str, int] = field(default_factory=dict)    # cache directory -> files deleted
     stores: dict[str, dict] = field(default_factory=dict)        # stores directory -> ERASE payload counts
     tracking: dict[str, list[RunErasure]] = field(default_factory=dict)  # tracking URI -> runs reached
+
+    @property
+    def found(self) -> bool:
+        """Whether any copy held the users' words (an export sample, a cache file, a side file, a record, a run)."""
+        return bool(sum(self.exports.values()) or sum(self.cache_files.values()) or any(self.tracking.values())
+                    or any(c["side_files"] or c["records_rewritten"] or c["runs"] for c in self.stores.values()))
 
     def refused(self) -> list[tuple[str, str, str]]:
         """Artifacts a tracking store could not rewrite: (run id, artifact path, why)."""
@@ -88,10 +94,15 @@ class Erasure:
     stores."""
 
     def __init__(self, users: list[str], manifests: list[Path], stores: list[Path], caches: list[Path],
-                 tracking: list[str] = ()):
+                 tracking: list[str] = (), outside: bool = False):
         if not users and not manifests:
             raise UserError("name the users to erase (--user) or the exports whose users to erase (--export)")
         self.manifests = {path: read_manifest(path) for path in manifests}
+        #: Each manifest's export, checked before any step runs (a refusal erases nothing).
+        self.exports = {path: checked_export(path, m, outside) for path, m in self.manifests.items()}
+        bad = next((u for u in users if not u.strip() or "/" in u or "\\" in u or ".." in u), None)
+        if bad is not None:
+            raise UserError(f"--user {bad!r}: not a user id (a user id names no path and is not blank)")
         named = set(users) or {u.user for m in self.manifests.values() for u in m.users}
         self.users = sorted(named)
         #: The conversations to reach: each user's own id and the sample ids the exports gave it.
@@ -173,17 +184,16 @@ class Erasure:
         return changes
 
     def _samples(self, path: Path, manifest: ExportManifest) -> list[dict]:
-        export = export_path(path, manifest)
-        if not export.is_file():
-            return []
+        export = self.exports[path]
         samples = read_json(export)
         if not isinstance(samples, list):
             raise StoreError(export, "not an exported benchmark file (a JSON list of samples)")
         return samples
 
     def _export(self, path: Path, manifest: ExportManifest) -> None:
-        """Remove the users' samples from the export and their ids from the manifest."""
-        export = export_path(path, manifest)
+        """Remove the users' samples from the export (the link's target, for a linked one) and their ids from the
+        manifest."""
+        export = self.exports[path]
         samples = self._samples(path, manifest)
         kept = [s for s in samples if s.get("sample_id") not in self.conversations]
         if len(kept) != len(samples):

@@ -76,8 +76,29 @@ def read_manifest(path: Path) -> ExportManifest:
                                f"{first['msg']}") from None
 
 
-def export_path(manifest_path: Path, manifest: ExportManifest) -> Path:
-    return manifest_path.parent / manifest.export
+def checked_export(manifest_path: Path, manifest: ExportManifest, outside: bool = False) -> Path:
+    """The file the manifest's export names, links followed (the words are in the target, which is what a rewrite
+    must reach), once it checks out: a regular file, inside the manifest's folder (``outside``: anywhere), whose
+    bytes hash to the manifest's ``sha256``. :class:`StoreError` saying what is wrong otherwise: an edited manifest
+    must not make erasure rewrite a file that was never exported, nor report success while the export holds the
+    words elsewhere."""
+    named = manifest_path.parent / manifest.export
+    try:
+        target = named.resolve(strict=True)
+    except (OSError, RuntimeError):
+        raise StoreError(manifest_path, f"export {manifest.export!r}: {named} does not exist (moved or deleted?); "
+                                        "restore it, or give the manifest of where it is now") from None
+    if not target.is_file():
+        raise StoreError(manifest_path, f"export {manifest.export!r} ({target}) is not a regular file")
+    folder = manifest_path.resolve().parent
+    if not outside and folder not in target.parents:
+        raise StoreError(manifest_path, f"export {manifest.export!r} resolves to {target}, outside the manifest's "
+                                        f"folder {folder}; pass --follow-outside if that is where it was exported")
+    if file_sha256(target) != manifest.sha256:
+        raise StoreError(manifest_path, f"export {target} does not hash to the manifest's sha256 "
+                                        f"{manifest.sha256[:12]}…: changed since it was exported, or the manifest "
+                                        "was edited; nothing erased")
+    return target
 
 
 def write_manifest(path: Path, manifest: ExportManifest) -> None:

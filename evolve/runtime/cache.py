@@ -67,11 +67,15 @@ class EmbeddingCache:
         self._refresh()
 
     def _refresh(self) -> None:
-        """Load shards in ``directory`` not loaded yet."""
-        if self.directory and self.directory.is_dir():
-            for shard in sorted(self.directory.glob("*.npz")):
-                if shard.name not in self._shards:
-                    self._load_shard(shard)
+        """Load shards in ``directory`` not loaded yet (none when the directory is gone, even while it is listed: an
+        erasure removes it under a running build)."""
+        try:
+            shards = sorted(self.directory.glob("*.npz")) if self.directory and self.directory.is_dir() else []
+        except FileNotFoundError:
+            shards = []
+        for shard in shards:
+            if shard.name not in self._shards:
+                self._load_shard(shard)
 
     def _load_shard(self, shard: Path) -> None:
         self._shards.add(shard.name)

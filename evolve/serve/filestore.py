@@ -237,6 +237,16 @@ class FileBackend:
     def _recalls(log: Path) -> list[RecallRecord]:
         return [load_record(RecallRecord, r, f"{log}: line {line}") for line, r in iter_jsonl(log)]
 
+    def _drop_recalls(self, folder: Path, turns: set[str]) -> None:
+        """The recall log without the recalls whose context packed one of ``turns`` (their answers may hold its
+        words), each file rewritten atomically."""
+        for name in ("recalls.1.jsonl", "recalls.jsonl"):
+            if (folder / name).exists():
+                held = self._recalls(folder / name)
+                kept = [r for r in held if not r.packs(turns)]
+                if len(kept) != len(held):
+                    atomic_write_text(folder / name, "".join(r.to_json() + "\n" for r in kept))
+
     # ---------------------------------------------------------------- erasure and verification
 
     @staticmethod
@@ -281,10 +291,7 @@ class FileBackend:
         (folder / "organised.json").unlink(missing_ok=True)
         for derived in ("records", ".git", "derived"):
             shutil.rmtree(folder / derived, ignore_errors=True)
-        for name in ("recalls.1.jsonl", "recalls.jsonl"):
-            if (folder / name).exists():
-                kept = [r for r in self._recalls(folder / name) if not r.packs(purged)]
-                atomic_write_text(folder / name, "".join(r.to_json() + "\n" for r in kept))
+        self._drop_recalls(folder, purged)
         self._git(folder, "init", "-q")
         atomic_write_text(folder / "capture.jsonl", "".join(e.to_json() + "\n" for e in events))
         self._advance(user)
@@ -306,7 +313,8 @@ class FileBackend:
     def _finish_turn_erasure(self, user: str, erased: TurnErased) -> None:
         """Every step, each idempotent: the Git history rewritten without the turn's words and pruned, the current
         records likewise (the session's records and rollup removed, to be organised again), the capture log without
-        the turn, the session no longer marked organised, the embedding cache dropped, the generation advanced."""
+        the turn, the session no longer marked organised, the recalls that packed the turn dropped, the embedding
+        cache dropped, the generation advanced."""
         folder = self._dir(user)
         session_dir = f"records/{_safe(erased.session)}/"
         rewrite_history(folder, lambda path: path == "records/memory.yaml" or path.startswith(session_dir),
@@ -328,6 +336,7 @@ class FileBackend:
         if kept != events:
             atomic_write_text(log, "".join(e.to_json() + "\n" for e in kept))
         atomic_write_json(folder / "organised.json", sorted(self.organised(user) - {erased.session}))
+        self._drop_recalls(folder, {erased.turn})
         shutil.rmtree(folder / "derived" / "embeddings", ignore_errors=True)  # vectors of texts holding its words
         self._advance(user)
         (folder / _ERASING).unlink(missing_ok=True)

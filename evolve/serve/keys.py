@@ -72,6 +72,19 @@ class KeysFile(BaseModel):
     model_config = ConfigDict(extra="forbid")
     keys: list[ApiKey] = []
 
+    @field_validator("keys")
+    @classmethod
+    def _one_entry_per_id(cls, keys: list[ApiKey]) -> list[ApiKey]:
+        """A key id names one key: a file holding one twice (a hand merge, a restore) could be revoked in one entry
+        and live in the other, so it is refused until one entry is removed."""
+        first: dict[str, int] = {}
+        for n, key in enumerate(keys):
+            if key.id in first:
+                raise ValueError(f"key id {key.id!r} appears twice (entries {first[key.id]} and {n}); a key id names "
+                                 "one key: remove one entry (keep the revoked one if either is revoked)")
+            first[key.id] = n
+        return keys
+
 
 class KeysUnreadable(StoreError):
     """The keys file cannot be read or does not validate; every request fails (503) until it is fixed."""

@@ -128,13 +128,16 @@ class _Tenant:
 
     erasing: threading.Lock = field(default_factory=threading.Lock)
     erasures: int = 0
+    #: Turns erased or purged while this process ran: a recall that packed one, logged after, is dropped.
+    gone_turns: set[str] = field(default_factory=set)
 
-    def erase(self, change: Callable[[], T] = lambda: None) -> T:
-        """Run ``change`` (what the store erases) under the erasure lock and count one erasure: every memory loaded
-        before it writes nothing after it."""
+    def erase(self, change: Callable[[], T] = lambda: None, turns: Iterable[str] = ()) -> T:
+        """Run ``change`` (what the store erases; ``turns``: the turns it removes) under the erasure lock and count
+        one erasure: every memory loaded before it writes nothing after it."""
         with self.erasing:
             done = change()
             self.erasures += 1
+            self.gone_turns.update(turns)
         return done
 
 
@@ -451,12 +454,16 @@ class MemoryService:
                 return session
 
     def store(self, user: str, loaded: Loaded) -> MemoryStore:
-        """The user's memory store under ``loaded``'s ingestion policy (rebuilt from memoised parts when stale)."""
+        """The user's memory store under ``loaded``'s ingestion policy (rebuilt from memoised parts when stale); a
+        memory erased while it was built is looked up again (:class:`UnknownUser` once erased)."""
         while True:
+            state = self._get(user)
             try:
-                return self._store(user, self._get(user), loaded)
+                built = self._store(user, state, loaded)
             except _Stale:
                 continue
+            if not state.erased:
+                return built
 
     def _store(self, user: str, state: _User, loaded: Loaded) -> MemoryStore:
         self._sync(user, state)
@@ -472,7 +479,8 @@ class MemoryService:
         return len(self._get(user).live)
 
     def log_recall(self, user: str, record: RecallRecord) -> None:
-        """Append ``record`` to the user's recall log unless the user was erased meanwhile. Runs after the reply:
+        """Append ``record`` to the user's recall log unless the user, or a turn it packed, was erased meanwhile.
+        Runs after the reply:
         a failed append (a full or read-only disk, the database down) is logged and counted, never raised."""
         with self._registry:
             state, tenant = self._users.get(user), self._tenants.get(user)
@@ -480,7 +488,7 @@ class MemoryService:
             return  # erased since the reply
         try:
             with tenant.erasing if tenant is not None else nullcontext():
-                if state is None or not state.erased:
+                if (state is None or not state.erased) and not (tenant and record.packs(tenant.gone_turns)):
                     self.backend.log_recall(user, record)
         except Exception as exc:  # noqa: BLE001 - telemetry after the reply; the service keeps serving
             self.recall_log_failures += 1
@@ -516,7 +524,7 @@ class MemoryService:
             with state.lock:
                 if state.gone:  # erased or evicted while this waited
                     continue
-                erased = state.tenant.erase(lambda: self.backend.erase_turn(user, turn))
+                erased = state.tenant.erase(lambda: self.backend.erase_turn(user, turn), turns=[turn])
                 self._drop(user, state)
             if erased.session in self._get(user).live.closed:
                 self._queue.put((user, erased.session))
@@ -563,7 +571,7 @@ class MemoryService:
                 record(user, purged)
                 # a build or shadow in flight on the old memory writes nothing after it
                 done = state.tenant.erase(lambda: self.backend.rewrite(user, kept, set(purged), len(events),
-                                                                       generation))
+                                                                       generation), turns=purged)
                 self._drop(user, state)
                 if not done:  # erased or rewritten through another replica meanwhile: loaded again, looked at again
                     continue

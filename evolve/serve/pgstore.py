@@ -62,6 +62,14 @@ def _user_key(user: str) -> str:
     return hashlib.sha256(user.encode("utf-8")).hexdigest()
 
 
+def _drop_recalls(c, user: str, turns: set[str]) -> None:
+    """Delete the user's recalls whose context packed one of ``turns`` (their answers may hold its words)."""
+    stale = [seq for seq, record in c.execute("SELECT seq, record FROM mem_recalls WHERE user_id = %s", (user,))
+             if load_record(RecallRecord, record, f"user {user} recall {seq}").packs(turns)]
+    if stale:
+        c.execute("DELETE FROM mem_recalls WHERE seq = ANY(%s)", (stale,))
+
+
 def _lock_id(user: str) -> int:
     return int.from_bytes(hashlib.sha256(user.encode("utf-8")).digest()[:8], "big", signed=True)
 
@@ -250,17 +258,15 @@ class PostgresBackend:
             with c.cursor() as cur:
                 cur.executemany("INSERT INTO mem_events VALUES (%s, %s, %s)",
                                 [(user, n, Jsonb(e.stored())) for n, e in enumerate(log, 1)])
-            stale = [seq for seq, record in c.execute("SELECT seq, record FROM mem_recalls WHERE user_id = %s", (user,))
-                     if load_record(RecallRecord, record, f"user {user} recall {seq}").packs(purged)]
-            c.execute("DELETE FROM mem_recalls WHERE seq = ANY(%s)", (stale,))
+            _drop_recalls(c, user, purged)
             self._advance(c, user)
             return True
         return self._run(work)
 
     def erase_turn(self, user: str, turn: str) -> TurnErased:
         """In one transaction: the turn left out of its capture-log event, its session's records and organised mark
-        deleted (organised again without it), every fact it is a source of deleted from every step, the generation
-        advanced."""
+        deleted (organised again without it), every fact it is a source of deleted from every step, the recalls that
+        packed it deleted, the generation advanced."""
         self._check(user)
 
         def work(c):
@@ -278,6 +284,7 @@ class PostgresBackend:
                                   (user, session)).fetchone() is not None
             c.execute("DELETE FROM mem_records WHERE user_id = %s AND session = %s", (user, session))
             c.execute("DELETE FROM mem_facts WHERE user_id = %s AND fact->'source_ids' ? %s", (user, turn))
+            _drop_recalls(c, user, {turn})
             self._advance(c, user)
             return TurnErased(turn=turn, session=session, erased_at=now_iso(), organised=organised)
         return self._run(work)

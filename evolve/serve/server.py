@@ -12,6 +12,7 @@ from datetime import timedelta
 from pathlib import Path
 
 from evolve.errors import ConfigError
+from evolve.files import StoreError
 from evolve.llm import NoCache, RolesConfig, build_llm_roles, check_reachable
 from evolve.llm.config import EndpointUnreachable
 from evolve.runtime.embedder import default_embedder
@@ -26,6 +27,7 @@ from evolve.serve.answers import answer_map, load_answers
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.guard import GuardPlan
 from evolve.serve.stores import open_backend
+from evolve.state.lock import ServiceLock
 from evolve.serve.memory import MemoryService, Quarantined
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
 
@@ -118,6 +120,17 @@ class Service:
 
     def __init__(self, config: ServeConfig, reload_now: threading.Event | None = None):
         self.config = config
+        check_witness(config)
+        # A file store has one writer: a second service on the data directory is refused before it loads anything.
+        self._lock = ServiceLock(config.data).acquire() if config.store is None else None
+        try:
+            self._start(config, reload_now)
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
+
+    def _start(self, config: ServeConfig, reload_now: threading.Event | None) -> None:
         keys = KeyStore(config.auth) if config.auth is not None else None  # before the model: a bad file fails now
         self.usage = UsageStats()
         self.slot = StrategySlot(config.stores, config.serving, runtime_parts(config.roles, self.usage),
@@ -135,6 +148,11 @@ class Service:
         self._reload_now = reload_now or threading.Event()
         self._workers: list[threading.Thread] = []
         self._witnessed: str | None = None
+        if config.audit_witness is not None:
+            try:  # the START line witnessed now: a witness that cannot be written is said at start, not every minute
+                self.housekeeping()
+            except (StoreError, OSError) as exc:
+                raise ConfigError(f"--audit-witness {config.audit_witness}: cannot be written ({exc})") from None
 
     def _warm(self, loaded: Loaded) -> None:
         """Build every loaded user's memory under ``loaded`` while the old strategy serves."""
@@ -212,6 +230,24 @@ class Service:
             worker.join(self.STOP_WAIT_S)
             if worker.is_alive():
                 log.warning("worker %s still running after %.0f s at stop", worker.name, self.STOP_WAIT_S)
+        if self._lock is not None:
+            self._lock.release()
+
+
+def check_witness(config: ServeConfig) -> None:
+    """:class:`ConfigError` unless ``--audit-witness`` names a file (or a new one) in an existing folder outside the
+    data directory: a witness kept beside the audit could be rewritten with it."""
+    if config.audit_witness is None:
+        return
+    path = config.audit_witness.resolve()
+    if path.exists() and not path.is_file():
+        raise ConfigError(f"--audit-witness {config.audit_witness}: not a regular file")
+    data = Path(config.data).resolve()
+    if config.store is None and (path == data or data in path.parents):
+        raise ConfigError(f"--audit-witness {config.audit_witness}: inside the data directory {data}; keep the "
+                          "witness elsewhere (whoever can rewrite the audit could rewrite it too)")
+    if not path.parent.is_dir():
+        raise ConfigError(f"--audit-witness {config.audit_witness}: its folder {path.parent} does not exist")
 
 
 def start_note(config: ServeConfig) -> str:

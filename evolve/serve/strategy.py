@@ -68,6 +68,23 @@ class Loaded:
                 **({"verdict": self.verdict} if self.state == "candidate" else {})}
 
 
+def _canary_problem(view: History, state: canary_ops.Canary | None) -> str | None:
+    """Why the journal's running canary may not be served (its journal fails verification, or its fraction is past
+    the cap without a journaled override), or ``None``."""
+    if state is None:
+        return None
+    result = view.verify_journal()
+    if not result.ok:
+        return (f"canary {state.candidate_id}: journal of {view.root} fails verification at entry "
+                f"{result.first_bad_index}: {result.reason}")
+    payload = state.entry["payload"]
+    try:
+        canary_ops.check_fraction(state.fraction, payload.get("approval") or {}, bool(payload.get("cap_override")))
+    except Refused as exc:
+        return f"canary {state.candidate_id} (journal entry {state.entry['index']}): {exc}"
+    return None
+
+
 def _view(stores: str | Path | None) -> History | None:
     if stores is None:
         return None
@@ -262,6 +279,15 @@ class StrategySlot:
         if view is None:
             return False
         state = canary_ops.running(view.entries, self.path)
+        problem = _canary_problem(view, state)
+        if problem is not None:  # an edited journal or fraction: nobody is served by it, whatever it says now
+            if strict:
+                raise CanaryRefused(problem)
+            with self._lock:
+                changed = self.canary is not None
+                self.canary, self.canary_refused = None, {"at": now_iso(), "reason": problem}
+            log.warning("canary refused, nobody is served by it: %s", problem)
+            return changed
         with self._lock:
             run = self.canary
             if state is None or state.start_index in self._ended:

@@ -103,6 +103,24 @@ def _complete_lines(path: Path) -> int:
         raise os_error(path, exc, "read") from None
 
 
+def _byte(fh, at: int) -> bytes:
+    fh.seek(at)
+    return fh.read(1)
+
+
+def _line_start(fh, before: int) -> int:
+    """Where the line holding the byte before offset ``before`` starts (0, or just after the newline before it)."""
+    start = before
+    while start > 0:
+        step = min(4096, start)
+        fh.seek(start - step)
+        pos = fh.read(step).rfind(b"\n")
+        if pos >= 0:
+            return start - step + pos + 1
+        start -= step
+    return 0
+
+
 class HashChain:
     """An append-only hash-chained JSONL log at ``path``: entries ``{"index", "type", "ts", <EXTRA>, "payload",
     "payload_hash", "prev_hash", "hash"}`` (plus ``mac`` when :attr:`KEY_ENV` holds a key). A subclass names its
@@ -178,7 +196,10 @@ class HashChain:
         except OSError as exc:
             raise os_error(self.path, exc, "read") from None
         if lines[-1] != b"":
-            return VerifyResult(False, len(lines), len(lines) - 1, f"line {len(lines)}: torn (no trailing newline)")
+            return VerifyResult(False, len(lines), len(lines) - 1,
+                                f"line {len(lines)}: torn (no trailing newline): an append a crash cut short; the "
+                                f"{self.NAME}'s writer drops it when it next opens the {self.NAME} (the lines before "
+                                "it are checked by running this again once it is gone)")
         return self.check_lines(lines[:-1], anchor)
 
     def check_lines(self, lines: list[bytes], anchor: dict | None = None) -> VerifyResult:
@@ -247,24 +268,16 @@ class HashChain:
         return None
 
     def _last_entry(self) -> dict | None:
-        """Parse the last line without reading the whole file."""
+        """Parse the last complete line without reading the whole file (a torn tail, an append a crash cut short, is
+        no entry: :meth:`verify` reports it, and a writer drops it on open)."""
         try:
             with open_regular(self.path) as fh:
                 size = fh.seek(0, os.SEEK_END)
-                if size == 0:
+                end = _line_start(fh, size) if size and _byte(fh, size - 1) != b"\n" else size
+                if end == 0:
                     return None
-                start = size - 1
-                while start > 0:
-                    step = min(4096, start)
-                    fh.seek(start - step)
-                    block = fh.read(step)
-                    pos = block.rfind(b"\n")
-                    if pos >= 0:
-                        start = start - step + pos + 1
-                        break
-                    start -= step
-                fh.seek(start)
-                raw = fh.read()
+                fh.seek(_line_start(fh, end - 1))
+                raw = fh.read(end - fh.tell())
         except FileNotFoundError:
             return None
         except OSError as exc:

@@ -19,6 +19,8 @@ class RunLock:
 
     LOCK_NAME = "run.lock"
     OWNER_NAME = "run.lock.owner"
+    #: What a refusal says holds the lock, and what to do.
+    HELD = "store is locked by another run ({holder}); wait for it to finish or use a different store root"
 
     def __init__(self, root: str | Path, timeout: float = 0.0):
         self.root = Path(root)
@@ -39,8 +41,7 @@ class RunLock:
         try:
             lock.acquire()
         except filelock.Timeout:
-            raise StoreError(self.path, f"store is locked by another run ({self._holder()}); "
-                                        "wait for it to finish or use a different store root") from None
+            raise StoreError(self.path, self.HELD.format(holder=self._holder())) from None
         except OSError as exc:
             raise os_error(self.path, exc, "take the run lock") from None
         self._lock = lock
@@ -75,3 +76,13 @@ class RunLock:
 
     def __exit__(self, *exc: object) -> None:
         self.release()
+
+
+class ServiceLock(RunLock):
+    """One service at a time on a data directory: its audit chain, recall logs and Git histories have one writer
+    (two services would fork the audit chain). Held for the service's life; the OS releases it if the process dies."""
+
+    LOCK_NAME = "serve.lock"
+    OWNER_NAME = "serve.lock.owner"
+    HELD = ("another service serves this data directory ({holder}); stop it first (a rolling restart starts the new "
+            "service after the old one exits), or give each service its own --data, or share a PostgreSQL --store")

@@ -78,3 +78,18 @@ def test_a_line_holds_ids_and_counts_never_text_and_the_chain_resumes_after_a_re
         reopened.record("READ", AuditEvent())
     assert main(["audit", "verify", "--data", str(tmp_path / "nowhere")]) == 2
     assert "no audit here" in capsys.readouterr().err
+
+
+def test_a_torn_last_line_is_reported_with_what_happens_to_it_not_as_a_command_to_run_again(tmp_path, capsys):
+    """A crash mid-append leaves a torn tail: verify names it and says the writer drops it at its next open (before,
+    opening the audit failed with advice to run the very command that failed); the writer then drops it."""
+    _audit(tmp_path)
+    with open(tmp_path / "data" / AUDIT_FILE, "ab") as fh:
+        fh.write(b'{"index":5,"tor')
+    assert main(["audit", "verify", "--data", str(tmp_path / "data")]) == 1
+    out = capsys.readouterr()
+    assert out.out.startswith("verification failed at entry 5: line 6: torn (no trailing newline)")
+    assert "drops it when it next opens" in out.out and "run `memevolve audit verify`" not in out.out + out.err
+    FileAudit(tmp_path / "data")  # the service opening it
+    assert main(["audit", "verify", "--data", str(tmp_path / "data")]) == 0
+    assert capsys.readouterr().out.startswith("ok: 5 lines chain")

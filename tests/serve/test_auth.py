@@ -184,6 +184,11 @@ def test_the_real_server_under_uvicorn_admits_by_key_and_audits(tmp_path, servin
         assert httpx.delete(f"{server.url}/v1/users/alice", headers=bearer(writer)).status_code == 403
         assert httpx.get(f"{server.url}/metrics", headers=bearer(writer)).status_code == 403
         assert httpx.get(f"{server.url}/metrics", headers=bearer(admin)).status_code == 200
+        # a second service on the same data directory would fork the audit chain: refused before it writes
+        second = main(["serve", "--data", str(tmp_path / "data"), "--serving", str(serving), "--port", "0",
+                       "--allow-untracked", "--auth", str(keys)])
+        said = capsys.readouterr()
+        assert second == 2 and "another service serves this data directory" in said.out + said.err
     assert main(["audit", "verify", "--data", str(tmp_path / "data")]) == 0
     assert capsys.readouterr().out.startswith("ok: 6 lines chain")
     types = [e["type"] for e in FileAudit(tmp_path / "data").entries()]

@@ -69,3 +69,23 @@ def test_keys_commands_print_the_secret_once_and_never_list_it(tmp_path, capsys)
     assert "no key '000000000000'" in capsys.readouterr().err
     assert KeyStore(path).authenticate(secret) is None
     assert keys_cli.SCOPES == SCOPES
+
+
+def test_a_keys_file_holding_one_id_twice_is_refused_so_a_revoked_key_never_stays_live(tmp_path):
+    """A hand merge leaves the key twice; revoking it marked one entry while the service kept the other live. Now the
+    file is refused (naming the id and both entries): the service fails closed and the revoke says why."""
+    path = tmp_path / "keys.json"
+    key, secret = add_key(path, ["*"], ["recall"])
+    store = KeyStore(path)
+    assert store.authenticate(secret) == key
+    data = json.loads(path.read_text())
+    path.write_text(json.dumps({"keys": data["keys"] * 2}))
+    with pytest.raises(KeysUnreadable, match=f"key id '{key.id}' appears twice \\(entries 0 and 1\\)"):
+        read_keys(path)
+    with pytest.raises(KeysUnreadable, match="appears twice"):
+        revoke_key(path, key.id)
+    with pytest.raises(KeysUnreadable):
+        store.authenticate(secret)  # the service answers 503 until the file is fixed
+    path.write_text(json.dumps({"keys": data["keys"]}))
+    revoke_key(path, key.id)
+    assert store.authenticate(secret) is None

@@ -4,6 +4,7 @@ kept is organised again."""
 from __future__ import annotations
 
 import subprocess
+import time
 from datetime import datetime, timedelta, timezone
 
 from fastapi.testclient import TestClient
@@ -33,14 +34,15 @@ def _everything_under(folder) -> bytes:
 def test_expired_turns_are_purged_audited_and_their_derived_state_rebuilt(tmp_path, serving):
     service = Service(ServeConfig(tmp_path / "data", serving, None, allow_untracked=True, reload_seconds=3600.0))
     client = TestClient(service.app)
-    past = (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()
+    soon = datetime.now(timezone.utc) + timedelta(seconds=1.5)
     assert client.post("/v1/users/ann/turns", json={"turns": _turns("D1", 3, f"My code word is {MARKER}"),
-                                                    "retain_until": past}).status_code == 201
+                                                    "retain_until": soon.isoformat()}).status_code == 201
     assert client.post("/v1/users/ann/turns", json={"turns": _turns("D2", 2, "I keep bees")}).status_code == 201
     client.post("/v1/users/ann/close")
     service.memory.organise_pending()
     assert client.post("/v1/users/ann/recall", json={"question": f"What is {MARKER}?"}).status_code == 200
     assert MARKER.encode() in _everything_under(tmp_path / "data" / "users")
+    time.sleep(max(0.0, (soon - datetime.now(timezone.utc)).total_seconds()) + 0.05)
     service.housekeeping()
     service.memory.organise_pending()
     assert MARKER.encode() not in _everything_under(tmp_path / "data" / "users")
@@ -68,3 +70,15 @@ def test_retention_days_purge_a_user_whole_into_a_tombstone(tmp_path, serving):
     assert memory.purge_expired(lambda user, ids: purged.append((user, ids)), now=later) == 2
     assert purged == [("bo", ["D1:0", "D1:1"])]
     assert not memory.backend.exists("bo") and memory.backend.tombstone("bo").turns_erased == 2
+
+
+def test_a_capture_already_past_its_retention_is_refused_and_nothing_is_stored(tmp_path, serving):
+    service = Service(ServeConfig(tmp_path / "data", serving, None, allow_untracked=True, reload_seconds=3600.0))
+    client = TestClient(service.app)
+    for past in ("2020-01-01T00:00:00Z", 1, (datetime.now(timezone.utc) - timedelta(seconds=1)).isoformat()):
+        reply = client.post("/v1/users/ann/turns", json={"turns": _turns("D1", 1, f"My code word is {MARKER}"),
+                                                         "retain_until": past})
+        assert reply.status_code == 422 and "has already passed" in reply.text, reply.text
+    assert not FileBackend(tmp_path / "data").exists("ann")
+    assert MARKER.encode() not in _everything_under(tmp_path / "data")
+    service.stop()

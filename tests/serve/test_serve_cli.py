@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -89,3 +90,24 @@ def test_stop_waits_for_every_worker(tmp_path, serving):
     service.stop()
     assert [t.name for t in workers if t.is_alive()] == []
     assert time.monotonic() - started < 30  # the watcher's hour-long wait was cut short
+
+
+@pytest.mark.parametrize("where, said", [
+    ("folder", "not a regular file"),
+    ("/dev/full", "not a regular file"),
+    ("missing/witness.jsonl", "does not exist"),
+    ("data/witness.jsonl", "inside the data directory"),
+])
+def test_an_audit_witness_that_cannot_serve_is_refused_at_start(tmp_path, serving, where, said):
+    from evolve.errors import ConfigError
+
+    (tmp_path / "folder").mkdir()
+    witness = Path(where) if where.startswith("/") else tmp_path / where
+    config = ServeConfig(tmp_path / "data", serving, None, allow_untracked=True, reload_seconds=3600.0,
+                         audit_witness=witness)
+    with pytest.raises(ConfigError, match=said):
+        Service(config)
+    fine = Service(ServeConfig(tmp_path / "data", serving, None, allow_untracked=True, reload_seconds=3600.0,
+                               audit_witness=tmp_path / "folder" / "witness.jsonl"))  # the lock was released
+    assert '"type":"START"' in (tmp_path / "folder" / "witness.jsonl").read_text()  # witnessed at start
+    fine.stop()

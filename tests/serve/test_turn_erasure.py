@@ -112,3 +112,27 @@ def test_a_turn_erasure_a_crash_interrupted_is_finished_when_the_store_is_next_o
     assert [t.id for t in turns_in(reopened.events("ann"))] == ["D1:0"] and reopened.generation("ann") == 1
     assert MARKER.encode() not in _stored_bytes(reopened, tmp_path / "data")
     assert not (tmp_path / "data/users/ann/erasing-turn.json").exists()
+
+
+def test_an_answer_logged_before_a_turn_erasure_is_erased_with_the_turn(backend, tmp_path, serving, embedder):
+    """The recall log held the answer drawn from the turn (its words) and the turn among the packed ids: the
+    erasure drops those recalls on both stores, so no stored byte holds the marker; other recalls stay."""
+    slot = StrategySlot(None, serving, RuntimeParts(embedder), allow_untracked=True)
+    memory = MemoryService(backend, lambda: slot.current)
+    client = TestClient(create_app(slot, memory))
+    turns = _turns()
+    gone = turns[1]
+    assert client.post("/v1/users/ann/turns", json={"turns": turns}).status_code == 201
+    reply = client.post("/v1/users/ann/answer", json={"question": "What is the grandmother's parrot called?"})
+    assert reply.status_code == 200 and any(gone["id"] in p["source_ids"] for p in reply.json()["packed"])
+    other = client.post("/v1/users/ann/recall", json={"question": turns[0]["text"]}).json()["packed"]
+    kept = not any(gone["id"] in p["source_ids"] for p in other)
+    logged = backend.recalls("ann")
+    assert any(r.packs({gone["id"]}) for r in logged)
+    assert MARKER.encode() in _stored_bytes(backend, tmp_path / "data")
+
+    assert client.delete(f"/v1/users/ann/turns/{gone['id']}").status_code == 200
+    assert MARKER.encode() not in _stored_bytes(backend, tmp_path / "data")
+    left = backend.recalls("ann")
+    assert not any(r.packs({gone["id"]}) for r in left)
+    assert len(left) == len(logged) - sum(r.packs({gone["id"]}) for r in logged) and (len(left) >= 1 or not kept)

@@ -167,3 +167,16 @@ def test_a_serving_file_replaced_by_a_symlink_loop_is_refused_with_its_reason(se
     path.symlink_to(path.name)  # a link to itself
     assert slot.check() is False
     assert "symlink loop" in slot.refused["reason"].lower() and slot.refusals == 2
+
+
+def test_a_recall_whose_user_is_erased_while_its_memory_builds_answers_404(tmp_path, serving, embedder):
+    """The recall's build is embedding the user's turns when the user is erased (its embedding folder removed under
+    it): the recall answers 404, not 500 and not a context of an erased user's memory."""
+    holder: list = []
+    erase = Paused(embedder, then=lambda: holder[0].memory.erase("ann"), wait=False)
+    service = in_process(tmp_path / "data", serving, RuntimeParts(erase))
+    holder.append(service)
+    assert service.client.post("/v1/users/ann/turns", json={"turns": _turns(20)}).status_code == 201
+    reply = _recall(service, "ann")
+    assert erase.entered.is_set() and reply.status_code == 404, reply.text
+    assert not (service.data / "users/ann").exists()

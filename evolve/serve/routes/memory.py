@@ -4,10 +4,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from datetime import datetime
+from datetime import datetime, timezone
 
 from fastapi import APIRouter, BackgroundTasks
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from evolve.files import now_iso
 from evolve.observe.answer import carried
@@ -16,7 +16,8 @@ from evolve.runtime.text import count_words
 from evolve.serve.access import Caller
 from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
 from evolve.serve.metrics import Metrics
-from evolve.serve.records import PURPOSE, GuardPair, PackedRef, RecallRecord, ShadowPart, context_overlap, words_of
+from evolve.serve.records import (PURPOSE, GuardPair, PackedRef, RecallRecord, ShadowPart, context_overlap, utc,
+                                  words_of)
 from evolve.serve.routes.deps import (Answerer, Answers, Capturer, Eraser, Memory, Problem, Recaller, RequestMetrics,
                                       Slot, UserId)
 from evolve.serve.strategy import CanaryRun, Loaded, StrategySlot
@@ -47,7 +48,16 @@ class CaptureIn(BaseModel):
     purpose: str | None = Field(None, pattern=PURPOSE, description="what these turns may be recalled for; a user's "
                                 "memory holds one purpose (default: the user's, none for a new user)")
     retain_until: datetime | None = Field(None, description="ISO 8601 moment after which these turns are purged "
-                                          "(earlier than the service's --retention-days if both apply)")
+                                          "(earlier than the service's --retention-days if both apply); a moment "
+                                          "already past is refused (422): such a turn is never stored nor served")
+
+    @field_validator("retain_until")
+    @classmethod
+    def _ahead(cls, moment: datetime | None) -> datetime | None:
+        if moment is not None and utc(moment) <= datetime.now(timezone.utc):
+            raise ValueError(f"{utc(moment).isoformat()} has already passed: turns past their retention are not "
+                             "stored (give a later moment, or leave it out)")
+        return moment
 
 
 class CaptureOut(BaseModel):
