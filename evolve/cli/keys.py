@@ -12,8 +12,9 @@ def _auth_arg(p: argparse.ArgumentParser) -> None:
 def cmd_keys_add(args: argparse.Namespace) -> int:
     from evolve.serve.keys import add_key
 
-    key, secret = add_key(Path(args.auth), args.user, args.scope, args.note)
-    print(f"key {key.id} for {', '.join(key.users)}; scopes {', '.join(key.scopes)}")
+    key, secret = add_key(Path(args.auth), args.user, args.scope, args.note, args.purpose)
+    bound = f"; purposes {', '.join(key.purposes)}" if key.purposes else ""
+    print(f"key {key.id} for {', '.join(key.users)}; scopes {', '.join(key.scopes)}{bound}")
     print(f"secret (shown once, stored only as its sha256): {secret}")
     return 0
 
@@ -31,7 +32,8 @@ def cmd_keys_list(args: argparse.Namespace) -> int:
 
     for key in read_keys(Path(args.auth)).keys:
         state = f"revoked {key.revoked}" if key.revoked else "live"
-        print(f"{key.id}  {state:<40}  users {','.join(key.users)}  scopes {','.join(key.scopes)}"
+        bound = f"  purposes {','.join(key.purposes)}" if key.purposes else ""
+        print(f"{key.id}  {state:<40}  users {','.join(key.users)}  scopes {','.join(key.scopes)}{bound}"
               f"{'  # ' + key.note if key.note else ''}")
     return 0
 
@@ -51,6 +53,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     a.add_argument("--scope", action="append", required=True, choices=SCOPES,
                    help="what the key may do (repeatable); admin: /v1/strategy and /metrics")
     a.add_argument("--note", default="", help="who or what holds the key (at most 200 characters)")
+    a.add_argument("--purpose", action="append", metavar="PURPOSE",
+                   help="a purpose the key may capture and recall memory for (repeatable); without it the key "
+                        "serves any purpose, the request naming the memory's own")
     a.set_defaults(func=cmd_keys_add)
     r = ksub.add_parser("revoke", help="revoke a key (kept in the file, marked revoked)")
     _auth_arg(r)

@@ -4,10 +4,15 @@ dependencies with the scope they need (:mod:`evolve.serve.routes.deps`).
 
 ``401`` without a valid key (``Authorization: Bearer mev_...``); ``403`` for a key outside its scopes or its users,
 with the same words whether the user exists or not, so a key learns nothing about users it may not act for. Every
-refusal is an audit line (``DENY``). Without ``--auth`` every caller passes (key id ``null`` in the audit).
+refusal is audited (``DENY``): the first of a kind (key id, route, scope, status, reason, user) in a minute is a
+line at once; its repeats in that minute are counted and written as one line (``counts.repeated``) when the minute
+is over (at the next such refusal, or at the service's next housekeeping, or at its stop), so a flood of bad
+requests costs a line a minute, not one each. Without ``--auth`` every caller passes (key id ``null``).
 """
 from __future__ import annotations
 
+import threading
+import time
 from dataclasses import dataclass
 
 from evolve.errors import EvolveError
@@ -29,11 +34,18 @@ class Denied(EvolveError):
         self.status, self.message = status, message
 
 
+#: Seconds over which repeated refusals of one kind share an audit line.
+DENY_WINDOW_S = 60.0
+
+
 class Access:
     """The keys (``None``: no authentication) and the audit (``None``: none kept, e.g. a bare test app)."""
 
     def __init__(self, keys: KeyStore | None = None, audit: Audit | None = None):
         self.keys, self.audit = keys, audit
+        #: Refusals of one kind -> (the window they fall in, its repeats not yet written).
+        self._repeats: dict[tuple, tuple[int, int]] = {}
+        self._repeats_lock = threading.Lock()
 
     def record(self, type: str, key: str | None, user: str | None, **event) -> None:
         """One audit line for ``user`` (named by its hash); :class:`AuditFailed` if it cannot be written."""
@@ -46,12 +58,40 @@ class Access:
                               "close or erasure was carried out, a recall's reply is withheld") from None
 
     def deny(self, status: int, message: str, key: str | None, user: str | None, operation: str,
-             reason: str) -> Denied:
-        """The refusal, audited."""
+             reason: str, route: str | None = None) -> Denied:
+        """The refusal, audited: a line for the first of its kind in a window, a count for its repeats."""
+        kind = (key, route, operation, status, reason, user)
+        window = int(time.time() // DENY_WINDOW_S)
+        with self._repeats_lock:
+            seen, repeats = self._repeats.get(kind, (None, 0))
+            if seen == window:
+                self._repeats[kind] = (window, repeats + 1)
+                return Denied(status, message)
+            self._repeats[kind] = (window, 0)
+        if repeats:
+            self._write_repeats(kind, repeats)
         self.record("DENY", key, user, operation=operation, status=status, reason=reason)
         return Denied(status, message)
 
-    def admit(self, scope: str, secret: str | None, user: str | None) -> "Caller":
+    def flush(self, now: float | None = None) -> int:
+        """Write the counted repeats of every window that is over by ``now`` (all of them with ``now=inf``, at a
+        stop); the lines written."""
+        window = int((time.time() if now is None else now) // DENY_WINDOW_S) if now != float("inf") else None
+        with self._repeats_lock:
+            due = [(kind, n) for kind, (seen, n) in self._repeats.items() if n and (window is None or seen < window)]
+            for kind, _ in due:
+                seen, _ = self._repeats[kind]
+                self._repeats[kind] = (seen, 0)
+        for kind, n in due:
+            self._write_repeats(kind, n)
+        return len(due)
+
+    def _write_repeats(self, kind: tuple, repeats: int) -> None:
+        key, route, operation, status, reason, user = kind
+        self.record("DENY", key, user, operation=operation, status=status, reason=reason,
+                    counts={"repeated": repeats})
+
+    def admit(self, scope: str, secret: str | None, user: str | None, route: str | None = None) -> "Caller":
         """The caller of ``scope`` (for ``user``, if the route names one); :class:`Denied` (audited) if refused."""
         if self.keys is None:
             return Caller(self, None, scope)
@@ -60,12 +100,12 @@ class Access:
             claimed = KeyStore.key_id(secret)
             raise self.deny(401, "a valid API key is required: Authorization: Bearer <secret from `memevolve keys "
                                  "add`>", claimed, user, scope,
-                             "no key" if secret is None else "unknown or revoked key")
+                             "no key" if secret is None else "unknown or revoked key", route)
         if scope not in key.scopes:
-            raise self.deny(403, f"key {key.id} may not {scope}", key.id, user, scope, "scope")
+            raise self.deny(403, f"key {key.id} may not {scope}", key.id, user, scope, "scope", route)
         if user is not None and not key.acts_for(user):
-            raise self.deny(403, f"key {key.id} may not act for user {user!r}", key.id, user, scope, "user")
-        return Caller(self, key.id, scope)
+            raise self.deny(403, f"key {key.id} may not act for user {user!r}", key.id, user, scope, "user", route)
+        return Caller(self, key.id, scope, route, key)
 
 
 @dataclass(frozen=True)
@@ -76,6 +116,12 @@ class Caller:
     access: Access
     key: str | None
     scope: str
+    route: str | None = None
+    api_key: ApiKey | None = None
+
+    def serves(self, purpose: str | None) -> bool:
+        """Whether the caller's key may capture or recall memory held for ``purpose`` (any, without a key)."""
+        return self.api_key is None or self.api_key.serves(purpose)
 
     def record(self, type: str, user: str | None, **event) -> None:
         """The audit line of this caller's ``type`` operation on ``user`` (see :meth:`Access.record`)."""
@@ -83,4 +129,4 @@ class Caller:
 
     def deny(self, message: str, user: str, reason: str) -> Denied:
         """A 403 for this caller, audited (a refusal past admission, e.g. a purpose that does not match)."""
-        return self.access.deny(403, message, self.key, user, self.scope, reason)
+        return self.access.deny(403, message, self.key, user, self.scope, reason, self.route)

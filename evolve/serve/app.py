@@ -4,6 +4,7 @@ declaring what it needs as dependencies (:mod:`evolve.serve.routes.deps`). Every
 ``{"error": {"status", "message"}}`` with a 4xx/5xx status."""
 from __future__ import annotations
 
+import logging
 import time
 
 from fastapi import FastAPI, Request
@@ -22,8 +23,10 @@ from evolve.serve.memory import MemoryService, Quarantined, UnknownUser
 from evolve.serve.metrics import Metrics
 from evolve.serve.records import RecordError
 from evolve.serve.routes import memory as memory_routes, service as service_routes
-from evolve.serve.routes.deps import Problem
+from evolve.serve.routes.deps import Problem, admitted
 from evolve.serve.strategy import StrategySlot
+
+log = logging.getLogger(__name__)
 
 #: Largest request body accepted (bytes).
 MAX_BODY_BYTES = 1 * 2**20
@@ -135,6 +138,27 @@ HANDLERS = {
 }
 
 
+def _audited(handler):
+    """``handler``, and an audit line (``FAIL``: the key, the user's hash, the scope, the status and the failure's
+    kind) when an admitted request fails with a client error: a key probing which users or turns exist is seen."""
+    def handle(request: Request, exc: Exception) -> JSONResponse:
+        response = handler(request, exc)
+        found = admitted(request)
+        if found is not None and 400 <= response.status_code < 500:
+            caller, user = found
+            try:
+                caller.record("FAIL", user, operation=caller.scope, status=response.status_code,
+                              reason=type(exc).__name__)
+            except AuditFailed as failed:  # the reply stands; the operator sees the log
+                log.warning("%s", failed)
+        return response
+    return handle
+
+
+#: The handlers of failures an admitted request can meet, audited (a denial is audited as DENY already).
+AUDITED = {kind: _audited(handler) for kind, handler in HANDLERS.items() if kind not in (Denied, AuditFailed)}
+
+
 def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None,
                answers: dict[tuple[str, str], str] | None = None, access: Access | None = None) -> FastAPI:
     """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary); ``usage``: the model
@@ -143,7 +167,7 @@ def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | No
     and the audit (default: neither)."""
     app = FastAPI(title="memevolve memory service", version="1",
                   description="The promoted strategy as a per-user memory service: capture turns, recall packed "
-                              "context, erase a user or one of its turns.", exception_handlers=HANDLERS)
+                              "context, erase a user or one of its turns.", exception_handlers={**HANDLERS, **AUDITED})
     app.state.slot, app.state.memory, app.state.metrics, app.state.usage = slot, memory, Metrics(), usage
     app.state.answers, app.state.access = answers or {}, access or Access()
     app.add_middleware(_Measure, metrics=app.state.metrics)

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from evolve.serve.pgstore import PostgresBackend
 
 #: Operations the audit records: the memory operations, a retention purge, a refused request, a service start.
-AUDIT_TYPES = ("CAPTURE", "CLOSE", "RECALL", "ANSWER", "ERASE", "PURGE", "DENY", "START")
+AUDIT_TYPES = ("CAPTURE", "CLOSE", "RECALL", "ANSWER", "ERASE", "PURGE", "DENY", "START", "FAIL")
 AUDIT_KEY_ENV = "MEMEVOLVE_AUDIT_KEY"
 AUDIT_FILE = "audit.jsonl"
 
@@ -48,9 +48,9 @@ class AuditEvent(BaseModel):
     ids: list[str] = Field(default_factory=list, description="turn ids captured, packed or purged")
     counts: dict[str, int] = Field(default_factory=dict)
     purpose: str | None = None
-    operation: str | None = Field(None, description="the scope a denied request asked for")
-    status: int | None = Field(None, description="the HTTP status of a denial")
-    reason: str | None = Field(None, description="why a request was denied, or a start's settings")
+    operation: str | None = Field(None, description="the scope a denied or failed request asked for")
+    status: int | None = Field(None, description="the HTTP status of a denial or of an admitted request that failed")
+    reason: str | None = Field(None, description="why a request was denied or failed, or a start's settings")
 
 
 class AuditChain(HashChain):

@@ -54,6 +54,25 @@ class ApiKey(BaseModel):
     note: str = Field("", max_length=200)
     created: str
     revoked: str | None = None
+    purposes: list[str] | None = Field(None, description="the purposes the key may capture and recall memory for "
+                                                        "(null: any, the request's own purpose checked against the "
+                                                        "memory's)")
+
+    @field_validator("purposes")
+    @classmethod
+    def _purposes(cls, purposes: list[str] | None) -> list[str] | None:
+        from evolve.serve.records import PURPOSE  # not at import: the CLI's parser imports this module
+
+        bad = next((p for p in purposes or () if not re.fullmatch(PURPOSE, p)), None)
+        if bad is not None:
+            raise ValueError(f"{bad!r} is not a purpose (letters, digits, '_', '.', ':', '-'; at most 64)")
+        if purposes is not None and not purposes:
+            raise ValueError("give at least one purpose, or none at all (any purpose)")
+        return purposes
+
+    def serves(self, purpose: str | None) -> bool:
+        """Whether this key may capture or recall memory held for ``purpose`` (``None``: memory bound to none)."""
+        return self.purposes is None or purpose is None or purpose in self.purposes
 
     @field_validator("users")
     @classmethod
@@ -110,7 +129,8 @@ def write_keys(path: Path, keys: KeysFile) -> None:
     os.chmod(path, 0o600)
 
 
-def add_key(path: Path, users: list[str], scopes: list[str], note: str = "") -> tuple[ApiKey, str]:
+def add_key(path: Path, users: list[str], scopes: list[str], note: str = "",
+            purposes: list[str] | None = None) -> tuple[ApiKey, str]:
     """A new key appended to the keys file (created if missing); the key and its secret, which is kept nowhere."""
     keys = read_keys(path) if path.exists() else KeysFile()
     key_id = secrets.token_hex(6)
@@ -119,7 +139,7 @@ def add_key(path: Path, users: list[str], scopes: list[str], note: str = "") -> 
     secret = f"mev_{key_id}_{secrets.token_urlsafe(32)}"
     try:
         key = ApiKey(id=key_id, sha256=_digest(secret), users=users, scopes=list(dict.fromkeys(scopes)),
-                     note=note, created=now_iso())
+                     note=note, created=now_iso(), purposes=list(dict.fromkeys(purposes)) if purposes else None)
     except ValidationError as exc:
         first = exc.errors()[0]
         raise ConfigError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None

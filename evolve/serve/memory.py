@@ -95,6 +95,7 @@ def prune(events: list[CaptureEvent], now: datetime, retention: timedelta | None
     return [e for e in kept if not isinstance(e, CloseEvent) or e.close in sessions], purged, soonest
 
 
+
 class UnknownUser(EvolveError, LookupError):
     """No memory is held for the user (never captured, or erased)."""
 
@@ -321,13 +322,18 @@ class MemoryService:
             try:
                 if not state.idle():  # a build began meanwhile
                     continue
-                state.gone = True
-                del self._users[user]
-                if state.live.open_session is not None:
-                    self._open_evicted[user] = state.last_capture
+                self._unload(user, state)
                 self.evictions += 1
             finally:
                 state.lock.release()
+
+    def _unload(self, user: str, state: _User) -> None:
+        """Forget ``state`` (registry lock and its own held; idle): its memory, indexes and vectors are released, an
+        open session still closes when idle, and the next request loads the user again from the store."""
+        state.gone = True
+        del self._users[user]
+        if state.live.open_session is not None:
+            self._open_evicted[user] = state.last_capture
 
     def _forget(self, user: str, state: _User) -> None:
         """Drop ``state`` as erased (its lock held): no embedding shard or recall line of it is written after."""
@@ -361,8 +367,9 @@ class MemoryService:
             self._open_evicted.pop(user, None)
 
     def recover(self) -> int:
-        """Load every stored user (quarantining those whose files cannot be read) and queue the organisation of
-        closed sessions whose step never completed (a crash mid-organisation); return the number of users."""
+        """Read every stored user once (quarantining those whose files cannot be read), queue the organisation of
+        closed sessions whose step never completed (a crash mid-organisation), and unload it again: start-up holds
+        no user's memory, each is loaded at its first request. The number of users."""
         users = self.backend.users()
         for user in users:
             try:
@@ -370,6 +377,13 @@ class MemoryService:
             except Quarantined:
                 continue
             self._organise_unorganised(user, state)
+            with self._registry:  # the lock order of eviction: never wait for a user's lock under the registry's
+                if self._users.get(user) is state and state.lock.acquire(blocking=False):
+                    try:
+                        if state.idle():
+                            self._unload(user, state)
+                    finally:
+                        state.lock.release()
         return len(users)
 
     def loaded(self) -> list[str]:

@@ -18,7 +18,7 @@ from evolve.llm.config import EndpointUnreachable
 from evolve.runtime.embedder import default_embedder
 from evolve.runtime.onnx_embedder import OnnxEmbedder
 from evolve.runtime.usage import UsageStats
-from evolve.serve.access import Access
+from evolve.serve.access import Access, AuditFailed
 from evolve.serve.app import create_app
 from evolve.serve.audit import audit_of, witness_head
 from evolve.serve.keys import KeyStore
@@ -200,6 +200,7 @@ class Service:
         audit's head if it moved."""
         self.memory.purge_expired(lambda user, ids: self.access.record("PURGE", None, user, ids=ids,
                                                                        counts={"turns": len(ids)}))
+        self.access.flush()  # refusals repeated in a minute now over: one line each
         if self.config.audit_witness is not None and self.access.audit is not None:
             head = self.access.audit.last()
             if head is not None and head["hash"] != self._witnessed:
@@ -230,6 +231,10 @@ class Service:
             worker.join(self.STOP_WAIT_S)
             if worker.is_alive():
                 log.warning("worker %s still running after %.0f s at stop", worker.name, self.STOP_WAIT_S)
+        try:
+            self.access.flush(float("inf"))
+        except AuditFailed as exc:
+            log.warning("repeated refusals not audited at stop: %s", exc)
         if self._lock is not None:
             self._lock.release()
 

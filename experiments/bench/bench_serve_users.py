@@ -13,6 +13,11 @@ keeps its own; with concurrent clients this is an estimate), else **hot**. The s
 sampled every 0.2 s. Run from the repository root:
 
     python experiments/bench/bench_serve_users.py [--users N] [--max-users N ...] [--stores file postgres]
+        [--sweep Q]
+
+``--sweep Q`` first recalls every user in turn (Q questions each, one client) and records the resident set size after
+each user: with ``--max-users`` it must stay flat once the bound is reached (the issue's target: at most 30 MB of
+growth over 35 users beyond a bound of 5).
 """
 from __future__ import annotations
 
@@ -159,6 +164,19 @@ def workload(users: int, questions: list[list[str]], recalls: int, bound: int | 
     return asks
 
 
+def sweep(url: str, users: int, questions: list[list[str]], per_user: int, rss: "Resident") -> list[list[float]]:
+    """Recall each user in turn, ``per_user`` questions each, one client: ``[users recalled, RSS MB]`` after each
+    user (what a bound on users must hold flat once it is reached)."""
+    curve = []
+    with httpx.Client(timeout=120) as client:
+        for i in range(users):
+            pool = questions[i % len(questions)]
+            for question in pool[:per_user]:
+                client.post(f"{url}/v1/users/u{i:05d}/recall", json={"question": question}).raise_for_status()
+            curve.append([i + 1, round(rss.now(), 1)])
+    return curve
+
+
 def _ms(values: list[float]) -> dict:
     if not values:
         return {"n": 0}
@@ -167,7 +185,7 @@ def _ms(values: list[float]) -> dict:
 
 
 def run(kind: str, work: Path, serving: Path, store: str | None, bound: int | None, asks: list,
-        clients: int) -> dict:
+        clients: int, sweep_of: tuple[int, list[list[str]], int] | None = None) -> dict:
     port = _port()
     args = [sys.executable, "-m", "evolve.cli", "serve", "--data", str(work / "data"), "--serving", str(serving),
             "--stores", str(work / "no-stores"), "--allow-untracked", "--port", str(port), "--idle", "86400",
@@ -188,6 +206,7 @@ def run(kind: str, work: Path, serving: Path, store: str | None, bound: int | No
         start_s = time.perf_counter() - started
         rss = Resident(proc.pid)
         at_start = rss.now()
+        curve = sweep(f"http://127.0.0.1:{port}", *sweep_of, rss) if sweep_of else None
         done = asyncio.run(_recalls(f"http://127.0.0.1:{port}", asks, clients))
         memory = rss.stop()
         health = httpx.get(f"http://127.0.0.1:{port}/healthz").json()
@@ -198,7 +217,7 @@ def run(kind: str, work: Path, serving: Path, store: str | None, bound: int | No
         proc.terminate()
         proc.wait(60)
     return {"store": kind, "max_users": bound, "start_s": round(start_s, 2), "rss_at_start_mb": round(at_start, 1),
-            **memory, "users_loaded_at_end": health["users"], "evictions": int(evicted),
+            **({"rss_by_users_recalled": curve} if curve else {}), **memory, "users_loaded_at_end": health["users"], "evictions": int(evicted),
             "failed": sum(1 for _, _, code in done if code != 200),
             "hot": _ms([s for cold, s, _ in done if not cold]), "cold": _ms([s for cold, s, _ in done if cold])}
 
@@ -218,6 +237,9 @@ def main() -> int:
     p.add_argument("--zipf", type=float, default=1.1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--stores", nargs="+", default=["file", "postgres"], choices=["file", "postgres"])
+    p.add_argument("--sweep", type=int, default=0, metavar="Q",
+                   help="first recall every user in turn, Q questions each, and report RSS after each user "
+                        "(rss_by_users_recalled); the Zipf workload follows")
     p.add_argument("--out", default=str(ROOT / "experiments/bench/serve_users.json"))
     args = p.parse_args()
 
@@ -249,7 +271,9 @@ def main() -> int:
             for bound in args.max_users:
                 asks = workload(users, questions, recalls, bound or None, args.zipf, args.seed)
                 row = {"users": users, "recalls": recalls, **run(kind, folder, serving, url, bound or None, asks,
-                                                                  args.clients)}
+                                                                  args.clients,
+                                                                  (users, questions, args.sweep) if args.sweep
+                                                                  else None)}
                 report["runs"].append(row)
                 print(json.dumps(row), flush=True)
     finally:

@@ -3,6 +3,7 @@ user / wrong scope / right scope), "unknown" and "not yours" alike for a key out
 refusal an audit line that outlives the user's erasure, and a recall's purpose checked against the capture's."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -135,7 +136,8 @@ def test_a_recall_for_another_purpose_is_refused_and_audited(served):
     ask = lambda purpose: served.call("POST", "/v1/users/{user}/recall",  # noqa: E731
                                       {"question": "Where are the bees?", "purpose": purpose}, "all")
     refused = ask("marketing")
-    assert refused.status_code == 403 and "captured for purpose 'support'" in refused.json()["error"]["message"]
+    message = refused.json()["error"]["message"]
+    assert refused.status_code == 403 and "not captured for the purpose" in message and "support" not in message
     assert ask(None).status_code == 403
     deny = served.lines("DENY")[-1]["payload"]
     assert deny["reason"] == "purpose" and deny["operation"] == "recall"
@@ -199,3 +201,65 @@ def test_a_keys_file_that_stops_reading_refuses_every_request(served):
     served.keys.write_text('{"keys": [{"id": "nothex"}]}')
     reply = served.call("POST", "/v1/users/{user}/recall", {"question": "q"}, "all")
     assert reply.status_code == 503 and "keys.json: keys.0.id: String should match pattern" in reply.json()["error"]["message"]
+
+
+def test_an_admitted_request_that_fails_is_audited_under_its_key(served):
+    """A key may probe which users and turns exist through 404s; each such failure (and a 409 or 422) is a FAIL line
+    with the key, the user's hash, the scope and the status, never the words."""
+    served.capture()
+    bob = served.secrets["bob"]
+    cases = [("POST", "/v1/users/{user}/recall", {"question": "q"}, "team-7", 404),          # unknown user
+             ("DELETE", "/v1/users/{user}/turns/D9:9", None, "bob", 404),                     # unknown user's turn
+             ("POST", "/v1/users/{user}/turns", {"turns": [TURN], "retain_until": "2020-01-01T00:00:00Z"}, "team-1",
+              422)]
+    for method, path, body, user, status in cases:
+        before = len(served.lines("FAIL"))
+        reply = served.client.request(method, path.format(user=user), json=body,
+                                      headers={"Authorization": f"Bearer {bob}"})
+        assert reply.status_code == status, reply.text
+        fail = served.lines("FAIL")
+        assert len(fail) == before + 1, (method, path)
+        payload = fail[-1]["payload"]
+        assert payload["status"] == status and payload["user"] == user_hash(user) and payload["key"] is not None
+        assert "q" not in json.dumps(payload["ids"])
+    assert served.call("DELETE", "/v1/users/{user}/turns/D9:9", None, "all").status_code == 404  # alice's unknown turn
+    assert served.lines("FAIL")[-1]["payload"]["reason"] == "UnknownTurn"
+    assert served.audit.verify().ok
+
+
+def test_a_flood_of_refusals_is_one_line_a_minute_per_kind_and_the_chain_holds(served):
+    """500 requests without a key: the first is a DENY line at once, the other 499 one line with their count when
+    the minute is over (the next housekeeping, or the stop); another kind of refusal still gets its own line."""
+    before = len(served.lines("DENY"))
+    for _ in range(500):
+        assert served.call("POST", "/v1/users/{user}/recall", {"question": "q"}, None).status_code == 401
+    assert len(served.lines("DENY")) == before + 1
+    assert served.call("POST", "/v1/users/{user}/answer", {"question": "q"}, None).status_code == 401  # other route
+    assert len(served.lines("DENY")) == before + 2
+    access = served.client.app.state.access
+    assert access.flush() == 0  # the minute is not over
+    assert access.flush(float("inf")) == 1
+    repeated = served.lines("DENY")[-1]["payload"]
+    assert repeated["counts"] == {"repeated": 499} and repeated["status"] == 401 and repeated["operation"] == "recall"
+    assert access.flush(float("inf")) == 0 and served.audit.verify().ok
+
+
+def test_a_key_bound_to_purposes_reads_and_writes_only_memory_held_for_them(served):
+    """Echoing the memory's purpose no longer lets any recall key in: a key added with --purpose recalls and captures
+    only for its purposes; the refusal names no purpose."""
+    assert served.capture(purpose="support").status_code == 201
+    _, ads = add_key(served.keys, ["alice"], ["recall", "capture"], purposes=["ads"])
+    _, support = add_key(served.keys, ["alice"], ["recall"], purposes=["support"])
+    ask = lambda secret: served.client.post("/v1/users/alice/recall", json={"question": "bees?", "purpose": "support"},  # noqa: E731
+                                            headers={"Authorization": f"Bearer {secret}"})
+    refused = ask(ads)
+    assert refused.status_code == 403 and "support" not in refused.text
+    assert served.lines("DENY")[-1]["payload"]["reason"] == "purpose"
+    assert ask(support).status_code == 200
+    write = served.client.post("/v1/users/bo/turns", json={"turns": [TURN]}, headers={"Authorization": f"Bearer {ads}"})
+    assert write.status_code == 403  # bo is not its user either; and a capture naming no purpose is refused for it
+    own = served.client.post("/v1/users/alice/turns", json={"turns": [{**TURN, "id": "D1:7"}], "purpose": "support"},
+                             headers={"Authorization": f"Bearer {ads}"})
+    assert own.status_code == 403 and "its own purposes" in own.text
+    with pytest.raises(ConfigError, match="is not a purpose"):
+        add_key(served.keys, ["alice"], ["recall"], purposes=["a b"])

@@ -61,7 +61,20 @@ def test_unloading_keeps_queued_organisation_and_idle_closing(tmp_path, serving,
     assert memory.organise_pending() == 2
     assert memory.backend.organised("ann") == {"s1", "s2"} and memory.backend.organised("bob") == {"b1"}
     restarted = MemoryService(FileBackend(tmp_path / "data"), memory.current, max_users=1)
-    assert restarted.recover() == 2 and restarted.turn_count("ann") == 4 and restarted.turn_count("bob") == 3
+    assert restarted.recover() == 2 and restarted.loaded() == []  # start-up holds no user's memory
+    assert restarted.turn_count("ann") == 4 and restarted.turn_count("bob") == 3 and restarted.loaded() == ["bob"]
+
+
+def test_start_up_reads_every_user_once_and_holds_none_an_interrupted_organisation_still_queued(
+        tmp_path, serving, embedder):
+    slot, memory = _memory(tmp_path, serving, embedder, max_users=None)
+    for user in ("ann", "bob", "cy"):
+        memory.capture(user, _turns(3, "s1"))
+        memory.capture(user, _turns(1, "s2", start=3))  # s1 closed, its organisation never run (a crash)
+    restarted = MemoryService(FileBackend(tmp_path / "data"), memory.current)
+    assert restarted.recover() == 3 and restarted.loaded() == [] and restarted.pending() == 3
+    assert restarted.organise_pending() == 3 and restarted.backend.organised("cy") == {"s1"}
+    assert sorted(restarted.close_idle(0)) == ["ann", "bob", "cy"]  # unloaded users' open sessions still close
 
 
 def test_a_user_whose_memory_is_being_built_is_not_unloaded(tmp_path, serving, embedder):

@@ -72,15 +72,28 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 
 def _for_user(scopes: SecurityScopes, access: Annotated[Access, Depends(_access)], user: UserId,
-              credentials: Credentials) -> Caller:
-    """The caller of a route on one user's memory, admitted for the route's scope and that user."""
-    return access.admit(scopes.scopes[0], credentials.credentials if credentials else None, user)
+              credentials: Credentials, request: Request) -> Caller:
+    """The caller of a route on one user's memory, admitted for the route's scope and that user (kept on the
+    request, so a failure after admission is audited under its key: :func:`admitted`)."""
+    caller = access.admit(scopes.scopes[0], credentials.credentials if credentials else None, user, _route(request))
+    request.state.admitted = (caller, user)
+    return caller
+
+
+def _route(request: Request) -> str:
+    """The request's method and route template (``POST /v1/users/{user}/recall``): what repeated refusals share."""
+    return f"{request.method} {getattr(request.scope.get('route'), 'path', request.url.path)}"
+
+
+def admitted(request: Request) -> tuple[Caller, str] | None:
+    """The caller a user route admitted for this request, and the user (``None`` before or without admission)."""
+    return getattr(request.state, "admitted", None)
 
 
 def _for_service(scopes: SecurityScopes, access: Annotated[Access, Depends(_access)],
-                 credentials: Credentials) -> Caller:
+                 credentials: Credentials, request: Request) -> Caller:
     """The caller of a route on the service itself, admitted for the route's scope (``admin``)."""
-    return access.admit(scopes.scopes[0], credentials.credentials if credentials else None, None)
+    return access.admit(scopes.scopes[0], credentials.credentials if credentials else None, None, _route(request))
 
 
 Capturer = Annotated[Caller, Security(_for_user, scopes=["capture"])]

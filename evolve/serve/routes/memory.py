@@ -155,9 +155,9 @@ def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers
             user: str, body: RecallIn, tasks: BackgroundTasks, caller: Caller, answer: bool) -> RecallOut:
     started = time.perf_counter()
     bound = memory.purpose(user)
-    if bound is not None and body.purpose != bound:
-        raise caller.deny(f"user {user!r}'s memory was captured for purpose {bound!r}; this {caller.scope} names "
-                          f"{body.purpose!r}", user, "purpose")
+    if (bound is not None and body.purpose != bound) or not caller.serves(bound):
+        raise caller.deny(f"user {user!r}'s memory was not captured for the purpose this {caller.scope} names, or "
+                          "not for one this key holds", user, "purpose")
     run = slot.canary_for(user)  # held to the end: a reload or stop meanwhile does not change it
     loaded, role = (run.loaded, "canary") if run is not None else (slot.current, "serving")
     store = memory.store(user, loaded)
@@ -183,6 +183,8 @@ def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers
 @router.post("/turns", status_code=201, response_model=CaptureOut,
              summary="Capture one or more turns (durable before the reply)")
 def capture(user: UserId, body: CaptureIn, memory: Memory, caller: Capturer) -> dict:
+    if not caller.serves(body.purpose) or (body.purpose is None and caller.api_key and caller.api_key.purposes):
+        raise caller.deny("this key may capture only for its own purposes: name one of them", user, "purpose")
     out = memory.capture(user, [t.model_dump() for t in body.turns], body.purpose, body.retain_until)
     caller.record("CAPTURE", user, ids=[t.id for t in body.turns], purpose=body.purpose,
                   counts={"turns": out["captured"]})
