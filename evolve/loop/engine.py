@@ -341,7 +341,7 @@ class Engine:
             verdict = confirm(*(r.outcomes(self.config.objective) for r in runs), alpha=spec.alpha,
                               start_hash=night.start, final_hash=strategy_hash(final),
                               words=tuple(r.summary.context_words["mean"] for r in runs),
-                              max_words=self.config.cost.max_context_words)
+                              max_words=self.config.cost.max_context_words, floors=self.rules)
             self._say(f"night: {verdict.verdict}: {verdict.reason}")
         refused = verdict is not None and verdict.verdict == "REFUSED"
         record = NightRecord(ended=ended, first_round=night.first_round, last_round=n, rounds=night.rounds,

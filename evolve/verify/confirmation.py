@@ -12,7 +12,7 @@ from typing import Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict
 
-from evolve.verify.decision import TOLERANCE
+from evolve.verify.decision import TOLERANCE, AcceptanceRules, floor_breaches
 from evolve.verify.statistics import mcnemar_exact
 
 
@@ -40,12 +40,27 @@ class Confirmation(BaseModel):
         return self.score_final - self.score_start
 
 
+def category_rows(start: Mapping[str, Mapping], final: Mapping[str, Mapping], ids: list[str]) -> dict[str, dict]:
+    """Per question category (the start's ``category``): n, delta and the two-sided exact McNemar p of its
+    discordant questions, as the contract's category floor reads them."""
+    rows: dict[str, dict] = {}
+    for category in sorted({str(start[q].get("category")) for q in ids}):
+        members = [q for q in ids if str(start[q].get("category")) == category]
+        up = sum(bool(final[q]["correct"]) and not start[q]["correct"] for q in members)
+        down = sum(bool(start[q]["correct"]) and not final[q]["correct"] for q in members)
+        rows[category] = {"n": len(members), "delta": (up - down) / len(members), "mcnemar_p": mcnemar_exact(up, down)}
+    return rows
+
+
 def confirm(start: Mapping[str, Mapping], final: Mapping[str, Mapping], *, alpha: float, start_hash: str,
-            final_hash: str, words: tuple[float, float], max_words: float | None = None) -> Confirmation:
-    """Decide a night from the start's and the final's outcomes (``{question id: {"correct": bool, ...}}``) on the
-    confirmation questions and their mean context words: CONFIRMED when the one-sided p is at most ``alpha`` and the
-    final's context stays within ``max_words`` (the cost's absolute cap; its growth per change was checked candidate
-    by candidate), else REFUSED (the start is restored)."""
+            final_hash: str, words: tuple[float, float], max_words: float | None = None,
+            floors: AcceptanceRules | None = None) -> Confirmation:
+    """Decide a night from the start's and the final's outcomes (``{question id: {"correct": bool, "category",
+    ...}}``) on the confirmation questions and their mean context words: CONFIRMED when the one-sided p is at most
+    ``alpha``, no category breaks the contract's floor there (``floors``: a drop beyond its epsilon whose exact
+    McNemar p, Holm-adjusted over the categories, is at most ``alpha``) and the final's context stays within
+    ``max_words`` (the cost's absolute cap; its growth per change was checked candidate by candidate), else REFUSED
+    (the start is restored). The floor can only refuse, so the night's false promotion stays at most ``alpha``."""
     ids = sorted(start.keys() & final.keys())
     if not ids:
         raise ValueError("confirmation: the start and the final share no scored question")
@@ -58,8 +73,15 @@ def confirm(start: Mapping[str, Mapping], final: Mapping[str, Mapping], *, alpha
             if max_words is not None and words[1] > max_words + TOLERANCE else None)
     stats_ = f"{score_start:.3f} -> {score_final:.3f} on {len(ids)} questions, improved {up}, regressed {down}, " \
              f"one-sided McNemar p={p:.4g} (alpha {alpha:g})"
+    breached = ({c: q for c, q in floor_breaches(category_rows(start, final, ids),
+                                                 floors.model_copy(update={"alpha": alpha})).items()
+                 if c not in floors.floor_exempt} if floors is not None else {})
     if over is not None:
         verdict, reason = "REFUSED", f"cost: {over} ({stats_})"
+    elif breached:
+        verdict, reason = "REFUSED", ("category floor: " + ", ".join(f"{c} (Holm-adjusted p={q:.4g})"
+                                                                      for c, q in breached.items())
+                                      + f" fell beyond its epsilon ({stats_})")
     elif p <= alpha:
         verdict, reason = "CONFIRMED", f"gain confirmed: {stats_}"
     else:

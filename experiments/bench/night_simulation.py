@@ -5,11 +5,16 @@ The world and the per-candidate path are those of ``contract_simulation.py`` (Lo
 config). A night runs rounds as :class:`~evolve.loop.engine.Engine` does, either a fixed number or until ``patience``
 rounds in a row apply nothing (at most ``--max-rounds``). With a confirmation, the search sees only the questions
 :func:`~evolve.loop.setup.confirmation_split` leaves it, and the night's final is decided against its start on the
-others by :func:`~evolve.verify.confirmation.confirm` (one-sided exact McNemar); refused, the start is kept.
+others by :func:`~evolve.verify.confirmation.confirm` (one-sided exact McNemar, and the contract's category floor on
+those questions); refused, the start is kept.
 
 * **False promotion per night**: every change is null; a night promotes falsely when it ends on another strategy.
 * **Power**: the first fresh change of round 1 gains +d on the objective, every other change is null; a night has
   power when it ends on a strategy holding that change (confirmed, where a confirmation is set).
+* **What reaches users**: ``promote`` and ``canary`` take a night's confirmed final, or an accept decided at or below
+  the promotion level 0.05 (:mod:`evolve.ops.promotable`); so under a confirmation the false promotion per night is
+  the rate at which a strategy no better than the start reaches serving. Before, any recorded accept could be
+  promoted: the null report also gives the share of nights in which some null candidate was accepted.
 
 Run from the repository root:
 
@@ -64,9 +69,10 @@ def designs(config: Path, resamples: int, max_rounds: int) -> dict[str, dict]:
     }
 
 
-def night_task(args: tuple) -> dict[str, tuple[bool, bool, int, int]]:
+def night_task(args: tuple) -> dict[str, tuple[bool, bool, int, int, bool]]:
     """One night under each design (the same draws for all): ``(ended elsewhere, the +d change kept, rounds,
-    candidates compared)``; ``effect`` is the gain of the first fresh change of round 1 (0: a null world)."""
+    candidates compared, some candidate accepted)``; ``effect`` is the gain of the first fresh change of round 1 (0: a
+    null world)."""
     seed, effect, resamples, per_round, probe_size, designs_ = args
     cats_all = tuple(categories(N))
     ids = {f"q{i:04d}": c for i, c in enumerate(cats_all)}
@@ -83,10 +89,11 @@ def night_task(args: tuple) -> dict[str, tuple[bool, bool, int, int]]:
         moved = night.applied > 0 and not np.array_equal(night.state[0], start[0])
         if moved and held:
             conf = np.array(sorted(held))
-            outcomes = [{f"q{i}": {"correct": bool(v[0][i])} for i in conf} for v in (start, night.state)]
-            moved = confirm(*outcomes, alpha=d["level"], start_hash="s", final_hash="f",
-                            words=(0.0, 0.0)).verdict == "CONFIRMED"
-        out[name] = (moved, moved and "r1f0" in night.kept, night.rounds, night.compared)
+            outcomes = [{f"q{i}": {"correct": bool(v[0][i]), "category": cats_all[i]} for i in conf}
+                        for v in (start, night.state)]
+            moved = confirm(*outcomes, alpha=d["level"], start_hash="s", final_hash="f", words=(0.0, 0.0),
+                            floors=d["rules"]).verdict == "CONFIRMED"
+        out[name] = (moved, moved and "r1f0" in night.kept, night.rounds, night.compared, night.accepted > 0)
     return out
 
 
@@ -128,6 +135,9 @@ def main(argv: list[str] | None = None) -> int:
             k = sum(g[1 if effect else 0] for g in got)
             say(f"{name}: {rate(k, runs)}; {np.mean([g[2] for g in got]):.1f} rounds and "
                 f"{np.mean([g[3] for g in got]):.1f} candidates compared per night")
+            if not effect:  # what reached users when promote took any recorded accept
+                say(f"  some null candidate accepted (promotable when any recorded ACCEPT was): "
+                    f"{rate(sum(g[4] for g in got), runs)}")
     say()
     say(f"elapsed {time.perf_counter() - started:.0f}s")
     if args.report is not None:
