@@ -118,10 +118,11 @@ def cmd_review(args: argparse.Namespace) -> int:
         write_labels(out, labels)
         print(f"wrote {len(labels)} label(s) to {args.export_labels}")
         return 0
+    from evolve.ops.promotable import said
     from evolve.ops.review_page import render_review
 
     out = check_output_file("--out", args.out or Path("runs") / f"review-{record.candidate_id}.html")
-    atomic_write_text(out, render_review(record, items, labels, (parent, candidate)))
+    atomic_write_text(out, render_review(record, items, labels, (parent, candidate), said(view, record)))
     causes = Counter(str(d.ladder) for d in items)
     print(f"wrote {out}: {len(items)} discordances ({len(record.paired.improved)} improved, "
           f"{len(record.paired.regressed)} regressed), {sum(label.confirmed for label in labels)} labelled; "

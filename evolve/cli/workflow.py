@@ -70,7 +70,7 @@ def cmd_candidates(args: argparse.Namespace) -> int:
     if not records:
         print("no candidates match")
         return 0
-    print(candidates_table(records))
+    print(candidates_table(records, view))
     print(f"\n{len(records)} candidate(s); full record: memevolve show ID --stores {_shown(Path(args.stores))}")
     return 0
 

@@ -23,7 +23,7 @@ from evolve.loop.night import NightRecord
 from evolve.loop.rules import recorded_rules
 from evolve.ops.history import History
 from evolve.state.record import CandidateRecord
-from evolve.verify.decision import TOLERANCE
+from evolve.verify.decision import TOLERANCE, changes_strategy
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,11 @@ def promotability(view: History, record: CandidateRecord) -> Promotability:
     return Promotability(False, f"{cid} was accepted at alpha {acceptance.alpha:g}, above the promotion level "
                                 f"{level:g}: an intermediate accept of a search whose error only the night's "
                                 f"confirmation bounds ({said}); promote the night's confirmed final")
+
+
+def said(view: History, record: CandidateRecord) -> Promotability | None:
+    """:func:`promotability` of a strategy-changing record the journal agrees with (``None`` for any other: it is
+    not promotable for reasons ``promote`` names first)."""
+    if not changes_strategy(record.verdict) or view.record_problem(record) is not None:
+        return None
+    return promotability(view, record)

@@ -14,8 +14,8 @@ from evolve.safe_text import escaped
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.gates import GateTrail
 from evolve.verify.statistics import PairedReport
-from evolve.verify.decision import Verdict, changes_strategy
-from evolve.ops.promotable import promotability
+from evolve.verify.decision import Verdict
+from evolve.ops.promotable import said
 
 #: Verdict names accepted by ``--decision``.
 DECISIONS = {"accept": "ACCEPT", "accept_with_monitor": "ACCEPT_WITH_MONITOR", "reject": "REJECT",
@@ -73,8 +73,13 @@ def candidate_row(record: CandidateRecord) -> dict[str, str]:
 
 
 
-def candidates_table(records: list[CandidateRecord]) -> str:
-    return text_table([candidate_row(r) for r in records])
+def candidates_table(records: list[CandidateRecord], view: History) -> str:
+    """The records' rows, each saying whether its strategy may reach users (``memevolve show ID`` says why)."""
+    def promotable(r: CandidateRecord) -> str:
+        sound = said(view, r)
+        return "-" if sound is None else "yes" if sound.ok else "no"
+
+    return text_table([{**candidate_row(r), "promotable": promotable(r)} for r in records])
 
 
 # ---------------------------------------------------------------- the complete record
@@ -178,8 +183,8 @@ def render_record(record: CandidateRecord, view: History) -> str:
              f"reason: {r.reason}",
              f"direction: {direction['key']} for symptom {r.symptom}",
              f"  why: {escaped(direction.get('why', '-'))}"]
-    if changes_strategy(r.verdict) and view.record_problem(r) is None:
-        sound = promotability(view, r)
+    sound = said(view, r)
+    if sound is not None:
         lines.insert(2, f"promotable: {'yes' if sound.ok else 'no'}: {sound.why}")
     if harness:
         schema = f", schema {harness['schema_hash'][:12]}" if harness.get("schema_hash") else ""  # a gate has none

@@ -21,6 +21,7 @@ from evolve.observe.objective import LABEL
 from evolve.observe.trace import Trace
 from evolve.ops.audit import Discordance
 from evolve.ops.review import objective_of
+from evolve.ops.promotable import Promotability
 from evolve.ops.review_traces import Side
 from evolve.state.record import CandidateRecord
 from evolve.words import content_words
@@ -198,6 +199,13 @@ def _discordance(d: Discordance, label: Label) -> str:
             f"{_side('candidate', t, d.candidate_cause, not parent_ok, words)}</div>{_label_box(label)}</section>")
 
 
+def _promotable(sound: Promotability | None) -> str:
+    if sound is None:
+        return ""
+    return (f"<br><span id='promotable' data-ok='{str(sound.ok).lower()}'>promotable: {'yes' if sound.ok else 'no'}: "
+            f"{_e(sound.why)}</span>")
+
+
 def _hypothesis(record: CandidateRecord) -> str:
     """The failure-category hypothesis the comparison tested, whose it was, and whether it held."""
     check = record.hypothesis
@@ -216,8 +224,9 @@ def _select(name: str, values: list[str]) -> str:
 
 
 def render_review(record: CandidateRecord, items: list[Discordance], labels: list[Label],
-                  sides: tuple[Side, Side]) -> str:
-    """The review page of ``record``'s discordances ``items`` with their ``labels`` (same order)."""
+                  sides: tuple[Side, Side], promotable: Promotability | None = None) -> str:
+    """The review page of ``record``'s discordances ``items`` with their ``labels`` (same order); ``promotable``:
+    whether its strategy may reach users (:mod:`evolve.ops.promotable`)."""
     p, objective = record.paired, objective_of(record)
     causes = Counter(str(d.ladder) for d in items)
     confirmed = sum(label.confirmed for label in labels)
@@ -225,7 +234,7 @@ def render_review(record: CandidateRecord, items: list[Discordance], labels: lis
             f"{_e(record.reason)}<br>objective {_e(LABEL[objective])} · {p.n} paired questions · "
             f"{len(p.improved)} improved, {len(p.regressed)} regressed · direction "
             f"<code>{_e(record.direction.get('key', ''))}</code><br>parent traces <code>{_e(sides[0].source)}</code>"
-            f"<br>candidate traces <code>{_e(sides[1].source)}</code>{_hypothesis(record)}</p>"
+            f"<br>candidate traces <code>{_e(sides[1].source)}</code>{_hypothesis(record)}{_promotable(promotable)}</p>"
             f"<p id='counts'>{len(items)} discordances; labelled (confirmed) {confirmed}; failing side's root cause: "
             + ", ".join(f"{_e(c)} {n}" for c, n in sorted(causes.items())) + "</p>")
     filters = ("<div class='filters'>" + _select("category", sorted({d.category for d in items}))

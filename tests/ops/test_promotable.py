@@ -66,6 +66,21 @@ def test_an_intermediate_accept_of_a_liberal_search_is_refused_whatever_its_p(li
                      allow_untracked=True)
     code, out = cli(capsys, "show", weak["candidate_id"], "--stores", root)
     assert "promotable: no:" in out, out
+    code, out = cli(capsys, "candidates", "--stores", root)
+    header, *rows = out.splitlines()
+    assert header.rstrip().endswith("promotable")
+    shown = {line.split()[0]: line.split()[-1] for line in rows if line.startswith("r0")}
+    assert shown[weak["candidate_id"]] == shown[strong["candidate_id"]] == "no", out
+    assert "-" in shown.values()  # a candidate not accepted is not promotable for another reason, said by promote
+
+
+def test_the_review_page_says_whether_the_strategy_may_reach_users():
+    from evolve.ops.promotable import Promotability
+    from evolve.ops.review_page import _promotable
+
+    shown = _promotable(Promotability(False, "r003-c01 was accepted at alpha 0.2 <above>"))
+    assert "promotable: no: r003-c01 was accepted at alpha 0.2 &lt;above&gt;" in shown and "data-ok='false'" in shown
+    assert _promotable(None) == ""
 
 
 def test_an_accept_decided_at_the_promotion_level_promotes(stores, serving, capsys):
