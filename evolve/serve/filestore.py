@@ -35,7 +35,6 @@ from pathlib import Path
 import yaml
 
 from evolve.benchmarks.types import Turn
-from evolve.canonical import sha256_hex
 from evolve.files import (StoreError, append_lines, atomic_write_bytes, atomic_write_json, atomic_write_text,
                           crash_point, ensure_dir, iter_jsonl, now_iso, os_error, read_json, remove_stale_temps,
                           repair_torn_tail)
