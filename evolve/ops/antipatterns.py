@@ -8,7 +8,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from statistics import fmean
 
-from evolve.loop.night import NightRecord
 from evolve.ops.history import History
 from evolve.state.content import resolved
 from evolve.verify.decision import Verdict, changes_strategy
@@ -44,11 +43,9 @@ class AntiPattern:
 def reverted_rounds(view: History) -> set[int]:
     """The rounds of every night whose confirmation refused its final (their accepts were undone)."""
     out: set[int] = set()
-    for entry in view.entries:
-        if entry["type"] == "NIGHT":
-            night = NightRecord.model_validate(entry["payload"])
-            if night.restored is not None:
-                out |= set(range(night.first_round, night.last_round + 1))
+    for _, night in view.nights:
+        if night.restored is not None:
+            out |= set(range(night.first_round, night.last_round + 1))
     return out
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from evolve.loop.night import NightRecord
 from evolve.state.record import CandidateRecord
 from evolve.state.checkpoint import Checkpoint
 from evolve.state.records import load_record, record_hash, report_hash
@@ -33,6 +34,11 @@ class History(StoreView):
     def best(self) -> dict | None:
         """Manifest of the current best-ever checkpoint (``strategy_hash``, ``score``, ``round``, ...)."""
         return Checkpoint(self.layout.checkpoint).current_manifest()
+
+    @cached_property
+    def nights(self) -> list[tuple[int, NightRecord]]:
+        """Every ended night (its ``NIGHT`` journal entry), with the entry's index."""
+        return [(e["index"], NightRecord.model_validate(e["payload"])) for e in self.entries if e["type"] == "NIGHT"]
 
     def record(self, candidate_id: str) -> CandidateRecord | None:
         return next((r for r in self.records if r.candidate_id == candidate_id), None)

@@ -34,14 +34,9 @@ class Promotability:
     why: str
 
 
-def nights(view: History) -> list[tuple[int, NightRecord]]:
-    """Every ended night of the stores, with its journal index."""
-    return [(e["index"], NightRecord.model_validate(e["payload"])) for e in view.entries if e["type"] == "NIGHT"]
-
-
 def _night_of(view: History, record: CandidateRecord) -> tuple[int, NightRecord] | None:
     """The ended night whose rounds hold the record's round (``None``: a gate's record, or a night still open)."""
-    return next(((i, n) for i, n in nights(view) if n.first_round <= record.round <= n.last_round), None)
+    return next(((i, n) for i, n in view.nights if n.first_round <= record.round <= n.last_round), None)
 
 
 def promotability(view: History, record: CandidateRecord) -> Promotability:
@@ -59,17 +54,17 @@ def promotability(view: History, record: CandidateRecord) -> Promotability:
             if confirmation is not None and confirmation.verdict == "REFUSED":
                 return Promotability(False, f"{cid} is the final of {named}, whose confirmation REFUSED it "
                                             f"({confirmation.reason}); the start was restored")
-        said = (f"{named}: confirmation {confirmation.verdict}" if confirmation is not None
-                else f"{named}: no confirmation")
+        context = (f"{named}: confirmation {confirmation.verdict}" if confirmation is not None
+                   else f"{named}: no confirmation")
     else:
-        said = "no night confirmed it"
+        context = "no night confirmed it"
     acceptance = recorded_rules(record.rules or {})[0]
     level = acceptance.promotion_level
     if acceptance.alpha <= level + TOLERANCE:
         return Promotability(True, f"decided at alpha {acceptance.alpha:g}, at or below the promotion level {level:g}")
     return Promotability(False, f"{cid} was accepted at alpha {acceptance.alpha:g}, above the promotion level "
                                 f"{level:g}: an intermediate accept of a search whose error only the night's "
-                                f"confirmation bounds ({said}); promote the night's confirmed final")
+                                f"confirmation bounds ({context}); promote the night's confirmed final")
 
 
 def said(view: History, record: CandidateRecord) -> Promotability | None:

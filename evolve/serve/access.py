@@ -14,6 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 from evolve.errors import EvolveError
 from evolve.files import StoreError
@@ -43,6 +44,8 @@ class Access:
 
     def __init__(self, keys: KeyStore | None = None, audit: Audit | None = None):
         self.keys, self.audit = keys, audit
+        #: Seconds since the epoch, for the refusal windows.
+        self.clock: Callable[[], float] = time.time
         #: Refusals of one kind -> (the window they fall in, its repeats not yet written).
         self._repeats: dict[tuple, tuple[int, int]] = {}
         self._repeats_lock = threading.Lock()
@@ -61,7 +64,7 @@ class Access:
              reason: str, route: str | None = None) -> Denied:
         """The refusal, audited: a line for the first of its kind in a window, a count for its repeats."""
         kind = (key, route, operation, status, reason, user)
-        window = int(time.time() // DENY_WINDOW_S)
+        window = int(self.clock() // DENY_WINDOW_S)
         with self._repeats_lock:
             seen, repeats = self._repeats.get(kind, (None, 0))
             if seen == window:
@@ -76,13 +79,11 @@ class Access:
     def flush(self, now: float | None = None) -> int:
         """Write the counted repeats of every window that is over by ``now`` (all of them with ``now=inf``, at a
         stop); the lines written."""
-        window = int((time.time() if now is None else now) // DENY_WINDOW_S) if now != float("inf") else None
+        cutoff = (self.clock() if now is None else now) / DENY_WINDOW_S  # a window below it is over
         with self._repeats_lock:
-            due = [(kind, n) for kind, (seen, n) in self._repeats.items() if n and (window is None or seen < window)]
-            for kind, _ in due:
-                seen, _ = self._repeats[kind]
-                self._repeats[kind] = (seen, 0)
-        for kind, n in due:
+            due = {kind: (seen, n) for kind, (seen, n) in self._repeats.items() if n and seen + 1 <= cutoff}
+            self._repeats.update({kind: (seen, 0) for kind, (seen, _) in due.items()})
+        for kind, (_, n) in due.items():
             self._write_repeats(kind, n)
         return len(due)
 
@@ -120,8 +121,12 @@ class Caller:
     api_key: ApiKey | None = None
 
     def serves(self, purpose: str | None) -> bool:
-        """Whether the caller's key may capture or recall memory held for ``purpose`` (any, without a key)."""
+        """Whether the caller's key may recall memory held for ``purpose`` (any, without a key)."""
         return self.api_key is None or self.api_key.serves(purpose)
+
+    def captures(self, purpose: str | None) -> bool:
+        """Whether the caller's key may capture turns for ``purpose`` (any, without a key)."""
+        return self.api_key is None or self.api_key.captures(purpose)
 
     def record(self, type: str, user: str | None, **event) -> None:
         """The audit line of this caller's ``type`` operation on ``user`` (see :meth:`Access.record`)."""

@@ -71,8 +71,12 @@ class ApiKey(BaseModel):
         return purposes
 
     def serves(self, purpose: str | None) -> bool:
-        """Whether this key may capture or recall memory held for ``purpose`` (``None``: memory bound to none)."""
+        """Whether this key may recall memory held for ``purpose`` (``None``: memory bound to none)."""
         return self.purposes is None or purpose is None or purpose in self.purposes
+
+    def captures(self, purpose: str | None) -> bool:
+        """Whether this key may capture turns for ``purpose`` (a purpose-bound key must name one of its own)."""
+        return self.purposes is None or purpose in self.purposes
 
     @field_validator("users")
     @classmethod

@@ -316,24 +316,24 @@ class MemoryService:
         for user in list(self._users)[:-1]:
             if len(self._users) <= self.max_users:
                 return
-            state = self._users[user]
-            if not state.idle() or not state.lock.acquire(blocking=False):
-                continue
-            try:
-                if not state.idle():  # a build began meanwhile
-                    continue
-                self._unload(user, state)
-                self.evictions += 1
-            finally:
-                state.lock.release()
+            self.evictions += self._unload(user, self._users[user])
 
-    def _unload(self, user: str, state: _User) -> None:
-        """Forget ``state`` (registry lock and its own held; idle): its memory, indexes and vectors are released, an
-        open session still closes when idle, and the next request loads the user again from the store."""
-        state.gone = True
-        del self._users[user]
-        if state.live.open_session is not None:
-            self._open_evicted[user] = state.last_capture
+    def _unload(self, user: str, state: _User) -> bool:
+        """Forget ``state`` if it is idle and its lock free (registry lock held; never waiting for the user's lock
+        under it): its memory, indexes and vectors are released, an open session still closes when idle, and the
+        next request loads the user again from the store. Whether it was unloaded."""
+        if not state.idle() or not state.lock.acquire(blocking=False):
+            return False
+        try:
+            if not state.idle():  # a build began meanwhile
+                return False
+            state.gone = True
+            del self._users[user]
+            if state.live.open_session is not None:
+                self._open_evicted[user] = state.last_capture
+            return True
+        finally:
+            state.lock.release()
 
     def _forget(self, user: str, state: _User) -> None:
         """Drop ``state`` as erased (its lock held): no embedding shard or recall line of it is written after."""
@@ -377,13 +377,9 @@ class MemoryService:
             except Quarantined:
                 continue
             self._organise_unorganised(user, state)
-            with self._registry:  # the lock order of eviction: never wait for a user's lock under the registry's
-                if self._users.get(user) is state and state.lock.acquire(blocking=False):
-                    try:
-                        if state.idle():
-                            self._unload(user, state)
-                    finally:
-                        state.lock.release()
+            with self._registry:
+                if self._users.get(user) is state:
+                    self._unload(user, state)
         return len(users)
 
     def loaded(self) -> list[str]:

@@ -361,9 +361,9 @@ def test_a_change_only_ever_flagged_is_no_anti_pattern_and_one_a_refused_night_u
         record("r005-c00", "assembly.unit::set:turn", Verdict.ACCEPT, "accept", 0.02)]
     night = NightRecord(ended="patience", first_round=4, last_round=6, rounds=3, evaluations=9, start="a", final="b",
                         diff={}, restored="a")
-    view = NS(content=ContentStore(tmp_path / "content"), records=records, entries=[])
+    view = NS(content=ContentStore(tmp_path / "content"), records=records, nights=[])
     assert [(a.change, a.tried, a.rejected, a.reverted, a.flagged) for a in catalog(view)] == [
         ("assembly.replies::increase", 2, 1, 0, 1)]
-    view.entries = [{"type": "NIGHT", "payload": night.model_dump()}]
+    view.nights = [(7, night)]
     assert [(a.change, a.rejected, a.reverted) for a in catalog(view)] == [
         ("assembly.replies::increase", 1, 0), ("assembly.unit::set:turn", 0, 1)]

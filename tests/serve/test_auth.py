@@ -230,13 +230,14 @@ def test_an_admitted_request_that_fails_is_audited_under_its_key(served):
 def test_a_flood_of_refusals_is_one_line_a_minute_per_kind_and_the_chain_holds(served):
     """500 requests without a key: the first is a DENY line at once, the other 499 one line with their count when
     the minute is over (the next housekeeping, or the stop); another kind of refusal still gets its own line."""
+    access = served.client.app.state.access
+    access.clock = lambda: 600_030.0  # the flood within one minute, wherever the wall clock stands
     before = len(served.lines("DENY"))
     for _ in range(500):
         assert served.call("POST", "/v1/users/{user}/recall", {"question": "q"}, None).status_code == 401
     assert len(served.lines("DENY")) == before + 1
     assert served.call("POST", "/v1/users/{user}/answer", {"question": "q"}, None).status_code == 401  # other route
     assert len(served.lines("DENY")) == before + 2
-    access = served.client.app.state.access
     assert access.flush() == 0  # the minute is not over
     assert access.flush(float("inf")) == 1
     repeated = served.lines("DENY")[-1]["payload"]

@@ -183,7 +183,7 @@ def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers
 @router.post("/turns", status_code=201, response_model=CaptureOut,
              summary="Capture one or more turns (durable before the reply)")
 def capture(user: UserId, body: CaptureIn, memory: Memory, caller: Capturer) -> dict:
-    if not caller.serves(body.purpose) or (body.purpose is None and caller.api_key and caller.api_key.purposes):
+    if not caller.captures(body.purpose):
         raise caller.deny("this key may capture only for its own purposes: name one of them", user, "purpose")
     out = memory.capture(user, [t.model_dump() for t in body.turns], body.purpose, body.retain_until)
     caller.record("CAPTURE", user, ids=[t.id for t in body.turns], purpose=body.purpose,
