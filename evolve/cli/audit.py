@@ -50,13 +50,33 @@ def cmd_audit_witness(args: argparse.Namespace) -> int:
 
 
 def cmd_audit_show(args: argparse.Namespace) -> int:
-    from evolve.serve.audit import user_hash
-
-    wanted = user_hash(args.user) if args.user else None
-    lines = [e for e in _open(args).entries() if (wanted is None or e["payload"]["user"] == wanted)
+    audit = _open(args)
+    wanted = audit.names.of(args.user) if args.user else None
+    lines = [e for e in audit.entries() if (wanted is None or e["payload"]["user"] == wanted)
              and (args.type is None or e["type"] == args.type)]
     for entry in lines[-args.last:] if args.last else lines:
         print(json.dumps({k: entry[k] for k in ("index", "ts", "type", "payload")}, ensure_ascii=False))
+    return 0
+
+
+def cmd_audit_rekey(args: argparse.Namespace) -> int:
+    from contextlib import nullcontext
+
+    from evolve.serve.pseudonym import Pseudonyms
+    from evolve.serve.rekey import rekey
+    from evolve.serve.stores import open_backend
+    from evolve.state.lock import ServiceLock
+
+    _open(args)  # a data directory a service wrote
+    with ServiceLock(args.data) if args.data else nullcontext():
+        backend = open_backend(args.store or args.data)
+        try:
+            done = rekey(backend, Pseudonyms.from_env(), [Path(w) for w in args.witness])
+        finally:
+            backend.close()
+    print(f"re-keyed: {done.lines} audit line(s) chained again, {done.renamed} tombstone(s) and generation(s) "
+          f"renamed, {len(done.witnesses)} witness file(s) rewritten; new head {done.head['index']} "
+          f"({done.head['hash'][:12]})")
     return 0
 
 
@@ -72,10 +92,17 @@ def register(sub: argparse._SubParsersAction) -> None:
     _store_args(w)
     w.add_argument("--to", required=True, metavar="FILE", help="the witness file (appended to)")
     w.set_defaults(func=cmd_audit_witness)
+    r = asub.add_parser("rekey", help="name users by a keyed hash (MEMEVOLVE_USER_KEY) in a store written "
+                                      "without one: audit, tombstones, generations (every service stopped)")
+    _store_args(r)
+    r.add_argument("--witness", action="append", default=[], metavar="FILE",
+                   help="a witness file of the audit, rewritten to the re-chained heads (repeatable)")
+    r.set_defaults(func=cmd_audit_rekey)
     s = asub.add_parser("show", help="print the audit's lines (one JSON object each)")
     _store_args(s)
-    s.add_argument("--user", help="only lines about this user id (matched by its sha256)")
+    s.add_argument("--user", help="only lines about this user id (matched by its name, keyed under "
+                                  "MEMEVOLVE_USER_KEY)")
     s.add_argument("--type", type=str.upper, metavar="OPERATION",
-                   help="only lines of this operation: CAPTURE, CLOSE, RECALL, ANSWER, ERASE, PURGE, DENY or START")
+                   help="only lines of this operation: CAPTURE, CLOSE, RECALL, ANSWER, ERASE, PURGE, DENY, START, FAIL or REKEY")
     s.add_argument("--last", type=positive_int, metavar="N", help="only the last N lines")
     s.set_defaults(func=cmd_audit_show)

@@ -19,7 +19,7 @@ from typing import Callable
 from evolve.errors import EvolveError
 from evolve.files import StoreError
 from evolve.serve.backend import StoreUnavailable
-from evolve.serve.audit import Audit, AuditEvent, user_hash
+from evolve.serve.audit import Audit, AuditEvent
 from evolve.serve.keys import ApiKey, KeyStore
 
 
@@ -51,11 +51,11 @@ class Access:
         self._repeats_lock = threading.Lock()
 
     def record(self, type: str, key: str | None, user: str | None, **event) -> None:
-        """One audit line for ``user`` (named by its hash); :class:`AuditFailed` if it cannot be written."""
+        """One audit line for ``user`` (by the audit's name of it); :class:`AuditFailed` if it cannot be written."""
         if self.audit is None:
             return
         try:
-            self.audit.record(type, AuditEvent(key=key, user=user_hash(user) if user else None, **event))
+            self.audit.record(type, AuditEvent(key=key, user=self.audit.names.of(user) if user else None, **event))
         except (StoreError, StoreUnavailable) as exc:
             raise AuditFailed(f"the audit line of this {type.lower()} could not be written ({exc}); a capture, "
                               "close or erasure was carried out, a recall's reply is withheld") from None

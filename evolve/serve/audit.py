@@ -4,38 +4,35 @@ and denial, per data directory (``<data>/audit.jsonl``) or per database (table `
 The chain is the decision journal's (:class:`evolve.state.journal.HashChain`): editing, deleting, inserting or
 reordering a line breaks it at that line (``memevolve audit verify`` names it); ``MEMEVOLVE_AUDIT_KEY`` adds a MAC
 to every line; a witness of the head, kept elsewhere (``memevolve audit witness``, or ``serve --audit-witness``),
-catches a log rewritten whole (:mod:`evolve.ops.witness`). A line holds no content: the caller's key id, the sha256
-of the user id (as the tombstone names the user), the turn ids touched, counts and the time, so the audit outlives
-the erasure of the user it speaks of.
+catches a log rewritten whole (:mod:`evolve.ops.witness`). A line holds no content: the caller's key id, the user's
+name (the sha256 of the id, keyed under ``MEMEVOLVE_USER_KEY``: :mod:`evolve.serve.pseudonym`; as the tombstone
+names the user), the turn ids touched, counts and the time, so the audit outlives the erasure of the user it speaks
+of.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.canonical import canonical_json
 from evolve.files import StoreError, append_lines, ensure_dir
 from evolve.ops.witness import anchor_problems, append_head, head_anchors
+from evolve.serve.backend import AUDIT_FILE
+from evolve.serve.pseudonym import Pseudonyms
 from evolve.state.journal import HashChain, VerifyResult, chain_key
 
 if TYPE_CHECKING:
     from evolve.serve.backend import Backend
     from evolve.serve.pgstore import PostgresBackend
 
-#: Operations the audit records: the memory operations, a retention purge, a refused request, a service start.
-AUDIT_TYPES = ("CAPTURE", "CLOSE", "RECALL", "ANSWER", "ERASE", "PURGE", "DENY", "START", "FAIL")
+#: Operations the audit records: the memory operations, a retention purge, a refused request, a service start, an
+#: admitted request that failed, the keying of the users' names.
+AUDIT_TYPES = ("CAPTURE", "CLOSE", "RECALL", "ANSWER", "ERASE", "PURGE", "DENY", "START", "FAIL", "REKEY")
 AUDIT_KEY_ENV = "MEMEVOLVE_AUDIT_KEY"
-AUDIT_FILE = "audit.jsonl"
-
-
-def user_hash(user: str) -> str:
-    """How the audit (and a tombstone) names a user: the sha256 of the id."""
-    return hashlib.sha256(user.encode("utf-8")).hexdigest()
 
 
 class AuditEvent(BaseModel):
@@ -44,7 +41,8 @@ class AuditEvent(BaseModel):
     model_config = ConfigDict(extra="forbid")
     key: str | None = Field(None, description="the caller's key id (null: the service runs without --auth, or no "
                                               "valid key was presented)")
-    user: str | None = Field(None, description="sha256 of the user id")
+    user: str | None = Field(None, description="the user's name: the sha256 of the id, keyed under "
+                                               "MEMEVOLVE_USER_KEY")
     ids: list[str] = Field(default_factory=list, description="turn ids captured, packed or purged")
     counts: dict[str, int] = Field(default_factory=dict)
     purpose: str | None = None
@@ -60,6 +58,18 @@ class AuditChain(HashChain):
     TYPES = AUDIT_TYPES
     KEY_ENV = AUDIT_KEY_ENV
     VERIFY_COMMAND = "memevolve audit verify"
+    #: How the lines name users.
+    names: Pseudonyms
+
+    def rechained(self, entries: list[dict], rename: Callable[[str], str], note: str) -> list[dict]:
+        """``entries`` with each user's name renamed and chained again (times kept), then a REKEY line saying
+        ``note``."""
+        out: list[dict] = []
+        for entry in entries:
+            user = entry["payload"].get("user")
+            payload = {**entry["payload"], "user": rename(user) if user else user}
+            out.append(self.link(entry["type"], payload, out[-1] if out else None, ts=entry["ts"]))
+        return [*out, self.link("REKEY", AuditEvent(reason=note).model_dump(), out[-1] if out else None)]
 
 
 class FileAudit(AuditChain):
@@ -67,7 +77,8 @@ class FileAudit(AuditChain):
     directory: the service). ``read_only``: opened to verify or show while the service may be appending (a torn
     last line is reported, not truncated)."""
 
-    def __init__(self, data: str | Path, read_only: bool = False):
+    def __init__(self, data: str | Path, read_only: bool = False, names: Pseudonyms | None = None):
+        self.names = names or Pseudonyms.from_env()
         if read_only:
             self.path, self.key = Path(data) / AUDIT_FILE, chain_key(self.KEY_ENV)
         else:
@@ -95,13 +106,10 @@ class PgAudit(AuditChain):
     """The audit as table ``mem_audit`` of the shared store: one row per line (its index and canonical JSON),
     appended under an advisory lock, so every replica extends one chain."""
 
-    TABLE = "CREATE TABLE IF NOT EXISTS mem_audit (index bigint PRIMARY KEY, line text NOT NULL)"
-    LOCK = 0x6D656D61756474  # the advisory lock every replica appends under
-
     def __init__(self, backend: "PostgresBackend"):  # no file: HashChain.__init__ would open one
-        self.backend, self.key = backend, chain_key(self.KEY_ENV)
+        self.backend, self.key, self.names = backend, chain_key(self.KEY_ENV), backend.names
         self.path = Path(f"mem_audit of {backend.where}")
-        backend.run(lambda c: c.execute(self.TABLE))
+        backend.run(lambda c: c.execute(backend.AUDIT_TABLE))
 
     @property
     def where(self) -> str:
@@ -109,7 +117,7 @@ class PgAudit(AuditChain):
 
     def record(self, type: str, event: AuditEvent) -> dict:
         def work(c):
-            c.execute("SELECT pg_advisory_xact_lock(%s)", (self.LOCK,))
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (self.backend.AUDIT_LOCK,))
             row = c.execute("SELECT line FROM mem_audit ORDER BY index DESC LIMIT 1").fetchone()
             entry = self.link(type, event.model_dump(), _parse(row[0]) if row else None)
             c.execute("INSERT INTO mem_audit VALUES (%s, %s)", (entry["index"], canonical_json(entry)))
@@ -153,7 +161,7 @@ def open_audit(spec: str) -> Audit:
 def audit_of(backend: Backend) -> Audit:
     """The audit a service over ``backend`` appends to: the shared store's table (on its connections), or the
     file beside the users' folders."""
-    return PgAudit(backend) if backend.shared else FileAudit(backend.root)
+    return PgAudit(backend) if backend.shared else FileAudit(backend.root, names=backend.names)
 
 
 def witness_head(audit: Audit, path: Path) -> dict | None:

@@ -13,10 +13,13 @@ from typing import Protocol
 from evolve.errors import EvolveError
 from evolve.benchmarks.types import Turn
 from evolve.runtime.store import MemoryStore
+from evolve.serve.pseudonym import Naming, Pseudonyms
 from evolve.serve.records import CaptureEvent, RecallRecord, Tombstone, TurnErased
 
 #: A user id: letters, digits, ``_``, ``-`` and ``.``, starting with a letter or digit, at most 128 characters
 #: (no path separators, no ``..``: a user id names a folder).
+#: The file store's audit, beside the users' folders (:mod:`evolve.serve.audit`).
+AUDIT_FILE = "audit.jsonl"
 USER_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 
 
@@ -43,6 +46,8 @@ class Backend(Protocol):
     #: since it last looked (:meth:`events` ``since``) before using its copy of a user's memory, and loads the memory
     #: again when the user's :meth:`generation` changed meanwhile.
     shared: bool
+    #: How tombstones, generations and the audit name users (the environment's key by default).
+    names: Pseudonyms
 
     def users(self) -> list[str]:
         """Every user with memory."""
@@ -113,6 +118,21 @@ class Backend(Protocol):
         on what is kept) and the generation advanced. A log left with no turn is erased instead (:meth:`erase`, a
         tombstone). ``False``, nothing changed, if the generation moved since (the log was erased or rewritten
         meanwhile: read it again)."""
+        ...
+
+    def naming(self) -> Naming | None:
+        """How the store names users: as recorded, else unkeyed sha256 when it holds any name (a store written before
+        names were recorded), else ``None`` (a new store)."""
+        ...
+
+    def set_naming(self, naming: Naming) -> None:
+        """Record how the store names users."""
+        ...
+
+    def rekey(self, names: Pseudonyms, audit_lines: list[str]) -> int:
+        """Rename the users of an unkeyed store under ``names``: tombstones and generations renamed, the audit
+        replaced by ``audit_lines`` (chained again under the new names) and the naming recorded, all or nothing
+        (a crash leaves the store as it was, or re-keyed once it is next opened). How many names were renamed."""
         ...
 
     def verify(self, user: str) -> list[str]:

@@ -13,19 +13,22 @@
   size-bounded recall log; ``derived/`` - the embedding cache.
 
 Erasure renames the whole folder (its Git history included) out of ``users/`` in one step, advances the user id's
-erasure generation ``<root>/generations/<sha256 of the user id>.json``, leaves a tombstone
-``<root>/tombstones/<sha256 of the user id>.json`` holding no content, then deletes the renamed folder; a crash in
-between is finished at the next start. No raw text of an erased user remains in the store, Git history included.
+erasure generation ``<root>/generations/<name>.json``, leaves a tombstone ``<root>/tombstones/<name>.json`` holding
+no content, then deletes the renamed folder; a crash in between is finished at the next start. A user's ``name`` is
+the sha256 of the id, keyed under ``MEMEVOLVE_USER_KEY`` (:mod:`evolve.serve.pseudonym`; ``naming.json`` says which). No raw text of an erased user remains in the store, Git history included.
 
 Erasing one turn notes the erasure (``erasing-turn.json``: ids only), rewrites the user's Git history so that no
 commit keeps the turn's record, its session's rollup or a fact it is a source of (:mod:`evolve.serve.githistory`;
 unreachable objects pruned), removes the session's current records (organised again without the turn), rewrites the
 capture log without it, drops the embedding cache and advances the generation; a crash between is finished when the
 store is next opened.
+
+Keying the names (:meth:`FileBackend.rekey`) stages the renamed tombstones, generations and audit under ``rekey/``,
+commits by writing ``naming.json``, then moves them into place; a crash before the commit leaves the store as it
+was, one after it is finished when the store is next opened.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -39,7 +42,8 @@ from evolve.files import (StoreError, append_lines, atomic_write_bytes, atomic_w
                           crash_point, ensure_dir, iter_jsonl, now_iso, os_error, read_json, remove_stale_temps,
                           repair_torn_tail)
 from evolve.runtime.store import MemoryItem, MemoryStore
-from evolve.serve.backend import UnknownTurn, valid_user
+from evolve.serve.backend import AUDIT_FILE, UnknownTurn, valid_user
+from evolve.serve.pseudonym import LEGACY, Naming, Pseudonyms
 from evolve.serve.githistory import prune, rewrite_history
 from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnErased, TurnMeta,
                                   load_record, read_event, turns_in, without_turn)
@@ -49,6 +53,7 @@ RECALL_LOG_BYTES = 4 * 2**20
 _IGNORED = "capture.jsonl\norganised.json\nrecalls*.jsonl\nderived/\n"
 #: A turn erasure begun and not finished (a crash): finished when the store is next opened.
 _ERASING = "erasing-turn.json"
+_NAMING, _REKEY, _NAMED = "naming.json", "rekey", ("tombstones", "generations")
 
 
 def _safe(name: str) -> str:
@@ -110,9 +115,11 @@ class FileBackend:
     #: One service process owns the folders.
     shared = False
 
-    def __init__(self, root: str | Path, recall_log_bytes: int = RECALL_LOG_BYTES):
+    def __init__(self, root: str | Path, recall_log_bytes: int = RECALL_LOG_BYTES, names: Pseudonyms | None = None):
         self.root = Path(root)
         self.recall_log_bytes = recall_log_bytes
+        self.names = names or Pseudonyms.from_env()
+        self._finish_rekey()
         for sub in ("users", "tombstones", "generations", "trash"):
             ensure_dir(self.root / sub)
         for left in (self.root / "trash").iterdir():  # an erasure interrupted after its rename
@@ -248,9 +255,8 @@ class FileBackend:
 
     # ---------------------------------------------------------------- erasure and verification
 
-    @staticmethod
-    def _user_key(user: str) -> str:
-        return hashlib.sha256(user.encode("utf-8")).hexdigest()
+    def _user_key(self, user: str) -> str:
+        return self.names.of(user)
 
     def erase(self, user: str) -> Tombstone:
         """Rename the folder out of ``users/``, write the tombstone, delete the folder. A failure before the
@@ -339,6 +345,61 @@ class FileBackend:
         shutil.rmtree(folder / "derived" / "embeddings", ignore_errors=True)  # vectors of texts holding its words
         self._advance(user)
         (folder / _ERASING).unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- how users are named
+
+    def naming(self) -> Naming | None:
+        """How the store names users: as recorded, else unkeyed if it holds any name, else ``None`` (a new store)."""
+        path = self.root / _NAMING
+        raw = read_json(path, None)
+        if raw is not None:
+            return load_record(Naming, raw, str(path))
+        audit = self.root / AUDIT_FILE
+        held = any(any((self.root / sub).iterdir()) for sub in _NAMED) or (audit.exists() and audit.stat().st_size)
+        return LEGACY if held else None
+
+    def set_naming(self, naming: Naming) -> None:
+        atomic_write_json(self.root / _NAMING, naming.stored())
+
+    def rekey(self, names: Pseudonyms, audit_lines: list[str]) -> int:
+        """Name users under ``names`` (from unkeyed sha256): the tombstones and generations renamed, the audit
+        replaced by ``audit_lines``; staged, committed by ``naming.json``, then moved in place. Names renamed."""
+        stage = self.root / _REKEY
+        shutil.rmtree(stage, ignore_errors=True)
+        renamed = 0
+        for sub in _NAMED:
+            ensure_dir(stage / sub)
+            for path in sorted((self.root / sub).glob("*.json")):
+                name, raw = names.keyed(path.stem), read_json(path)
+                if sub == "tombstones":
+                    raw = load_record(Tombstone, raw, str(path)).model_copy(update={"user_sha256": name}).stored()
+                atomic_write_json(stage / sub / f"{name}.json", raw)
+                renamed += 1
+        atomic_write_text(stage / AUDIT_FILE, "".join(line + "\n" for line in audit_lines))
+        crash_point("serve.rekey.before_commit")
+        self.set_naming(names.naming)
+        self.names = names
+        crash_point("serve.rekey.after_commit")
+        self._finish_rekey()
+        return renamed
+
+    def _finish_rekey(self) -> None:
+        """Move a committed re-keying's staged files in place (or drop an uncommitted one's)."""
+        stage = self.root / _REKEY
+        if not stage.is_dir():
+            return
+        if read_json(self.root / _NAMING, None) is None:  # not committed: the store is as it was
+            shutil.rmtree(stage)
+            return
+        for sub in _NAMED:
+            new, old = stage / sub, stage / f"old-{sub}"
+            if new.is_dir():
+                if (self.root / sub).is_dir() and not old.exists():
+                    os.replace(self.root / sub, old)
+                os.replace(new, self.root / sub)
+        if (stage / AUDIT_FILE).exists():
+            os.replace(stage / AUDIT_FILE, self.root / AUDIT_FILE)
+        shutil.rmtree(stage)
 
     def _tombstone_path(self, user: str) -> Path:
         return self.root / "tombstones" / f"{self._user_key(user)}.json"

@@ -23,6 +23,7 @@ from evolve.files import StoreError
 from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
+from evolve.serve import heap
 from evolve.serve.backend import Backend, StoreUnavailable
 from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, RecordError, Tombstone, TurnErased,
                                   TurnRecord, TurnsEvent, turns_in)
@@ -148,13 +149,13 @@ class _UserEmbeddings(EmbeddingCache):
     under the tenant's erasure lock), so a build that ran across an erasure never re-creates the user's folder; a
     shard that cannot be written (a full or read-only disk) is logged, the vectors kept in memory."""
 
-    def __init__(self, directory: Path | None, user: "_User"):
+    def __init__(self, directory: Path | None, tenant: _Tenant, erasures: int):
         super().__init__()
-        self.directory, self.user = directory, user
+        self.directory, self.tenant, self.erasures = directory, tenant, erasures
 
     def _write_shard(self, keys: list[str], vectors: np.ndarray) -> None:
-        with self.user.tenant.erasing:
-            if self.user.erased:
+        with self.tenant.erasing:
+            if self.erasures != self.tenant.erasures:  # erased since the memory was loaded
                 return
             try:
                 super()._write_shard(keys, vectors)
@@ -179,7 +180,7 @@ class _User:
 
     def __post_init__(self) -> None:
         self.erasures = self.tenant.erasures
-        self.embeddings = _UserEmbeddings(self.directory, self)
+        self.embeddings = _UserEmbeddings(self.directory, self.tenant, self.erasures)  # no cycle: freed on unload
 
     @property
     def erased(self) -> bool:
@@ -217,6 +218,7 @@ class MemoryService:
         self.organise_failures = 0
         self.recall_log_failures = 0
         self.evictions = 0
+        self._released = 0  # evictions whose memory :meth:`release` has handed back
 
     # ---------------------------------------------------------------- loading and repair
 
@@ -335,6 +337,16 @@ class MemoryService:
         finally:
             state.lock.release()
 
+    def release(self) -> bool:
+        """Hand the memory of users unloaded since the last call back to the operating system (off the request
+        path: the service's watcher calls it); whether any was unloaded."""
+        with self._registry:
+            if self._released == self.evictions:
+                return False
+            self._released = self.evictions
+        heap.release()
+        return True
+
     def _forget(self, user: str, state: _User) -> None:
         """Drop ``state`` as erased (its lock held): no embedding shard or recall line of it is written after."""
         state.tenant.erase()
@@ -380,6 +392,7 @@ class MemoryService:
             with self._registry:
                 if self._users.get(user) is state:
                     self._unload(user, state)
+        heap.release()
         return len(users)
 
     def loaded(self) -> list[str]:

@@ -6,13 +6,15 @@ under a per-user advisory lock, one row per acknowledged request, committed befo
 row per organisation step (the provenance a Git commit gives the file store) with ``mem_records`` (one per turn,
 with the sha256 of its text) and ``mem_facts`` (the facts as that step left them, supersession and retraction
 marks included); ``mem_organised``; ``mem_recalls`` - the recall
-log, bounded per user; ``mem_tombstones`` - content-free, keyed by the sha256 of the user id; ``mem_generations`` -
-each user id's erasure generation, by the same key. Erasure deletes every row of the user and advances its
+log, bounded per user; ``mem_tombstones`` - content-free, keyed by the user's name (the sha256 of the id, keyed
+under ``MEMEVOLVE_USER_KEY``: :mod:`evolve.serve.pseudonym`; ``mem_naming`` says which); ``mem_generations`` -
+each user id's erasure generation, by the same name. Erasure deletes every row of the user and advances its
 generation in one transaction; erasing one turn rewrites its capture-log row and deletes the rows derived from it
 (its session's records, the facts it is a source of, in every step) in one. Rows deleted or rewritten stay in the
 database's files as dead row versions until ``VACUUM`` reclaims them, and in its write-ahead log and backups. When
 the database cannot be reached, every call raises :class:`evolve.serve.backend.StoreUnavailable` (the service
-answers 503) and the pool reconnects once it is back.
+answers 503) and the pool reconnects once it is back. Keying the names renames the tombstones, generations and audit
+lines and records the naming in one transaction.
 """
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from evolve.files import now_iso
 from evolve.runtime.live import CaptureError
 from evolve.runtime.store import MemoryStore
 from evolve.serve.backend import StoreUnavailable, UnknownTurn, valid_user
+from evolve.serve.pseudonym import LEGACY, Naming, Pseudonyms
 from evolve.serve.filestore import _fact
 from evolve.serve.records import (CaptureEvent, RecallRecord, RecordError, Tombstone, TurnErased, TurnMeta,
                                   TurnsEvent, load_record, read_event, turns_in, without_turn)
@@ -54,12 +57,9 @@ CREATE TABLE IF NOT EXISTS mem_recalls (seq bigserial PRIMARY KEY, user_id text 
 CREATE INDEX IF NOT EXISTS mem_recalls_user ON mem_recalls (user_id, seq);
 CREATE TABLE IF NOT EXISTS mem_tombstones (user_sha256 text PRIMARY KEY, tombstone jsonb NOT NULL);
 CREATE TABLE IF NOT EXISTS mem_generations (user_sha256 text PRIMARY KEY, generation bigint NOT NULL);
+CREATE TABLE IF NOT EXISTS mem_naming (one boolean PRIMARY KEY DEFAULT true CHECK (one), naming jsonb NOT NULL);
 """
 _USER_TABLES = ("mem_events", "mem_steps", "mem_records", "mem_facts", "mem_organised", "mem_recalls", "mem_users")
-
-
-def _user_key(user: str) -> str:
-    return hashlib.sha256(user.encode("utf-8")).hexdigest()
 
 
 def _drop_recalls(c, user: str, turns: set[str]) -> None:
@@ -79,9 +79,14 @@ class PostgresBackend:
 
     #: Other processes write the same users: the service re-reads the capture log before using its copy.
     shared = True
+    #: The audit's table (:class:`evolve.serve.audit.PgAudit`) and the advisory lock every replica appends under.
+    AUDIT_TABLE = "CREATE TABLE IF NOT EXISTS mem_audit (index bigint PRIMARY KEY, line text NOT NULL)"
+    AUDIT_LOCK = 0x6D656D61756474
 
-    def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0, recalls_kept: int = RECALLS_KEPT):
+    def __init__(self, url: str, max_size: int = 8, timeout: float = 5.0, recalls_kept: int = RECALLS_KEPT,
+                 names: Pseudonyms | None = None):
         self.url, self.timeout, self.recalls_kept = url, timeout, recalls_kept
+        self.names = names or Pseudonyms.from_env()
         self.pool = ConnectionPool(url, min_size=1, max_size=max_size, timeout=timeout, open=False,
                                    kwargs={"connect_timeout": max(1, int(timeout))})
         try:
@@ -160,16 +165,15 @@ class PostgresBackend:
         self._check(user)
         return self._run(lambda c: self._generation(c, user))
 
-    @staticmethod
-    def _generation(c, user: str) -> int:
-        row = c.execute("SELECT generation FROM mem_generations WHERE user_sha256 = %s", (_user_key(user),)).fetchone()
+    def _generation(self, c, user: str) -> int:
+        row = c.execute("SELECT generation FROM mem_generations WHERE user_sha256 = %s",
+                        (self.names.of(user),)).fetchone()
         return row[0] if row else 0
 
-    @staticmethod
-    def _advance(c, user: str) -> None:
+    def _advance(self, c, user: str) -> None:
         """Advance the user's generation (in the caller's transaction)."""
         c.execute("INSERT INTO mem_generations VALUES (%s, 1) ON CONFLICT (user_sha256) DO UPDATE SET generation = "
-                  "mem_generations.generation + 1", (_user_key(user),))
+                  "mem_generations.generation + 1", (self.names.of(user),))
 
     # ---------------------------------------------------------------- organisation
 
@@ -232,7 +236,7 @@ class PostgresBackend:
         """Every row of the user deleted, the generation advanced, the tombstone written (the user's lock held)."""
         turns = c.execute("SELECT coalesce(sum(jsonb_array_length(event->'turns')), 0) FROM mem_events "
                           "WHERE user_id = %s AND event ? 'turns'", (user,)).fetchone()[0]
-        tombstone = Tombstone(user_sha256=_user_key(user), erased_at=now_iso(), turns_erased=turns)
+        tombstone = Tombstone(user_sha256=self.names.of(user), erased_at=now_iso(), turns_erased=turns)
         for table in _USER_TABLES:
             c.execute(f"DELETE FROM {table} WHERE user_id = %s", (user,))
         self._advance(c, user)
@@ -289,10 +293,60 @@ class PostgresBackend:
             return TurnErased(turn=turn, session=session, erased_at=now_iso(), organised=organised)
         return self._run(work)
 
+    # ---------------------------------------------------------------- how users are named
+
+    def naming(self) -> Naming | None:
+        """How the store names users: as recorded, else unkeyed if it holds any name, else ``None`` (a new store)."""
+        def work(c):
+            row = c.execute("SELECT naming FROM mem_naming").fetchone()
+            if row:
+                return load_record(Naming, row[0], f"mem_naming of {self.where}")
+            held = c.execute("SELECT EXISTS (SELECT 1 FROM mem_tombstones) OR EXISTS (SELECT 1 FROM mem_generations)"
+                             ).fetchone()[0]
+            if not held and c.execute("SELECT to_regclass('mem_audit')").fetchone()[0] is not None:
+                held = c.execute("SELECT EXISTS (SELECT 1 FROM mem_audit)").fetchone()[0]
+            return LEGACY if held else None
+        return self._run(work)
+
+    def set_naming(self, naming: Naming) -> None:
+        self._run(lambda c: self._set_naming(c, naming))
+
+    @staticmethod
+    def _set_naming(c, naming: Naming) -> None:
+        c.execute("INSERT INTO mem_naming (naming) VALUES (%s) ON CONFLICT (one) DO UPDATE SET naming = "
+                  "excluded.naming", (Jsonb(naming.stored()),))
+
+    def rekey(self, names: Pseudonyms, audit_lines: list[str]) -> int:
+        """Name users under ``names`` (from unkeyed sha256): the tombstones and generations renamed, the audit
+        replaced by ``audit_lines`` and the naming recorded, in one transaction under the audit's lock. Names
+        renamed."""
+        def work(c):
+            c.execute("SELECT pg_advisory_xact_lock(%s)", (self.AUDIT_LOCK,))
+            stones = c.execute("SELECT user_sha256, tombstone FROM mem_tombstones").fetchall()
+            generations = c.execute("SELECT user_sha256, generation FROM mem_generations").fetchall()
+            c.execute("DELETE FROM mem_tombstones")
+            c.execute("DELETE FROM mem_generations")
+            for digest, raw in stones:
+                stone = load_record(Tombstone, raw, f"tombstone {digest}")
+                name = names.keyed(digest)
+                c.execute("INSERT INTO mem_tombstones VALUES (%s, %s)",
+                          (name, Jsonb(stone.model_copy(update={"user_sha256": name}).stored())))
+            for digest, generation in generations:
+                c.execute("INSERT INTO mem_generations VALUES (%s, %s)", (names.keyed(digest), generation))
+            c.execute(self.AUDIT_TABLE)
+            c.execute("DELETE FROM mem_audit")
+            for index, line in enumerate(audit_lines):
+                c.execute("INSERT INTO mem_audit VALUES (%s, %s)", (index, line))
+            self._set_naming(c, names.naming)
+            return len(stones) + len(generations)
+        renamed = self._run(work)
+        self.names = names
+        return renamed
+
     def tombstone(self, user: str) -> Tombstone | None:
         row = self._run(lambda c: c.execute("SELECT tombstone FROM mem_tombstones WHERE user_sha256 = %s",
-                                            (_user_key(user),)).fetchone())
-        return load_record(Tombstone, row[0], f"tombstone of user sha256 {_user_key(user)}") if row else None
+                                            (self.names.of(user),)).fetchone())
+        return load_record(Tombstone, row[0], f"tombstone of user sha256 {self.names.of(user)}") if row else None
 
     def verify(self, user: str) -> list[str]:
         self._check(user)

@@ -230,9 +230,10 @@ class RecallRecord(Record):
 
 
 class Tombstone(Record):
-    """What erasure leaves of a user: no content, keyed by the sha256 of the user id."""
+    """What erasure leaves of a user: no content, keyed by the user's name."""
 
-    user_sha256: str
+    user_sha256: str = Field(description="the user's name: the sha256 of the id, keyed under MEMEVOLVE_USER_KEY "
+                                         "(the field keeps its first name)")
     erased_at: str
     turns_erased: int | None = Field(description="turns the erased capture log held (None: it was unreadable)")
 

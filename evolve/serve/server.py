@@ -29,6 +29,7 @@ from evolve.serve.guard import GuardPlan
 from evolve.serve.stores import open_backend
 from evolve.state.lock import ServiceLock
 from evolve.serve.memory import MemoryService, Quarantined
+from evolve.serve.rekey import claim_naming
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class Service:
         retention = timedelta(days=config.retention_days) if config.retention_days is not None else None
         self.memory = MemoryService(open_backend(config.store or str(config.data)), lambda: self.slot.current,
                                     config.max_users, retention)
+        claim_naming(self.memory.backend)  # the names this service writes are the store's
         self.access = Access(keys, audit_of(self.memory.backend))
         self.access.record("START", None, None, reason=start_note(config))
         self.users = self.memory.recover()
@@ -180,6 +182,7 @@ class Service:
                     log.warning("serving file refused, previous strategy keeps serving: %s",
                                 self.slot.refused["reason"])
                 self.memory.close_idle(self.config.idle_seconds)
+                self.memory.release()
             except Exception:  # noqa: BLE001 - the watcher must outlive any one bad look
                 log.exception("serving-file watch failed")
 

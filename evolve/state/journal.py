@@ -154,8 +154,9 @@ class HashChain:
     def fields(cls) -> frozenset[str]:
         return frozenset({"index", "type", "ts", *cls.EXTRA, "payload", "payload_hash", "prev_hash", "hash"})
 
-    def link(self, type: str, payload: dict, last: dict | None, **extra: Any) -> dict:
-        """The entry that follows ``last`` (``None``: the first), hashed (and MACed under the key)."""
+    def link(self, type: str, payload: dict, last: dict | None, ts: str | None = None, **extra: Any) -> dict:
+        """The entry that follows ``last`` (``None``: the first), hashed (and MACed under the key); written at ``ts``
+        (``None``: now)."""
         if type not in self.TYPES:
             raise ValueError(f"unknown {self.NAME} entry type {type!r}; expected one of {', '.join(self.TYPES)}")
         if not isinstance(payload, dict):
@@ -163,7 +164,7 @@ class HashChain:
         entry: dict[str, Any] = {
             "index": 0 if last is None else last["index"] + 1,
             "type": type,
-            "ts": now_iso(),
+            "ts": ts or now_iso(),
             **{name: extra.get(name) for name in self.EXTRA},
             "payload": payload,
             "payload_hash": self._payload_hash(payload),

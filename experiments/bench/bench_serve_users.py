@@ -164,15 +164,22 @@ def workload(users: int, questions: list[list[str]], recalls: int, bound: int | 
     return asks
 
 
-def sweep(url: str, users: int, questions: list[list[str]], per_user: int, rss: "Resident") -> list[list[float]]:
+#: Seconds between a user's last recall and the sweep's reading of the resident set.
+SETTLE_S = 1.5
+
+
+def sweep(url: str, users: int, questions: list[list[str]], per_user: int, rss: "Resident",
+          settle: float = SETTLE_S) -> list[list[float]]:
     """Recall each user in turn, ``per_user`` questions each, one client: ``[users recalled, RSS MB]`` after each
-    user (what a bound on users must hold flat once it is reached)."""
+    user, read ``settle`` seconds after its last recall (the service's watcher hands unloaded users' memory back
+    once a second): what a bound on users must hold flat once it is reached."""
     curve = []
     with httpx.Client(timeout=120) as client:
         for i in range(users):
             pool = questions[i % len(questions)]
             for question in pool[:per_user]:
                 client.post(f"{url}/v1/users/u{i:05d}/recall", json={"question": question}).raise_for_status()
+            time.sleep(settle)
             curve.append([i + 1, round(rss.now(), 1)])
     return curve
 

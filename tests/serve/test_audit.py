@@ -7,13 +7,14 @@ import json
 import pytest
 
 from evolve.cli.main import main
-from evolve.serve.audit import AUDIT_FILE, AuditEvent, FileAudit, user_hash, verify_audit, witness_head
+from evolve.serve.audit import AUDIT_FILE, AuditEvent, FileAudit, verify_audit, witness_head
+from evolve.serve.pseudonym import Pseudonyms
 
 
 def _audit(tmp_path, n: int = 5) -> FileAudit:
     audit = FileAudit(tmp_path / "data")
     for i in range(n):
-        audit.record("RECALL", AuditEvent(key="0123456789ab", user=user_hash("alice"), ids=[f"D1:{i}"],
+        audit.record("RECALL", AuditEvent(key="0123456789ab", user=Pseudonyms().of("alice"), ids=[f"D1:{i}"],
                                           counts={"packed": i}))
     return audit
 
@@ -68,11 +69,11 @@ def test_a_witnessed_head_catches_a_log_rewritten_whole(tmp_path, capsys):
 def test_a_line_holds_ids_and_counts_never_text_and_the_chain_resumes_after_a_restart(tmp_path, capsys):
     _audit(tmp_path, 2)
     reopened = FileAudit(tmp_path / "data")  # a restart: the head read back from the file
-    entry = reopened.record("ERASE", AuditEvent(key=None, user=user_hash("alice"), counts={"turns": 3}))
+    entry = reopened.record("ERASE", AuditEvent(key=None, user=Pseudonyms().of("alice"), counts={"turns": 3}))
     assert entry["index"] == 2 and reopened.verify().ok
     assert main(["audit", "show", "--data", str(tmp_path / "data"), "--user", "alice", "--type", "erase"]) == 0
     shown = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-    assert [s["type"] for s in shown] == ["ERASE"] and shown[0]["payload"]["user"] == user_hash("alice")
+    assert [s["type"] for s in shown] == ["ERASE"] and shown[0]["payload"]["user"] == Pseudonyms().of("alice")
     assert "alice" not in (tmp_path / "data" / AUDIT_FILE).read_text()
     with pytest.raises(ValueError, match="unknown audit log entry type 'READ'"):
         reopened.record("READ", AuditEvent())

@@ -12,7 +12,8 @@ from fastapi.testclient import TestClient
 from evolve.errors import ConfigError
 from evolve.serve.access import Access
 from evolve.serve.app import create_app
-from evolve.serve.audit import AUDIT_FILE, FileAudit, user_hash
+from evolve.serve.audit import AUDIT_FILE, FileAudit
+from evolve.serve.pseudonym import Pseudonyms
 from evolve.serve.filestore import FileBackend
 from evolve.serve.keys import SCOPES, KeyStore, add_key
 from evolve.serve.memory import MemoryService
@@ -79,7 +80,7 @@ def test_the_401_403_matrix_every_route_and_every_refusal_audited(served):
                 assert reply.status_code == status, (method, path, key, reply.text)
                 deny = served.lines("DENY")[-1]["payload"]
                 assert len(served.lines("DENY")) == denials + 1 and deny["status"] == status
-                assert deny["operation"] == scope and deny["user"] == (user_hash("alice") if user_route else None)
+                assert deny["operation"] == scope and deny["user"] == (Pseudonyms().of("alice") if user_route else None)
             if status == 401:
                 assert reply.headers["www-authenticate"] == "Bearer"
     assert served.client.get("/healthz").status_code == 200  # liveness stays open
@@ -111,7 +112,7 @@ def test_operations_are_audited_without_content_and_the_audit_outlives_erasure(s
     assert served.call("POST", "/v1/users/{user}/recall", {"question": "bees?"}, "all").status_code == 404
     capture, recall, erase = (served.lines(t)[-1]["payload"] for t in ("CAPTURE", "RECALL", "ERASE"))
     key = served.secrets["all"].split("_")[1]
-    assert capture["ids"] == ["D1:1"] and capture["key"] == key and capture["user"] == user_hash("alice")
+    assert capture["ids"] == ["D1:1"] and capture["key"] == key and capture["user"] == Pseudonyms().of("alice")
     assert recall["ids"] == sorted({s for p in recalled["packed"] for s in p["source_ids"]})
     assert recall["counts"] == {"packed": len(recalled["packed"]), "words": recalled["words"]}
     assert erase["counts"] == {"turns": 1}
@@ -125,7 +126,7 @@ def test_a_turn_erasure_is_audited_by_the_turns_id(served):
     assert served.call("POST", "/v1/users/{user}/turns", {"turns": [{**TURN, "id": "D1:2"}]}, "all").status_code == 201
     assert served.call("DELETE", "/v1/users/{user}/turns/D1:1", None, "only-erase").json()["turn"]["turn"] == "D1:1"
     erase = served.lines("ERASE")[-1]["payload"]
-    assert erase["ids"] == ["D1:1"] and erase["counts"] == {"turns": 1} and erase["user"] == user_hash("alice")
+    assert erase["ids"] == ["D1:1"] and erase["counts"] == {"turns": 1} and erase["user"] == Pseudonyms().of("alice")
     assert served.call("DELETE", "/v1/users/{user}/turns/D1:1", None, "all").status_code == 404  # erased already
     assert served.call("DELETE", "/v1/users/{user}/turns/D1:2", None, "only-capture").status_code == 403
     assert served.audit.verify().ok
@@ -220,7 +221,7 @@ def test_an_admitted_request_that_fails_is_audited_under_its_key(served):
         fail = served.lines("FAIL")
         assert len(fail) == before + 1, (method, path)
         payload = fail[-1]["payload"]
-        assert payload["status"] == status and payload["user"] == user_hash(user) and payload["key"] is not None
+        assert payload["status"] == status and payload["user"] == Pseudonyms().of(user) and payload["key"] is not None
         assert "q" not in json.dumps(payload["ids"])
     assert served.call("DELETE", "/v1/users/{user}/turns/D9:9", None, "all").status_code == 404  # alice's unknown turn
     assert served.lines("FAIL")[-1]["payload"]["reason"] == "UnknownTurn"

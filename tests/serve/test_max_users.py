@@ -3,6 +3,8 @@ nothing acknowledged is lost, queued organisation and idle closing still reach t
 batch ingestion even when every user is unloaded between its captures and its recalls."""
 from __future__ import annotations
 
+import weakref
+
 from evolve.benchmarks.synthetic import generate_synthetic
 from evolve.data import BASELINE_PATH
 from evolve.runtime import MemoryRuntime
@@ -45,6 +47,18 @@ def test_every_user_unloaded_between_capture_and_recall_still_packs_what_batch_i
             expected = runtime.ask(batch, q.question, q.asked_at, answer=False)
             assert [(c.id, c.text, c.source_ids) for c in served.packed] == \
                 [(c.id, c.text, c.source_ids) for c in expected.packed], q.question
+
+
+def test_an_unloaded_users_memory_is_freed_and_handed_back_once(tmp_path, serving, embedder):
+    slot, memory = _memory(tmp_path, serving, embedder, max_users=1)
+    first, second = list(BENCH.conversations.values())[:2]
+    memory.capture("a", turns_of(first)[:20])
+    built = weakref.ref(memory.store("a", slot.current))
+    assert not memory.release()  # nothing unloaded yet
+    memory.capture("b", turns_of(second)[:20])  # unloads a
+    assert memory.loaded() == ["b"]
+    assert memory.release() and not memory.release()
+    assert built() is None  # nothing in the service holds the unloaded memory
 
 
 def test_unloading_keeps_queued_organisation_and_idle_closing(tmp_path, serving, embedder):

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 from fastapi.testclient import TestClient
 
-from evolve.serve.audit import user_hash
+from evolve.serve.pseudonym import Pseudonyms
 from evolve.serve.filestore import FileBackend
 from evolve.serve.memory import MemoryService
 from evolve.serve.server import ServeConfig, Service
@@ -48,7 +48,7 @@ def test_expired_turns_are_purged_audited_and_their_derived_state_rebuilt(tmp_pa
     assert MARKER.encode() not in _everything_under(tmp_path / "data" / "users")
     purge = [e for e in service.access.audit.entries() if e["type"] == "PURGE"]
     assert [p["payload"]["ids"] for p in purge] == [["D1:0", "D1:1", "D1:2"]]
-    assert purge[0]["payload"]["user"] == user_hash("ann") and purge[0]["payload"]["counts"] == {"turns": 3}
+    assert purge[0]["payload"]["user"] == Pseudonyms().of("ann") and purge[0]["payload"]["counts"] == {"turns": 3}
     packed = client.post("/v1/users/ann/recall", json={"question": "What do I keep?"}).json()["packed"]
     assert packed and all(s.startswith("D2:") for p in packed for s in p["source_ids"])
     backend = FileBackend(tmp_path / "data")

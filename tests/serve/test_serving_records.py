@@ -80,7 +80,7 @@ def test_the_postgres_store_reads_todays_rows_and_writes_the_same_json(pg_url):
     import psycopg
     from psycopg.types.json import Jsonb
 
-    from evolve.serve.pgstore import PostgresBackend, _user_key
+    from evolve.serve.pgstore import PostgresBackend
 
     backend = PostgresBackend(pg_url)
     try:
@@ -93,7 +93,7 @@ def test_the_postgres_store_reads_todays_rows_and_writes_the_same_json(pg_url):
                 conn.execute("INSERT INTO mem_events VALUES ('ann', %s, %s)", (seq, Jsonb(event)))
             for record in old_recalls:
                 conn.execute("INSERT INTO mem_recalls (user_id, record) VALUES ('ann', %s)", (Jsonb(record),))
-            conn.execute("INSERT INTO mem_tombstones VALUES (%s, %s)", (_user_key("gone"), Jsonb(stone)))
+            conn.execute("INSERT INTO mem_tombstones VALUES (%s, %s)", (backend.names.of("gone"), Jsonb(stone)))
         events, recalls = backend.events("ann"), backend.recalls("ann")
         assert [(e.to_json() + "\n").encode() for e in events] == LINES["capture.jsonl"]
         assert [(r.to_json() + "\n").encode() for r in recalls] == LINES["recalls.jsonl"]
@@ -113,7 +113,7 @@ def test_the_postgres_store_reads_todays_rows_and_writes_the_same_json(pg_url):
             assert rows(events_sql, "bo") == rows(events_sql, "ann")
             assert rows(recalls_sql, "bo") == rows(recalls_sql, "ann")
             same = conn.execute("SELECT %s::jsonb = tombstone FROM mem_tombstones WHERE user_sha256 = %s",
-                                (Jsonb(backend.tombstone("gone").stored()), _user_key("gone"))).fetchone()[0]
+                                (Jsonb(backend.tombstone("gone").stored()), backend.names.of("gone"))).fetchone()[0]
             assert same
     finally:
         backend.close()
