@@ -68,14 +68,14 @@ DECLINE = tuple(re.compile(p) for p in (
     rf"\b(?:you|we)\s+(?:never|did\s+not|have\s+not|had\s+not)\s+(?:{_SAY}|talked\s+about|discussed)\b",
     rf"(?:^|\b(?:is|was|were|are|been|be|it|that|this)\s+)(?:not|never)\s+(?:been\s+)?(?:explicitly\s+)?(?:{_DONE}|"
     rf"in\s+(?:the|my|our)\s+{_SOURCE})\b",
-    rf"^(?:there\s+is|there\s+was|there\s+are)\s+(?:no|not\s+(?:enough|any)|nothing)\b",
+    r"^(?:there\s+is|there\s+was|there\s+are)\s+(?:no|not\s+(?:enough|any)|nothing)\b",
     rf"^(?:no|not\s+enough|insufficient)\s+(?:{_SOURCE}|mention|details?)\b",
-    rf"\bnothing\s+(?:in|about|on|regarding)\s+(?:the|my|our|that|this|it|her|his|a|an)\b",
+    r"\bnothing\s+(?:in|about|on|regarding)\s+(?:the|my|our|that|this|it|her|his|a|an)\b",
     rf"^nothing\s+(?:about\s+that\s+)?(?:was|is)\s+{_SAY}",
-    rf"\b(?:that|this|it|the\s+answer|the\s+date|that\s+detail|the\s+detail)\s+(?:is|was)\s+not\s+(?:in|something|"
-    rf"anywhere)\b",
-    rf"\b(?:is|was|are|were)\s+not\s+(?:something\s+)?(?:we|i)\s+(?:talked|discussed)\b",
-    rf"\b(?:information|details?|answer)\s+(?:is|are|was|were)\s+not\s+(?:available|provided|given|included|known)\b",
+    r"\b(?:that|this|it|the\s+answer|the\s+date|that\s+detail|the\s+detail)\s+(?:is|was)\s+not\s+(?:in|something|"
+    r"anywhere)\b",
+    r"\b(?:is|was|are|were)\s+not\s+(?:something\s+)?(?:we|i)\s+(?:talked|discussed)\b",
+    r"\b(?:information|details?|answer)\s+(?:is|are|was|were)\s+not\s+(?:available|provided|given|included|known)\b",
     r"^no\s+details?\s+(?:are|were)\s+(?:given|provided)\b",
     # it cannot be determined, is unclear, unanswerable
     r"\b(?:cannot|can\s+not|could\s+not)\s+(?:be\s+)?(?:determined|answered|inferred|known|found|told|confirmed|verified)\b",

@@ -19,7 +19,8 @@ from evolve.runtime.usage import UsageStats
 from evolve.serve.access import Access, AuditFailed, Denied
 from evolve.serve.backend import StoreUnavailable, UnknownTurn
 from evolve.serve.keys import KeysUnreadable
-from evolve.serve.memory import MemoryService, Quarantined, UnknownUser
+from evolve.serve.memory import MemoryService
+from evolve.serve.tenants import Quarantined, UnknownUser
 from evolve.serve.metrics import Metrics
 from evolve.serve.records import RecordError
 from evolve.serve.routes import memory as memory_routes, service as service_routes

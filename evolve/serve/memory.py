@@ -1,7 +1,7 @@
 """Per-user served memory: capture into the durable log, incremental derived stores (built again off the request
-path once a user's captures pause), organisation off the request path (a closed session's records and Git commit),
-erasure; one lock per user serialises its writers. A user whose stored memory cannot be read is quarantined (503 for
-that user, the others served)."""
+path once a user's captures pause: :mod:`evolve.serve.background`), organisation off the request path (a closed
+session's records and Git commit), erasure, users unloaded beyond a bound; one lock per user serialises its writers.
+A user whose stored memory cannot be read is quarantined (503 for that user, the others served)."""
 from __future__ import annotations
 
 import logging
@@ -10,188 +10,23 @@ import threading
 import time
 from contextlib import nullcontext
 from collections import OrderedDict
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from pathlib import Path
-from typing import Callable, Iterable, TypeVar
+from typing import Callable
 
-import numpy as np
-
-from evolve.errors import EvolveError
-from evolve.benchmarks.turns import TurnError, client_turn, parse_moment
-from evolve.files import StoreError
-from evolve.runtime.cache import EmbeddingCache
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve import heap
 from evolve.serve.backend import Backend, StoreUnavailable
-from evolve.serve.records import (CaptureEvent, CloseEvent, RecallRecord, RecordError, Tombstone, TurnErased,
-                                  TurnRecord, TurnsEvent, turns_in)
+from evolve.serve.background import Background
+from evolve.serve.capturelog import apply_events, prune, purpose_of, turn_record
+from evolve.serve.records import CloseEvent, RecallRecord, Tombstone, TurnErased, TurnsEvent
 from evolve.serve.strategy import Loaded
+from evolve.serve.tenants import LOAD_ERRORS, Quarantined, Stale, Tenant, UnknownUser, UserState
 
 log = logging.getLogger(__name__)
 
-#: Seconds a user's captures must pause before their memory is built again in the background (a conversation
-#: imported turn by turn is built once at its end, not after every turn).
-WARM_QUIET_S = 0.1
 
-
-def parse_time(text: str, where: str) -> datetime:
-    """An ISO 8601 or LoCoMo-style (``1:56 pm on 8 May, 2023``) moment, a zoned one as naive UTC;
-    :class:`CaptureError` naming ``where``."""
-    try:
-        return parse_moment(text)
-    except ValueError:
-        raise CaptureError(f"{where}: unparseable time {text!r} (ISO 8601 or e.g. '1:56 pm on 8 May, 2023')") from None
-
-
-def turn_record(raw: dict, where: str) -> TurnRecord:
-    """A request's turn as the capture log keeps it: the turn the LoCoMo reader would read
-    (:func:`~evolve.benchmarks.turns.client_turn`), its time in ISO form (naive UTC for a zoned one)."""
-    try:
-        turn = client_turn(raw["id"], raw["speaker"], raw["text"], raw["session"], raw.get("time"),
-                           raw.get("image_caption"), where)
-    except TurnError as exc:
-        raise CaptureError(str(exc)) from None
-    return TurnRecord(id=turn.id, speaker=turn.speaker, text=turn.text, session=turn.session_id,
-                      time=turn.timestamp.isoformat() if turn.timestamp else None)
-
-
-def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: int = 1) -> list[str]:
-    """Apply capture-log events to ``live`` in log order (numbered from ``first``); the sessions they closed. A
-    ``ValueError`` naming the event for a turn the conversation refuses or an unparseable time."""
-    closed: list[str] = []
-    for n, event in enumerate(events, first):
-        try:
-            if isinstance(event, TurnsEvent):
-                closed += [c for c in (live.add(record.turn()) for record in event.turns) if c is not None]
-            elif live.close(event.close) is not None:
-                closed.append(event.close)
-        except ValueError as exc:
-            raise ValueError(f"capture log event {n}: {exc}") from None
-    return closed
-
-
-def purpose_of(events: Iterable[CaptureEvent]) -> str | None:
-    """What a capture log's memory was captured for: its first capture's purpose (``None``: any)."""
-    return next((e.purpose for e in events if isinstance(e, TurnsEvent)), None)
-
-
-def prune(events: list[CaptureEvent], now: datetime, retention: timedelta | None
-          ) -> tuple[list[CaptureEvent], list[str], datetime | None]:
-    """The capture log without the turns expired at ``now`` (:meth:`TurnsEvent.expires`) and without the closes of
-    sessions left empty, the ids of those turns, and when the next turn kept expires."""
-    kept: list[CaptureEvent] = []
-    purged: list[str] = []
-    soonest: datetime | None = None
-    for event in events:
-        when = event.expires(retention) if isinstance(event, TurnsEvent) else None
-        if when is not None and when <= now:
-            purged += [t.id for t in event.turns]
-            continue
-        if when is not None:
-            soonest = when if soonest is None else min(soonest, when)
-        kept.append(event)
-    sessions = {t.session for t in turns_in(kept)}
-    return [e for e in kept if not isinstance(e, CloseEvent) or e.close in sessions], purged, soonest
-
-
-
-class UnknownUser(EvolveError, LookupError):
-    """No memory is held for the user (never captured, or erased)."""
-
-
-class _Stale(EvolveError):
-    """The user's capture log was erased or rewritten through another replica since this one loaded it (its
-    :meth:`Backend.generation` moved): the memory held here is dropped; look the user up again."""
-
-
-class Quarantined(EvolveError):
-    """The user's stored memory cannot be read (a corrupt, damaged or foreign file); the service answers 503 for
-    this user until the file is repaired and the service restarted, and serves the others."""
-
-    def __init__(self, user: str, reason: str):
-        super().__init__(f"user {user!r} is quarantined: {reason}")
-        self.user, self.reason = user, reason
-
-
-#: What loading one user's stored memory can fail with (a corrupt line, a missing field, an inconsistent log).
-LOAD_ERRORS = (StoreError, ValueError, OSError)
-
-
-T = TypeVar("T")
-
-
-@dataclass(eq=False)
-class _Tenant:
-    """What outlives a user's loaded memory in this process: the erasure lock, held by the erasure and by the writes
-    that run outside the user's lock (embedding shards, recall-log lines), a leaf lock; and the number of erasures,
-    so a memory loaded before one never writes after it (even once the user has captured again)."""
-
-    erasing: threading.Lock = field(default_factory=threading.Lock)
-    erasures: int = 0
-    #: Turns erased or purged while this process ran: a recall that packed one, logged after, is dropped.
-    gone_turns: set[str] = field(default_factory=set)
-
-    def erase(self, change: Callable[[], T] = lambda: None, turns: Iterable[str] = ()) -> T:
-        """Run ``change`` (what the store erases; ``turns``: the turns it removes) under the erasure lock and count
-        one erasure: every memory loaded before it writes nothing after it."""
-        with self.erasing:
-            done = change()
-            self.erasures += 1
-            self.gone_turns.update(turns)
-        return done
-
-
-class _UserEmbeddings(EmbeddingCache):
-    """A user's embedding cache: its shards are read at the first build, not at load (a user loaded at start and
-    never recalled holds no vector); a shard is written only while the memory it belongs to is not erased (checked
-    under the tenant's erasure lock), so a build that ran across an erasure never re-creates the user's folder; a
-    shard that cannot be written (a full or read-only disk) is logged, the vectors kept in memory."""
-
-    def __init__(self, directory: Path | None, tenant: _Tenant, erasures: int):
-        super().__init__()
-        self.directory, self.tenant, self.erasures = directory, tenant, erasures
-
-    def _write_shard(self, keys: list[str], vectors: np.ndarray) -> None:
-        with self.tenant.erasing:
-            if self.erasures != self.tenant.erasures:  # erased since the memory was loaded
-                return
-            try:
-                super()._write_shard(keys, vectors)
-            except StoreError as exc:
-                log.warning("embedding shard not persisted (kept in memory): %s", exc)
-
-
-@dataclass(eq=False)
-class _User:
-    live: LiveConversation
-    directory: Path | None  # where the embedding cache persists
-    tenant: _Tenant
-    lock: threading.RLock = field(default_factory=threading.RLock)
-    #: Set (under ``lock``) once this is no longer the user's loaded memory (erased or evicted): a writer that
-    #: waited for ``lock`` looks the user up again.
-    gone: bool = False
-    last_capture: float = field(default_factory=time.monotonic)
-    capturing: int = 0  # capture requests in progress (some may wait for the lock behind organisation)
-    seen: int = 0  # capture-log events applied (with a shared store other replicas append too)
-    generation: int = 0  # the user id's erasure generation the memory was loaded under
-    purpose: str | None = None  # what the memory was captured for (its first capture's purpose); None: any
-
-    def __post_init__(self) -> None:
-        self.erasures = self.tenant.erasures
-        self.embeddings = _UserEmbeddings(self.directory, self.tenant, self.erasures)  # no cycle: freed on unload
-
-    @property
-    def erased(self) -> bool:
-        return self.erasures != self.tenant.erasures
-
-    def idle(self) -> bool:
-        """Nothing in progress on this memory (no capture, no build); a capture may still be on its way."""
-        return not self.capturing and not self.live.building()
-
-
-class MemoryService:
+class MemoryService(Background):
     """Every user's memory over one :class:`Backend`; ``current`` gives the strategy organisation runs under."""
 
     def __init__(self, backend: Backend, current: Callable[[], Loaded], max_users: int | None = None,
@@ -202,8 +37,8 @@ class MemoryService:
         #: When each loaded (or once loaded) user's next turn expires (users with no expiring turn absent).
         self._expiry: dict[str, datetime] = {}
         self.purged = 0
-        self._users: OrderedDict[str, _User] = OrderedDict()  # least recently used first
-        self._tenants: dict[str, _Tenant] = {}
+        self._users: OrderedDict[str, UserState] = OrderedDict()  # least recently used first
+        self._tenants: dict[str, Tenant] = {}
         #: Users evicted with an open session, with their last capture's time (their session still closes when idle).
         self._open_evicted: dict[str, float] = {}
         self._registry = threading.Lock()
@@ -222,12 +57,12 @@ class MemoryService:
 
     # ---------------------------------------------------------------- loading and repair
 
-    def _load(self, user: str) -> _User:
+    def _load(self, user: str) -> UserState:
         """The user's memory from the capture log, read under the erasure lock (a memory loaded while an erasure runs
         is already marked erased); a load error (see :data:`LOAD_ERRORS`) naming the event, or the sessions
         organised that the log lacks (a log truncated, emptied or deleted)."""
         with self._registry:
-            tenant = self._tenants.setdefault(user, _Tenant())
+            tenant = self._tenants.setdefault(user, Tenant())
         with tenant.erasing:
             live = LiveConversation(user)
             generation = self.backend.generation(user)  # before the events: an erasure between is seen at a sync
@@ -238,7 +73,7 @@ class MemoryService:
                 raise ValueError(f"the capture log ({len(events)} event(s)) lacks session(s) {', '.join(sorted(lost))} "
                                  "that were organised: truncated, emptied or deleted? (the organised records hold them)")
             self._note_expiry(user, prune(events, datetime.min.replace(tzinfo=timezone.utc), self.retention)[2])
-            return _User(live, self.backend.embeddings_dir(user), tenant, seen=len(events), generation=generation,
+            return UserState(live, self.backend.embeddings_dir(user), tenant, seen=len(events), generation=generation,
                          purpose=purpose_of(events))
 
     def _note_expiry(self, user: str, when: datetime | None) -> None:
@@ -247,9 +82,9 @@ class MemoryService:
             with self._registry:
                 self._expiry[user] = min(when, self._expiry.get(user, when))
 
-    def _sync(self, user: str, state: _User) -> list[str]:
+    def _sync(self, user: str, state: UserState) -> list[str]:
         """With a shared store (:attr:`Backend.shared`), apply the events other replicas appended since the last look,
-        in log order, queueing the sessions they closed; :class:`_Stale` (the memory dropped) if the user or one of
+        in log order, queueing the sessions they closed; :class:`Stale` (the memory dropped) if the user or one of
         its turns was erased meanwhile, even if the user id was captured again since."""
         if not self.backend.shared:
             return []
@@ -257,7 +92,7 @@ class MemoryService:
             events = self.backend.events(user, since=state.seen)
             if self.backend.generation(user) != state.generation:  # read after the events: it covers them
                 self._forget(user, state)
-                raise _Stale(user)
+                raise Stale(user)
             if not len(state.live):  # a new memory: its first capture names its purpose
                 state.purpose = purpose_of(events)
             closed = apply_events(state.live, events, state.seen + 1)
@@ -266,7 +101,7 @@ class MemoryService:
                 self._queue.put((user, session))
             return closed
 
-    def _get(self, user: str, create: bool = False) -> _User:
+    def _get(self, user: str, create: bool = False) -> UserState:
         """The user's loaded state (loaded now if it is not); :class:`UnknownUser` if none is stored (unless
         ``create``), :class:`Quarantined` if the stored one cannot be read."""
         while True:
@@ -274,7 +109,7 @@ class MemoryService:
             if state is not None:
                 return state
 
-    def _lookup(self, user: str, create: bool) -> _User | None:
+    def _lookup(self, user: str, create: bool) -> UserState | None:
         """:meth:`_get`; ``None`` when the memory loaded was erased before it could be registered (look again)."""
         with self._registry:
             reason = self.quarantined.get(user)
@@ -320,7 +155,7 @@ class MemoryService:
                 return
             self.evictions += self._unload(user, self._users[user])
 
-    def _unload(self, user: str, state: _User) -> bool:
+    def _unload(self, user: str, state: UserState) -> bool:
         """Forget ``state`` if it is idle and its lock free (registry lock held; never waiting for the user's lock
         under it): its memory, indexes and vectors are released, an open session still closes when idle, and the
         next request loads the user again from the store. Whether it was unloaded."""
@@ -347,29 +182,29 @@ class MemoryService:
         heap.release()
         return True
 
-    def _forget(self, user: str, state: _User) -> None:
+    def _forget(self, user: str, state: UserState) -> None:
         """Drop ``state`` as erased (its lock held): no embedding shard or recall line of it is written after."""
         state.tenant.erase()
         self._drop(user, state)
 
-    def _applied(self, user: str, state: _User) -> tuple[_User, list[str]]:
+    def _applied(self, user: str, state: UserState) -> tuple[UserState, list[str]]:
         """After this replica appended an event (``state``'s lock held): the memory with it and the sessions closed.
         When the user's log was rewritten through another replica meanwhile, the memory is loaded again and the
         closed sessions not yet organised are queued (the event appended is in the new log)."""
         try:
             return state, self._sync(user, state)
-        except _Stale:
+        except Stale:
             fresh = self._get(user)
             return fresh, self._organise_unorganised(user, fresh)
 
-    def _organise_unorganised(self, user: str, state: _User) -> list[str]:
+    def _organise_unorganised(self, user: str, state: UserState) -> list[str]:
         """Queue the organisation of ``state``'s closed sessions whose step has not completed; those sessions."""
         closed = sorted(state.live.closed - self.backend.organised(user))
         for session in closed:
             self._queue.put((user, session))
         return closed
 
-    def _drop(self, user: str, state: _User) -> None:
+    def _drop(self, user: str, state: UserState) -> None:
         """Forget ``state`` (erased, or a new user whose first capture was refused; its lock held): writers that
         waited for its lock look the user up again."""
         state.gone = True
@@ -416,7 +251,7 @@ class MemoryService:
                 with state.lock:
                     if not state.gone:  # else erased or evicted while this waited: look the user up again
                         return self._capture(user, state, event)
-            except _Stale:  # erased through another replica: captured into the user's new memory
+            except Stale:  # erased through another replica: captured into the user's new memory
                 continue
             finally:
                 with self._capture_seen:
@@ -424,7 +259,7 @@ class MemoryService:
                     self._captured.add(user)
                     self._capture_seen.notify()
 
-    def _capture(self, user: str, state: _User, event: TurnsEvent) -> dict:
+    def _capture(self, user: str, state: UserState, event: TurnsEvent) -> dict:
         self._sync(user, state)
         if len(state.live):
             if event.purpose is not None and event.purpose != state.purpose:
@@ -461,7 +296,7 @@ class MemoryService:
                     continue
                 try:
                     self._sync(user, state)
-                except _Stale:
+                except Stale:
                     continue
                 session = state.live.open_session
                 if session is None:
@@ -483,12 +318,12 @@ class MemoryService:
             state = self._get(user)
             try:
                 built = self._store(user, state, loaded)
-            except _Stale:
+            except Stale:
                 continue
             if not state.erased:
                 return built
 
-    def _store(self, user: str, state: _User, loaded: Loaded) -> MemoryStore:
+    def _store(self, user: str, state: UserState, loaded: Loaded) -> MemoryStore:
         self._sync(user, state)
         rt = loaded.runtime
         return state.live.store(loaded.key, rt.policy, rt.extractor,
@@ -522,14 +357,14 @@ class MemoryService:
         the tombstone. A failed erasure (a read-only disk) changes nothing and raises."""
         while True:
             try:
-                state: _User | None = self._get(user)
+                state: UserState | None = self._get(user)
             except Quarantined:
                 state = None
             with state.lock if state is not None else nullcontext():
                 if state is not None and state.gone:  # evicted (or erased) while this waited
                     continue
                 with self._registry:
-                    tenant = self._tenants.setdefault(user, _Tenant())
+                    tenant = self._tenants.setdefault(user, Tenant())
                 tombstone = tenant.erase(lambda: self.backend.erase(user))
                 if state is not None:
                     self._drop(user, state)
@@ -553,163 +388,8 @@ class MemoryService:
                 self._queue.put((user, erased.session))
             return erased
 
-    # ---------------------------------------------------------------- retention (background)
-
-    def purge_expired(self, record: Callable[[str, list[str]], None], now: datetime | None = None) -> int:
-        """Purge every turn whose retention has ended by ``now`` (default: now) from the users' capture logs, and
-        what was derived from them (organised records and their history, embeddings, recall-log lines that packed
-        them; organisation runs again on what is kept). ``record(user, ids)`` (the audit) is called before each
-        user's purge is written; a user left with no turn is erased (tombstone). The number of turns purged."""
-        now = now or datetime.now(timezone.utc)
-        with self._registry:
-            due = [user for user, when in self._expiry.items() if when <= now]
-        done = 0
-        for user in due:
-            try:
-                done += self._purge(user, now, record)
-            except (StoreError, RecordError) as exc:  # a full disk, an unreadable line: tried again at the next look
-                log.warning("purging the expired turns of user %s failed: %s", user, exc)
-        self.purged += done
-        return done
-
-    def _purge(self, user: str, now: datetime, record: Callable[[str, list[str]], None]) -> int:
-        while True:
-            try:
-                state = self._get(user)
-            except (UnknownUser, Quarantined):  # erased (nothing to purge) or unreadable (purged once repaired)
-                with self._registry:
-                    self._expiry.pop(user, None)
-                return 0
-            with state.lock:
-                if state.gone:
-                    continue
-                generation = self.backend.generation(user)  # before the events, as a load reads them
-                events = self.backend.events(user)
-                kept, purged, soonest = prune(events, now, self.retention)
-                with self._registry:
-                    self._expiry.pop(user, None)
-                self._note_expiry(user, soonest)
-                if not purged:
-                    return 0
-                record(user, purged)
-                # a build or shadow in flight on the old memory writes nothing after it
-                done = state.tenant.erase(lambda: self.backend.rewrite(user, kept, set(purged), len(events),
-                                                                       generation), turns=purged)
-                self._drop(user, state)
-                if not done:  # erased or rewritten through another replica meanwhile: loaded again, looked at again
-                    continue
-                break
-        if self.backend.exists(user):  # organise again what was kept
-            self._organise_unorganised(user, self._get(user))
-        return len(purged)
-
     def forget_strategies(self, keep: set[str]) -> None:
         with self._registry:
             states = list(self._users.values())
         for state in states:
             state.live.forget(keep)
-
-    # ---------------------------------------------------------------- warming (background)
-
-    def warm_captured(self, strategy_for: Callable[[str], Loaded], quiet: float = WARM_QUIET_S,
-                      timeout: float = 0.5) -> int:
-        """Build the memory of the users whose captures paused ``quiet`` seconds ago, each under the strategy that
-        serves them, so their next recall finds it built (a recall meanwhile waits for the build, not twice the
-        work); the number built. Waits up to ``timeout`` for a capture."""
-        with self._capture_seen:
-            self._capture_seen.wait_for(lambda: self._captured, timeout=timeout)
-            with self._registry:
-                states = {user: self._users.get(user) for user in self._captured}
-            now, due, soonest = time.monotonic(), [], timeout
-            for user, state in states.items():
-                if state is None:  # erased
-                    left = 0.0
-                elif state.capturing:  # a capture in progress, perhaps waiting behind organisation: not a pause
-                    left = quiet
-                else:
-                    left = quiet - (now - state.last_capture)
-                if left > 0:
-                    soonest = min(soonest, left)
-                    continue
-                self._captured.discard(user)
-                if state is not None:  # an erased user needs no build
-                    due.append(user)
-            if not due and self._captured:
-                self._capture_seen.wait(soonest)  # until the first pause is long enough (or another capture)
-        for user in due:
-            try:
-                self.store(user, strategy_for(user))
-                self.warmed += 1
-            except (UnknownUser, Quarantined):  # erased or quarantined meanwhile
-                pass
-            except Exception:  # noqa: BLE001 - the recall builds it again and reports what fails
-                log.exception("building the memory of user %s after its captures failed", user)
-        return len(due)
-
-    # ---------------------------------------------------------------- organisation (background)
-
-    def organise_pending(self, block: bool = False, timeout: float = 0.5) -> int:
-        """Run queued organisation steps; the number run."""
-        done = 0
-        while True:
-            try:
-                user, session = self._queue.get(block=block and done == 0, timeout=timeout if block else None)
-            except queue.Empty:
-                return done
-            self._organising += 1
-            try:
-                done += self._organise(user, session)
-            finally:
-                self._organising -= 1
-
-    def _organise(self, user: str, session: str) -> int:
-        """One organisation step; 1 if it ran (or failed), 0 if it was not needed (erased, quarantined, done)."""
-        while True:
-            try:
-                state = self._get(user)
-            except (UnknownUser, Quarantined):  # erased or quarantined meanwhile
-                return 0
-            with state.lock:
-                if not state.gone:  # else erased (the next look says so) or evicted meanwhile
-                    try:
-                        return self._organise_step(user, session, state)
-                    except _Stale:
-                        continue
-
-    def _organise_step(self, user: str, session: str, state: _User) -> int:
-        """The step, the user's lock held."""
-        try:
-            if session not in state.live.closed or session in self.backend.organised(user):
-                return 0  # organised already, or its turns purged since it was queued
-            loaded = self.current()
-            store = self._store(user, state, loaded)
-            self.backend.organise(user, session, state.live.session_turns(session), store, loaded.strategy_hash)
-            self.organised_steps += 1
-        except _Stale:
-            raise
-        except Exception:  # noqa: BLE001 - logged and retried at the next start, never lost
-            self.organise_failures += 1
-            log.exception("organising session %s of user %s failed", session, user)
-        return 1
-
-    def close_idle(self, idle_seconds: float) -> list[str]:
-        """Close the open session of every user idle for ``idle_seconds``; the users closed."""
-        now = time.monotonic()
-        closed = []
-        with self._registry:
-            idle = [user for user, state in self._users.items()
-                    if state.live.open_session is not None and now - state.last_capture >= idle_seconds]
-            idle += [user for user, last in self._open_evicted.items() if now - last >= idle_seconds]
-        for user in idle:
-            try:
-                if self.close(user) is not None:
-                    closed.append(user)
-            except (UnknownUser, Quarantined):
-                continue
-            except StoreError as exc:  # a full or read-only disk: tried again at the next look
-                log.warning("closing the idle session of user %s failed: %s", user, exc)
-        return closed
-
-    def pending(self) -> int:
-        """Closed sessions waiting for organisation, the steps running included."""
-        return self._queue.qsize() + self._organising

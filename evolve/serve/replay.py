@@ -37,7 +37,7 @@ from evolve.runtime.live import LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import count_words
 from evolve.serve.backend import Backend
-from evolve.serve.memory import apply_events, parse_time
+from evolve.serve.capturelog import apply_events, parse_time
 from evolve.serve.records import RecallRecord, RecordError, context_overlap, load_record
 from evolve.serve.referee import STATES, Marks, Referee, floor_reasons, slice_lines, slices, stale_counts
 from evolve.serve.strategy import Loaded

@@ -28,7 +28,8 @@ from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.guard import GuardPlan
 from evolve.serve.stores import open_backend
 from evolve.state.lock import ServiceLock
-from evolve.serve.memory import MemoryService, Quarantined
+from evolve.serve.memory import MemoryService
+from evolve.serve.tenants import Quarantined
 from evolve.serve.rekey import claim_naming
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
 

@@ -183,7 +183,7 @@ def run(path: Path, conversations: list[str] | None, strategies: list[Path]) -> 
 
 
 def markdown(result: dict) -> str:
-    lines = [f"# Packed context against raw-turn peers", "",
+    lines = ["# Packed context against raw-turn peers", "",
              f"`{Path(result['file']).name}`, conversations {', '.join(result['conversations'])}: {result['n']} "
              f"questions (scored, gold evidence known, an answer with a content word; {result['left_out']} other "
              "scored questions left out).", "",

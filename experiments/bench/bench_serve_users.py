@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from evolve.benchmarks.locomo import load_locomo  # noqa: E402
 from evolve.data import BASELINE_PATH  # noqa: E402
-from evolve.serve.memory import turn_record  # noqa: E402
+from evolve.serve.capturelog import turn_record  # noqa: E402
 from evolve.serve.records import CaptureEvent, CloseEvent, TurnsEvent  # noqa: E402
 from bench_serve_load import _machine, _port  # noqa: E402
 

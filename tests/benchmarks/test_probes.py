@@ -18,7 +18,6 @@ from evolve.benchmarks.probes import (Probe, augment, candidates, conversation_p
 from evolve.benchmarks.types import PROBE_CATEGORIES
 from evolve.loop.config import load_config
 from evolve.loop.setup import RunSetup
-from evolve.words import content_words
 
 DEV4 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
 FIRST, SECOND = datetime(2023, 5, 8, 13, 56), datetime(2023, 5, 25, 13, 14)

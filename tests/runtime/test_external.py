@@ -19,7 +19,7 @@ from workflow_fixtures import journal
 
 def test_the_loop_evolves_an_external_systems_knobs(tmp_path, capsys):
     config = load_config(write_system(tmp_path))
-    summary = Engine(config, track=False, progress=False).run()
+    Engine(config, track=False, progress=False).run()
     assert set(evolvable_dimensions()) == {"store.window", "recall.top_k"}  # the knob schema is the strategy schema
     entries = journal(config.stores)
     candidates = [e["payload"] for e in entries if e["type"] == "CANDIDATE"]

@@ -9,7 +9,7 @@ import pytest
 
 from evolve.benchmarks import load_locomo
 from evolve.benchmarks.synthetic import generate_synthetic
-from evolve.benchmarks.types import Conversation, Session
+from evolve.benchmarks.types import Conversation
 from evolve.runtime import MemoryRuntime
 from evolve.runtime.ingest import build_store
 from evolve.runtime.live import CaptureError, LiveConversation

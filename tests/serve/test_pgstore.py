@@ -15,7 +15,8 @@ from evolve.benchmarks.synthetic import generate_synthetic
 from evolve.data import BASELINE_PATH
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
-from evolve.serve.memory import MemoryService, UnknownUser
+from evolve.serve.memory import MemoryService
+from evolve.serve.tenants import UnknownUser
 from evolve.serve.records import turns_in
 from evolve.serve.replay import replay, stored_recalls
 from evolve.serve.strategy import RuntimeParts, StrategySlot

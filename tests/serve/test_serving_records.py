@@ -17,7 +17,7 @@ from evolve.files import dumps_json
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.live import LiveConversation
 from evolve.serve.filestore import FileBackend, read_record
-from evolve.serve.memory import apply_events
+from evolve.serve.capturelog import apply_events
 from evolve.serve.records import (CloseEvent, RecallRecord, RecordError, Tombstone, TurnMeta, TurnRecord,
                                   TurnsEvent, context_overlap, load_record, read_event)
 

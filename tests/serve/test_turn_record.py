@@ -15,7 +15,7 @@ from evolve.benchmarks import generate_synthetic, load_benchmark, write_locomo
 from evolve.benchmarks.turns import session_id
 from evolve.benchmarks.types import Turn
 from evolve.runtime.live import CaptureError
-from evolve.serve.memory import turn_record
+from evolve.serve.capturelog import turn_record
 from evolve.serve.records import TurnRecord, load_record
 
 REPO = Path(__file__).resolve().parents[2]

@@ -14,7 +14,9 @@ from evolve.observe.answer import carried
 from evolve.runtime.live import CaptureError
 from evolve.runtime.text import count_words
 from evolve.serve.access import Caller
-from evolve.serve.memory import MemoryService, Quarantined, UnknownUser, parse_time
+from evolve.serve.capturelog import parse_time
+from evolve.serve.memory import MemoryService
+from evolve.serve.tenants import Quarantined, UnknownUser
 from evolve.serve.metrics import Metrics
 from evolve.serve.records import (PURPOSE, GuardPair, PackedRef, RecallRecord, ShadowPart, context_overlap, utc,
                                   words_of)
