@@ -118,7 +118,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          args.reload_interval, args.store, roles, args.max_users, GuardPlan(alpha=args.guard_alpha),
                          Path(args.answers) if args.answers else None, Path(args.auth) if args.auth else None,
                          args.allow_unauthenticated, args.retention_days,
-                         Path(args.audit_witness) if args.audit_witness else None)
+                         Path(args.audit_witness) if args.audit_witness else None,
+                         guard_probes=not args.no_guard_probes)
     try:
         run(config, reload_now)
     except (CanaryRefused, AnswersError) as exc:
@@ -157,6 +158,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--answers", metavar="ANSWERS_YAML",
                    help="the operator's answers (as replay reads them): the canary guard judges the recalls they "
                         "cover by whether each context carries the answer")
+    p.add_argument("--no-guard-probes", action="store_true",
+                   help="the canary guard judges only recalls --answers covers, not probe questions made from the "
+                        "canary users' own turns (label-free, in the background; on by default)")
     p.add_argument("--guard-alpha", type=probability, default=0.05, metavar="ALPHA",
                    help="family-wise level of the canary guard's harm test over its looks (default: %(default)s)")
     p.add_argument("--roles", metavar="CONFIG",

@@ -14,6 +14,7 @@ horizon, and what happens next is the operator's decision. The guard only ever s
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import asdict, dataclass
 
 from evolve.verify.statistics import mcnemar_exact, paired_comparison
@@ -109,19 +110,23 @@ def harm_at(tally: Tally, level: float, look: int, seed: int = 0) -> GuardStop |
 
 class CanaryGuard:
     """The paired log of one canary as it grows (thread-safe); :meth:`add` returns the stop once, at the look that
-    finds significant harm."""
+    finds significant harm. Pairs come from recalls the operator's answers cover (source ``answers``) and from probe
+    questions of the canary users' own turns (:mod:`evolve.serve.probeguard`; their LoCoMo category), counted per
+    source and tested pooled."""
 
     def __init__(self, plan: GuardPlan | None = None):
         self.plan = plan or GuardPlan()
         self.tally = Tally()
         self.looked = 0  # looks reached so far
         self.stop: GuardStop | None = None
+        self.judged: Counter[str] = Counter()  # pairs by source
         self._lock = threading.Lock()
 
-    def add(self, serving_good: bool, canary_good: bool) -> GuardStop | None:
+    def add(self, serving_good: bool, canary_good: bool, source: str = "answers") -> GuardStop | None:
         with self._lock:
             if self.stop is not None:
                 return None
+            self.judged[source] += 1
             self.tally = tally = self.tally.add(serving_good, canary_good)
             looks = self.plan.looks
             if self.looked >= len(looks) or tally.discordant < looks[self.looked]:
@@ -141,4 +146,5 @@ class CanaryGuard:
             t = self.tally
             return {"alpha": self.plan.alpha, "level_per_look": self.plan.level, "looks": list(self.plan.looks),
                     "looks_made": self.looked, "pairs": t.pairs, **asdict(t), "discordant": t.discordant,
+                    "judged": dict(sorted(self.judged.items())),
                     "horizon_reached": self.done, "stop": None if self.stop is None else self.stop.to_dict()}

@@ -13,6 +13,7 @@ from collections import OrderedDict
 from datetime import datetime, timedelta, timezone
 from typing import Callable
 
+from evolve.benchmarks.types import Conversation
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.runtime.store import MemoryStore
 from evolve.serve import heap
@@ -332,6 +333,12 @@ class MemoryService(Background):
     def purpose(self, user: str) -> str | None:
         """What the user's memory was captured for (``None``: any purpose); :class:`UnknownUser` if none is held."""
         return self._get(user).purpose
+
+    def conversation(self, user: str) -> Conversation:
+        """The user's captured turns as a conversation (its sessions in capture order)."""
+        state = self._get(user)
+        with state.lock:
+            return state.live.conversation()
 
     def turn_count(self, user: str) -> int:
         return len(self._get(user).live)

@@ -30,6 +30,7 @@ from evolve.serve.stores import open_backend
 from evolve.state.lock import ServiceLock
 from evolve.serve.memory import MemoryService
 from evolve.serve.tenants import Quarantined
+from evolve.serve.probeguard import ProbeJudge
 from evolve.serve.rekey import claim_naming
 from evolve.serve.strategy import Loaded, RuntimeParts, StrategySlot
 
@@ -57,6 +58,8 @@ class ServeConfig:
     retention_days: float | None = None  # turns are purged this long after their capture
     audit_witness: Path | None = None  # the audit's head is appended here (kept outside the data directory)
     housekeeping_seconds: float = 60.0  # how often expired turns are purged and the audit's head witnessed
+    guard_probes: bool = True  # the canary guard also judges probes of the canary users' own turns (label-free)
+    probe_seconds: float = 2.0  # pause between passes of the probe judge
 
 
 def parse_canary(text: str) -> tuple[str, float]:
@@ -147,6 +150,7 @@ class Service:
         self.users = self.memory.recover()
         answers = answer_map(load_answers(config.answers)) if config.answers else None
         self.app = create_app(self.slot, self.memory, self.usage, answers, self.access)
+        self.probes = ProbeJudge(self.memory, self.slot) if config.guard_probes else None
         self._stop = threading.Event()
         self._reload_now = reload_now or threading.Event()
         self._workers: list[threading.Thread] = []
@@ -199,6 +203,13 @@ class Service:
         while not self._stop.is_set():
             self.memory.warm_captured(lambda user: self.slot.for_user(user)[0])
 
+    def _probe(self) -> None:
+        while not self._stop.wait(self.config.probe_seconds):
+            try:
+                self.probes.run_pass()
+            except Exception:  # noqa: BLE001 - judged again at the next pass; the service keeps serving
+                log.exception("probe pass of the canary guard failed")
+
     def housekeeping(self) -> None:
         """Purge the turns whose retention ended (each user's purge audited before it is written) and witness the
         audit's head if it moved."""
@@ -219,7 +230,8 @@ class Service:
                 log.exception("retention purge or audit witness failed")
 
     def start_workers(self) -> None:
-        for target in (self._watch, self._organise, self._build_captured, self._keep):
+        for target in (self._watch, self._organise, self._build_captured, self._keep,
+                       *([self._probe] if self.probes is not None else [])):
             worker = threading.Thread(target=target, daemon=True, name=f"serve{target.__name__}")
             worker.start()
             self._workers.append(worker)
@@ -267,6 +279,15 @@ def start_note(config: ServeConfig) -> str:
     return note + (f", retention {config.retention_days:g} days" if config.retention_days is not None else "")
 
 
+def guard_note(config: ServeConfig, plan: GuardPlan) -> str:
+    """What the canary guard will judge, said at start (a guard with nothing to judge says so)."""
+    sources = [s for s, on in (("probes of the canary users' own turns", config.guard_probes),
+                               ("recalls the operator's answers cover", config.answers is not None)) if on]
+    if not sources:
+        return "its guard judges nothing (--no-guard-probes and no --answers): it can never stop the canary"
+    return f"its guard tests at alpha {plan.alpha} on {' and '.join(sources)}; 0 pairs judged yet"
+
+
 def check_open(host: str, config: ServeConfig) -> None:
     """Refuse (:class:`ConfigError`) to serve without ``--auth`` on the bound address ``host`` if it lies beyond
     loopback, unless ``--allow-unauthenticated`` says so (then logged)."""
@@ -294,8 +315,7 @@ def run(config: ServeConfig, reload_now: threading.Event | None = None) -> None:
         canary = service.slot.canary
         if canary is not None:
             print(f"canary {canary.candidate_id} ({canary.loaded.verdict}) serves {canary.fraction:g} of users "
-                  f"(journal entry {canary.start_index}); its guard tests at alpha {service.slot.guard_plan.alpha}",
-                  flush=True)
+                  f"(journal entry {canary.start_index}); {guard_note(config, service.slot.guard_plan)}", flush=True)
         try:
             uvicorn.Server(uvicorn.Config(service.app, log_level="warning")).run(sockets=[sock])
         finally:

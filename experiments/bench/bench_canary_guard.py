@@ -16,7 +16,11 @@ request's status, and then for the null canary, started with ``memevolve canary 
 stopped by the operator after each repetition (fresh users each time): whether the guard stopped it, next to the
 simulated false-stop rate (experiments/bench/canary_guard_simulation.md).
 
-    python experiments/bench/bench_canary_guard.py [--file PATH] [--repetitions R] [--report PATH.md]
+    python experiments/bench/bench_canary_guard.py [--file PATH] [--repetitions R] [--report PATH.md] [--label-free]
+
+``--label-free`` gives the service no answers file: the guard's pairs come only from probe questions made from each
+canary user's own turns (:mod:`evolve.serve.probeguard`), and each phase waits, after its recalls, until the
+guard has judged 200 pairs or stopped the canary.
 """
 from __future__ import annotations
 
@@ -62,8 +66,10 @@ def _users(conversation: str, salt: str) -> tuple[str, str]:
 class Traffic:
     """dev4 as a client sends it: captures by session, then the scored questions round robin."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Path, label_free: bool = False, probe_pairs: int = 200, probe_wait: float = 900):
         self.bench = load_benchmark(f"locomo:{path}")
+        #: Without answers, a phase waits until the guard's probes judged ``probe_pairs`` pairs (or it stopped).
+        self.label_free, self.probe_pairs, self.probe_wait = label_free, probe_pairs, probe_wait
         self.questions = [q for q in self.bench.questions
                           if q.category != "adversarial" and content_words(str(q.answer))]
 
@@ -124,10 +130,10 @@ def _wait(predicate, timeout: float = 60.0):
     raise SystemExit("error: condition not reached in time")
 
 
-def run(path: Path, repetitions: int) -> dict:
-    traffic = Traffic(path)
+def run(path: Path, repetitions: int, label_free: bool = False) -> dict:
+    traffic = Traffic(path, label_free)
     out: dict = {"file": str(path), "questions": len(traffic.questions), "conversations": len(
-        traffic.bench.conversations)}
+        traffic.bench.conversations), "label_free": label_free}
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         started = time.perf_counter()
@@ -136,13 +142,14 @@ def run(path: Path, repetitions: int) -> dict:
         answers = base / "answers.yaml"
         groups = [traffic.users("w")] + [traffic.users(f"n{r}") for r in range(repetitions)]
         answers.write_text(yaml.safe_dump([a for g in groups for a in traffic.answers(g)], allow_unicode=True))
+        judged_by = [] if label_free else ["--answers", str(answers)]  # label-free: the guard's probes only
         port_probe = subprocess.run([sys.executable, "-c", "import socket;s=socket.socket();s.bind(('127.0.0.1',0));"
                                      "print(s.getsockname()[1])"], capture_output=True, text=True)
         url = f"http://127.0.0.1:{port_probe.stdout.strip()}"
         proc = subprocess.Popen([sys.executable, "-m", "evolve.cli", "serve", "--serving", str(serving), "--stores",
                                  str(stores), "--data", str(base / "data"), "--port", url.rsplit(":", 1)[1],
-                                 "--allow-untracked", "--idle", "3600", "--reload-interval", "0.5", "--answers",
-                                 str(answers), "--canary", f"{worse}:0.5", "--approver", "bench",
+                                 "--allow-untracked", "--idle", "3600", "--reload-interval", "0.5", *judged_by,
+                                 "--canary", f"{worse}:0.5", "--approver", "bench",
                                  "--reason", "worse candidate (top_k 1) to exercise the guard"],
                                 cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True)
@@ -153,7 +160,8 @@ def run(path: Path, repetitions: int) -> dict:
                 out["null"] = []
                 for r in range(repetitions):
                     done = _cli("canary", "start", null, "--fraction", "0.5", "--approver", "bench", "--reason",
-                                f"null canary repetition {r}", "--stores", str(stores), "--serving", str(serving))
+                                f"null canary repetition {r}", "--stores", str(stores), "--serving", str(serving),
+                                "--allow-untracked")
                     if done.returncode:
                         raise SystemExit(f"error: canary start refused: {done.stdout}{done.stderr}")
                     _wait(lambda: (_strategy(client)["canary"] or {}).get("candidate_id") == null)
@@ -168,6 +176,7 @@ def run(path: Path, repetitions: int) -> dict:
             proc.send_signal(signal.SIGTERM)
             log = proc.communicate(timeout=120)[0]
         out["serve_log_tail"] = log.strip().splitlines()[-6:]
+        out["serve_start"] = [line for line in log.splitlines() if line.startswith("canary ")][:1]
         verified = _cli("journal", "verify", "--stores", str(stores), "--serving", str(serving))
         out["journal_verify"] = verified.stdout.strip().splitlines()[0] if verified.stdout else verified.stderr
         out["canary_entries"] = [{"index": e["index"], **{k: e["payload"].get(k) for k in
@@ -199,6 +208,12 @@ def _phase(client: httpx.Client, traffic: Traffic, users: dict, candidate: str, 
             roles[reply.json()["role"]] += 1
         if canary_before_stop is None and _strategy(client)["canary"] is None:
             canary_before_stop = roles["canary"]
+    deadline = time.monotonic() + traffic.probe_wait
+    while traffic.label_free and time.monotonic() < deadline:  # the guard's probes run in the background
+        running = _strategy(client)["canary"]
+        if running is None or running["guard"]["pairs"] >= traffic.probe_pairs:
+            break
+        time.sleep(1.0)
     time.sleep(1.0)  # the last background pairs
     shown = _strategy(client)
     metrics = [line for line in client.get("/metrics").text.splitlines()
@@ -221,18 +236,23 @@ def report(out: dict, command: str) -> str:
     entry = out["guard_stop_entry"]
     nulls = out["null"]
     null_stops = sum(p["stopped_by_guard"] for p in nulls)
+    judged = ("**no answers file**: the service knows none of the questions, and the guard's pairs come from "
+              "probe questions made from each canary user's own turns, in the background" if out["label_free"] else
+              "the operator's answers file holds the gold answers, so the guard judges each canary recall")
     lines = [
-        "# The canary guard on a real service (dev4)",
+        "# The canary guard on a real service (dev4)" + (", label-free" if out["label_free"] else ""),
         "",
         f"Command: `{command}`. Test store built in {out['store_build_s']} s; {out['conversations']} conversations, "
         f"{out['questions']} scored questions, each conversation captured under two users (one in the canary's "
-        "half of users, one outside it).",
+        f"half of users, one outside it); {judged}.",
+        "",
+        f"Start-up: `{(out.get('serve_start') or [''])[0]}`",
         "",
         "## A worse canary (top_k 1) at 0.5 of users",
         "",
         f"* requests: {w['requests']}, failed: **{w['failed']}**; recalls by role: {w['recalls_by_role']}",
         f"* stopped by the guard: **{w['stopped_by_guard']}**, at the look of {evidence.get('look')} discordant pairs "
-        f"after **{evidence.get('pairs')} judged canary recalls** (harmed {evidence.get('harmed')}, helped "
+        f"after **{evidence.get('pairs')} judged pairs** (harmed {evidence.get('harmed')}, helped "
         f"{evidence.get('helped')}, both good {evidence.get('both_good')}, both bad {evidence.get('both_bad')}; "
         f"McNemar p {evidence.get('mcnemar_p', float('nan')):.3g}, CI {evidence.get('ci')}); the client saw "
         f"{w['canary_recalls_before_stop_seen']} canary replies before /v1/strategy showed the stop",
@@ -274,10 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--file", type=Path, default=DEFAULT_FILE)
     parser.add_argument("--repetitions", type=int, default=3)
+    parser.add_argument("--label-free", action="store_true",
+                        help="no answers file: the guard judges probes of the canary users' own turns only")
     parser.add_argument("--report", type=Path)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
-    out = run(args.file, args.repetitions)
+    out = run(args.file, args.repetitions, args.label_free)
     command = "python experiments/bench/bench_canary_guard.py " + " ".join(sys.argv[1:] if argv is None else argv)
     text = report(out, command.strip())
     print(text)

@@ -175,3 +175,59 @@ def test_a_canary_beside_a_serving_file_the_stores_do_not_track_or_that_does_not
     code, out = cli(capsys, "canary", "start", "r003-c00", "--fraction", "0.1", "--approver", "ops",
                     "--stores", stores, "--serving", serving, "--allow-untracked")
     assert code == 0, out
+
+
+@pytest.mark.parametrize("kind", ["worse", "null"])
+def test_the_probe_guard_judges_canary_users_own_turns_without_answers(kind, capsys, stores, serving, tmp_path,
+                                                                       embedder):
+    """No answers file: probes made from each canary user's captured turns give the guard its pairs. A canary
+    packing one item is stopped by them; one packing what serving packs (a no-op change) is judged and never
+    stopped (every pair concordant). Users outside the canary's share are not probed."""
+    from evolve.benchmarks.synthetic import generate_synthetic
+    from evolve.serve.probeguard import ProbeJudge
+    from server_process import turns_of
+
+    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)  # the stores' current
+    assert code == 0, out
+    view = History(stores)
+    k = view.get_strategy(view.state["current_strategy"])["retrieval"]["top_k"]
+    changes = {"retrieval.top_k": 1, "retrieval.rerank.top_n": 1} if kind == "worse" else {"retrieval.top_k": k}
+    candidate = commit_accept_round(stores, changes, applied=False)
+    canary.start(stores, serving, candidate["candidate_id"], 0.5, OPS, allow_untracked=True)
+    slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True,
+                        guard=GuardPlan(alpha=0.5, looks=(3, 6)))
+    memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current)
+    bench = generate_synthetic(3, n_personas=2, n_sessions=6)
+    inside = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:2]
+    outside = next(u for u in (f"u{i}" for i in range(40)) if canary_share(u) >= 0.5)
+    for user, conversation in zip([*inside, outside], bench.conversations.values()):
+        memory.capture(user, turns_of(conversation))
+    run = slot.canary
+    judge = ProbeJudge(memory, slot, per_user=1000)
+    judged = judge.run_pass()
+    status = run.guard.status()
+    assert judged == status["pairs"] > 0 and "answers" not in status["judged"]
+    assert set(status["judged"]) <= {"single_hop", "temporal", "multi_hop", "open_domain"}
+    assert set(judge._probed) <= {(run.start_index, u) for u in inside}  # nobody outside the share
+    if kind == "worse":
+        assert slot.canary is None and slot.canary_stopped["by"] == "guard"
+        stop = _canary_entries(stores)[-1]
+        assert stop["payload"]["action"] == "stop" and stop["payload"]["evidence"]["harmed"] >= 3
+    else:
+        assert slot.canary is run and status["discordant"] == 0 and status["stop"] is None
+        assert judge.run_pass() == 0  # nothing new captured: nothing judged again
+
+
+def test_the_start_line_says_what_the_guard_judges_and_a_guard_with_nothing_to_judge_says_so():
+    from dataclasses import replace
+    from pathlib import Path
+
+    from evolve.serve.server import ServeConfig, guard_note
+
+    base = ServeConfig(Path("data"), Path("serving.yaml"), None)
+    assert guard_note(base, GuardPlan()) == ("its guard tests at alpha 0.05 on probes of the canary users' own turns; "
+                                             "0 pairs judged yet")
+    both = guard_note(replace(base, answers=Path("answers.yaml")), GuardPlan(alpha=0.01))
+    assert both.endswith("at alpha 0.01 on probes of the canary users' own turns and recalls the operator's answers "
+                         "cover; 0 pairs judged yet")
+    assert "judges nothing" in guard_note(replace(base, guard_probes=False), GuardPlan())

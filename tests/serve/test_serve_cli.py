@@ -85,7 +85,7 @@ def test_stop_waits_for_every_worker(tmp_path, serving):
              for i in range(30)]
     service.memory.capture("ann", turns)  # the builder wakes to build ann's memory
     workers = [t for t in __import__("threading").enumerate() if t.name.startswith("serve_")]
-    assert len(workers) == 4
+    assert len(workers) == 5  # watch, organise, build, keep, the guard's probes
     started = time.monotonic()
     service.stop()
     assert [t.name for t in workers if t.is_alive()] == []

@@ -60,6 +60,9 @@ def prometheus(slot: Slot, memory: Memory, metrics: RequestMetrics, usage: Usage
         gauges += [("canary_guard_pairs", "Judged paired recalls of the running canary, by outcome.",
                     {"outcome": k}, status[k]) for k in ("both_good", "both_bad", "harmed", "helped")]
         gauges.append(("canary_guard_looks", "Looks the canary guard has made.", {}, status["looks_made"]))
+        gauges += [("canary_guard_judged", "Pairs the canary guard has judged, by source: the operator's answers, or "
+                    "probes of the canary users' own turns by category.", {"source": k}, n)
+                   for k, n in status["judged"].items()]
     embedder = current.runtime.embedder
     if isinstance(embedder, BatchingEmbedder):
         gauges += [("embed_passes", "Forward passes that encoded queued texts (questions) since start.", {},

@@ -1,0 +1,99 @@
+"""Label-free pairs for the canary guard: probe questions from each canary user's own captured turns.
+
+Live users ask questions nobody has answers for, so recalls alone give the guard nothing to judge. Here, off the
+request path, each user the canary serves yields probe questions from its own memory
+(:func:`~evolve.benchmarks.probes.conversation_probes`: deterministic, no LLM, each with its answer), asked at
+the user's latest captured time. Both the serving and the canary strategy pack each probe on the user's memory,
+and the pair (does the serving context carry the answer, does the canary's) goes to the canary's guard, counted
+under the probe's LoCoMo category. Work is bounded: at most ``per_user`` new probes per user and pass, and a user's
+probes are made again only once it has captured more turns.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from evolve.benchmarks.probe_mix import locomo_category
+from evolve.benchmarks.probes import Probe, conversation_probes
+from evolve.benchmarks.types import Conversation
+from evolve.observe.answer import carried
+from evolve.serve.memory import MemoryService
+from evolve.serve.strategy import CanaryRun, StrategySlot
+from evolve.serve.tenants import Quarantined, UnknownUser
+
+log = logging.getLogger(__name__)
+
+#: New probes judged per user in one pass.
+PER_USER = 25
+
+
+@dataclass
+class _Probed:
+    """A user's probes under one canary run: made from ``turns`` turns, the questions judged so far."""
+
+    turns: int
+    probes: list[Probe]
+    asked_at: datetime | None
+    judged: set[str] = field(default_factory=set)
+
+
+class ProbeJudge:
+    """Feeds the running canary's guard from its users' probes (:meth:`run_pass`, called by a service worker)."""
+
+    def __init__(self, memory: MemoryService, slot: StrategySlot, per_user: int = PER_USER):
+        self.memory, self.slot, self.per_user = memory, slot, per_user
+        self._probed: dict[tuple[int, str], _Probed] = {}  # (canary start entry, user) -> its probes
+
+    def run_pass(self) -> int:
+        """Judge new probes of every stored user the running canary serves; the pairs judged."""
+        run = self.slot.canary
+        if run is None:
+            return 0
+        self._probed = {k: v for k, v in self._probed.items() if k[0] == run.start_index}
+        done = 0
+        for user in self.memory.backend.users():
+            if self.slot.canary is not run:  # stopped (by this guard, or the journal) or changed meanwhile
+                break
+            if self.slot.canary_for(user) is run:
+                try:
+                    done += self._judge(user, run)
+                except (UnknownUser, Quarantined):  # erased or unreadable meanwhile
+                    continue
+        return done
+
+    def _judge(self, user: str, run: CanaryRun) -> int:
+        probed = self._probes(user, run)
+        todo = [p for p in probed.probes if p.question not in probed.judged][: self.per_user]
+        if not todo:
+            return 0
+        serving = self.slot.current
+        stores = self.memory.store(user, serving), self.memory.store(user, run.loaded)
+        for n, probe in enumerate(todo, 1):
+            contexts = [loaded.runtime.ask(store, probe.question, probed.asked_at, answer=False).packed
+                        for loaded, store in zip((serving, run.loaded), stores)]
+            good = [carried(probe.answer, [item.text for item in packed]) for packed in contexts]
+            probed.judged.add(probe.question)
+            stop = run.guard.add(*good, source=locomo_category(f"probe_{probe.kind}"))
+            if stop is not None:
+                self.slot.guard_stop(run, stop)
+                return n
+        return len(todo)
+
+    def _probes(self, user: str, run: CanaryRun) -> _Probed:
+        """The user's probes, made again when it has captured more turns since (the questions judged kept)."""
+        conversation = self.memory.conversation(user)
+        turns = sum(len(s.turns) for s in conversation.sessions)
+        key = (run.start_index, user)
+        probed = self._probed.get(key)
+        if probed is None or probed.turns != turns:
+            judged = probed.judged if probed is not None else set()
+            probed = self._probed[key] = _Probed(turns, conversation_probes(conversation), _latest(conversation),
+                                                 judged)
+        return probed
+
+
+def _latest(conversation: Conversation) -> datetime | None:
+    """The latest time the conversation's turns or sessions carry."""
+    times = [t.timestamp or s.timestamp for s in conversation.sessions for t in s.turns]
+    return max((t for t in times if t is not None), default=None)
