@@ -10,6 +10,8 @@ DATA = Path(str(files(__name__)))
 SCHEMA_PATH = DATA / "strategy.schema.json"
 TRACE_SCHEMA_PATH = DATA / "trace.schema.json"
 BASELINE_PATH = DATA / "baseline.yaml"
+#: The replay referee's reference lifecycle (every mechanism on), versioned apart from any compared strategy.
+REFEREE_PATH = DATA / "referee.yaml"
 BUNDLES_PATH = DATA / "bundles.yaml"
 PROMPTS_DIR = DATA / "prompts"
 REPORT_CSS_PATH = DATA / "report.css"

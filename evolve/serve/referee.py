@@ -1,16 +1,21 @@
 """The neutral referee of a replay: which packed items are stale is decided by neither strategy compared.
 
-One reference lifecycle pass, fixed for every replay, is built over each user's captured turns as they stood at the
-recall: the shipped baseline strategy's ingestion and lifecycle (``evolve/data/baseline.yaml``: correction
-supersession, slot supersession, retractions under the forget guard, hard event-time expiry and numeric rescue all
-on) with the rule extractor. For each recall it marks the captured statements that are superseded, retracted or
+One reference lifecycle pass, fixed for every replay and chosen by neither side, is built over each user's captured
+turns as they stood at the recall: the versioned reference strategy ``evolve/data/referee.yaml`` (the baseline's
+ingestion with every lifecycle mechanism on: correction supersession, slot supersession, retractions under the
+forget guard, hard expiry of every dated fact, ``hide_passed``) with the rule extractor; each replay records its
+version and hash. For each recall it marks the captured statements that are superseded, retracted or
 expired for that question at its time: the client's ``asked_at``, else the recall's own time (the recall record's
 ``time``). Questions the lifecycle design lets see old facts are exempt (its query-conditioned mask: a question about
 the past, :func:`~evolve.runtime.lifecycle.asks_past`, or about a change or a withdrawal): nothing is stale for them.
 
 Both contexts are judged by the same marks through their items' source turns: a packed item is stale when one of its
-``source_ids`` holds a marked statement and the item states it (holds every content word of the statement, dates
-aside), whatever the item's own store says. A strategy that switches detection off still packs stale items, and
+``source_ids`` holds a marked statement and the item carries its stale value, whatever the item's own store says.
+A superseded statement's value is what it says that its replacement does not, its slot what both say: "I live in
+Lisbon with my cat" replaced by "I live in Porto with my cat" is carried by an item of the old turn saying a word of
+each (*Ann lived in Lisbon*, a paraphrase included), not by one of the old turn about something else. A retracted or
+expired statement, or one sharing nothing with its replacement, is carried only whole (its content words, dates
+aside). A strategy that switches detection off still packs stale items, and
 one that detects them gets the credit.
 
 Per slice, the paired outcomes meet the decision contract's category floor
@@ -27,7 +32,7 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
-from evolve.data import BASELINE_PATH
+from evolve.data import REFEREE_PATH
 from evolve.runtime.dates import without_dates
 from evolve.runtime.extractor import RuleExtractor
 from evolve.runtime.lifecycle import Cues, standing
@@ -56,27 +61,48 @@ def _no_vectors(texts: list[str]) -> np.ndarray:
 
 
 @dataclass(frozen=True)
-class Marks:
-    """One recall's marks: per captured turn id, the stale statements it holds, each with its state."""
+class Mark:
+    """A stale statement: its stale ``value`` and the ``slot`` it shares with its replacement (empty: none)."""
 
-    by_turn: Mapping[str, frozenset[tuple[frozenset[str], str]]]
+    value: frozenset[str]
+    slot: frozenset[str]
+    state: str
+
+    @classmethod
+    def of(cls, stems: frozenset[str], state: str, replacement: frozenset[str] = frozenset()) -> "Mark":
+        value = stems - replacement
+        return cls(value, stems & replacement, state) if value else cls(stems, frozenset(), state)
+
+    def carried_by(self, said: frozenset[str]) -> bool:
+        """Whether an item saying the stems ``said`` carries this stale value: a word of the value and one of the
+        slot, or, with no slot, the whole statement."""
+        return bool(self.value & said and self.slot & said) if self.slot else self.value <= said
+
+
+@dataclass(frozen=True)
+class Marks:
+    """One recall's marks: per captured turn id, the stale statements it holds."""
+
+    by_turn: Mapping[str, frozenset[Mark]]
 
     def judge(self, packed: Iterable[ContextItem]) -> list[str | None]:
-        """Per packed item, the state of a marked statement it states from one of its source turns, else ``None``."""
+        """Per packed item, the state of a marked statement whose stale value it carries from one of its source
+        turns, else ``None``."""
         out = []
         for item in packed:
             said = statement(item.text)
-            out.append(next((state for turn in item.source_ids for stems, state in
-                             sorted(self.by_turn.get(turn, ()), key=lambda m: STATES.index(m[1])) if stems <= said),
-                            None))
+            out.append(next((mark.state for turn in item.source_ids for mark in
+                             sorted(self.by_turn.get(turn, ()), key=lambda m: (STATES.index(m.state), sorted(m.value)))
+                             if mark.carried_by(said)), None))
         return out
 
 
 class Referee:
-    """The reference lifecycle pass (the shipped baseline's), the same whichever strategies a replay compares."""
+    """The reference lifecycle pass (``evolve/data/referee.yaml``), the same whichever strategies a replay compares."""
 
     def __init__(self) -> None:
-        strategy = load_strategy(BASELINE_PATH)
+        strategy = load_strategy(REFEREE_PATH)
+        self.version = strategy["version"]
         self.policy = Policy.from_strategy(strategy)
         self.extractor = RuleExtractor()
         self.strategy_hash = strategy_hash(strategy)
@@ -85,9 +111,13 @@ class Referee:
     def describe(self) -> dict:
         """What judged, as the journal records it."""
         lc = self.policy.lifecycle
-        return {"lifecycle": "shipped baseline", "strategy_hash": self.strategy_hash, "extractor": self.extractor.name,
+        return {"lifecycle": f"reference v{self.version}", "version": self.version,
+                "strategy_hash": self.strategy_hash, "extractor": self.extractor.name,
                 "supersession": lc.supersession, "slots": lc.slots.enabled, "forget_guard": lc.forget_guard,
-                "expiry": lc.expiry.enabled, "exempt": "questions about the past, a change or a withdrawal",
+                "expiry": lc.expiry.enabled, "expiry_scope": lc.expiry.scope, "hide_passed": lc.hides_passed,
+                "exempt": "questions about the past, a change or a withdrawal",
+                "stale": "the superseded value (what its replacement does not say, with a word of the slot); a "
+                         "retracted or expired statement whole",
                 "time": "asked_at, else the recall's time"}
 
     def store(self, live: LiveConversation) -> MemoryStore:
@@ -101,14 +131,15 @@ class Referee:
         if not cues.current:
             return None
         now, lc = asked_at or recalled_at, self.policy.lifecycle
-        found: dict[str, set[tuple[frozenset[str], str]]] = {}
+        found: dict[str, set[Mark]] = {}
         for item in store.items:
             if item.settled:
                 continue
-            state, stems = standing(store, item, lc, cues, now).state, statement(item.text)
-            if state != "active" and stems:
+            standing_, stems = standing(store, item, lc, cues, now), statement(item.text)
+            if standing_.state != "active" and stems:
+                replacement = statement(store.item(standing_.by).text) if standing_.by else frozenset()
                 for turn in item.source_ids:
-                    found.setdefault(turn, set()).add((stems, state))
+                    found.setdefault(turn, set()).add(Mark.of(stems, standing_.state, replacement))
         return Marks({turn: frozenset(marks) for turn, marks in found.items()})
 
 

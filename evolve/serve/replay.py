@@ -336,7 +336,7 @@ def text(report: ReplayReport) -> str:
                          f"(p95 {graded['serving_p95']:.1f} -> {graded['candidate_p95']:.1f}; Wilcoxon "
                          f"p={graded['wilcoxon_p']:.4g})")
         s, c = o["stale_serving"], o["stale_candidate"]
-        lines.append(f"  stale items packed (referee: shipped baseline lifecycle; {o['exempt']} question(s) about "
+        lines.append(f"  stale items packed (referee: {report.referee.get('lifecycle', 'reference')}; {o['exempt']} question(s) about "
                      f"the past exempt): serving {s['total']}, candidate {c['total']} (" + ", ".join(
                          f"{state} {s[state]} vs {c[state]}" for state in STATES) + ")")
         for key, paired in (("clean_context", report.clean), ("answer_in_context", report.answer_in_context)):

@@ -101,7 +101,7 @@ def test_a_candidate_that_turns_detection_off_no_longer_wins_on_staleness(captur
     assert any(r.startswith("candidate worse on clean context") for r in report.reasons)
     [(name, row)] = report.slices["clean_context"].items()  # every question here is single-hop by intent
     assert name == "single_hop" and row["floor"] == "candidate" and row["holm_p"] <= 0.05
-    assert report.referee["lifecycle"] == "shipped baseline"
+    assert report.referee["lifecycle"] == "reference v1" and report.referee["hide_passed"]
 
 
 def test_a_real_lifecycle_gain_still_shows(captured, embedder):
@@ -116,6 +116,30 @@ def test_a_real_lifecycle_gain_still_shows(captured, embedder):
     assert table["single_hop"]["n"] == len(NOW) - 3
 
 
+def _ann(*said: str) -> LiveConversation:
+    live = LiveConversation("ann")
+    for i, (text, day) in enumerate(zip(said, (datetime(2024, 3, 1), datetime(2024, 6, 1)))):
+        live.add(Turn(f"D{i + 1}:1", "Ann", text, f"s{i + 1}", day))
+    return live
+
+
+def test_a_paraphrase_of_the_superseded_value_is_stale_and_the_current_value_is_not():
+    """An item of the old turn that says the old value in other words (not every word of the statement) is stale;
+    one saying the new value is not, nor an item of the old turn about something else."""
+    from evolve.runtime.roles import ContextItem
+
+    referee = Referee()
+    live = _ann("I live in Porto with my two cats and I love jazz.", "Actually I live in Lisbon now with my two cats.")
+    marks = referee.marks(referee.store(live), "Where does Ann live?", None, datetime(2024, 7, 1))
+    [mark] = [m for m in marks.by_turn["D1:1"] if m.state == "superseded"]
+    assert "porto" in mark.value and "cat" in mark.slot
+    items = [ContextItem("a", "Ann lived in Porto.", "L0", ("D1:1",)),  # a paraphrase: no cats, no jazz
+             ContextItem("b", "Ann lives in Lisbon with two cats.", "L0", ("D2:1",)),
+             ContextItem("c", "Ann loves jazz.", "L0", ("D1:1",)),
+             ContextItem("d", "Ann lived in Porto.", "L0", ("D9:9",))]  # not from the marked turn
+    assert marks.judge(items) == ["superseded", None, None, None]
+
+
 def test_the_referee_judges_a_recall_without_asked_at_at_its_time_and_exempts_the_past():
     live = LiveConversation("bob")
     live.add(Turn("D1:1", "Bob", "I have a dentist appointment on 10 March 2024 at 9am.", "s1", datetime(2024, 3, 1)))
@@ -125,7 +149,7 @@ def test_the_referee_judges_a_recall_without_asked_at_at_its_time_and_exempts_th
     question, later = "When is Bob's dentist appointment?", datetime(2026, 1, 1)
     assert referee.marks(store, question, datetime(2024, 3, 5), later).by_turn == {}  # asked before the day
     marks = referee.marks(store, question, None, later)  # no asked_at: judged at the recall's time
-    assert {state for _, state in marks.by_turn["D1:1"]} == {"expired"}
+    assert {mark.state for mark in marks.by_turn["D1:1"]} == {"expired"}
     assert referee.marks(store, "When did Bob go to the dentist?", None, later) is None  # about the past: exempt
 
 

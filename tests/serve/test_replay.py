@@ -80,7 +80,7 @@ def test_replay_journals_its_verdict_and_rolls_back_on_a_monitor_regression_only
                                      "shadow_reproduced": {"checked": len(QUESTIONS), "equal": len(QUESTIONS)}}
     assert payload["answer_in_context"]["n"] == len(QUESTIONS)
     # judged by the referee, sliced by the answers' categories, held to the floors of the stores' contract
-    assert payload["referee"]["lifecycle"] == "shipped baseline" and payload["referee"]["supersession"]
+    assert payload["referee"]["lifecycle"] == "reference v1" and payload["referee"]["version"] == 1 and payload["referee"]["supersession"]
     assert set(payload["slices"]["answer_in_context"]) == {q.category for q in QUESTIONS}
     assert sum(row["n"] for row in payload["slices"]["answer_in_context"].values()) == len(QUESTIONS)
     contract = History(stores).harness["rules"]["acceptance"]
