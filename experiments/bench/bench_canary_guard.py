@@ -176,7 +176,7 @@ def run(path: Path, repetitions: int, label_free: bool = False) -> dict:
             proc.send_signal(signal.SIGTERM)
             log = proc.communicate(timeout=120)[0]
         out["serve_log_tail"] = log.strip().splitlines()[-6:]
-        out["serve_start"] = [line for line in log.splitlines() if line.startswith("canary ")][:1]
+        out["serve_start"] = [line for line in log.splitlines() if "its guard" in line][:1]
         verified = _cli("journal", "verify", "--stores", str(stores), "--serving", str(serving))
         out["journal_verify"] = verified.stdout.strip().splitlines()[0] if verified.stdout else verified.stderr
         out["canary_entries"] = [{"index": e["index"], **{k: e["payload"].get(k) for k in
