@@ -90,6 +90,12 @@ def table(runs: int, seed: int, plan: GuardPlan) -> tuple[list[list[str]], ...]:
     return own, population, power
 
 
+def _by_spread(rows: list[list[str]]) -> list[str]:
+    """A table of stop rates, a row of users and a column of spread each."""
+    return ["| canary users | " + " | ".join(f"spread {s}" for s in SPREADS) + " |", "|---|" + "---|" * len(SPREADS),
+            *[f"| {' | '.join(row)} |" for row in rows]]
+
+
 def report(runs: int, seed: int, command: str) -> str:
     plan = GuardPlan()
     started = time.perf_counter()
@@ -110,18 +116,14 @@ def report(runs: int, seed: int, command: str) -> str:
         "served users and better for as many others; a stop is the guard acting on the harm to the users judged "
         "first.",
         "",
-        "| canary users | " + " | ".join(f"spread {s}" for s in SPREADS) + " |",
-        "|---|" + "---|" * len(SPREADS),
-        *[f"| {' | '.join(row)} |" for row in own],
+        *_by_spread(own),
         "",
         "## No worse for the population, the served users drawn from it: share stopped",
         "",
         "A stop here is a canary that harms the users it happens to serve; with few users and a wide spread that is "
         "common, and the guard stops it, as it should for those users.",
         "",
-        "| canary users | " + " | ".join(f"spread {s}" for s in SPREADS) + " |",
-        "|---|" + "---|" * len(SPREADS),
-        *[f"| {' | '.join(row)} |" for row in population],
+        *_by_spread(population),
         "",
         "## Worse on average: share of canaries stopped",
         "",
