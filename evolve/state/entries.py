@@ -13,6 +13,7 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from evolve.errors import EvolveError
 from evolve.observe.labels import LabelsImport
 from evolve.verify.confirmation import Confirmation
 
@@ -328,7 +329,7 @@ FORMS: dict[EntryType, tuple[str, type[BaseModel], type[BaseModel]]] = {
 }
 
 
-class PayloadError(ValueError):
+class PayloadError(EvolveError, ValueError):
     """A journal payload that does not fit its type's model; the message names the entry and each field."""
 
 
