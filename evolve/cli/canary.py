@@ -8,10 +8,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from evolve.cli.argtypes import share
 from evolve.cli.workflow import DEFAULT_SERVING, operator_arg, stores_arg
 from evolve.safe_text import MAX_OPERATOR_CHARS, escaped
+
+if TYPE_CHECKING:
+    from evolve.state.entries import JournalEntry
 
 
 def journal_start(stores: str, serving: str, candidate: str, fraction: float, approver: str, reason: str | None,
@@ -30,19 +34,19 @@ def journal_start(stores: str, serving: str, candidate: str, fraction: float, ap
     return 0
 
 
-def _print_entry(entry: dict) -> None:
-    p = entry["payload"]
-    what = {"start": f"started: {p['candidate_id']} ({p.get('verdict')}) serves {p['fraction']:g} of the users of",
-            "change": f"changed: {p['candidate_id']} serves {p['fraction']:g} (was {p.get('previous_fraction')}) "
+def _print_entry(entry: JournalEntry) -> None:
+    p = entry.payload
+    what = {"start": f"started: {p.candidate_id} ({p.verdict}) serves {p.fraction:g} of the users of",
+            "change": f"changed: {p.candidate_id} serves {p.fraction:g} (was {p.previous_fraction}) "
                       "of the users of",
-            "stop": f"stopped: {p['candidate_id']} serves nobody; users go back to"}[p["action"]]
-    given = p["approval"]
+            "stop": f"stopped: {p.candidate_id} serves nobody; users go back to"}[p.action]
+    given = p.approval
     reason = f": {escaped(given['reason'])}" if given.get("reason") else ""
-    print(f"canary {what} {p['target']}")
-    print(f"  journal  entry {entry['index']} CANARY ({p['action']})")
+    print(f"canary {what} {p.target}")
+    print(f"  journal  entry {entry.index} CANARY ({p.action})")
     print(f"  approval approved by {escaped(given['approver'])}{reason}")
-    if p.get("cap_override"):
-        print(f"  cap      overridden: {p['fraction']:g} > {p['cap']:g}")
+    if p.cap_override:
+        print(f"  cap      overridden: {p.fraction:g} > {p.cap:g}")
 
 
 def cmd_canary(args: argparse.Namespace) -> int:
@@ -55,11 +59,11 @@ def cmd_canary(args: argparse.Namespace) -> int:
         current, last = canary.running(view.entries, args.serving), canary.latest(view.entries, args.serving)
         if current is None:
             print(f"no canary runs beside {args.serving}" + ("" if last is None else
-                  f" (the last, {last['payload']['candidate_id']}, was stopped by {last['payload']['by']} in entry "
-                  f"{last['index']})"))
+                  f" (the last, {last.payload.candidate_id}, was stopped by {last.payload.by} in entry "
+                  f"{last.index})"))
             return 0
         print(f"canary {current.candidate_id} serves {current.fraction:g} of the users of {args.serving} (started in "
-              f"entry {current.start_index}, fraction set in entry {current.entry['index']})")
+              f"entry {current.start_index}, fraction set in entry {current.entry.index})")
         return 0
     if args.canary_command == "start":
         return journal_start(args.stores, args.serving, args.candidate, args.fraction, args.approver, args.reason,

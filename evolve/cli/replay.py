@@ -97,9 +97,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         return 2
     entry = journal_replay(args.stores, report, logs, args.candidate)
     print(text(report))
-    print(f"journaled: REPLAY entry {entry['index']}")
+    print(f"journaled: REPLAY entry {entry.index}")
     if out is not None:
-        atomic_write_json(out, entry["payload"])
+        atomic_write_json(out, entry.payload.model_dump(mode="json"))
         print(f"wrote {args.json}")
     triggers, notes = rollback_triggers(args.stores, args.serving, serving, candidate, report)
     for note in notes:
@@ -113,7 +113,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             print(f"automatic rollback refused: {exc}", file=sys.stderr)
             return 1
         print(f"rolled back {result.target} to {result.served.strategy_hash[:12]} (ROLLBACK entry "
-              f"{result.entry['index']}, automatic)")
+              f"{result.entry.index}, automatic)")
     elif triggers:
         print("not rolled back: pass --auto-rollback to roll back on these triggers")
     return 0

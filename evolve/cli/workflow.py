@@ -97,7 +97,7 @@ def _print_change(result: "ChangeResult", done: str, stores: str, approval: str 
     else:
         print(f"  old      {result.previous.strategy_hash}  (restore point {Path(stores) / result.previous.copy})")
     if result.entry is not None:
-        print(f"  journal  entry {result.entry['index']} {result.entry['type']}")
+        print(f"  journal  entry {result.entry.index} {result.entry.type}")
     if approval is not None:
         print(f"  approval {approval}")
     _print_diff(result.diff, "diff old -> new")
@@ -140,7 +140,7 @@ def cmd_promote(args: argparse.Namespace) -> int:
         return 1
     label = f"{result.record.candidate_id} ({result.record.verdict})"
     _print_change(result, f"dry run, nothing written: would promote {label} to" if args.dry_run
-                  else f"promoted {label} to", args.stores, approval_text({"approval": approved}))
+                  else f"promoted {label} to", args.stores, approval_text(approved))
     return 0
 
 

@@ -15,8 +15,9 @@ from typing import Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, computed_field
 
-from evolve.observe.labels import LABELS_ENTRY, Label, LabelsImport
+from evolve.observe.labels import Label, LabelsImport
 from evolve.observe.trace import Trace
+from evolve.state.entries import JournalEntry
 
 
 class ReviewedFailure(BaseModel):
@@ -54,14 +55,14 @@ class Reviewed(BaseModel):
         return sum(f.label != f.ladder for f in self.applied)
 
 
-def confirmed_labels(entries: Iterable[Mapping]) -> dict[str, tuple[int, Label]]:
+def confirmed_labels(entries: Iterable[JournalEntry]) -> dict[str, tuple[int, Label]]:
     """The latest confirmed label of each question in journal ``entries``, with its entry's index."""
     out: dict[str, tuple[int, Label]] = {}
     for entry in entries:
-        if entry["type"] == LABELS_ENTRY:
-            for label in LabelsImport.model_validate(entry["payload"]).labels:
+        if isinstance(entry.payload, LabelsImport):
+            for label in entry.payload.labels:
                 if label.confirmed:
-                    out[label.question_id] = (entry["index"], label)
+                    out[label.question_id] = (entry.index, label)
     return out
 
 

@@ -204,7 +204,7 @@ class Engine:
         current = self.current_strategy()
         cur_run = self._evaluate_current(current, desc=f"round {n} observe")
         view, reviewed = relabel(failure_view(cur_run.traces, self.config.objective),
-                                 confirmed_labels(self.stores.journal.entries()))
+                                 confirmed_labels(self.stores.journal.typed_entries()))
         dg = digest(view)
         if reviewed.applied:
             self._say(f"round {n}: {len(reviewed.applied)} failure root cause(s) from reviewers' labels "
@@ -316,11 +316,11 @@ class Engine:
 
     def _last_night(self) -> dict | None:
         """The stores' latest ended night (journal entry ``NIGHT``), with its wall time when this engine ran it."""
-        entry = next((e for e in reversed(self.stores.journal.entries()) if e["type"] == "NIGHT"), None)
+        entry = next((e for e in reversed(self.stores.journal.typed_entries()) if e.type == "NIGHT"), None)
         if entry is None:
             return None
-        ran = self.night_record is not None and self.night_record.model_dump() == entry["payload"]
-        return {**entry["payload"], **({"minutes": round(self.night_minutes, 2)} if ran else {})}
+        ran = self.night_record is not None and self.night_record == entry.payload
+        return {**entry.payload.model_dump(), **({"minutes": round(self.night_minutes, 2)} if ran else {})}
 
     def _night(self, n: int, current: dict) -> NightState:
         """The open night (kept in the stores since its last round), or a new one starting with round ``n``."""

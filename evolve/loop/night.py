@@ -9,15 +9,12 @@ again, so no later round can bring the refused strategy back. The round journals
 """
 from __future__ import annotations
 
-from typing import Literal
-
 from pydantic import BaseModel, ConfigDict, Field
 
 from evolve.loop.config import NightConfig
-from evolve.verify.confirmation import Confirmation
+from evolve.state.entries import EndReason, NightRecord
 
-#: Why a night ended.
-EndReason = Literal["rounds", "patience", "evaluations", "minutes"]
+__all__ = ["EndReason", "NightRecord", "NightState"]
 
 
 class NightState(BaseModel):
@@ -46,20 +43,3 @@ class NightState(BaseModel):
         if config.max_minutes is not None and minutes >= config.max_minutes:
             return "minutes"
         return "rounds" if last else None
-
-
-class NightRecord(BaseModel):
-    """The journaled end of a night (entry ``NIGHT``): how far it went, why it stopped, what it decided."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    ended: EndReason
-    first_round: int
-    last_round: int
-    rounds: int
-    evaluations: int
-    start: str
-    final: str
-    diff: dict[str, list] = Field(description="effective changes start -> final, {path: [old, new]}")
-    confirmation: Confirmation | None = Field(None, description="None: no confirmation set, or nothing changed")
-    restored: str | None = Field(None, description="the start's hash when the confirmation refused the final")

@@ -81,8 +81,8 @@ def journaled_labels(view: History, candidate_id: str) -> dict[str, Label]:
     """The labels last imported for each discordant question of ``candidate_id``."""
     out: dict[str, Label] = {}
     for entry in view.entries:
-        if entry["type"] == LABELS_ENTRY and entry["payload"].get("candidate_id") == candidate_id:
-            out.update((label.question_id, label) for label in LabelsImport.model_validate(entry["payload"]).labels)
+        if isinstance(entry.payload, LabelsImport) and entry.payload.candidate_id == candidate_id:
+            out.update((label.question_id, label) for label in entry.payload.labels)
     return out
 
 

@@ -17,6 +17,7 @@ from evolve.ops.history import History
 from evolve.ops.drift import serving_status
 from evolve.ops.serving import check_decision, check_harness, require_journal
 from evolve.ops.targets import Refused
+from evolve.state.entries import CanaryPayload, JournalEntry, read_entry
 from evolve.state.record import CandidateRecord
 from evolve.state.stores import StoreSet
 
@@ -38,33 +39,33 @@ class Canary:
     strategy_hash: str
     fraction: float
     start_index: int  # the CANARY start entry: the identity of this canary run
-    entry: dict  # the entry that set the fraction (the start or the latest change)
+    entry: JournalEntry  # the entry that set the fraction (the start or the latest change)
 
     def describe(self) -> dict:
         return {"candidate_id": self.candidate_id, "fraction": self.fraction, "start_entry": self.start_index,
-                "entry": self.entry["index"], "approval": self.entry["payload"].get("approval")}
+                "entry": self.entry.index, "approval": self.entry.payload.approval}
 
 
-def running(entries: list[dict], target: str | Path) -> Canary | None:
+def running(entries: list[JournalEntry], target: str | Path) -> Canary | None:
     """The canary the ``CANARY`` entries among ``entries`` leave running beside ``target`` (None: none)."""
     target, state = str(Path(target).resolve()), None
     for e in entries:
-        p = e["payload"]
-        if e["type"] != "CANARY" or p.get("target") != target:
+        p = e.payload
+        if not isinstance(p, CanaryPayload) or p.target != target:
             continue
-        if p["action"] == "start":
-            state = Canary(p["candidate_id"], p["strategy_hash"], p["fraction"], e["index"], e)
-        elif p["action"] == "change" and state is not None:
-            state = Canary(state.candidate_id, state.strategy_hash, p["fraction"], state.start_index, e)
-        elif p["action"] == "stop":
+        if p.action == "start":
+            state = Canary(p.candidate_id, p.strategy_hash, p.fraction, e.index, e)
+        elif p.action == "change" and state is not None:
+            state = Canary(state.candidate_id, state.strategy_hash, p.fraction, state.start_index, e)
+        elif p.action == "stop":
             state = None
     return state
 
 
-def latest(entries: list[dict], target: str | Path) -> dict | None:
+def latest(entries: list[JournalEntry], target: str | Path) -> JournalEntry | None:
     """The last ``CANARY`` entry for ``target``."""
     target = str(Path(target).resolve())
-    return next((e for e in reversed(entries) if e["type"] == "CANARY" and e["payload"].get("target") == target),
+    return next((e for e in reversed(entries) if isinstance(e.payload, CanaryPayload) and e.payload.target == target),
                 None)
 
 
@@ -91,20 +92,20 @@ def check_fraction(fraction: float, approval: dict, override_cap: bool) -> None:
         raise Refused(f"refused: overriding the canary cap {CANARY_CAP} needs a --reason (journaled with it)")
 
 
-def _journal(stores: str | Path, target: str | Path, build, lock_wait: float) -> dict:
+def _journal(stores: str | Path, target: str | Path, build, lock_wait: float) -> JournalEntry:
     """Under the run lock (opening verifies the journal): ``build(view, running canary)`` gives the payload of the
     entry to append, or raises :class:`Refused`."""
     try:
         with StoreSet(stores, lock_timeout=lock_wait) as store_set:
             view = History(stores)
             payload = build(view, running(view.entries, target))
-            return store_set.append_journal("CANARY", {"target": str(Path(target).resolve()), **payload})
+            return read_entry(store_set.append_journal("CANARY", {"target": str(Path(target).resolve()), **payload}))
     except StoreError as exc:
         raise Refused(f"refused: {exc}") from None
 
 
 def start(stores: str | Path, target: str | Path, candidate_id: str, fraction: float, approval: dict,
-          override_cap: bool = False, lock_wait: float = LOCK_WAIT_S, allow_untracked: bool = False) -> dict:
+          override_cap: bool = False, lock_wait: float = LOCK_WAIT_S, allow_untracked: bool = False) -> JournalEntry:
     """Journal the start of a canary of ``candidate_id`` serving ``fraction`` of the users of ``target``: a serving
     file that exists and that these stores installed (``allow_untracked``: or one they do not track, as
     ``serve --allow-untracked`` serves it)."""
@@ -129,7 +130,7 @@ def start(stores: str | Path, target: str | Path, candidate_id: str, fraction: f
 
 
 def change(stores: str | Path, target: str | Path, fraction: float, approval: dict, override_cap: bool = False,
-           lock_wait: float = LOCK_WAIT_S) -> dict:
+           lock_wait: float = LOCK_WAIT_S) -> JournalEntry:
     """Journal a new fraction for the canary running beside ``target``."""
     check_fraction(fraction, approval, override_cap)
 
@@ -146,7 +147,7 @@ def change(stores: str | Path, target: str | Path, fraction: float, approval: di
 
 
 def stop(stores: str | Path, target: str | Path, approval: dict, *, by: str = "operator",
-         evidence: dict | None = None, start_index: int | None = None, lock_wait: float = LOCK_WAIT_S) -> dict:
+         evidence: dict | None = None, start_index: int | None = None, lock_wait: float = LOCK_WAIT_S) -> JournalEntry:
     """Journal the stop of the canary running beside ``target`` (``start_index``: only if it is that run)."""
 
     def build(_: History, current: Canary | None) -> dict:

@@ -17,12 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from evolve.canonical import sha256_hex
+from evolve.canonical import canonical_hash, sha256_hex
 from evolve.ops.drift import read_optional
 from evolve.ops.witness import witness_anchors, write_witness
 from evolve.files import (
     StoreError, atomic_write_bytes, atomic_write_json, crash_point, fsync_dir, now_iso, os_error, read_json,
 )
+from evolve.state.entries import JournalEntry, ServedFile, read_entry, validate_payload
 from evolve.state.layout import StoreLayout
 from evolve.state.stores import StoreSet
 
@@ -37,10 +38,10 @@ class Recovered:
     type: str
     target: str
     outcome: str
-    entry: dict | None
+    entry: JournalEntry | None
 
     def describe(self) -> str:
-        index = self.entry["index"] if self.entry else None
+        index = self.entry.index if self.entry else None
         what = {"completed": f"finished: the serving file was replaced, and entry {index} {self.type} records it",
                 "abandoned": "abandoned: the serving file was never replaced",
                 "unresolved": "not finished: the serving file holds neither the old nor the new file (changed by "
@@ -57,7 +58,7 @@ def pending_change(layout: StoreLayout) -> dict | None:
     return read_json(intent_path(layout), None)
 
 
-def apply_change(store_set: StoreSet, kind: str, target: Path, data: bytes, payload: dict) -> dict:
+def apply_change(store_set: StoreSet, kind: str, target: Path, data: bytes, payload: dict) -> JournalEntry:
     """Serve ``data`` at ``target`` and journal ``kind`` with ``payload``, crash-atomically; the journal entry."""
     intent, last = intent_path(store_set.layout), store_set.journal.last()
     atomic_write_json(intent, {"type": kind, "payload": payload, "journal_length": 0 if last is None else
@@ -65,7 +66,7 @@ def apply_change(store_set: StoreSet, kind: str, target: Path, data: bytes, payl
     crash_point("intent")
     atomic_write_bytes(target, data)
     crash_point("swap")
-    entry = store_set.append_journal(kind, payload)
+    entry = read_entry(store_set.append_journal(kind, payload))
     crash_point("journal")
     write_witness(target, entry, store_set.root)
     crash_point("witness")
@@ -80,25 +81,27 @@ def recover_change(store_set: StoreSet) -> Recovered | None:
         return None
     try:
         kind, payload, length = intent["type"], intent["payload"], int(intent["journal_length"])
-        target = Path(payload["target"])
-        new, old = payload["file_sha256"], payload["previous_file_sha256"]
+        served = validate_payload(kind, payload, "intent")
+        if not isinstance(served, ServedFile):
+            raise ValueError(f"intent of a {kind} entry")
     except (KeyError, TypeError, ValueError):
         raise StoreError(intent_path(store_set.layout), "malformed intent of an interrupted serving change "
                                                         "(edited?); nothing was recovered") from None
-    journaled = next((e for e in store_set.journal.entries()[length:]
-                      if e["type"] == kind and e["payload"] == payload), None)
+    target, new, old = Path(served.target), served.file_sha256, served.previous_file_sha256
+    journaled = next((e for e in store_set.journal.typed_entries()[length:]
+                      if e.type == kind and e.payload_hash == canonical_hash(payload)), None)
     current = read_optional(target)
     held = sha256_hex(current) if current is not None else None
     entry = None
     if journaled is not None or held == new:
         outcome = "completed"
-        entry = journaled or store_set.append_journal(kind, payload)
-        if not any(a.index == entry["index"] for a in witness_anchors(target, store_set.root)):
+        entry = journaled or read_entry(store_set.append_journal(kind, payload))
+        if not any(a.index == entry.index for a in witness_anchors(target, store_set.root)):
             write_witness(target, entry, store_set.root)
     else:
         outcome = "abandoned" if held == old else "unresolved"
     store_set.append_journal("RECOVER", {"serving_change": intent, "outcome": outcome,
-                                         "entry": entry["index"] if entry else None})
+                                         "entry": entry.index if entry else None})
     _remove(intent_path(store_set.layout))
     return Recovered(kind, str(target), outcome, entry)
 

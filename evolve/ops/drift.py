@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from evolve.ops.history import History
+from evolve.state.entries import JournalEntry, PromotePayload
 from evolve.files import MAX_TEXT_BYTES, StoreError, read_bounded
 from evolve.canonical import sha256_hex
 from evolve.safe_text import escaped
@@ -40,7 +41,7 @@ class ServingStatus:
 
     target: Path
     state: str
-    entry: dict | None
+    entry: JournalEntry | None
     current: Served | None
     problem: str | None = None
 
@@ -57,29 +58,29 @@ class ServingStatus:
                     "ROLLBACK entry installed here (an interrupted promote, or copied by hand)")
         if self.state == "unverified":
             return f"unverified: its serving history does not check out: {self.problem}"
-        installed = f"entry {e['index']} {e['type']} ({e['ts']})"
+        installed = f"entry {e.index} {e.type} ({e.ts})"
         if self.state == "tracked":
             return f"tracked: put there by {installed}: {_what(e)}"
         if self.state == "missing":
-            return f"drift: the file is missing; {installed} installed strategy {e['payload']['strategy_hash']}"
-        same = self.current.strategy_hash == e["payload"]["strategy_hash"]
+            return f"drift: the file is missing; {installed} installed strategy {e.payload.strategy_hash}"
+        same = self.current.strategy_hash == e.payload.strategy_hash
         what = "bytes differ but the strategy content is the same" if same else \
             f"strategy {self.current.strategy_hash or '(not a YAML mapping)'} is not the installed " \
-            f"{e['payload']['strategy_hash']}"
+            f"{e.payload.strategy_hash}"
         return f"drift: the file differs from what {installed} installed ({what})"
 
 
 # ---------------------------------------------------------------- helpers
 
 
-def _what(entry: dict) -> str:
+def _what(entry: JournalEntry) -> str:
     """What a PROMOTE/ROLLBACK entry did, in words."""
-    p = entry["payload"]
-    if entry["type"] == "PROMOTE":
-        return f"promotion of {p['candidate_id']} ({p['verdict']}), {approval_text(p)}"
-    if p.get("undoes") is not None:
-        return f"rollback undoing entry {p['undoes']}"
-    return f"rollback to the file entry {p['to_entry']} served"
+    p = entry.payload
+    if isinstance(p, PromotePayload):
+        return f"promotion of {p.candidate_id} ({p.verdict}), {approval_text(p.approval)}"
+    if p.undoes is not None:
+        return f"rollback undoing entry {p.undoes}"
+    return f"rollback to the file entry {p.to_entry} served"
 
 
 def approval(approver: str, reason: str | None) -> dict:
@@ -87,9 +88,9 @@ def approval(approver: str, reason: str | None) -> dict:
     return {"approver": approver.strip(), "reason": reason.strip() if reason and reason.strip() else None}
 
 
-def approval_text(payload: dict) -> str:
-    """Who approved a PROMOTE entry (``payload``), or that nobody did; the operator's text escaped for a terminal."""
-    given = payload.get("approval")
+def approval_text(given: dict | None) -> str:
+    """Who approved a PROMOTE entry (its ``approval``), or that nobody did; the operator's text escaped for a
+    terminal."""
     if not given:
         return "UNAPPROVED (promoted without --approver)"
     reason = f": {escaped(given['reason'])}" if given.get("reason") else ""
@@ -113,12 +114,12 @@ def read_optional(path: Path) -> bytes | None:
         raise StoreError(path, f"cannot read: {exc.strerror}") from None
 
 
-def serving_entries(entries: list[dict], target: Path) -> list[dict]:
+def serving_entries(entries: list[JournalEntry], target: Path) -> list[JournalEntry]:
     """PROMOTE/ROLLBACK entries for ``target`` (an absolute path), oldest first."""
-    return [e for e in entries if e["type"] in SERVING_TYPES and e["payload"].get("target") == str(target)]
+    return [e for e in entries if e.type in SERVING_TYPES and e.payload.target == str(target)]
 
 
-def history_problem(view: History, mine: list[dict]) -> str | None:
+def history_problem(view: History, mine: list[JournalEntry]) -> str | None:
     """The first entry of one file's serving history that does not check out, in words (``None`` if all do).
 
     A PROMOTE must install the strategy its candidate's record and journaled ACCEPT name; a ROLLBACK must re-serve
@@ -126,26 +127,26 @@ def history_problem(view: History, mine: list[dict]) -> str | None:
     """
     seen: set[tuple[str | None, str]] = set()
     for e in mine:
-        p, at = e["payload"], f"entry {e['index']} {e['type']}"
-        served = (p["strategy_hash"], p["file_sha256"])
-        if e["type"] == "PROMOTE":
-            record = view.record(p.get("candidate_id", ""))
-            decided = view.decision_entries.get(p.get("candidate_id", ""))
+        p, at = e.payload, f"entry {e.index} {e.type}"
+        served = (p.strategy_hash, p.file_sha256)
+        if isinstance(p, PromotePayload):
+            record = view.record(p.candidate_id)
+            decided = view.decision_entries.get(p.candidate_id)
             if record is None or decided is None:
-                return f"{at} promotes {p.get('candidate_id')}, which was never decided in these stores"
-            if not changes_strategy(record.verdict) or decided["type"] != "ACCEPT":
+                return f"{at} promotes {p.candidate_id}, which was never decided in these stores"
+            if not changes_strategy(record.verdict) or decided.type != "ACCEPT":
                 return f"{at} promotes {record.candidate_id}, which was not accepted ({record.verdict})"
-            if not p["strategy_hash"] == record.strategy_hash == decided["payload"].get("strategy_hash"):
-                return (f"{at} installed strategy {str(p['strategy_hash'])[:12]}, but {record.candidate_id} was "
+            if not p.strategy_hash == record.strategy_hash == decided.payload.strategy_hash:
+                return (f"{at} installed strategy {p.strategy_hash[:12]}, but {record.candidate_id} was "
                         f"accepted as {record.strategy_hash[:12]}")
         elif served not in seen:
             return f"{at} re-served a file that no earlier entry installed or replaced"
-        copy = view.root / p["copy"]
-        if not copy.is_file() or sha256_hex(copy.read_bytes()) != p["file_sha256"]:
-            return f"{at}: its stored copy {copy} is missing or does not match {p['file_sha256'][:12]}"
+        copy = view.root / p.copy_
+        if not copy.is_file() or sha256_hex(copy.read_bytes()) != p.file_sha256:
+            return f"{at}: its stored copy {copy} is missing or does not match {p.file_sha256[:12]}"
         seen.add(served)
-        if p.get("previous_file_sha256") is not None:
-            seen.add((p["previous_hash"], p["previous_file_sha256"]))
+        if p.previous_file_sha256 is not None:
+            seen.add((p.previous_hash, p.previous_file_sha256))
     return None
 
 
@@ -167,13 +168,13 @@ def serving_status(view: History | None, target: str | Path) -> ServingStatus:
         return ServingStatus(target, "unverified", last, current, problem)
     if current is None:
         return ServingStatus(target, "missing", last, None)
-    state = "tracked" if current.file_sha256 == last["payload"]["file_sha256"] else "drift"
+    state = "tracked" if current.file_sha256 == last.payload.file_sha256 else "drift"
     return ServingStatus(target, state, last, current)
 
 
-def serving_targets(entries: list[dict]) -> list[Path]:
+def serving_targets(entries: list[JournalEntry]) -> list[Path]:
     """Every serving file the journal's PROMOTE/ROLLBACK entries name, in first-seen order."""
-    return list(dict.fromkeys(Path(e["payload"]["target"]) for e in entries if e["type"] in SERVING_TYPES))
+    return list(dict.fromkeys(Path(e.payload.target) for e in entries if e.type in SERVING_TYPES))
 
 
 def drift_report(view: History) -> list[ServingStatus]:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from evolve.loop.commit import BLOCKED_BY
 from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
+from evolve.state.entries import JournalEntry
 from evolve.ops.formatting import text_table
 from evolve.files import StoreError
 from evolve.verify.decision import changes_strategy
@@ -25,7 +26,7 @@ class Escalation:
 
     key: str
     rounds: tuple[int, ...]
-    entry: dict | None  # the ESCALATE journal entry (None: blocked, not escalated)
+    entry: JournalEntry | None  # the ESCALATE journal entry (None: blocked, not escalated)
     blocked: tuple[CandidateRecord, ...]
     resolved_by: str | None
     #: Gate runs that name this class (``memevolve gate --answers``), in commit order.
@@ -41,12 +42,12 @@ class Escalation:
             last = self.answers[-1]
             done = "answered" if changes_strategy(last.verdict) else "answer refused"
             return f"{done} by gate {last.candidate_id} ({last.verdict})"
-        return f"escalated (entry {self.entry['index']}), open"
+        return f"escalated (entry {self.entry.index}), open"
 
     @property
     def round(self) -> int | None:
         """The round it was escalated in (``None`` when it was not)."""
-        return self.entry["round"] if self.entry else None
+        return self.entry.round if self.entry else None
 
     @property
     def reason(self) -> str:
@@ -64,13 +65,13 @@ def escalations(view: History) -> list[Escalation]:
             and isinstance(escalated, list)):
         raise StoreError(view.layout.store("escalations"), "not an escalations document: expected a JSON object with "
                                                            "'blocked' (an object of objects) and 'escalated' (a list)")
-    entries = {e["payload"].get("key"): e for e in view.entries if e["type"] == "ESCALATE"}
+    entries = {e.payload.key: e for e in view.entries if e.type == "ESCALATE"}
     gate = History(view.layout.gate).records if view.layout.gate.is_dir() else []
     out = []
     for key, seen in classes.items():
         entry = entries.get(key)
         blocked = tuple(r for r in view.records if r.direction.get("key") == key and r.decided_by in BLOCKED_BY)
-        since = entry["round"] if entry else None
+        since = entry.round if entry else None
         resolved = next((r.candidate_id for r in view.records if r.direction.get("key") == key and since is not None
                          and r.round > since and changes_strategy(r.verdict)), None)
         answers = tuple(r for r in gate if r.symptom == key)

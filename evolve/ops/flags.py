@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from evolve.state.entries import JournalEntry
 from evolve.state.record import CandidateRecord
 from evolve.ops.history import History
 from evolve.ops.formatting import change_summary, fmt_ci, fmt_num, text_table
@@ -35,7 +36,7 @@ class Flag:
     status: str
     moved_on: bool
     by: tuple[str, ...]
-    reverified: tuple[dict, ...]
+    reverified: tuple[JournalEntry, ...]
 
     def describe_status(self) -> str:
         if self.status == "superseded":
@@ -66,9 +67,9 @@ def flagged_record(view: History, candidate_id: str) -> CandidateRecord:
     return record
 
 
-def reverifications(view: History, candidate_id: str) -> tuple[dict, ...]:
+def reverifications(view: History, candidate_id: str) -> tuple[JournalEntry, ...]:
     """The ``REVERIFY`` journal entries of ``candidate_id``, oldest first."""
-    return tuple(e for e in view.entries if e["type"] == REVERIFY and e["payload"].get("candidate_id") == candidate_id)
+    return tuple(e for e in view.entries if e.type == REVERIFY and e.payload.candidate_id == candidate_id)
 
 
 def flag_of(view: History, record: CandidateRecord, current: dict) -> Flag:
@@ -110,12 +111,13 @@ def figures(record: CandidateRecord) -> str:
     return "-"
 
 
-def reverified_text(entry: dict) -> str:
+def reverified_text(entry: JournalEntry) -> str:
     """One re-verification in words: entry, the strategy it was compared with, the paired figures and verdict."""
-    p, q = entry["payload"], entry["payload"]["paired"]
-    return (f"entry {entry['index']} ({entry['ts'][:19]}) vs current {p['current_strategy'][:12]}: "
+    p, q = entry.payload, entry.payload.paired
+    return (f"entry {entry.index} ({entry.ts[:19]}) vs current {p.current_strategy[:12]}: "
             f"{q['acc_baseline']:.3f} -> {q['acc_candidate']:.3f} Δ {q['delta']:+.4f} p={q['mcnemar_p']:.3g} "
-            f"CI {fmt_ci(PairedReport.from_dict(q))}; would be {p['would_decide']['verdict']} ({p['would_decide']['rule']}); not applied")
+            f"CI {fmt_ci(PairedReport.from_dict(q))}; would be {p.would_decide['verdict']} "
+            f"({p.would_decide['rule']}); not applied")
 
 
 def flags_table(flags: list[Flag]) -> str:
@@ -123,6 +125,6 @@ def flags_table(flags: list[Flag]) -> str:
     rows = [{"id": f.record.candidate_id, "round": str(f.record.round), "change": change_summary(f.record, 48),
              "rule": f.record.decision.rule if f.record.decision else "-", "figures": figures(f.record),
              "strategy": f.record.strategy_hash[:12], "status": f.describe_status(),
-             "re-verified": (f"{len(f.reverified)}× (last Δ {f.reverified[-1]['payload']['paired']['delta']:+.4f})"
+             "re-verified": (f"{len(f.reverified)}× (last Δ {f.reverified[-1].payload.paired['delta']:+.4f})"
                              if f.reverified else "-")} for f in flags]
     return text_table(rows)

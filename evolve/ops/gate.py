@@ -201,9 +201,9 @@ def evaluate(gate: GateInput) -> GateResult:
 
 def _decision_now(history: History, record: CandidateRecord) -> Decision:
     """A record's verdict as it stands: its last ``REDECIDE`` entry's, else its own."""
-    found = [e["payload"] for e in history.entries
-             if e["type"] == REDECIDE and e["payload"].get("candidate_id") == record.candidate_id]
-    return Decision.from_dict(found[-1]["decision"]) if found else record.decision
+    found = [e.payload for e in history.entries
+             if e.type == REDECIDE and e.payload.candidate_id == record.candidate_id]
+    return Decision.from_dict(found[-1].decision) if found else record.decision
 
 
 def _family_adjustments(records: list[CandidateRecord], method: str) -> dict[str, tuple[Adjustment | None,

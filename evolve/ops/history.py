@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from evolve.loop.night import NightRecord
 from evolve.state.record import CandidateRecord
 from evolve.state.checkpoint import Checkpoint
+from evolve.state.entries import DecisionPayload, ErasePayload, JournalEntry, NightRecord
 from evolve.state.records import load_record, record_hash, report_hash
 from evolve.state.view import StoreView
 from evolve.verify.decision import DECISION_ENTRY_TYPES, changes_strategy, journal_type
@@ -38,7 +38,7 @@ class History(StoreView):
     @cached_property
     def nights(self) -> list[tuple[int, NightRecord]]:
         """Every ended night (its ``NIGHT`` journal entry), with the entry's index."""
-        return [(e["index"], NightRecord.model_validate(e["payload"])) for e in self.entries if e["type"] == "NIGHT"]
+        return [(e.index, e.payload) for e in self.entries if isinstance(e.payload, NightRecord)]
 
     def record(self, candidate_id: str) -> CandidateRecord | None:
         return next((r for r in self.records if r.candidate_id == candidate_id), None)
@@ -64,27 +64,28 @@ class History(StoreView):
     # ------------------------------------------------------------ records against the journal
 
     @cached_property
-    def decision_entries(self) -> dict[str, dict]:
+    def decision_entries(self) -> dict[str, JournalEntry]:
         """The journaled decision (ACCEPT / FLAG / REJECT entry of a round commit) of each candidate id."""
-        return {e["payload"]["candidate_id"]: e for e in self.entries
-                if e["type"] in DECISION_ENTRY_TYPES and e["round"] is not None and "candidate_id" in e["payload"]}
+        return {e.payload.candidate_id: e for e in self.entries
+                if e.type in DECISION_ENTRY_TYPES and e.round is not None and isinstance(e.payload, DecisionPayload)}
 
     def record_problem(self, record: CandidateRecord) -> str | None:
         """Why ``record`` (from ``candidate_outcomes.jsonl``) disagrees with its journaled decision, or ``None``."""
         entry = self.decision_entries.get(record.candidate_id)
         if entry is None:
             return f"{record.candidate_id}: no decision entry in the journal"
-        p, at = entry["payload"], f"journal entry {entry['index']}"
+        p, at = entry.payload, f"journal entry {entry.index}"
         decided = record.decision.to_dict() if record.decision else {}
-        if entry["type"] != journal_type(record.verdict) or p.get("decision") != decided:
-            journaled = (p.get("decision") or {}).get("verdict", entry["type"])
+        if entry.type != journal_type(record.verdict) or p.decision != decided:
+            journaled = p.decision.get("verdict", entry.type)
             return f"{record.candidate_id}: the record says {record.verdict}, {at} says {journaled}"
-        if p.get("strategy_hash") != record.strategy_hash:
+        if p.strategy_hash != record.strategy_hash:
             return (f"{record.candidate_id}: the record's strategy {record.strategy_hash[:12]} is not the journaled "
-                    f"{str(p.get('strategy_hash'))[:12]} ({at})")
-        if p.get("report_hash") != report_hash(record):
+                    f"{str(p.strategy_hash)[:12]} ({at})")
+        if p.report_hash != report_hash(record):
             return f"{record.candidate_id}: the record's evidence does not hash to the report_hash of {at}"
-        if "record_hash" in p and self._after_erasures(record.candidate_id, p["record_hash"]) != record_hash(record):
+        if p.record_hash is not None and \
+                self._after_erasures(record.candidate_id, p.record_hash) != record_hash(record):
             return f"{record.candidate_id}: the record does not hash to the record_hash of {at}"
         return None
 
@@ -93,8 +94,8 @@ class History(StoreView):
         """Per candidate id, the journaled rewrites of its record by erasures (``{"before", "after"}``), in order."""
         out: dict[str, list[dict]] = {}
         for e in self.entries:
-            if e["type"] == "ERASE":
-                for cid, change in (e["payload"].get("records") or {}).items():
+            if isinstance(e.payload, ErasePayload):
+                for cid, change in e.payload.records.items():
                     out.setdefault(cid, []).append(change)
         return out
 
@@ -114,6 +115,6 @@ class History(StoreView):
         records = [r for r in self.records if r.round <= committed]
         problems = [why for r in records if (why := self.record_problem(r))]
         recorded = {r.candidate_id for r in records}
-        problems += [f"{cid}: journal entry {e['index']} decided it, but candidate_outcomes.jsonl has no record"
-                     for cid, e in self.decision_entries.items() if cid not in recorded and e["round"] <= committed]
+        problems += [f"{cid}: journal entry {e.index} decided it, but candidate_outcomes.jsonl has no record"
+                     for cid, e in self.decision_entries.items() if cid not in recorded and e.round <= committed]
         return problems

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 from evolve.ops.history import History
 from evolve.ops.formatting import text_table
+from evolve.state.entries import JournalEntry, MonitorPayload
 
 
-def monitor_regressions(view: History, candidate_id: str | None = None) -> list[dict]:
+def monitor_regressions(view: History, candidate_id: str | None = None) -> list[JournalEntry]:
     """The ``MONITOR`` entries, in journal order (only those of ``candidate_id`` when given)."""
-    return [e for e in view.entries if e["type"] == "MONITOR"
-            and candidate_id in (None, e["payload"].get("candidate_id"))]
+    return [e for e in view.entries if isinstance(e.payload, MonitorPayload)
+            and candidate_id in (None, e.payload.candidate_id)]
 
 
-def regression_text(entry: dict) -> str:
+def regression_text(entry: JournalEntry) -> str:
     """One regression in words."""
-    p = entry["payload"]
-    return (f"{p['candidate_id']} {p['category']}: {p['where']} in round {p['round']}, {p['accepted_score']:.3f} "
-            f"when accepted -> {p['score']:.3f} (more than epsilon {p['epsilon']:.3f} below; entry {entry['index']})")
+    p = entry.payload
+    return (f"{p.candidate_id} {p.category}: {p.where} in round {p.round}, {p.accepted_score:.3f} "
+            f"when accepted -> {p.score:.3f} (more than epsilon {p.epsilon:.3f} below; entry {entry.index})")
 
 
-def monitors_table(entries: list[dict]) -> str:
-    rows = [{"accepted": e["payload"]["candidate_id"], "slice": e["payload"]["category"],
-             "checked on": e["payload"]["where"], "round": str(e["payload"]["round"]),
-             "when accepted": f"{e['payload']['accepted_score']:.3f}", "now": f"{e['payload']['score']:.3f}",
-             "entry": str(e["index"])} for e in entries]
+def monitors_table(entries: list[JournalEntry]) -> str:
+    rows = [{"accepted": e.payload.candidate_id, "slice": e.payload.category, "checked on": e.payload.where,
+             "round": str(e.payload.round), "when accepted": f"{e.payload.accepted_score:.3f}",
+             "now": f"{e.payload.score:.3f}", "entry": str(e.index)} for e in entries]
     return text_table(rows)

@@ -17,6 +17,7 @@ from typing import Iterable, Mapping
 from evolve.ops.drift import serving_targets
 from evolve.ops.targets import WITNESS_SUFFIX, is_strategy_file
 from evolve.files import StoreError, require_output_dir
+from evolve.state.entries import JournalEntry
 
 #: Files whose presence marks a directory as stores.
 STORES_MARKERS = ("state.json", "journal.jsonl")
@@ -56,7 +57,7 @@ def protect(paths: Iterable[str | Path], what: str) -> dict[Path, str]:
     return out
 
 
-def served_files(entries: list[dict]) -> dict[Path, str]:
+def served_files(entries: list[JournalEntry]) -> dict[Path, str]:
     """The serving files the journal ``entries`` name, as :func:`check_output_file`'s ``protected``."""
     return protect(serving_targets(entries), "a serving file the journal names")
 

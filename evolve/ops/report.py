@@ -21,6 +21,7 @@ from evolve.ops.flags import Flag, figures, flag_registry
 from evolve.ops.monitors import monitor_regressions, monitors_table, regression_text
 from evolve.ops.plots import category_plot, cost_plot, root_cause_plot, trajectory_plot
 from evolve.files import atomic_write_text
+from evolve.state.entries import JournalEntry, PromotePayload
 from evolve.verify.confabulation import safe_rate
 from evolve.verify.decision import Verdict, changes_strategy
 
@@ -197,13 +198,13 @@ def _facts(r: CandidateRecord) -> str:
 
 
 def _serving_html(view: History) -> str:
-    entries = [e for e in view.entries if e["type"] in SERVING_TYPES]
+    entries = [e for e in view.entries if e.type in SERVING_TYPES]
     if not entries:
         return "<p class='muted'>No promotion recorded yet (<code>memevolve promote</code>).</p>"
-    rows = [[str(e["index"]), _e(e["type"]), _e(e["ts"][:19]), _e(e["payload"].get("candidate_id", "")),
-             f"<code>{_e(str(e['payload']['strategy_hash'])[:12])}</code>",
-             f"<code>{_e(e['payload']['target'])}</code>",
-             _e(approval_text(e["payload"])) if e["type"] == "PROMOTE" else ""]
+    rows = [[str(e.index), _e(e.type), _e(e.ts[:19]), _e(getattr(e.payload, "candidate_id", "")),
+             f"<code>{_e(e.payload.strategy_hash[:12])}</code>",
+             f"<code>{_e(e.payload.target)}</code>",
+             _e(approval_text(e.payload.approval)) if isinstance(e.payload, PromotePayload) else ""]
             for e in entries]
     status = "".join(f"<li class='{'ok' if s.ok else 'fail'}'><code>{_e(s.target)}</code>: {_e(s.describe())}</li>"
                      for s in drift_report(view))
@@ -217,8 +218,8 @@ def _flags_html(flags: list[Flag]) -> str:
     rows = [[f'<a href="#cand-{_e(f.record.candidate_id)}">{_e(f.record.candidate_id)}</a>', str(f.record.round),
              f"<code>{_e(change_summary(f.record))}</code>", _e(f.record.reason), _e(figures(f.record)),
              _e(f.describe_status()),
-             _e(f"{len(f.reverified)}× (last Δ {f.reverified[-1]['payload']['paired']['delta']:+.4f}, would be "
-                f"{f.reverified[-1]['payload']['would_decide']['verdict']})") if f.reverified else "-"]
+             _e(f"{len(f.reverified)}× (last Δ {f.reverified[-1].payload.paired['delta']:+.4f}, would be "
+                f"{f.reverified[-1].payload.would_decide['verdict']})") if f.reverified else "-"]
             for f in flags]
     return (_table(["id", "round", "change", "reason", "figures", "status", "re-verified"], rows, num={1})
             + "<p class='muted'>Never applied; re-verify one against the current strategy with "
@@ -234,7 +235,7 @@ def _escalations_html(items: list[Escalation]) -> str:
     return _table(["direction", "escalated in", "blocked in rounds", "candidates", "reason", "status"], rows)
 
 
-def _monitors_html(entries: list[dict]) -> str:
+def _monitors_html(entries: list[JournalEntry]) -> str:
     if not entries:
         return "<p class='muted'>No slice accepted with monitoring regressed again.</p>"
     return f"<pre>{_e(monitors_table(entries))}</pre>"

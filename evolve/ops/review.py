@@ -5,6 +5,7 @@ import re
 from typing import Iterable
 
 from evolve.state.content import ContentStore, resolved
+from evolve.state.entries import PromotePayload
 from evolve.state.record import CandidateRecord
 from evolve.ops.formatting import change_summary, fmt_ci, fmt_num, text_table
 from evolve.ops.history import History
@@ -252,9 +253,9 @@ def _governance_lines(record: CandidateRecord, view: History) -> list[str]:
     from evolve.ops.flags import reverifications, reverified_text
     from evolve.ops.monitors import monitor_regressions, regression_text
 
-    lines = [f"  promoted: entry {e['index']} ({e['ts'][:19]}) to {e['payload']['target']}, "
-             f"{approval_text(e['payload'])}" for e in view.entries
-             if e["type"] == "PROMOTE" and e["payload"].get("candidate_id") == record.candidate_id]
+    lines = [f"  promoted: entry {e.index} ({e.ts[:19]}) to {e.payload.target}, {approval_text(e.payload.approval)}"
+             for e in view.entries
+             if isinstance(e.payload, PromotePayload) and e.payload.candidate_id == record.candidate_id]
     if record.verdict == Verdict.ACCEPT_WITH_MONITOR:
         fell = monitor_regressions(view, record.candidate_id)
         lines += ["", "monitored slices regressed again:" if fell else

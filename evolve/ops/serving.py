@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from evolve.state.entries import JournalEntry
 from evolve.state.record import CandidateRecord
 from evolve.ops.drift import (
     SERVING_TYPES, Served, history_problem, read_optional, serving_entries, strategy_hash_of,
@@ -51,7 +52,7 @@ class ChangeResult:
     served: Served
     previous: Served | None
     diff: StrategyDiff | None
-    entry: dict | None
+    entry: JournalEntry | None
     record: CandidateRecord | None = None
 
 
@@ -110,14 +111,14 @@ def require_journal(view: History) -> None:
                       "the serving history cannot be trusted")
 
 
-def undo_stack(entries: list[dict], target: Path) -> list[dict]:
+def undo_stack(entries: list[JournalEntry], target: Path) -> list[JournalEntry]:
     """Changes to ``target`` not yet undone: promotions and ``--to`` rollbacks, minus undone ones."""
-    stack: list[dict] = []
+    stack: list[JournalEntry] = []
     for e in serving_entries(entries, target):
-        undoes = e["payload"].get("undoes")
+        undoes = getattr(e.payload, "undoes", None)  # a PROMOTE undoes nothing
         if undoes is None:
             stack.append(e)
-        elif stack and stack[-1]["index"] == undoes:
+        elif stack and stack[-1].index == undoes:
             stack.pop()
     return stack
 
@@ -279,31 +280,31 @@ def rollback(stores: str | Path, target: str | Path, to_entry: int | None = None
         return ChangeResult(target, restore, previous, _diff(old, data), entry)
 
 
-def _undo_target(entries: list[dict], target: Path) -> tuple[Served, int]:
+def _undo_target(entries: list[JournalEntry], target: Path) -> tuple[Served, int]:
     stack = undo_stack(entries, target)
     if not stack:
         why = "every change to it in the journal is already undone" if serving_entries(entries, target) else \
             "the journal has no promotion of it"
         raise Refused(f"refused: nothing to roll back for {target}: {why} (use --to ENTRY_INDEX)")
     last = stack[-1]
-    p = last["payload"]
-    if p["previous_file_sha256"] is None:
-        raise Refused(f"refused: entry {last['index']} ({last['type']}) created {target}; there is no earlier "
+    p = last.payload
+    if p.previous_file_sha256 is None:
+        raise Refused(f"refused: entry {last.index} ({last.type}) created {target}; there is no earlier "
                       "serving file to restore")
-    return Served(p["previous_hash"], p["previous_file_sha256"], p["previous_copy"]), last["index"]
+    return Served(p.previous_hash, p.previous_file_sha256, p.previous_copy), last.index
 
 
-def _entry_target(entries: list[dict], target: Path, index: int) -> Served:
+def _entry_target(entries: list[JournalEntry], target: Path, index: int) -> Served:
     if not 0 <= index < len(entries):
         raise Refused(f"refused: no journal entry {index} (the journal has {len(entries)} entries)")
     e = entries[index]
-    if e["type"] not in SERVING_TYPES:
-        raise Refused(f"refused: entry {index} is a {e['type']} entry; only PROMOTE/ROLLBACK entries record a "
+    if e.type not in SERVING_TYPES:
+        raise Refused(f"refused: entry {index} is a {e.type} entry; only PROMOTE/ROLLBACK entries record a "
                       "served file")
-    if e["payload"]["target"] != str(target):
-        raise Refused(f"refused: entry {index} served {e['payload']['target']}, not {target} (pass --target)")
-    p = e["payload"]
-    return Served(p["strategy_hash"], p["file_sha256"], p["copy"])
+    p = e.payload
+    if p.target != str(target):
+        raise Refused(f"refused: entry {index} served {p.target}, not {target} (pass --target)")
+    return Served(p.strategy_hash, p.file_sha256, p.copy_)
 
 
 def _verified_copy(root: Path, served: Served) -> bytes:

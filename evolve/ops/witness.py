@@ -23,6 +23,7 @@ from pathlib import Path
 from evolve.ops.targets import WITNESS_SUFFIX
 from evolve.files import StoreError, append_lines, iter_jsonl
 from evolve.canonical import canonical_json
+from evolve.state.entries import JournalEntry, PromotePayload
 from evolve.state.journal import HEAD_TAG, STORES_TAG
 from evolve.reachability import http_get
 
@@ -58,11 +59,12 @@ def head_anchors(path: Path, where: str) -> list[Anchor]:
             if w.get("stores") == where]
 
 
-def write_witness(target: Path, entry: dict, stores_root: Path) -> None:
+def write_witness(target: Path, entry: JournalEntry, stores_root: Path) -> None:
     """Append the head ``entry`` (just journaled for ``target``) to the witness file beside ``target``; a PROMOTE
     line also carries the promotion's approval (``null``: unapproved)."""
-    more = {"approval": entry["payload"].get("approval")} if entry["type"] == "PROMOTE" else {}
-    append_head(witness_path(target), entry, str(stores_root.resolve()), **more)
+    more = {"approval": entry.payload.approval} if isinstance(entry.payload, PromotePayload) else {}
+    head = {"index": entry.index, "hash": entry.hash, "type": entry.type.value, "ts": entry.ts}
+    append_head(witness_path(target), head, str(stores_root.resolve()), **more)
 
 
 def witness_anchors(target: Path, stores_root: Path) -> list[Anchor]:

@@ -61,7 +61,8 @@ class Loaded:
 
     def describe(self) -> dict:
         s = self.runtime.strategy
-        entry = None if self.entry is None else {k: self.entry.get(k) for k in ("index", "type", "ts", "hash")}
+        e = self.entry
+        entry = None if e is None else {"index": e.index, "type": e.type.value, "ts": e.ts, "hash": e.hash}
         return {"hash": self.strategy_hash, "name": s.get("name"), "version": s.get("version"),
                 "source": self.source, "file_sha256": self.file_sha256, "state": self.state,
                 "lineage": self.lineage, "journal_entry": entry, "loaded_at": self.loaded_at,
@@ -77,11 +78,11 @@ def _canary_problem(view: History, state: canary_ops.Canary | None) -> str | Non
     if not result.ok:
         return (f"canary {state.candidate_id}: journal of {view.root} fails verification at entry "
                 f"{result.first_bad_index}: {result.reason}")
-    payload = state.entry["payload"]
+    payload = state.entry.payload
     try:
-        canary_ops.check_fraction(state.fraction, payload.get("approval") or {}, bool(payload.get("cap_override")))
+        canary_ops.check_fraction(state.fraction, payload.approval or {}, bool(payload.cap_override))
     except Refused as exc:
-        return f"canary {state.candidate_id} (journal entry {state.entry['index']}): {exc}"
+        return f"canary {state.candidate_id} (journal entry {state.entry.index}): {exc}"
     return None
 
 
@@ -295,9 +296,9 @@ class StrategySlot:
                     return False
                 last = canary_ops.latest(view.entries, self.path)
                 self.canary = None
-                self.canary_stopped = {"at": now_iso(), "by": last["payload"].get("by") if last else None,
-                                       "candidate_id": run.candidate_id, "entry": last["index"] if last else None,
-                                       "approval": last["payload"].get("approval") if last else None}
+                self.canary_stopped = {"at": now_iso(), "by": last.payload.by if last else None,
+                                       "candidate_id": run.candidate_id, "entry": last.index if last else None,
+                                       "approval": last.payload.approval if last else None}
                 log.warning("canary %s stopped (journal entry %s)", run.candidate_id, self.canary_stopped["entry"])
                 return True
             if run is not None and run.start_index == state.start_index:
@@ -354,7 +355,7 @@ class StrategySlot:
             self._pending_stop = (run, info)
             log.warning("canary stop not journaled yet (retried): %s", exc)
             return
-        info["entry"], self._pending_stop = entry["index"], None
+        info["entry"], self._pending_stop = entry.index, None
         info.pop("journal_error", None)
 
     def check(self, warm: Callable[[Loaded], None] | None = None, force: bool = False) -> bool:

@@ -12,6 +12,7 @@ from evolve.ops.drift import serving_status
 from evolve.ops.history import History
 from evolve.ops.monitors import monitor_regressions, regression_text
 from evolve.ops.serving import ChangeResult, rollback, undo_stack
+from evolve.state.entries import JournalEntry, read_entry
 from evolve.state.stores import StoreSet
 from evolve.serve.replay import ReplayError, ReplayReport
 from evolve.serve.strategy import Loaded
@@ -30,10 +31,10 @@ def contract_rules(view: History) -> AcceptanceRules:
                           f"{first['msg']}") from None
 
 
-def journal_replay(stores: str | Path, report: ReplayReport, logs: list[Path], candidate_ref: str) -> dict:
+def journal_replay(stores: str | Path, report: ReplayReport, logs: list[Path], candidate_ref: str) -> JournalEntry:
     """Append the ``REPLAY`` entry (figures and verdict, no user content); the entry."""
     with StoreSet(stores) as store_set:
-        return store_set.append_journal("REPLAY", report.payload(logs, candidate_ref))
+        return read_entry(store_set.append_journal("REPLAY", report.payload(logs, candidate_ref)))
 
 
 def rollback_triggers(stores: str | Path, serving_path: str | Path, serving: Loaded, candidate: Loaded,
@@ -42,14 +43,14 @@ def rollback_triggers(stores: str | Path, serving_path: str | Path, serving: Loa
     regression found does not trigger it."""
     view = History(stores)
     status = serving_status(view, serving_path)
-    since = status.entry["index"] if status.entry is not None else -1
+    since = status.entry.index if status.entry is not None else -1
     accepted = {r.candidate_id for r in view.records if r.strategy_hash == serving.strategy_hash}
     triggers = [f"monitor regression: {regression_text(e)}" for cid in sorted(accepted)
-                for e in monitor_regressions(view, cid) if e["index"] > since]
+                for e in monitor_regressions(view, cid) if e.index > since]
     notes = []
     if report.verdict == "serving_regresses":
         stack = undo_stack(view.entries, Path(serving_path).resolve())
-        previous = stack[-1]["payload"].get("previous_hash") if stack else None
+        previous = stack[-1].payload.previous_hash if stack else None
         if previous == candidate.strategy_hash:
             triggers += [f"replay regression: {r}" for r in report.reasons]
         else:
@@ -58,9 +59,9 @@ def rollback_triggers(stores: str | Path, serving_path: str | Path, serving: Loa
     return triggers, notes
 
 
-def auto_rollback(stores: str | Path, serving_path: str | Path, triggers: list[str], replay_entry: dict | None,
+def auto_rollback(stores: str | Path, serving_path: str | Path, triggers: list[str], replay_entry: JournalEntry | None,
                   serving_dir: str | Path | None = None, allow_outside: bool = False) -> ChangeResult:
     """Roll the serving file back, journaled as automatic with its triggers."""
     trigger = {"by": "replay --auto-rollback", "reasons": triggers,
-               "replay_entry": None if replay_entry is None else replay_entry["index"]}
+               "replay_entry": None if replay_entry is None else replay_entry.index}
     return rollback(stores, serving_path, serving_dir=serving_dir, allow_outside=allow_outside, trigger=trigger)

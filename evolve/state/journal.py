@@ -25,34 +25,14 @@ from pathlib import Path
 from typing import Any
 
 from evolve.canonical import canonical_hash, canonical_json
+from evolve.state.entries import EntryType, JournalEntry, PayloadError, read_entry
 from evolve.files import (
     open_regular,
     StoreError, append_lines, ensure_dir, iter_jsonl, now_iso, os_error, repair_torn_tail,
 )
 
-#: Every entry type the journal accepts.
-ENTRY_TYPES = (
-    "ROUND",       # a round started or finished (summary)
-    "CANDIDATE",   # a candidate strategy was proposed or evaluated
-    "ACCEPT",      # a candidate passed verification
-    "REJECT",      # a candidate failed a gate, the critic or verification
-    "RESTORE",     # state restored from a checkpoint generation (e.g. after corruption)
-    "PROMOTE",     # a recorded accept was installed as a serving file
-    "ROLLBACK",    # a serving file was restored to a file an earlier entry installed or replaced
-    "ESCALATE",    # a problem needs a human decision
-    "FLAG",        # an anomaly worth attention that needs no decision
-    "RECOVER",     # crash recovery finished an interrupted round or repaired a store
-    "BUDGET_STOP", # a run stopped before a round because its next evaluation would pass the budget
-    "REVERIFY",    # a flagged change was evaluated again against the current strategy (never applied)
-    "RULES",       # the decision rules changed by a human decision (old rules, new rules, reason)
-    "MONITOR",     # a slice accepted with monitoring regressed again (a later round, or the holdout)
-    "REPLAY",      # serving vs a candidate on captured traffic: the paired figures and the verdict
-    "NIGHT",       # a night ended: why, how far it went, its confirmation, the start restored if refused
-    "LABELS",      # reviewers' confirmed root-cause labels of a candidate's discordant questions were imported
-    "ERASE",       # users' words were erased from these stores: subjects, counts, the records rewritten (hashes)
-    "REDECIDE",    # a recorded verdict decided again: a later member of its family moved its adjusted p
-    "CANARY",      # a canary beside a serving file started, changed or stopped (approval; the guard's evidence)
-)
+#: Every entry type the journal accepts (see :class:`~evolve.state.entries.EntryType`).
+ENTRY_TYPES = tuple(t.value for t in EntryType)
 GENESIS_HASH = "0" * 64
 #: Tags of an MLflow round run that record the journal head at the round's commit (``INDEX:HASH``) and the stores.
 HEAD_TAG, STORES_TAG = "memevolve.journal_head", "memevolve.stores"
@@ -306,6 +286,14 @@ class Journal(HashChain):
     def append(self, type: str, payload: dict, round: int | None = None, seq: int | None = None) -> dict:
         """Append one entry (fsynced) and return it."""
         return self._append(type, payload, round=round, seq=seq)
+
+    def typed_entries(self) -> list[JournalEntry]:
+        """The entries with their payloads checked against their types' models (:class:`StoreError` naming the
+        entry and the field of the first that does not fit)."""
+        try:
+            return [read_entry(entry) for entry in self.entries()]
+        except PayloadError as exc:
+            raise StoreError(self.path, str(exc)) from None
 
     def find(self, type: str | None = None, **payload_match: Any) -> list[dict]:
         """Entries of ``type`` (any if ``None``) whose payload has every given key/value."""

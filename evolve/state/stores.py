@@ -21,6 +21,7 @@ from pathlib import Path
 
 from evolve.state.bundle import RoundBundle
 from evolve.state.checkpoint import Checkpoint
+from evolve.state.entries import validate_payload
 from evolve.state.journal import KEY_ENV, Journal, VerifyResult
 from evolve.canonical import canonical_hash, canonical_json
 from evolve.files import (
@@ -134,8 +135,11 @@ class StoreSet(StoreReader):
 
     def append_journal(self, kind: str, payload: dict, state: dict | None = None) -> dict:
         """Append an entry outside a round commit (PROMOTE, ROLLBACK, ...) and move the recorded journal head,
-        so that deleting it later is detected like any committed entry; ``state`` fields are written with the head."""
+        so that deleting it later is detected like any committed entry; ``state`` fields are written with the head.
+        The payload must fit its type's model (:class:`~evolve.state.entries.PayloadError` otherwise, nothing
+        written)."""
         self._require_lock()
+        validate_payload(kind, payload, "journal entry to append")
         entry = self.journal.append(kind, payload)
         atomic_write_json(self.state_path, {**self.state, **(state or {}),
                                             "journal_head": {"index": entry["index"], "hash": entry["hash"]}})

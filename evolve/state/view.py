@@ -11,6 +11,7 @@ from typing import Any
 
 from evolve.state.content import ContentStore
 from evolve.files import MAX_TEXT_BYTES, StoreError, iter_jsonl, read_bounded, read_json
+from evolve.state.entries import JournalEntry
 from evolve.state.journal import Journal, VerifyResult, journal_key
 from evolve.state.layout import DOC_STORES, JSONL_STORES, StoreLayout
 from evolve.state.strategy_files import strategy_from_yaml
@@ -81,9 +82,9 @@ class StoreView(StoreReader):
         return read_json(self.layout.state)
 
     @cached_property
-    def entries(self) -> list[dict]:
-        """The journal's entries, read once per view (verify with :meth:`verify_journal`)."""
-        return self.journal.entries()
+    def entries(self) -> list[JournalEntry]:
+        """The journal's entries, their payloads typed, read once per view (verify with :meth:`verify_journal`)."""
+        return self.journal.typed_entries()
 
     @property
     def harness(self) -> dict | None:

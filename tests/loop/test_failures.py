@@ -226,7 +226,9 @@ def _commit_better_checkpoint(root: Path) -> dict:
     with StoreSet(root) as s:
         n, best = s.last_committed_round + 1, s.checkpoint.load()
         better = derive(best.strategy, {"retrieval.top_k": best.strategy["retrieval"]["top_k"] + 1})
-        s.commit_round(n, RoundBundle(strategies=[better], journal=[("ROUND", {"round": n, "note": "new best"})],
+        summary = {"round": n, "from": strategy_hash(best.strategy), "to": strategy_hash(better), "accuracy": None,
+                   "harness": {}, "accepted": None}
+        s.commit_round(n, RoundBundle(strategies=[better], journal=[("ROUND", summary)],
                                       checkpoint={"strategy": better, "score": best.score + 0.05,
                                                   "meta": {"round": n}}))
     return best.strategy

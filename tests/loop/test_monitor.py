@@ -96,7 +96,7 @@ def test_a_later_round_journals_and_shows_a_monitored_slice_regression(tmp_path:
     assert (payload["candidate_id"], payload["category"], payload["where"]) == ("r001-c00", "temporal", "dev")
     assert payload["score"] < 1.0 - RULES.epsilon("temporal")
     view = History(stores)
-    assert [e["index"] for e in monitor_regressions(view, "r001-c00")] == [monitors[0]["index"]]
+    assert [e.index for e in monitor_regressions(view, "r001-c00")] == [monitors[0]["index"]]
     text = render_record(view.record("r001-c00"), view)
     assert "monitored slices regressed again:" in text and "r001-c00 temporal: dev in round 2" in text
     assert "r001-c00 temporal: dev in round 2" in render_markdown(view)

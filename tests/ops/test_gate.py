@@ -309,10 +309,10 @@ def test_a_named_family_re_decides_its_earlier_members(tmp_path, capsys):
     assert "re-decided gate-0001: ACCEPT -> FEATURE_FLAG (rule inconclusive, adjusted p=0.07812)" in out
     stores = tmp_path / "gate"
     entry = History(stores).entries[-1]
-    assert entry["type"] == "REDECIDE" and entry["round"] == 2
-    assert entry["payload"]["candidate_id"] == "gate-0001" and entry["payload"]["by"] == "gate-0002"
+    assert entry.type == "REDECIDE" and entry.round == 2
+    assert entry.payload.candidate_id == "gate-0001" and entry.payload.by == "gate-0002"
     assert gate(tmp_path, base, cand, "--family", "release-1") == 0  # no verdict changes again: nothing journaled
-    assert [e["type"] for e in History(stores).entries].count("REDECIDE") == 1
+    assert [e.type for e in History(stores).entries].count("REDECIDE") == 1
     assert gate(tmp_path, base, cand, "--family", "other") == 0 and "gate-0004: ACCEPT" in capsys.readouterr().out
     assert main(["journal", "verify", "--stores", str(stores)]) == 0
     assert gate(tmp_path, base, cand, "--family", "x", "--family-p", "a=0.1") == 2

@@ -135,8 +135,7 @@ def test_labels_are_exported_edited_and_imported_into_the_journal(verdict, tmp_p
     assert main(["review", "gate-0001", "--stores", str(stores), "--import-labels", str(jsonl)]) == 0
     assert "imported 2 confirmed label(s) of gate-0001 (1 correct the ladder)" in capsys.readouterr().out
     entry = History(stores).entries[-1]
-    assert entry["type"] == "LABELS" and [x["question_id"] for x in entry["payload"]["labels"]] == ["q3",
-                                                                                                  labels[1].question_id]
+    assert entry.type == "LABELS" and [x.question_id for x in entry.payload.labels] == ["q3", labels[1].question_id]
     assert main(["journal", "verify", "--stores", str(stores)]) == 0
     again = tmp_path / "again.csv"
     assert main(["review", "gate-0001", "--stores", str(stores), "--export-labels", str(again)]) == 0

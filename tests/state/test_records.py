@@ -59,7 +59,7 @@ def test_an_edited_record_no_longer_verifies(tmp_path):
     path.write_text("".join(canonical_json(r) + "\n" for r in rows))
     problems = History(root).record_problems()
     assert problems == [f"{rows[-1]['candidate_id']}: the record's evidence does not hash to the report_hash of "
-                        f"journal entry {History(root).decision_entries[rows[-1]['candidate_id']]['index']}"]
+                        f"journal entry {History(root).decision_entries[rows[-1]['candidate_id']].index}"]
 
 
 def test_screen_outcomes_and_a_refusing_gate_survive_the_round_trip():
