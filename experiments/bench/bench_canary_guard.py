@@ -179,11 +179,13 @@ def run(path: Path, repetitions: int, label_free: bool = False) -> dict:
         out["serve_start"] = [line for line in log.splitlines() if "its guard" in line][:1]
         verified = _cli("journal", "verify", "--stores", str(stores), "--serving", str(serving))
         out["journal_verify"] = verified.stdout.strip().splitlines()[0] if verified.stdout else verified.stderr
-        out["canary_entries"] = [{"index": e["index"], **{k: e["payload"].get(k) for k in
-                                                           ("action", "candidate_id", "fraction", "by", "approval")}}
-                                 for e in History(stores).entries if e["type"] == "CANARY"]
-        out["guard_stop_entry"] = next((e for e in History(stores).entries if e["type"] == "CANARY"
-                                        and e["payload"].get("by") == "guard"), None)
+        canaries = [e for e in History(stores).entries if e.type == "CANARY"]
+        out["canary_entries"] = [{"index": e.index, **{k: getattr(e.payload, k) for k in
+                                                       ("action", "candidate_id", "fraction", "by", "approval")}}
+                                 for e in canaries]
+        out["guard_stop_entry"] = next(({"index": e.index, "type": e.type.value, "ts": e.ts,
+                                         "payload": e.payload.model_dump(exclude_none=True)}
+                                        for e in canaries if e.payload.by == "guard"), None)
     return out
 
 
