@@ -10,7 +10,6 @@ probes are made again only once it has captured more turns.
 """
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -21,8 +20,6 @@ from evolve.observe.answer import carried
 from evolve.serve.memory import MemoryService
 from evolve.serve.strategy import CanaryRun, StrategySlot
 from evolve.serve.tenants import Quarantined, UnknownUser
-
-log = logging.getLogger(__name__)
 
 #: New probes judged per user in one pass.
 PER_USER = 25
@@ -81,15 +78,15 @@ class ProbeJudge:
         return len(todo)
 
     def _probes(self, user: str, run: CanaryRun) -> _Probed:
-        """The user's probes, made again when it has captured more turns since (the questions judged kept)."""
-        conversation = self.memory.conversation(user)
-        turns = sum(len(s.turns) for s in conversation.sessions)
+        """The user's probes, made again when it has captured more turns since (the questions judged kept); the
+        conversation is read only then."""
         key = (run.start_index, user)
         probed = self._probed.get(key)
-        if probed is None or probed.turns != turns:
+        if probed is None or probed.turns != self.memory.turn_count(user):
+            conversation = self.memory.conversation(user)
             judged = probed.judged if probed is not None else set()
-            probed = self._probed[key] = _Probed(turns, conversation_probes(conversation), _latest(conversation),
-                                                 judged)
+            probed = self._probed[key] = _Probed(len(conversation.turns()), conversation_probes(conversation),
+                                                 _latest(conversation), judged)
         return probed
 
 
