@@ -335,10 +335,9 @@ class MemoryService(Background):
         return self._get(user).purpose
 
     def conversation(self, user: str) -> Conversation:
-        """The user's captured turns as a conversation (its sessions in capture order)."""
-        state = self._get(user)
-        with state.lock:
-            return state.live.conversation()
+        """The user's captured turns as a conversation (its sessions in capture order; read under the live
+        conversation's own lock, like :meth:`turn_count`, so a build holding the user's lock does not hold it up)."""
+        return self._get(user).live.conversation()
 
     def turn_count(self, user: str) -> int:
         return len(self._get(user).live)
