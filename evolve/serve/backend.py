@@ -48,6 +48,8 @@ class Backend(Protocol):
     shared: bool
     #: How tombstones, generations and the audit name users (the environment's key by default).
     names: Pseudonyms
+    #: The store in words (a folder, or a database without credentials), for messages.
+    where: str
 
     def users(self) -> list[str]:
         """Every user with memory."""

@@ -127,6 +127,10 @@ class FileBackend:
         for pending in sorted((self.root / "users").glob(f"*/{_ERASING}")):  # a turn erasure interrupted
             self._finish_turn_erasure(pending.parent.name, load_record(TurnErased, read_json(pending), str(pending)))
 
+    @property
+    def where(self) -> str:
+        return str(self.root.resolve())
+
     def _dir(self, user: str) -> Path:
         if not valid_user(user):
             raise ValueError(f"invalid user id {user!r}")

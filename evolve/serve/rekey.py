@@ -30,7 +30,7 @@ def claim_naming(backend: Backend) -> None:
     if stored is None:
         backend.set_naming(backend.names.naming)
     else:
-        check_naming(stored, backend.names, f"the store {getattr(backend, 'where', '')}".rstrip())
+        check_naming(stored, backend.names, f"the store {backend.where}")
 
 
 @dataclass(frozen=True)
