@@ -28,8 +28,8 @@ from pathlib import Path
 from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.probe_base import (Probe, Questioner, clean_clause, format_date, probe_quality, resolve_time,
                                           sentences, turn_facts)
-from evolve.benchmarks.probe_kinds import (aggregations, images, inferences, name_facts, paraphrases, temporal,
-                                           topic_lists)
+from evolve.benchmarks.probe_kinds import images, inferences, paraphrases, temporal
+from evolve.benchmarks.probe_lists import aggregations, name_facts, topic_lists
 from evolve.benchmarks.probe_mix import ProbeSettings, select
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 

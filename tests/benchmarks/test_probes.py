@@ -11,7 +11,7 @@ import yaml
 
 from evolve.benchmarks import Benchmark, BenchmarkError, Conversation, Session, Turn, load_benchmark, write_locomo
 from evolve.benchmarks.probe_base import verbatim_pairs
-from evolve.benchmarks.probe_kinds import name_facts
+from evolve.benchmarks.probe_lists import name_facts
 from evolve.benchmarks.probe_mix import FirstHit, ProbeSettings, quotas
 from evolve.benchmarks.probes import (Probe, augment, candidates, conversation_probes, probe_quality, probe_questions,
                                       resolve_time)
