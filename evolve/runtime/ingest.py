@@ -172,7 +172,7 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
     bodies = [content_set(text) for text in texts]
     undated = [_undated_set(text) for text in texts]
     superseded: list[str | None] = [None] * len(items)
-    retracted = [False] * len(items)
+    retracted: list[str | None] = [None] * len(items)
 
     def targets(actor: int) -> list[int]:
         return [j for j in range(len(items)) if first[j] < first[actor] and items[j].speaker == items[actor].speaker
@@ -197,8 +197,8 @@ def _lifecycle(items: list[MemoryItem], actors: int, policy: Lifecycle, first: l
                 latest = max((first[j] for j in candidates), default=None)
                 hit = [j for j in candidates if first[j] == latest]
             for j in hit:
-                retracted[j] = True
-    return [dataclasses.replace(item, superseded_by=superseded[i], retracted=retracted[i])
+                retracted[j] = retracted[j] or items[a].id
+    return [dataclasses.replace(item, superseded_by=superseded[i], retracted_by=retracted[i])
             for i, item in enumerate(items)]
 
 

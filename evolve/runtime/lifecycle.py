@@ -87,23 +87,31 @@ class Standing:
 ACTIVE = Standing()
 
 
-def _successor(store: MemoryStore, item: MemoryItem, lc: Lifecycle) -> str | None:
-    """The first later statement of ``item``'s slot sure enough to replace it."""
+def _said(store: MemoryStore, item_id: str, now: datetime | None) -> bool:
+    """Whether the item ``item_id`` was said by ``now`` (any was, when ``now`` is unknown; an undated one was)."""
+    said = store.item(item_id).timestamp
+    return now is None or said is None or said <= now
+
+
+def _successor(store: MemoryStore, item: MemoryItem, lc: Lifecycle, now: datetime | None) -> str | None:
+    """The first later statement of ``item``'s slot, said by ``now``, sure enough to replace it."""
     threshold = lc.slots.threshold(item.meta.category)
     rescued = lc.numeric_rescue.enabled and item.meta.numeric
     for later_id in item.versions:
         later = store.item(later_id)
-        if lc.forget_guard and later.retracted:
+        if not _said(store, later_id, now) or (lc.forget_guard and later.retracted
+                                               and _said(store, later.retracted_by, now)):
             continue
         if later.meta.confidence >= threshold and (not rescued or later.meta.numeric):
             return later_id
     return None
 
 
-def _corrected_by(store: MemoryStore, item: MemoryItem, lc: Lifecycle) -> str | None:
-    """The later correction that supersedes ``item`` (marked at ingestion), if supersession is on; under numeric
-    rescue a numeric fact survives a correction without a number, as it survives such a statement of its slot."""
-    if not lc.supersession or item.superseded_by is None:
+def _corrected_by(store: MemoryStore, item: MemoryItem, lc: Lifecycle, now: datetime | None) -> str | None:
+    """The later correction, said by ``now``, that supersedes ``item`` (marked at ingestion), if supersession is on;
+    under numeric rescue a numeric fact survives a correction without a number, as it survives such a statement of
+    its slot."""
+    if not lc.supersession or item.superseded_by is None or not _said(store, item.superseded_by, now):
         return None
     if lc.numeric_rescue.enabled and item.meta.numeric and not store.item(item.superseded_by).meta.numeric:
         return None
@@ -117,13 +125,13 @@ def standing(store: MemoryStore, item: MemoryItem, lc: Lifecycle, cues: Cues, no
     if item.settled:
         return ACTIVE  # nothing below applies to it: most facts
     back = lc.bypass_cues and cues.back
-    corrected = _corrected_by(store, item, lc)
+    corrected = _corrected_by(store, item, lc, now)
     if corrected is not None and not back:
         return Standing("superseded", corrected)
-    if lc.forget_guard and item.retracted:
+    if lc.forget_guard and item.retracted and _said(store, item.retracted_by, now):
         return Standing("active", shown_because="retraction_question") if back and cues.retracted \
             else Standing("retracted")
-    later = _successor(store, item, lc) if lc.slots.enabled and item.versions else None
+    later = _successor(store, item, lc, now) if lc.slots.enabled and item.versions else None
     if later is not None and not back:
         return Standing("superseded", later, slot=True)
     if (lc.hides_passed and not (lc.numeric_rescue.enabled and item.meta.numeric) and cues.current

@@ -136,6 +136,11 @@ _memos: "weakref.WeakKeyDictionary[MemoryStore, _Memo]" = weakref.WeakKeyDiction
 _memo_lock = threading.Lock()
 
 
+def _cut(store: MemoryStore, asked_at: datetime | None) -> datetime | None:
+    """When a question asked at ``asked_at`` stops seeing ``store``: ``asked_at`` if something was said after it."""
+    return asked_at if asked_at is not None and store.newest is not None and asked_at < store.newest else None
+
+
 def _memo_channels(store: MemoryStore, query: Query, analyzer: Analyzer, terms: list[str], policy: Policy,
                    eligible: np.ndarray | None) -> dict[str, tuple]:
     """:func:`_channel_scores`, remembered per store (up to :data:`CHANNEL_MEMO_BYTES`) under everything it reads:
@@ -146,7 +151,7 @@ def _memo_channels(store: MemoryStore, query: Query, analyzer: Analyzer, terms: 
     vector = query.vector if weights.vector > 0 and query.vector is not None else None
     key = (analyzer, tuple(terms), tuple(query.subqueries) if weights.subquery > 0 else (), weights.bm25 > 0,
            None if vector is None else (vector.dtype.str, vector.tobytes()), rt.candidate_pool, rt.rrf_kappa,
-           eligible is None, (category.depth, query.text) if category.enabled else None)
+           eligible is None, _cut(store, query.asked_at), (category.depth, query.text) if category.enabled else None)
     with _memo_lock:
         memo = _memos.get(store) or _memos.setdefault(store, _Memo())
         found = memo.entries.get(key)
@@ -212,6 +217,10 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
     if not len(store):
         return []
     eligible = None if features.session_memory else store.layers != "SM"
+    cut = _cut(store, query.asked_at)
+    if cut is not None:  # a question asked inside the conversation sees what was said by then
+        said = ~(store.days > day_number(cut))  # an undated item stays
+        eligible = said if eligible is None else eligible & said
     weights = rt.weights_for(query.intent)
     analyzer = Analyzer(rt.lexical.stopwords, rt.lexical.stemmer)
     terms = analyzer.terms(query.text)

@@ -28,12 +28,17 @@ class MemoryItem:
     kind: str
     salience: float
     superseded_by: str | None = None
-    retracted: bool = False
+    #: The retraction that withdrew this item, if any.
+    retracted_by: str | None = None
     meta: FactMeta = FactMeta()
     #: Later items stating the same slot, oldest first (candidates to supersede this one at query time).
     versions: tuple[str, ...] = ()
     #: Text the item is found by besides its own (e.g. the turn a raw turn replies to); never packed.
     context: str = ""
+
+    @property
+    def retracted(self) -> bool:
+        return self.retracted_by is not None
 
     @property
     def settled(self) -> bool:
