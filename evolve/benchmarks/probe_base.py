@@ -29,12 +29,15 @@ _PAIR_WORD = re.compile(r"[a-z0-9]+")
 
 @dataclass(frozen=True)
 class Probe:
-    """One generated question before it is numbered: its kind, text, answer and evidence turn ids."""
+    """One generated question before it is numbered: its kind, text, answer and evidence turn ids; when it is asked
+    (``None``: after the last session) and the turns whose statement it made stale."""
 
     kind: str
     question: str
     answer: str
     evidence: tuple[str, ...]
+    asked_at: datetime | None = None
+    outdated: tuple[str, ...] = ()
 
 
 class Questioner(Protocol):

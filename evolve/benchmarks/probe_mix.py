@@ -21,7 +21,7 @@ from evolve.words import content_words
 #: The LoCoMo category each probe kind stands for (``llm``: the questioner's, counted apart).
 KIND_CATEGORY = {"paraphrase": "single_hop", "image": "single_hop", "attribute": "single_hop",
                  "temporal": "temporal", "link": "temporal", "aggregation": "multi_hop", "multi_hop": "multi_hop",
-                 "inference": "open_domain"}
+                 "inference": "open_domain", "update": "single_hop", "prior": "single_hop", "retraction": "single_hop"}
 #: LoCoMo's mix of its answerable categories (dev4: single-hop 53 %, temporal 22 %, multi-hop 19 %, open-domain 5 %).
 LOCOMO_MIX = {"single_hop": 0.53, "temporal": 0.22, "multi_hop": 0.19, "open_domain": 0.05}
 
@@ -44,6 +44,9 @@ class ProbeSettings(BaseModel):
                     "category the conversation yields too few probes for is filled as far as it goes")
     per_turns: int = Field(3, ge=1, le=1000, description="at least one probe per this many turns, when the "
                                                          "conversation yields enough")
+    asked: Literal["latest", "drawn"] = Field(
+        "latest", description="when a probe is asked, given a lifecycle timeline: latest: the last session at which "
+                              "its answer holds; drawn: a session drawn between its evidence and that one")
     difficulty: Literal["drop_trivial", "keep"] = Field(
         "keep", description="keep: every probe may be drawn; drop_trivial: leave out the probes that raw-turn BM25 "
                             "answers from its first hit (the hit is an evidence turn and holds every answer word). "

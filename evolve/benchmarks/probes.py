@@ -31,9 +31,10 @@ from evolve.benchmarks.probe_base import (Probe, Questioner, clean_clause, forma
 from evolve.benchmarks.probe_kinds import images, inferences, paraphrases, temporal
 from evolve.benchmarks.probe_lists import aggregations, name_facts, topic_lists
 from evolve.benchmarks.probe_mix import ProbeSettings, select
+from evolve.benchmarks.probe_time import Timeline, event_probes, place
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 
-__all__ = ["Probe", "ProbeSettings", "Questioner", "augment", "conversation_probes", "format_date", "load_probes",
+__all__ = ["Probe", "ProbeSettings", "Questioner", "Timeline", "augment", "conversation_probes", "format_date", "load_probes",
            "probe_benchmark", "probe_quality", "probe_questions", "resolve_time", "turn_facts"]
 
 _RELATIONS = ("dog", "cat", "puppy", "pet", "son", "daughter", "husband", "wife", "partner", "boyfriend", "girlfriend",
@@ -169,47 +170,66 @@ def candidates(conversation: Conversation) -> list[Probe]:
     return out
 
 
-def conversation_probes(conversation: Conversation, settings: ProbeSettings = ProbeSettings()) -> list[Probe]:
+def _usable(conversation: Conversation, probes: list[Probe]) -> list[Probe]:
+    turns = {t.id: t for t in conversation.turns()}
+    return [p for p in probes if probe_quality(p.question, p.answer, [turns[e] for e in p.evidence]) is None]
+
+
+def conversation_probes(conversation: Conversation, settings: ProbeSettings = ProbeSettings(),
+                        timeline: Timeline | None = None) -> list[Probe]:
     """The probes ``conversation`` keeps: its :func:`candidates` as :func:`~evolve.benchmarks.probe_mix.select`
-    chooses them under ``settings``."""
-    return select(conversation, candidates(conversation), settings)
+    chooses them under ``settings``. With a ``timeline``, each is asked at a session's time at which its answer holds
+    (:func:`~evolve.benchmarks.probe_time.place`; those stale at every one are left out) and the probes of its
+    lifecycle events follow (:func:`~evolve.benchmarks.probe_time.event_probes`, every usable one kept)."""
+    if timeline is None:
+        return select(conversation, candidates(conversation), settings)
+    events = timeline.events(conversation)
+    chosen = select(conversation, place(conversation, candidates(conversation), events, settings.asked), settings)
+    return chosen + place(conversation, _usable(conversation, event_probes(conversation, events)), events,
+                          settings.asked)
 
 
 def probe_questions(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
-                    questioner: Questioner | None = None) -> list[Question]:
-    """Probe questions for every conversation of ``bench``, asked after its last session; with a ``questioner``,
-    its questions follow the deterministic ones (those asking a question already asked are left out)."""
+                    questioner: Questioner | None = None, timeline: Timeline | None = None) -> list[Question]:
+    """Probe questions for every conversation of ``bench``, asked after its last session or, with a ``timeline``,
+    at the session :func:`conversation_probes` gives each; with a ``questioner``, its questions follow the
+    deterministic ones (those asking a question already asked are left out)."""
     out = []
     for cid, conversation in bench.conversations.items():
         stamps = [s.timestamp for s in conversation.sessions if s.timestamp is not None]
-        probes = conversation_probes(conversation, settings)
+        probes = conversation_probes(conversation, settings, timeline)
         if questioner is not None:
             asked = {p.question for p in probes}
-            probes += [p for p in questioner.probes(conversation) if p.question not in asked]
+            written = [p for p in questioner.probes(conversation) if p.question not in asked]
+            probes += written if timeline is None else place(conversation, written, timeline.events(conversation),
+                                                             settings.asked)
         for i, probe in enumerate(probes):
             out.append(Question(f"{cid}/p{i}", cid, probe.question, probe.answer, f"probe_{probe.kind}",
-                                probe.evidence, asked_at=max(stamps) if stamps else None))
+                                probe.evidence, asked_at=probe.asked_at or (max(stamps) if stamps else None),
+                                outdated=probe.outdated))
     return out
 
 
 def probe_benchmark(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
-                    questioner: Questioner | None = None) -> Benchmark:
+                    questioner: Questioner | None = None, timeline: Timeline | None = None) -> Benchmark:
     """``bench``'s conversations with probe questions in place of its own (``probes:PATH``, and a run on a file
     with no labelled question)."""
-    questions = probe_questions(bench, settings, questioner)
+    questions = probe_questions(bench, settings, questioner, timeline)
     if not questions:
         raise BenchmarkError(f"{bench.name}: no probe question could be generated from its conversations")
     return Benchmark(f"probes:{bench.name.partition(':')[2]}", bench.conversations, questions, list(bench.warnings))
 
 
-def augment(bench: Benchmark, questioner: Questioner | None = None,
-            settings: ProbeSettings = ProbeSettings()) -> Benchmark:
+def augment(bench: Benchmark, questioner: Questioner | None = None, settings: ProbeSettings = ProbeSettings(),
+            timeline: Timeline | None = None) -> Benchmark:
     """``bench`` with the probe questions of its conversations after its own labelled questions (``augment:
     probes``)."""
     return Benchmark(f"{bench.name}+probes", bench.conversations,
-                     [*bench.questions, *probe_questions(bench, settings, questioner)], list(bench.warnings))
+                     [*bench.questions, *probe_questions(bench, settings, questioner, timeline)], list(bench.warnings))
 
 
 def load_probes(path: Path) -> Benchmark:
-    """The probe benchmark of a LoCoMo-format file's conversations (its labelled questions, if any, are not used)."""
+    """The probe benchmark of a LoCoMo-format file's conversations (its labelled questions, if any, are not used),
+    asked after the last session: a run or ``eval`` of ``probes:PATH`` asks them at their sessions with the
+    reference lifecycle's timeline."""
     return probe_benchmark(load_locomo(path))

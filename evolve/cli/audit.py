@@ -52,10 +52,11 @@ def cmd_audit_witness(args: argparse.Namespace) -> int:
 def cmd_audit_show(args: argparse.Namespace) -> int:
     audit = _open(args)
     wanted = audit.names.of(args.user) if args.user else None
-    lines = [e for e in audit.entries() if (wanted is None or e["payload"]["user"] == wanted)
-             and (args.type is None or e["type"] == args.type)]
-    for entry in lines[-args.last:] if args.last else lines:
-        print(json.dumps({k: entry[k] for k in ("index", "ts", "type", "payload")}, ensure_ascii=False))
+    lines = [line for line in audit.read() if (wanted is None or line.event.user == wanted)
+             and (args.type is None or line.type == args.type)]
+    for line in lines[-args.last:] if args.last else lines:
+        print(json.dumps({"index": line.index, "ts": line.ts, "type": line.type, "payload": line.payload},
+                         ensure_ascii=False))
     return 0
 
 

@@ -74,12 +74,17 @@ def _harness(args: argparse.Namespace):
     """The benchmark's harness (deterministic roles, token-F1 judge) with its ingestion cache in ``--cache``, and the
     ids of the questions to evaluate."""
     from evolve.benchmarks import load_benchmark, select_questions
+    from evolve.benchmarks.probes import probe_benchmark
     from evolve.observe.evaluator import Roles
     from evolve.observe.harness import Harness
     from evolve.observe.judge import TokenF1Judge
     from evolve.runtime import IngestionCache
+    from evolve.runtime.reference import ReferenceLifecycle
 
-    bench = load_benchmark(args.bench)
+    scheme, _, rest = args.bench.partition(":")
+    bench = load_benchmark(f"locomo:{rest}" if scheme == "probes" else args.bench)
+    if scheme == "probes":  # asked at their sessions, as a run asks them
+        bench = probe_benchmark(bench, timeline=ReferenceLifecycle())
     for warning in bench.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     ids = [q.id for q in select_questions(bench, args.bench, args.limit, args.include_adversarial)]

@@ -169,13 +169,18 @@ def cmd_journal_verify(args: argparse.Namespace) -> int:
     from evolve.ops.witness import anchor_problems, tracking_anchors, witness_anchors
 
     view = History(args.stores)
-    intent = pending_change(view.layout)
+    try:
+        intent = pending_change(view.layout)
+    except StoreError as exc:
+        print(f"verification failed: a serving change was started and not finished, and it cannot be finished now: "
+              f"{exc}")
+        return 1
     if intent is not None:
         try:
             _recover(args.stores)
         except StoreError as exc:
-            print(f"verification failed: a serving change ({intent.get('type')}) was started at "
-                  f"{intent.get('written_at')} and not finished, and it cannot be finished now: {exc}")
+            print(f"verification failed: a serving change ({intent.type}) was started at {intent.written_at} and not "
+                  f"finished, and it cannot be finished now: {exc}")
             return 1
         view = History(args.stores)
     result = view.verify_journal()

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pydantic import BaseModel, ValidationError
+
 from evolve.canonical import canonical_hash, sha256_hex
 from evolve.ops.drift import read_optional
 from evolve.ops.witness import witness_anchors, write_witness
@@ -53,16 +55,33 @@ def intent_path(layout: StoreLayout) -> Path:
     return layout.serving / "intent.json"
 
 
-def pending_change(layout: StoreLayout) -> dict | None:
+class ChangeIntent(BaseModel):
+    """What a serving change is about to do, written before it starts: the entry it will journal and the journal's
+    length then."""
+
+    type: str
+    payload: dict
+    journal_length: int
+    written_at: str | None = None
+
+
+def pending_change(layout: StoreLayout) -> ChangeIntent | None:
     """The intent of a change that was started but not finished (``None`` if there is none)."""
-    return read_json(intent_path(layout), None)
+    raw = read_json(intent_path(layout), None)
+    if raw is None:
+        return None
+    try:
+        return ChangeIntent.model_validate(raw)
+    except ValidationError:
+        raise StoreError(intent_path(layout), "malformed intent of an interrupted serving change (edited?); nothing "
+                                              "was recovered") from None
 
 
 def apply_change(store_set: StoreSet, kind: str, target: Path, data: bytes, payload: dict) -> JournalEntry:
     """Serve ``data`` at ``target`` and journal ``kind`` with ``payload``, crash-atomically; the journal entry."""
     intent, last = intent_path(store_set.layout), store_set.journal.last()
-    atomic_write_json(intent, {"type": kind, "payload": payload, "journal_length": 0 if last is None else
-                               last["index"] + 1, "written_at": now_iso()})
+    atomic_write_json(intent, ChangeIntent(type=kind, payload=payload, journal_length=0 if last is None else
+                                           last["index"] + 1, written_at=now_iso()).model_dump())
     crash_point("intent")
     atomic_write_bytes(target, data)
     crash_point("swap")
@@ -79,12 +98,12 @@ def recover_change(store_set: StoreSet) -> Recovered | None:
     intent = pending_change(store_set.layout)
     if intent is None:
         return None
+    kind, payload, length = intent.type, intent.payload, intent.journal_length
     try:
-        kind, payload, length = intent["type"], intent["payload"], int(intent["journal_length"])
         served = validate_payload(kind, payload, "intent")
         if not isinstance(served, ServedFile):
             raise ValueError(f"intent of a {kind} entry")
-    except (KeyError, TypeError, ValueError):
+    except (TypeError, ValueError):
         raise StoreError(intent_path(store_set.layout), "malformed intent of an interrupted serving change "
                                                         "(edited?); nothing was recovered") from None
     target, new, old = Path(served.target), served.file_sha256, served.previous_file_sha256
@@ -100,7 +119,7 @@ def recover_change(store_set: StoreSet) -> Recovered | None:
             write_witness(target, entry, store_set.root)
     else:
         outcome = "abandoned" if held == old else "unresolved"
-    store_set.append_journal("RECOVER", {"serving_change": intent, "outcome": outcome,
+    store_set.append_journal("RECOVER", {"serving_change": intent.model_dump(), "outcome": outcome,
                                          "entry": entry.index if entry else None})
     _remove(intent_path(store_set.layout))
     return Recovered(kind, str(target), outcome, entry)

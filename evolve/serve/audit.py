@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -51,6 +52,24 @@ class AuditEvent(BaseModel):
     reason: str | None = Field(None, description="why a request was denied or failed, or a start's settings")
 
 
+@dataclass(frozen=True)
+class AuditLine:
+    """One audit line as read: its place, time and type, its payload as stored (the chain hashes it) and as an
+    :class:`AuditEvent`."""
+
+    index: int
+    ts: str
+    type: str
+    payload: dict
+    hash: str
+    event: AuditEvent
+
+    @classmethod
+    def of(cls, raw: dict) -> "AuditLine":
+        return cls(raw["index"], raw["ts"], raw["type"], raw["payload"], raw["hash"],
+                   AuditEvent.model_validate(raw["payload"]))
+
+
 class AuditChain(HashChain):
     """The audit's chain rules (the file log; :class:`PgAudit` keeps the same lines in a table)."""
 
@@ -61,14 +80,18 @@ class AuditChain(HashChain):
     #: How the lines name users.
     names: Pseudonyms
 
-    def rechained(self, entries: list[dict], rename: Callable[[str], str], note: str) -> list[dict]:
-        """``entries`` with each user's name renamed and chained again (times kept), then a REKEY line saying
+    def read(self) -> list[AuditLine]:
+        """Every line as read, its payload checked against :class:`AuditEvent`."""
+        return [AuditLine.of(raw) for raw in self.entries()]
+
+    def rechained(self, lines: list[AuditLine], rename: Callable[[str], str], note: str) -> list[dict]:
+        """``lines`` with each user's name renamed and chained again (times kept), then a REKEY line saying
         ``note``."""
         out: list[dict] = []
-        for entry in entries:
-            user = entry["payload"].get("user")
-            payload = {**entry["payload"], "user": rename(user) if user else user}
-            out.append(self.link(entry["type"], payload, out[-1] if out else None, ts=entry["ts"]))
+        for line in lines:
+            user = line.event.user
+            payload = {**line.payload, "user": rename(user) if user else user}
+            out.append(self.link(line.type, payload, out[-1] if out else None, ts=line.ts))
         return [*out, self.link("REKEY", AuditEvent(reason=note).model_dump(), out[-1] if out else None)]
 
 

@@ -2,8 +2,10 @@
 
 Live users ask questions nobody has answers for, so recalls alone give the guard nothing to judge. Here, off the
 request path, each user the canary serves yields probe questions from its own memory
-(:func:`~evolve.benchmarks.probes.conversation_probes`: deterministic, no LLM, each with its answer), asked at
-the user's latest captured time. Both the serving and the canary strategy pack each probe on the user's memory,
+(:func:`~evolve.benchmarks.probes.conversation_probes`: deterministic, no LLM, each with its answer), each asked at
+the end of a session at which its answer holds as the reference lifecycle reads the user's turns
+(:class:`~evolve.runtime.reference.ReferenceLifecycle`; the latest, unless a later statement made it stale), with the
+probes of the changes it finds (a slot's new value, its value before, a retraction). Both the serving and the canary strategy pack each probe on the user's memory,
 and the pair (does the serving context carry the answer, does the canary's) goes to the canary's guard, counted
 under the probe's LoCoMo category. Work is bounded: at most ``per_user`` new probes per user and pass, and a user's
 probes are made again only once it has captured more turns.
@@ -11,12 +13,11 @@ probes are made again only once it has captured more turns.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from evolve.benchmarks.probe_mix import locomo_category
 from evolve.benchmarks.probes import Probe, conversation_probes
-from evolve.benchmarks.types import Conversation
 from evolve.observe.answer import carried
+from evolve.runtime.reference import ReferenceLifecycle
 from evolve.serve.memory import MemoryService
 from evolve.serve.strategy import CanaryRun, StrategySlot
 from evolve.serve.tenants import Quarantined, UnknownUser
@@ -31,8 +32,7 @@ class _Probed:
 
     turns: int
     probes: list[Probe]
-    asked_at: datetime | None
-    judged: set[str] = field(default_factory=set)
+    judged: set[tuple[str, str]] = field(default_factory=set)  # (question, answer)
 
 
 class ProbeJudge:
@@ -40,6 +40,7 @@ class ProbeJudge:
 
     def __init__(self, memory: MemoryService, slot: StrategySlot, per_user: int = PER_USER):
         self.memory, self.slot, self.per_user = memory, slot, per_user
+        self.reference = ReferenceLifecycle()
         self._probed: dict[tuple[int, str], _Probed] = {}  # (canary start entry, user) -> its probes
 
     def run_pass(self) -> int:
@@ -61,16 +62,16 @@ class ProbeJudge:
 
     def _judge(self, user: str, run: CanaryRun) -> int:
         probed = self._probes(user, run)
-        todo = [p for p in probed.probes if p.question not in probed.judged][: self.per_user]
+        todo = [p for p in probed.probes if (p.question, p.answer) not in probed.judged][: self.per_user]
         if not todo:
             return 0
         serving = self.slot.current
         stores = self.memory.store(user, serving), self.memory.store(user, run.loaded)
         for n, probe in enumerate(todo, 1):
-            contexts = [loaded.runtime.ask(store, probe.question, probed.asked_at, answer=False).packed
+            contexts = [loaded.runtime.ask(store, probe.question, probe.asked_at, answer=False).packed
                         for loaded, store in zip((serving, run.loaded), stores)]
             good = [carried(probe.answer, [item.text for item in packed]) for packed in contexts]
-            probed.judged.add(probe.question)
+            probed.judged.add((probe.question, probe.answer))
             stop = run.guard.add(*good, source=locomo_category(f"probe_{probe.kind}"))
             if stop is not None:
                 self.slot.guard_stop(run, stop)
@@ -85,12 +86,6 @@ class ProbeJudge:
         if probed is None or probed.turns != self.memory.turn_count(user):
             conversation = self.memory.conversation(user)
             judged = probed.judged if probed is not None else set()
-            probed = self._probed[key] = _Probed(len(conversation.turns()), conversation_probes(conversation),
-                                                 _latest(conversation), judged)
+            probed = self._probed[key] = _Probed(len(conversation.turns()),
+                                                 conversation_probes(conversation, timeline=self.reference), judged)
         return probed
-
-
-def _latest(conversation: Conversation) -> datetime | None:
-    """The latest time the conversation's turns or sessions carry."""
-    times = [t.timestamp or s.timestamp for s in conversation.sessions for t in s.turns]
-    return max((t for t in times if t is not None), default=None)

@@ -1,13 +1,12 @@
 """The neutral referee of a replay: which packed items are stale is decided by neither strategy compared.
 
-One reference lifecycle pass, fixed for every replay and chosen by neither side, is built over each user's captured
-turns as they stood at the recall: the versioned reference strategy ``evolve/data/referee.yaml`` (the baseline's
-ingestion with every lifecycle mechanism on: correction supersession, slot supersession, retractions under the
-forget guard, hard expiry of every dated fact, ``hide_passed``) with the rule extractor; each replay records its
-version and hash. For each recall it marks the captured statements that are superseded, retracted or
-expired for that question at its time: the client's ``asked_at``, else the recall's own time (the recall record's
-``time``). Questions the lifecycle design lets see old facts are exempt (its query-conditioned mask: a question about
-the past, :func:`~evolve.runtime.lifecycle.asks_past`, or about a change or a withdrawal): nothing is stale for them.
+The reference lifecycle pass (:class:`~evolve.runtime.reference.ReferenceLifecycle`: ``evolve/data/referee.yaml``
+with the rule extractor), fixed for every replay and chosen by neither side, is built over each user's captured turns
+as they stood at the recall; each replay records its version and hash. For each recall it marks the captured
+statements that are superseded, retracted or expired for that question at its time: the client's ``asked_at``, else
+the recall's own time (the recall record's ``time``). Questions the lifecycle design lets see old facts are exempt
+(its query-conditioned mask: a question about the past, :func:`~evolve.runtime.lifecycle.asks_past`, or about a
+change or a withdrawal): nothing is stale for them.
 
 Both contexts are judged by the same marks through their items' source turns: a packed item is stale when one of its
 ``source_ids`` holds a marked statement and the item carries its stale value, whatever the item's own store says.
@@ -30,18 +29,14 @@ from datetime import datetime
 from functools import lru_cache
 from typing import Iterable, Mapping
 
-import numpy as np
 
-from evolve.data import REFEREE_PATH
 from evolve.runtime.dates import without_dates
-from evolve.runtime.extractor import RuleExtractor
 from evolve.runtime.lifecycle import Cues, standing
 from evolve.runtime.live import LiveConversation
+from evolve.runtime.reference import ReferenceLifecycle, no_vectors
 from evolve.runtime.roles import ContextItem
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import content_set, split_attribution
-from evolve.strategy.artifact import ingestion_key, load_strategy, strategy_hash
-from evolve.strategy.policy import Policy
 from evolve.verify.decision import AcceptanceRules, floor_breaches, holm_by_category
 from evolve.verify.statistics import PairedReport
 
@@ -53,11 +48,6 @@ STATES = ("superseded", "retracted", "expired")
 def statement(text: str) -> frozenset[str]:
     """The content stems of ``text``'s body (its speaker and date attribution left out) outside its date spans."""
     return content_set(without_dates(split_attribution(text)[2]))
-
-
-def _no_vectors(texts: list[str]) -> np.ndarray:
-    """The referee retrieves nothing: its store needs no embeddings."""
-    return np.zeros((len(texts), 1), dtype=np.float32)
 
 
 @dataclass(frozen=True)
@@ -97,16 +87,8 @@ class Marks:
         return out
 
 
-class Referee:
+class Referee(ReferenceLifecycle):
     """The reference lifecycle pass (``evolve/data/referee.yaml``), the same whichever strategies a replay compares."""
-
-    def __init__(self) -> None:
-        strategy = load_strategy(REFEREE_PATH)
-        self.version = strategy["version"]
-        self.policy = Policy.from_strategy(strategy)
-        self.extractor = RuleExtractor()
-        self.strategy_hash = strategy_hash(strategy)
-        self.key = f"referee\0{ingestion_key(strategy)}\0{self.extractor.name}"
 
     def describe(self) -> dict:
         """What judged, as the journal records it."""
@@ -120,9 +102,9 @@ class Referee:
                          "retracted or expired statement whole",
                 "time": "asked_at, else the recall's time"}
 
-    def store(self, live: LiveConversation) -> MemoryStore:
+    def live_store(self, live: LiveConversation) -> MemoryStore:
         """The reference memory of the turns ``live`` holds now."""
-        return live.store(self.key, self.policy, self.extractor, _no_vectors, "none")
+        return live.store(self.key, self.policy, self.extractor, no_vectors, "none")
 
     def marks(self, store: MemoryStore, question: str, asked_at: datetime | None,
               recalled_at: datetime) -> Marks | None:

@@ -61,14 +61,14 @@ def rekey(backend: Backend, names: Pseudonyms, witnesses: list[Path]) -> Rekeyed
     if not result.ok or problems:
         raise ConfigError(f"the audit does not verify ({result.reason or '; '.join(problems)}): fix it before "
                           "re-keying, which chains it again")
-    entries = audit.entries()
-    old = f"{entries[-1]['index']}:{entries[-1]['hash']}" if entries else "none"
-    chained = audit.rechained(entries, names.keyed, f"user names keyed (hmac-sha256); {len(entries)} line(s) "
-                                                    f"chained again; head before: {old}")
+    lines = audit.read()
+    old = f"{lines[-1].index}:{lines[-1].hash}" if lines else "none"
+    chained = audit.rechained(lines, names.keyed, f"user names keyed (hmac-sha256); {len(lines)} line(s) "
+                                                  f"chained again; head before: {old}")
     staged = [_stage_witness(path, audit.where, chained) for path in witnesses]
     renamed = backend.rekey(names, [canonical_json(e) for e in chained])
     _finish_witnesses(witnesses)
-    return Rekeyed(len(entries), renamed, [str(p) for p in staged], chained[-1])
+    return Rekeyed(len(lines), renamed, [str(p) for p in staged], chained[-1])
 
 
 def _stage_witness(path: Path, where: str, chained: list[dict]) -> Path:

@@ -261,7 +261,7 @@ def replay(records: list[Logged], backend: Backend, serving: Loaded, candidate: 
                 except ValueError as exc:
                     raise ReplayError(str(exc)) from None
             answer = answers.get((user, record.question))
-            marks = referee.marks(referee.store(live), record.question, asked, naive(until))
+            marks = referee.marks(referee.live_store(live), record.question, asked, naive(until))
             sides = []
             for loaded in (serving, candidate):
                 rt = loaded.runtime

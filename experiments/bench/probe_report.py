@@ -8,7 +8,8 @@ evolution half (conv-26/30) and the held-out half (conv-41/42) apart. Evaluation
 ``probes_locomo.json``, the probes written as a LoCoMo file with the original conversations). Run from the
 repository root:
 
-    python experiments/bench/probe_report.py [--strategy PATH ...] [--difficulty drop_trivial|keep] [--out DIR]
+    python experiments/bench/probe_report.py [--strategy PATH ...] [--difficulty drop_trivial|keep]
+        [--asked end|latest|drawn] [--out DIR]
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from evolve.benchmarks.probe_mix import ProbeSettings, locomo_category
 from evolve.benchmarks.probes import probe_questions
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.runtime import IngestionCache
+from evolve.runtime.reference import ReferenceLifecycle
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
@@ -52,13 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--strategy", nargs="*", default=["strategies/baseline.yaml"])
     parser.add_argument("--difficulty", choices=("drop_trivial", "keep"), default=ProbeSettings().difficulty)
+    parser.add_argument("--asked", choices=("end", "latest", "drawn"), default="latest",
+                        help="when probes are asked: end: after the last session, as before the reference timeline; "
+                             "latest/drawn: at a session where the answer holds (probes: asked)")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "memevolve-validity")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
     labelled = load_locomo(DATA)
-    probes = probe_questions(labelled, ProbeSettings(difficulty=args.difficulty))
+    settings = ProbeSettings(difficulty=args.difficulty, asked="latest" if args.asked == "end" else args.asked)
+    probes = probe_questions(labelled, settings, timeline=None if args.asked == "end" else ReferenceLifecycle())
     bench = Benchmark("dev4+probes", labelled.conversations, labelled.questions + probes)
-    lines = [f"# Probes against labelled questions (difficulty: {args.difficulty})", "",
+    lines = [f"# Probes against labelled questions (difficulty: {args.difficulty}, asked: {args.asked})", "",
              "| conversation | turns | probes | turns per probe | " + " | ".join(CATEGORIES) + " | kinds |",
              "|---|---|---|---|" + "---|" * len(CATEGORIES) + "---|"]
     for cid, conv in labelled.conversations.items():

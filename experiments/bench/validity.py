@@ -10,9 +10,14 @@ Candidate outcomes, per question, mean over the questions that count for both st
 * ``probes`` — answer in evidence on the probe questions (:mod:`evolve.benchmarks.probes`, default settings: the
   LoCoMo-like mix, no difficulty filter), no label used;
 * ``probes (drop trivial)`` — the same with the difficulty filter on (``difficulty: drop_trivial``), no label used;
+* ``probes (drawn session)`` — each probe asked at a session drawn between its evidence and the last one at which its
+  answer holds (``asked: drawn``), where ``probes`` asks at that last one;
+* ``probes (after the last session)`` — every probe asked after the last session, no lifecycle timeline (the rule
+  before the reference timeline);
 * ``probes+labelled`` — answer in evidence on labelled and (default) probe questions together.
 
-The probe rows choose the difficulty rule (filter or not) the same way, within the evolution half.
+The probe rows choose the probe rule (difficulty filter, when probes are asked) the same way, within the evolution
+half.
 
 The outcome is chosen inside the evolution half only: two folds, conv-26 → conv-30 and conv-30 → conv-26, by mean
 Spearman rank correlation (sign agreement breaks ties). conv-26/30 → conv-41/42 is reported once, after the choice,
@@ -39,13 +44,19 @@ from evolve.benchmarks.probes import ProbeSettings, probe_questions
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.observe.ladder import derives_from
 from evolve.runtime import IngestionCache
+from evolve.runtime.reference import ReferenceLifecycle
 from evolve.strategy.artifact import derive, strategy_hash, validate_strategy
 from evolve.words import content_words
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
 #: The probe selections compared, by outcome name.
-PROBE_SETS = {"probes": ProbeSettings(), "probes (drop trivial)": ProbeSettings(difficulty="drop_trivial")}
+#: ``(settings, timeline)``: with the timeline a probe is asked at a session where its answer holds (the shipped
+#: rule), without it after the last session (the rule before the reference timeline).
+PROBE_SETS = {"probes": (ProbeSettings(), True),
+              "probes (drop trivial)": (ProbeSettings(difficulty="drop_trivial"), True),
+              "probes (drawn session)": (ProbeSettings(asked="drawn"), True),
+              "probes (after the last session)": (ProbeSettings(), False)}
 OUTCOMES = ("answer", "coverage", "evidence", *PROBE_SETS, "probes+labelled")
 FOLDS = ((("conv-26",), ("conv-30",)), (("conv-30",), ("conv-26",)))
 CONFIRMATION = (("conv-26", "conv-30"), ("conv-41", "conv-42"))
@@ -111,13 +122,14 @@ def probe_bench() -> tuple[Benchmark, dict[str, list[str]]]:
     share asked once), with each probe's selections."""
     labelled = load_benchmark(f"locomo:{DATA}")
     questions, sets, ids = list(labelled.questions), {}, {}
-    for name, settings in PROBE_SETS.items():
-        for q in probe_questions(labelled, settings):
-            key = (q.conversation_id, q.question)
+    timeline = ReferenceLifecycle()
+    for name, (settings, timed) in PROBE_SETS.items():
+        for q in probe_questions(labelled, settings, timeline=timeline if timed else None):
+            key = (q.conversation_id, q.question, q.answer, q.asked_at)
             if key not in ids:
                 ids[key] = f"{q.conversation_id}/p{len(ids)}"
                 questions.append(Question(ids[key], q.conversation_id, q.question, q.answer, q.category, q.evidence,
-                                          asked_at=q.asked_at))
+                                          asked_at=q.asked_at, outdated=q.outdated))
             sets.setdefault(ids[key], []).append(name)
     return Benchmark("dev4+probe sets", labelled.conversations, questions), sets
 

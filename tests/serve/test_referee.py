@@ -130,7 +130,7 @@ def test_a_paraphrase_of_the_superseded_value_is_stale_and_the_current_value_is_
 
     referee = Referee()
     live = _ann("I live in Porto with my two cats and I love jazz.", "Actually I live in Lisbon now with my two cats.")
-    marks = referee.marks(referee.store(live), "Where does Ann live?", None, datetime(2024, 7, 1))
+    marks = referee.marks(referee.live_store(live), "Where does Ann live?", None, datetime(2024, 7, 1))
     [mark] = [m for m in marks.by_turn["D1:1"] if m.state == "superseded"]
     assert "porto" in mark.value and "cat" in mark.slot
     items = [ContextItem("a", "Ann lived in Porto.", "L0", ("D1:1",)),  # a paraphrase: no cats, no jazz
@@ -145,7 +145,7 @@ def test_the_referee_judges_a_recall_without_asked_at_at_its_time_and_exempts_th
     live.add(Turn("D1:1", "Bob", "I have a dentist appointment on 10 March 2024 at 9am.", "s1", datetime(2024, 3, 1)))
     live.add(Turn("D1:2", "Ann", "Good luck with it.", "s1", datetime(2024, 3, 1)))
     referee = Referee()
-    store = referee.store(live)
+    store = referee.live_store(live)
     question, later = "When is Bob's dentist appointment?", datetime(2026, 1, 1)
     assert referee.marks(store, question, datetime(2024, 3, 5), later).by_turn == {}  # asked before the day
     marks = referee.marks(store, question, None, later)  # no asked_at: judged at the recall's time
