@@ -107,12 +107,14 @@ def cmd_erase(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
     from evolve.loop.tracking import existing_tracking_uri
     from evolve.ops.erasure import Erasure, find_manifests
+    from evolve.ops.erasure_turn import parse_turn
 
     tracking = args.tracking_uri or [uri for uri in (existing_tracking_uri(None),) if uri]
     try:
+        turns = [parse_turn(t) for t in args.turn or []]
         report = Erasure(args.user or [], find_manifests([Path(p) for p in args.export or []]), [Path(args.stores)],
                          [Path(c) for c in args.cache or []], [] if args.no_tracking else tracking,
-                         outside=args.follow_outside).run()
+                         outside=args.follow_outside, turns=turns).run()
     except (EvolveError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -120,9 +122,17 @@ def cmd_erase(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, sort_keys=True))
         return 1 if refused else 0
-    print(f"erasure {report.request} at {report.erased_at}: {len(report.subjects)} conversation(s)")
+    if turns:
+        print(f"erasure {report.request} at {report.erased_at}: {report.turns} turn(s) of {len(report.subjects)} "
+              f"conversation(s)" + (f"; {report.already} erased before" if report.already else ""))
+        if not report.turns:
+            print("  found nowhere: the exports' manifests list every turn named as erased before; nothing changed")
+            return 0
+    else:
+        print(f"erasure {report.request} at {report.erased_at}: {len(report.subjects)} conversation(s)")
     for export, n in report.exports.items():
-        print(f"  export {export}: {n} sample(s) removed")
+        print(f"  export {export}: " + (f"{n} turn(s) and {report.questions[export]} question(s) citing or quoting "
+                                        "them removed" if turns else f"{n} sample(s) removed"))
     for directory, n in report.cache_files.items():
         print(f"  cache {directory}: {n} file(s) deleted")
     for uri, runs in report.tracking.items():
@@ -163,10 +173,15 @@ def register(sub: argparse._SubParsersAction) -> None:
     stores_arg(p)
     p.set_defaults(func=cmd_escalations)
 
-    p = sub.add_parser("erase", help="erase users' words from every copy the optimizer made: exported benchmark "
-                                     "files, candidate and gate examples, LLM and embedding caches, MLflow artifacts "
-                                     "(journaled, ERASE); exits 1 if an artifact store refused to rewrite one")
+    p = sub.add_parser("erase", help="erase users' (or single turns') words from every copy the optimizer made: "
+                                     "exported benchmark files, candidate and gate examples, LLM and embedding "
+                                     "caches, MLflow artifacts (journaled, ERASE); exits 1 if an artifact store "
+                                     "refused to rewrite one")
     p.add_argument("--user", nargs="+", metavar="USER", help="the users (their conversations' ids) to erase")
+    p.add_argument("--turn", nargs="+", action="extend", metavar="USER:ID",
+                   help="erase single turns instead (user id, colon, turn id, e.g. ann:D1:3; repeatable): the turn, "
+                        "the questions citing or quoting it and every copy quoting its words (see `memevolve erase` "
+                        "in the README for what quotes a turn); its words are read from the exports of --export")
     p.add_argument("--export", nargs="+", metavar="MANIFEST|DIR",
                    help="export manifests (`capture-export` writes them), or folders holding them: the users are "
                         "removed from each export; without --user, every user they list is erased")
