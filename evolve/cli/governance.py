@@ -180,8 +180,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--user", nargs="+", metavar="USER", help="the users (their conversations' ids) to erase")
     p.add_argument("--turn", nargs="+", action="extend", metavar="USER:ID",
                    help="erase single turns instead (user id, colon, turn id, e.g. ann:D1:3; repeatable): the turn, "
-                        "the questions citing or quoting it and every copy quoting its words (see `memevolve erase` "
-                        "in the README for what quotes a turn); its words are read from the exports of --export")
+                        "the questions citing or quoting it and every copy quoting its words (docs/how-to/serve.md, "
+                        "\"One turn\", says what quotes a turn); its words are read from the exports of --export")
     p.add_argument("--export", nargs="+", metavar="MANIFEST|DIR",
                    help="export manifests (`capture-export` writes them), or folders holding them: the users are "
                         "removed from each export; without --user, every user they list is erased")
