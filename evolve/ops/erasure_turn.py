@@ -30,7 +30,7 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from evolve.errors import UserError
 from evolve.ops.erasure_reach import speaks_of
@@ -104,6 +104,22 @@ def parse_turn(text: str) -> tuple[str, str]:
     if "/" in user or "\\" in user or ".." in user:
         raise UserError(f"--turn {text!r}: {user!r} is not a user id (a user id names no path)")
     return user, turn
+
+
+def exported_turns(named: list[tuple[str, str]], manifests: dict[Path, ExportManifest],
+                   name_of: Callable[[str], str]) -> list[tuple[str, str]]:
+    """Of the turns ``named`` (user's name, turn id; the service's records name a user by ``name_of`` its id), those
+    of a user the manifests list whose export holds the turn or erased it before: (user id, turn id)."""
+    users = {name_of(u.user): u.user for m in manifests.values() for u in m.users}
+    out = []
+    for name, turn in dict.fromkeys(named):
+        user = users.get(name)
+        if user is None:
+            continue
+        if any(turn in u.turns for m in manifests.values() for u in m.users if u.user == user) or \
+                any(e.turn_sha256 == turn_sha256(user, turn) for m in manifests.values() for e in m.erased_turns):
+            out.append((user, turn))
+    return out
 
 
 @dataclass

@@ -2,16 +2,19 @@
 candidate examples (side files and inline rows), its LLM and ingestion caches and an MLflow run's artifacts, erased;
 no file holds the marker after, the other turns, questions, rows and users are kept, the journal still verifies, and
 a second run finds nothing and changes nothing. A run cut short is finished by running it again; bad input is named
-and changes nothing."""
+and changes nothing. ``--from-service`` carries the turns the service erased or purged, as its audit records them."""
 from __future__ import annotations
 
 import json
 import pickle
 import shutil
 import subprocess
+import time
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
+from fastapi.testclient import TestClient
 
 from evolve.files import atomic_write_json
 from evolve.llm.cache import ResponseCache
@@ -19,6 +22,7 @@ from evolve.ops.erasure_turn import FoundTurn, TurnReach, _quote
 from evolve.ops.history import History
 from evolve.ops.manifest import checked_export, manifest_of, read_manifest, turn_sha256, write_manifest
 from evolve.runtime.subject import subject, subject_key
+from evolve.serve.server import ServeConfig, Service
 from evolve.state.content import ContentStore
 from evolve.state.journal import STORES_TAG
 from workflow_fixtures import cli
@@ -216,3 +220,48 @@ def test_a_turn_erasure_cut_short_is_finished_by_running_it_again(tmp_path, smal
     history = History(stores)
     assert history.verify_journal().ok and history.record_problems() == []
     assert [len(e["payload"]["turns"]) for e in history.journal.find("ERASE")] == [1, 1]
+
+
+def test_the_turns_the_service_erased_or_purged_are_carried_to_the_exports(tmp_path, serving, capsys):
+    service = Service(ServeConfig(tmp_path / "data", serving, None, allow_untracked=True, reload_seconds=3600.0))
+    client = TestClient(service.app)
+
+    def turns(user: str, session: str, texts: list[str]) -> list[dict]:
+        return [{"id": f"{session}:{i}", "speaker": user, "text": text, "session": session,
+                 "time": f"2023-05-0{1 + int(session[1])}T10:0{i}:00"} for i, text in enumerate(texts)]
+
+    soon = datetime.now(timezone.utc) + timedelta(seconds=1.5)
+    assert client.post("/v1/users/ann/turns", json={"turns": turns("ann", "D1", [
+        "I keep bees in my garden.", f"My code word is {MARKER} and nobody else knows it."]),
+        "retain_until": soon.isoformat()}).status_code == 201
+    assert client.post("/v1/users/ann/turns", json={"turns": turns("ann", "D2", [
+        "We went to the lake on Sunday.", f"My parrot is called {MARKER} and she sings all day."])}).status_code == 201
+    assert client.post("/v1/users/bo/turns", json={"turns": turns("bo", "D1", [
+        "Hello there, nice to meet you all."])}).status_code == 201
+    export = tmp_path / "export"
+    export.mkdir()
+    code, out = cli(capsys, "capture-export", "--data", tmp_path / "data", "--out", export / "night.json")
+    assert code == 0, out
+    stores = Path(shutil.copytree(OLD_STORES, tmp_path / "stores"))
+    code, out = cli(capsys, "erase", "--from-service", tmp_path / "data", "--export", export, "--stores", stores,
+                    "--no-tracking")
+    assert code == 0 and "nothing to erase" in out, out  # the service erased nothing yet
+
+    assert client.delete("/v1/users/ann/turns/D2:1").status_code == 200
+    time.sleep(max(0.0, (soon - datetime.now(timezone.utc)).total_seconds()) + 0.05)
+    service.housekeeping()  # purges D1:0 and D1:1
+    assert _marked(export) != []
+    code, out = cli(capsys, "erase", "--from-service", tmp_path / "data", "--export", export, "--stores", stores,
+                    "--no-tracking")
+    assert code == 0 and "3 turn(s) of 1 conversation(s)" in out, out
+    assert _marked(export) == []
+    samples = {s["sample_id"]: s for s in json.loads((export / "night.json").read_text())}
+    assert [t["dia_id"] for key, value in samples["ann"]["conversation"].items() if key.startswith("session_")
+            and isinstance(value, list) for t in value] == ["D2:0"]
+    assert samples["bo"]["conversation"]["session_1"][0]["dia_id"] == "D1:0"
+    assert len(read_manifest(export / "night.manifest.json").erased_turns) == 3
+    before = _bytes(export, stores)
+    code, out = cli(capsys, "erase", "--from-service", tmp_path / "data", "--export", export, "--stores", stores,
+                    "--no-tracking")
+    assert code == 0 and "3 erased before" in out and "found nowhere" in out, out
+    assert _bytes(export, stores) == before
