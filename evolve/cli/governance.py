@@ -107,12 +107,20 @@ def cmd_erase(args: argparse.Namespace) -> int:
     from evolve.errors import EvolveError
     from evolve.loop.tracking import existing_tracking_uri
     from evolve.ops.erasure import Erasure, find_manifests
+    from evolve.ops.erasure_turn import parse_turn
 
     tracking = args.tracking_uri or [uri for uri in (existing_tracking_uri(None),) if uri]
     try:
-        report = Erasure(args.user or [], find_manifests([Path(p) for p in args.export or []]), [Path(args.stores)],
-                         [Path(c) for c in args.cache or []], [] if args.no_tracking else tracking,
-                         outside=args.follow_outside).run()
+        manifests = find_manifests([Path(p) for p in args.export or []])
+        turns = [parse_turn(t) for t in args.turn or []]
+        if args.from_service:
+            turns += _service_turns(args.from_service, manifests)
+            if not turns:
+                print(f"nothing to erase: the service's records ({args.from_service}) name no erased or purged turn "
+                      "of a user these exports hold")
+                return 0
+        report = Erasure(args.user or [], manifests, [Path(args.stores)], [Path(c) for c in args.cache or []],
+                         [] if args.no_tracking else tracking, outside=args.follow_outside, turns=turns).run()
     except (EvolveError, ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -120,9 +128,17 @@ def cmd_erase(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_dict(), indent=1, sort_keys=True))
         return 1 if refused else 0
-    print(f"erasure {report.request} at {report.erased_at}: {len(report.subjects)} conversation(s)")
+    if turns:
+        print(f"erasure {report.request} at {report.erased_at}: {report.turns} turn(s) of {len(report.subjects)} "
+              f"conversation(s)" + (f"; {report.already} erased before" if report.already else ""))
+        if not report.turns:
+            print("  found nowhere: the exports' manifests list every turn named as erased before; nothing changed")
+            return 0
+    else:
+        print(f"erasure {report.request} at {report.erased_at}: {len(report.subjects)} conversation(s)")
     for export, n in report.exports.items():
-        print(f"  export {export}: {n} sample(s) removed")
+        print(f"  export {export}: " + (f"{n} turn(s) and {report.questions[export]} question(s) citing or quoting "
+                                        "them removed" if turns else f"{n} sample(s) removed"))
     for directory, n in report.cache_files.items():
         print(f"  cache {directory}: {n} file(s) deleted")
     for uri, runs in report.tracking.items():
@@ -145,6 +161,23 @@ def cmd_erase(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
+def _service_turns(spec: str, manifests: list[Path]) -> list[tuple[str, str]]:
+    """The turns the service's audit at ``spec`` says it erased or purged, of users the manifests list: (user id,
+    turn id)."""
+    from evolve.errors import UserError
+    from evolve.ops.erasure_turn import exported_turns
+    from evolve.ops.manifest import read_manifest
+    from evolve.serve.audit import AUDIT_FILE, erased_turns, open_audit
+    from evolve.serve.stores import POSTGRES_SCHEMES
+
+    if not manifests:
+        raise UserError("--from-service needs --export: a turn's words are read from the exports holding it")
+    if not spec.startswith(POSTGRES_SCHEMES) and not (Path(spec) / AUDIT_FILE).is_file():
+        raise UserError(f"--from-service {spec}: no audit here ({AUDIT_FILE}; not a data directory a service wrote)")
+    audit = open_audit(spec)
+    return exported_turns(erased_turns(audit), {m: read_manifest(m) for m in manifests}, audit.names.of)
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the governance subcommands to ``sub``."""
     p = sub.add_parser("flags", help="the FEATURE_FLAG registry: flagged candidates with reasons and status; "
@@ -163,10 +196,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     stores_arg(p)
     p.set_defaults(func=cmd_escalations)
 
-    p = sub.add_parser("erase", help="erase users' words from every copy the optimizer made: exported benchmark "
-                                     "files, candidate and gate examples, LLM and embedding caches, MLflow artifacts "
-                                     "(journaled, ERASE); exits 1 if an artifact store refused to rewrite one")
+    p = sub.add_parser("erase", help="erase users' (or single turns') words from every copy the optimizer made: "
+                                     "exported benchmark files, candidate and gate examples, LLM and embedding "
+                                     "caches, MLflow artifacts (journaled, ERASE); exits 1 if an artifact store "
+                                     "refused to rewrite one")
     p.add_argument("--user", nargs="+", metavar="USER", help="the users (their conversations' ids) to erase")
+    p.add_argument("--turn", nargs="+", action="extend", metavar="USER:ID",
+                   help="erase single turns instead (user id, colon, turn id, e.g. ann:D1:3; repeatable): the turn, "
+                        "the questions citing or quoting it and every copy quoting its words (docs/how-to/serve.md, "
+                        "\"One turn\", says what quotes a turn); its words are read from the exports of --export")
+    p.add_argument("--from-service", metavar="DATA_DIR|POSTGRES_URL",
+                   help="erase the turns the service erased (DELETE .../turns/ID) or purged (retention), as its "
+                        "audit records them, that the exports of --export hold or erased before (their users named "
+                        "as the audit names them, under $MEMEVOLVE_USER_KEY)")
     p.add_argument("--export", nargs="+", metavar="MANIFEST|DIR",
                    help="export manifests (`capture-export` writes them), or folders holding them: the users are "
                         "removed from each export; without --user, every user they list is erased")

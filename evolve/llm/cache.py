@@ -14,7 +14,7 @@ import hashlib
 import json
 import logging
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from evolve.errors import EvolveError
 from evolve.safe_text import surrogate_at
@@ -102,10 +102,10 @@ class ResponseCache:
         entry = {**entry, "key": key, **({"subject": subject} if subject else {})}
         atomic_write_text(self.path(key), json.dumps(entry, sort_keys=True, ensure_ascii=False, indent=1))
 
-    def forget(self, subjects: set[str], texts: set[str]) -> list[Path]:
-        """Delete every entry made for one of ``subjects``, and every entry whose request or reply holds one of
-        ``texts`` (entries made outside a conversation, e.g. a critic's prompt quoting questions, and entries written
-        before entries named their subject), or that cannot be read; the files deleted."""
+    def forget(self, held: Callable[[str | None, str], bool]) -> list[Path]:
+        """Delete every entry that ``held(subject, said)`` selects (``subject``: the subject key it was made for, if
+        any; ``said``: its request's messages and its reply), and every entry that cannot be read; the files
+        deleted."""
         gone = []
         for path in sorted(self.root.glob("*/*.json")):
             if len(path.stem) != 64 or path.parent.name != path.stem[:2]:
@@ -114,14 +114,14 @@ class ResponseCache:
                 entry = json.loads(path.read_text(encoding="utf-8"))
                 said = "\n".join([str(m.get("content", "")) for m in entry.get("messages", ())] +
                                   [str(entry.get("content", ""))])
-                held = entry.get("subject") in subjects or any(t in said for t in texts)
+                hit = held(entry.get("subject"), said)
             except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError):
-                held = True
+                hit = True
             except FileNotFoundError:
                 continue
             except OSError as exc:
                 raise os_error(path, exc, "read a cache entry") from None
-            if held:
+            if hit:
                 try:
                     path.unlink(missing_ok=True)
                 except OSError as exc:

@@ -1,10 +1,13 @@
 """``memevolve erase``: an erasure request carried to every copy of users' words the optimizer made.
 
-The request names users (their conversations in an export carry the user id as sample id) or export manifests
-(:mod:`evolve.ops.manifest`; every user they list when no user is named). Steps, each idempotent and each leaving
-the words it needs for the next one, so a request cut short is finished by running it again:
+The request names users (their conversations in an export carry the user id as sample id), export manifests
+(:mod:`evolve.ops.manifest`; every user they list when no user is named), or single turns of users
+(:mod:`evolve.ops.erasure_turn`: the words of one turn, not the whole conversation). What each step erases is what
+the request reaches (:mod:`evolve.ops.erasure_reach`). Steps, each idempotent and each leaving the words it needs for
+the next one, so a request cut short is finished by running it again:
 
-1. the words to look for are gathered from the exports and the stores' side files;
+1. the words to look for are gathered from the exports and the stores' side files (a turn's: from the exports; a
+   turn the exports no longer hold was erased already, and nothing is done for it);
 2. caches: LLM replies made for the conversations or quoting their words, ingested stores and embedding shards
    filed under them (:mod:`evolve.runtime.subject`), and cache files filed under no conversation (written before
    caches were filed: they may hold anyone's words; rebuilt when next needed);
@@ -14,7 +17,9 @@ the words it needs for the next one, so a request cut short is finished by runni
    written with inline words are stripped of them, and an ``ERASE`` journal entry records the request, the counts,
    each rewritten record's hash before and after and the artifacts of the runs that tracked it, so ``journal
    verify`` still passes;
-5. the exports: the users' samples are removed from each file and the manifest keeps only the hash of their ids.
+5. the exports: the users' samples are removed from each file and the manifest keeps only the hash of their ids (a
+   turn: it leaves its session, with the questions citing or quoting it, and the manifest keeps the hash of user and
+   turn id); the manifest's hash of the export follows the rewrite.
 """
 from __future__ import annotations
 
@@ -28,9 +33,11 @@ from evolve.errors import UserError
 from evolve.files import (StoreError, atomic_write_json, atomic_write_text, files_named, iter_jsonl, now_iso,
                           read_json)
 from evolve.llm.cache import ResponseCache
+from evolve.ops.erasure_reach import Reach, UserReach
 from evolve.ops.erasure_tracking import RunErasure, TrackingErasure
-from evolve.ops.manifest import (ErasedUser, ExportManifest, checked_export, file_sha256, read_manifest, user_sha256,
-                                 write_manifest)
+from evolve.ops.erasure_turn import TurnReach, find_turns, without_turns
+from evolve.ops.manifest import (ErasedTurn, ErasedUser, ExportManifest, checked_export, file_sha256, read_manifest,
+                                 user_sha256, write_manifest)
 from evolve.runtime.cache import SHARED_EMBEDDINGS_ENV, forget_subjects
 from evolve.runtime.subject import subject_key
 from evolve.state.content import redact_inline
@@ -45,7 +52,10 @@ class ErasureReport:
     request: str
     erased_at: str
     subjects: list[str]
-    exports: dict[str, int] = field(default_factory=dict)        # export file -> samples removed
+    turns: int = 0                                               # turns of a turn request found in the exports
+    already: int = 0                                             # turns of a turn request erased before
+    exports: dict[str, int] = field(default_factory=dict)        # export file -> samples (a turn request: turns) removed
+    questions: dict[str, int] = field(default_factory=dict)      # export file -> questions removed with turns
     cache_files: dict[str, int] = field(default_factory=dict)    # cache directory -> files deleted
     stores: dict[str, dict] = field(default_factory=dict)        # stores directory -> ERASE payload counts
     tracking: dict[str, list[RunErasure]] = field(default_factory=dict)  # tracking URI -> runs reached
@@ -63,7 +73,8 @@ class ErasureReport:
 
     def to_dict(self) -> dict:
         return {"request": self.request, "erased_at": self.erased_at, "subjects": self.subjects,
-                "exports": self.exports, "cache_files": self.cache_files, "stores": self.stores,
+                "turns": self.turns, "already": self.already, "exports": self.exports, "questions": self.questions,
+                "cache_files": self.cache_files, "stores": self.stores,
                 "tracking": {uri: [r.model_dump() for r in runs] for uri, runs in self.tracking.items()}}
 
 
@@ -91,44 +102,60 @@ def _stores_dirs(roots: list[Path]) -> list[Path]:
 
 class Erasure:
     """One request over the given manifests, stores directories, extra cache directories and MLflow tracking
-    stores."""
+    stores: of whole users (``users``, or every user of ``manifests``) or of single ``turns`` ((user, turn id); their
+    words are read from ``manifests``' exports)."""
 
     def __init__(self, users: list[str], manifests: list[Path], stores: list[Path], caches: list[Path],
-                 tracking: list[str] = (), outside: bool = False):
-        if not users and not manifests:
-            raise UserError("name the users to erase (--user) or the exports whose users to erase (--export)")
+                 tracking: list[str] = (), outside: bool = False, turns: list[tuple[str, str]] = ()):
+        if not users and not manifests and not turns:
+            raise UserError("name the users to erase (--user) or the exports whose users to erase (--export), or the "
+                            "turns to erase (--turn USER:ID)")
+        if users and turns:
+            raise UserError("--user and --turn: a request erases whole users or single turns, not both; make two")
+        if turns and not manifests:
+            raise UserError("--turn needs --export: a turn's words are read from the exports holding it")
         self.manifests = {path: read_manifest(path) for path in manifests}
         #: Each manifest's export, checked before any step runs (a refusal erases nothing).
         self.exports = {path: checked_export(path, m, outside) for path, m in self.manifests.items()}
         bad = next((u for u in users if not u.strip() or "/" in u or "\\" in u or ".." in u), None)
         if bad is not None:
             raise UserError(f"--user {bad!r}: not a user id (a user id names no path and is not blank)")
-        named = set(users) or {u.user for m in self.manifests.values() for u in m.users}
+        #: A turn request's turns as the exports hold them, and what reaches them (a user request's reach is made
+        #: when it runs, from the words gathered).
+        self.turns, already = find_turns(list(turns), self.manifests, {p: self._samples(p) for p in self.manifests}) \
+            if turns else ([], 0)
+        self.turn_reach = TurnReach(self.turns) if turns else None
+        named = set() if turns else set(users) or {u.user for m in self.manifests.values() for u in m.users}
         self.users = sorted(named)
-        #: The conversations to reach: each user's own id and the sample ids the exports gave it.
+        #: The conversations to reach: each user's own id and the sample ids the exports gave it (a turn's).
         self.conversations = set(self.users) | {u.sample_id for m in self.manifests.values() for u in m.users
-                                                if u.user in named}
+                                                if u.user in named} | {c for t in self.turns for c in t.conversations}
         self.subjects = {subject_key(c) for c in self.conversations}
         self.stores = _stores_dirs(stores)
         self.caches = caches
         self.tracking = list(tracking)
         self.report = ErasureReport(f"erase-{now_iso().replace(':', '')}-{secrets.token_hex(4)}", now_iso(),
-                                    sorted(self.subjects))
+                                    sorted(self.subjects), turns=len(self.turns), already=already)
 
     def run(self) -> ErasureReport:
-        words = self._words()
+        if self.turn_reach is not None and not self.turns:
+            return self.report  # every turn named was erased before: nothing holds it, nothing changes
+        reach = self.turn_reach or UserReach(self.conversations, self._words())
         for directory in self._cache_dirs():
-            gone = len(forget_subjects(directory / "ingestion", self.subjects)) if (directory / "ingestion").is_dir() \
-                else len(forget_subjects(directory, self.subjects))
-            gone += len(ResponseCache(directory / "llm").forget(self.subjects, words))
+            gone = len(forget_subjects(directory / "ingestion", reach.subjects)) \
+                if (directory / "ingestion").is_dir() else len(forget_subjects(directory, reach.subjects))
+            gone += len(ResponseCache(directory / "llm").forget(reach.cache_entry))
             if gone:
                 self.report.cache_files[str(directory)] = gone
         for uri in self.tracking:
-            self.report.tracking[uri] = TrackingErasure(uri, self.conversations, words, self.report.erased_at).run()
+            self.report.tracking[uri] = TrackingErasure(uri, reach, self.report.erased_at).run()
         for root in self.stores:
-            self.report.stores[str(root)] = self._stores(root)
+            self.report.stores[str(root)] = self._stores(root, reach)
         for path, manifest in self.manifests.items():
-            self._export(path, manifest)
+            if self.turns:
+                self._export_turns(path, manifest)
+            else:
+                self._export(path, manifest)
         return self.report
 
     # ------------------------------------------------------------ steps
@@ -136,8 +163,8 @@ class Erasure:
     def _words(self) -> set[str]:
         """Every text of the users the exports and the stores' side files still hold."""
         words: set[str] = set()
-        for path, manifest in self.manifests.items():
-            for sample in self._samples(path, manifest):
+        for path in self.manifests:
+            for sample in self._samples(path):
                 if sample.get("sample_id") in self.conversations:
                     words |= _sample_words(sample)
         for root in self.stores:
@@ -150,11 +177,12 @@ class Erasure:
         dirs = [root / "cache" for root in self.stores] + list(self.caches) + ([Path(shared)] if shared else [])
         return [d for d in dict.fromkeys(dirs) if d.is_dir()]
 
-    def _stores(self, root: Path) -> dict:
+    def _stores(self, root: Path, reach: Reach) -> dict:
         """Redact one stores directory and journal it; the ERASE payload's counts."""
         with StoreSet(root) as store:
-            side = store.content.redact(self.subjects, self.report.erased_at, self.report.request)
-            rewritten = self._inline_records(store)
+            side = store.content.redact(reach.side_file, self.report.erased_at, self.report.request,
+                                        reach.side_subjects)
+            rewritten = self._inline_records(store, reach)
             tracked = str(root.resolve())
             artifacts = {r.run_id: r.journaled() for runs in self.report.tracking.values() for r in runs
                          if r.stores == tracked}
@@ -162,18 +190,18 @@ class Erasure:
                        "subjects": self.report.subjects, "side_files": side, "records": rewritten,
                        "cache_files": sum(n for d, n in self.report.cache_files.items()
                                           if Path(d) == store.cache_dir),
-                       "artifacts": artifacts}
+                       "artifacts": artifacts, **({"turns": [t.sha256 for t in self.turns]} if self.turns else {})}
             entry = store.append_journal("ERASE", payload)
         return {"side_files": side, "records_rewritten": len(rewritten), "runs": len(artifacts),
                 "journal_entry": entry["index"]}
 
-    def _inline_records(self, store: StoreSet) -> dict[str, dict]:
-        """Strip the users' words from records written with them inline; each rewritten record's hash before and
-        after (what the ERASE entry journals)."""
+    def _inline_records(self, store: StoreSet, reach: Reach) -> dict[str, dict]:
+        """Strip the words ``reach`` erases from records written with them inline; each rewritten record's hash
+        before and after (what the ERASE entry journals)."""
         path = store.path("candidate_outcomes")
         lines, changes = [], {}
         for _, data in iter_jsonl(path):
-            examples = redact_inline(data.get("examples"), self.subjects, self.report.erased_at)
+            examples = redact_inline(data.get("examples"), reach.row, self.report.erased_at)
             if examples is not None:
                 before = record_hash(load_record(data))
                 data = {**data, "examples": examples}
@@ -183,7 +211,7 @@ class Erasure:
             atomic_write_text(path, "".join(line + "\n" for line in lines))
         return changes
 
-    def _samples(self, path: Path, manifest: ExportManifest) -> list[dict]:
+    def _samples(self, path: Path) -> list[dict]:
         export = self.exports[path]
         samples = read_json(export)
         if not isinstance(samples, list):
@@ -194,7 +222,7 @@ class Erasure:
         """Remove the users' samples from the export (the link's target, for a linked one) and their ids from the
         manifest."""
         export = self.exports[path]
-        samples = self._samples(path, manifest)
+        samples = self._samples(path)
         kept = [s for s in samples if s.get("sample_id") not in self.conversations]
         if len(kept) != len(samples):
             atomic_write_json(export, kept)
@@ -208,6 +236,32 @@ class Erasure:
             "users": [u for u in manifest.users if u.user not in self.users],
             "erased": manifest.erased + stones,
             "sha256": file_sha256(export) if export.is_file() else manifest.sha256}))
+
+    def _export_turns(self, path: Path, manifest: ExportManifest) -> None:
+        """Remove the turns (and the questions going with them) from the export's samples, and their ids from the
+        manifest, which keeps the hash of each turn removed and the export's new hash."""
+        export = self.exports[path]
+        samples, removed, dropped = [], [], 0
+        owners = {(u.user, u.sample_id) for u in manifest.users}
+        for sample in self._samples(path):
+            new, gone, n = without_turns(sample, [t for t in self.turns
+                                                  if any((t.user, c) in owners for c in t.conversations)])
+            samples.append(new)
+            removed, dropped = removed + gone, dropped + n
+        self.report.exports[str(export)] = len(removed)
+        self.report.questions[str(export)] = dropped
+        if not removed:
+            return
+        atomic_write_json(export, samples)
+        by_sample = {s.get("sample_id"): s for s in samples}
+        erased = {(t.user, t.turn) for t in removed}
+        users = [u.model_copy(update={"turns": [i for i in u.turns if (u.user, i) not in erased],
+                                      "questions": len(by_sample.get(u.sample_id, {}).get("qa", []))})
+                 for u in manifest.users]
+        stones = [ErasedTurn(turn_sha256=t.sha256, erased_at=self.report.erased_at, request=self.report.request)
+                  for t in removed]
+        write_manifest(path, manifest.model_copy(update={"users": users, "erased_turns": manifest.erased_turns + stones,
+                                                         "sha256": file_sha256(export)}))
 
 
 def find_manifests(paths: list[Path]) -> list[Path]:

@@ -1,10 +1,10 @@
 """Erasure in MLflow: the artifacts tracked nights logged (``traces.jsonl``, ``record.json``, summaries) that hold
-erased users' words, found through the tracking client and redacted or deleted in the runs' artifact stores.
+erased words, found through the tracking client and redacted or deleted in the runs' artifact stores.
 
 Every run of every experiment (deleted ones included) is read; each text artifact is redacted by its structure
-first: a JSON-lines artifact loses the lines of an erased conversation (a trace names its ``conversation_id`` or
-``question_id``), a JSON record the words of its inline examples (:func:`evolve.state.content.redact_inline`). An
-artifact still quoting an erased text after that is deleted. An artifact whose store cannot delete or rewrite it is
+first: a JSON-lines artifact loses the lines the request reaches (:meth:`evolve.ops.erasure_reach.Reach.line`: of an
+erased conversation, or, for a turn, citing or quoting it), a JSON record the words of the inline examples it reaches
+(:func:`evolve.state.content.redact_inline`). An artifact still quoting erased words after that is deleted. An artifact whose store cannot delete or rewrite it is
 listed as refused: the command says so and exits non-zero.
 """
 from __future__ import annotations
@@ -16,13 +16,10 @@ from pathlib import Path, PurePosixPath
 from pydantic import BaseModel, ConfigDict
 
 from evolve.files import StoreError
-from evolve.runtime.subject import subject_key
-from evolve.state.content import conversation_of, redact_inline
+from evolve.ops.erasure_reach import Reach
+from evolve.state.content import redact_inline
 from evolve.state.journal import STORES_TAG
 
-#: Erased texts shorter than this (a gold answer such as "7 May") are not looked for anywhere in an artifact, where
-#: they would match others' words; they go with the structure holding them (a trace line, an example).
-MIN_QUOTE = 16
 #: The artifacts read (text); tracked nights log nothing else.
 TEXT_SUFFIXES = (".json", ".jsonl", ".txt", ".yaml", ".yml", ".md", ".html", ".csv")
 
@@ -44,15 +41,9 @@ class RunErasure(BaseModel):
         return self.model_dump(exclude={"run_id", "stores"})
 
 
-def _held(row: object, conversations: set[str]) -> bool:
-    if not isinstance(row, dict) or not ("conversation_id" in row or "question_id" in row):
-        return False
-    return conversation_of(row) in conversations
-
-
-def redacted(path: str, text: str, conversations: set[str], quotes: set[str], erased_at: str) -> str | None:
-    """``text`` of the artifact at ``path`` without the erased conversations' words: the same text when it holds
-    none, ``None`` when it must be deleted (it still quotes an erased text once redacted by its structure)."""
+def redacted(path: str, text: str, reach: Reach, erased_at: str) -> str | None:
+    """``text`` of the artifact at ``path`` without the words ``reach`` erases: the same text when it holds none,
+    ``None`` when it must be deleted (it still quotes erased words once redacted by its structure)."""
     out = text
     if path.endswith(".jsonl"):
         kept = []
@@ -61,7 +52,7 @@ def redacted(path: str, text: str, conversations: set[str], quotes: set[str], er
                 row = json.loads(line)
             except json.JSONDecodeError:
                 row = None
-            if not _held(row, conversations):
+            if not reach.line(row):
                 kept.append(line)
         out = "".join(kept)
     elif path.endswith(".json"):
@@ -70,24 +61,21 @@ def redacted(path: str, text: str, conversations: set[str], quotes: set[str], er
         except json.JSONDecodeError:
             data = None
         if isinstance(data, dict) and isinstance(data.get("examples"), dict):
-            examples = redact_inline(data["examples"], {subject_key(c) for c in conversations}, erased_at)
+            examples = redact_inline(data["examples"], reach.row, erased_at)
             if examples is not None:
                 out = json.dumps({**data, "examples": examples}, indent=2, ensure_ascii=False)
-    if any(q in out for q in quotes):
-        return None
-    return out
+    return None if reach.quoted(out) else out
 
 
 class TrackingErasure:
     """One erasure request over the runs of the tracking store at ``uri``."""
 
-    def __init__(self, uri: str, conversations: set[str], words: set[str], erased_at: str):
+    def __init__(self, uri: str, reach: Reach, erased_at: str):
         from mlflow.tracking import MlflowClient
 
         if uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file():
             raise StoreError(uri, "no such tracking store (the SQLite file does not exist)")
-        self.uri, self.conversations, self.erased_at = uri, conversations, erased_at
-        self.quotes = {w for w in words if len(w) >= MIN_QUOTE}
+        self.uri, self.reach, self.erased_at = uri, reach, erased_at
         self.client = MlflowClient(tracking_uri=uri)
 
     def run(self) -> list[RunErasure]:
@@ -132,7 +120,7 @@ class TrackingErasure:
                     continue
                 local = Path(self.client.download_artifacts(run.info.run_id, path, scratch))
                 text = local.read_text(encoding="utf-8", errors="replace")
-                new = redacted(path, text, self.conversations, self.quotes, self.erased_at)
+                new = redacted(path, text, self.reach, self.erased_at)
                 if new == text:
                     continue
                 try:

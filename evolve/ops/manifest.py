@@ -29,6 +29,16 @@ class ErasedUser(BaseModel):
     request: str
 
 
+class ErasedTurn(BaseModel):
+    """A turn erased from the export since (its session and the questions citing or quoting it with it): no words,
+    no user id, only the hash of user and turn id."""
+
+    model_config = ConfigDict(extra="forbid")
+    turn_sha256: str
+    erased_at: str
+    request: str
+
+
 class ExportManifest(BaseModel):
     """What a benchmark file holds; ``export`` is relative to the manifest's folder when it lies inside it."""
 
@@ -38,11 +48,17 @@ class ExportManifest(BaseModel):
     written_at: str
     users: list[ExportedUser]
     erased: list[ErasedUser] = []
+    erased_turns: list[ErasedTurn] = []
 
 
 def user_sha256(user: str) -> str:
     """The hash of a user id an erased entry keeps (the service's tombstones name users the same way)."""
     return hashlib.sha256(user.encode("utf-8")).hexdigest()
+
+
+def turn_sha256(user: str, turn: str) -> str:
+    """The hash of a user's turn id an erased turn keeps."""
+    return hashlib.sha256(f"{user}\0{turn}".encode("utf-8")).hexdigest()
 
 
 def file_sha256(path: Path) -> str:

@@ -181,6 +181,13 @@ def open_audit(spec: str) -> Audit:
     return FileAudit(spec, read_only=True)
 
 
+def erased_turns(audit: Audit) -> list[tuple[str, str]]:
+    """The turns the audit says the service erased (``ERASE`` naming turns) or purged (``PURGE``): (user's name,
+    turn id), in order."""
+    return [(event.user, turn) for entry in audit.entries() if entry["type"] in ("ERASE", "PURGE")
+            for event in [AuditEvent.model_validate(entry["payload"])] if event.user for turn in event.ids]
+
+
 def audit_of(backend: Backend) -> Audit:
     """The audit a service over ``backend`` appends to: the shared store's table (on its connections), or the
     file beside the users' folders."""

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import secrets
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
@@ -92,17 +92,22 @@ class ContentStore:
                 out |= {str(v) for v in data["words"].values() if v not in (None, "")}
         return out
 
-    def redact(self, subjects: set[str], erased_at: str, request: str) -> int:
-        """Replace every side file of ``subjects`` still holding words by a tombstone; the number replaced."""
+    def redact(self, held: Callable[[str, dict[str, Any]], bool], erased_at: str, request: str,
+               subjects: Iterable[str] | None = None) -> int:
+        """Replace by a tombstone every side file (of ``subjects``, subject keys; of every subject when ``None``)
+        still holding words that ``held(subject, words)`` selects; the number replaced."""
         stone = Tombstone(erased_at=erased_at, request=request).model_dump()
         n = 0
         for path in self._files(subjects):
-            if "erased_at" not in read_json(path):
+            data = read_json(path)
+            if isinstance(data, dict) and isinstance(data.get("words"), dict) and held(path.parent.name, data["words"]):
                 atomic_write_json(path, stone)
                 n += 1
         return n
 
-    def _files(self, subjects: Iterable[str]) -> list[Path]:
+    def _files(self, subjects: Iterable[str] | None) -> list[Path]:
+        if subjects is None:
+            return sorted(self.root.glob("*/*.json"))
         return [p for s in sorted(subjects) for p in sorted((self.root / s).glob("*.json"))]
 
 
@@ -142,16 +147,16 @@ def resolved(examples: dict | None, store: ContentStore) -> dict | None:
     return {side: [row(r) for r in rows] for side, rows in examples.items()}
 
 
-def redact_inline(examples: dict | None, subjects: set[str], erased_at: str) -> dict | None:
-    """``examples`` with the inline rows (written before words were kept by reference) of ``subjects`` stripped of
-    their words and marked ``erased``; ``None`` when no row changed."""
+def redact_inline(examples: dict | None, held: Callable[[dict], bool], erased_at: str) -> dict | None:
+    """``examples`` with the inline rows (written before words were kept by reference) that ``held`` selects stripped
+    of their words and marked ``erased``; ``None`` when no row changed."""
     if examples is None:
         return None
     changed = False
 
     def row(r: dict) -> dict:
         nonlocal changed
-        if REF in r or ERASED in r or subject_key(conversation_of(r)) not in subjects:
+        if REF in r or ERASED in r or not held(r):
             return r
         changed = True
         return {**{k: v for k, v in r.items() if k not in WORDS}, ERASED: erased_at}

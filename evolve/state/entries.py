@@ -38,7 +38,7 @@ class EntryType(str, Enum):
     REPLAY = "REPLAY"            # serving vs a candidate on captured traffic: the paired figures and the verdict
     NIGHT = "NIGHT"              # a night ended: why, how far it went, its confirmation, the start restored if refused
     LABELS = "LABELS"            # reviewers' confirmed root-cause labels of a candidate's discordant questions
-    ERASE = "ERASE"              # users' words were erased from these stores: subjects, counts, records rewritten
+    ERASE = "ERASE"              # users' (or turns') words were erased from these stores: counts, records rewritten
     REDECIDE = "REDECIDE"        # a recorded verdict decided again: a later member of its family moved its adjusted p
     CANARY = "CANARY"            # a canary beside a serving file started, changed or stopped (approval; evidence)
 
@@ -270,6 +270,8 @@ class ErasePayload(Payload):
     request: str
     erased_at: str
     subjects: list[str]
+    turns: list[str] = Field(default_factory=list, description="a turn erasure's turns, each the hash of user and "
+                                                               "turn id (none: whole users)")
     side_files: int
     records: dict[str, dict[str, Any]] = Field(default_factory=dict)
     cache_files: int = 0
