@@ -184,8 +184,8 @@ def open_audit(spec: str) -> Audit:
 def erased_turns(audit: Audit) -> list[tuple[str, str]]:
     """The turns the audit says the service erased (``ERASE`` naming turns) or purged (``PURGE``): (user's name,
     turn id), in order."""
-    return [(event.user, turn) for entry in audit.entries() if entry["type"] in ("ERASE", "PURGE")
-            for event in [AuditEvent.model_validate(entry["payload"])] if event.user for turn in event.ids]
+    return [(line.event.user, turn) for line in audit.read() if line.type in ("ERASE", "PURGE") and line.event.user
+            for turn in line.event.ids]
 
 
 def audit_of(backend: Backend) -> Audit:
