@@ -3,16 +3,15 @@
 A probe is asked at a session's time (``asked_at``: when its last turn was said; a question asked then sees the turns
 said by then) at which its
 answer holds: not before its last evidence turn was said, and not once a later statement made the answer stale
-(:class:`LifecycleEvent`: a correction, a later value of the same slot, a retraction, as a :class:`Timeline` reads
-the conversation). ``asked: latest`` asks at the latest such session, ``drawn`` at one drawn between the two (by the
+(:class:`LifecycleEvent`: a later value of the same slot, a retraction, as a :class:`Timeline` reads the
+conversation). ``asked: latest`` asks at the latest such session, ``drawn`` at one drawn between the two (by the
 question's hash). A probe whose answer is stale at every such session is left out: a superseded value is never the
 answer.
 
 Each event also yields probes of its own:
 
 * ``update`` — the slot both statements set (*What is Tomas's favorite fruit?*) asked once the new statement was
-  said; the answer is its new value, the old statement is ``outdated``. A correction that names no slot only moves
-  or drops the probes it makes stale: what it corrects is not known well enough to ask about;
+  said; the answer is its new value, the old statement is ``outdated``;
 * ``prior`` — the same question asked between the two statements: the answer is the old value, current then;
 * ``retraction`` — what became of a withdrawn statement, asked after the retraction: the answer is what the
   retraction says instead (*cancelled*, *Norway*).
@@ -31,12 +30,14 @@ from evolve.words import content_words
 
 #: How many words of a value an event's probe answers with.
 VALUE_WORDS = 4
+#: Probe kinds that ask what happened or was said, not what holds now: a later change makes none of them stale.
+HISTORY = frozenset({"aggregation", "link", "temporal"})
 
 
 @dataclass(frozen=True)
 class LifecycleEvent:
     """A statement (turn ``old``) that a later one (turn ``new``) superseded or retracted; ``slot`` is
-    ``subject|attribute`` when both set one slot."""
+    ``subject|attribute`` when both set one slot (a superseding event has one)."""
 
     state: Literal["superseded", "retracted"]
     old: str
@@ -82,8 +83,9 @@ def place(conversation: Conversation, probes: list[Probe], events: list[Lifecycl
     at every session after their evidence left out."""
     clock, out = _Clock(conversation), []
     for probe in probes:
-        stale = [clock.said[e.new] for e in events if e.old in probe.evidence and clock.said.get(e.new) is not None
-                 and e.stales(probe.answer)]
+        stale = [] if probe.kind in HISTORY else [
+            clock.said[e.new] for e in events if e.old in probe.evidence and clock.said.get(e.new) is not None
+            and e.stales(probe.answer)]
         window = clock.window(probe.evidence, min(stale, default=None))
         if probe.asked_at is not None:
             window = [probe.asked_at] if probe.asked_at in window else []

@@ -178,13 +178,13 @@ def _usable(conversation: Conversation, probes: list[Probe]) -> list[Probe]:
 def conversation_probes(conversation: Conversation, settings: ProbeSettings = ProbeSettings(),
                         timeline: Timeline | None = None) -> list[Probe]:
     """The probes ``conversation`` keeps: its :func:`candidates` as :func:`~evolve.benchmarks.probe_mix.select`
-    chooses them under ``settings``. With a ``timeline``, each is asked at a session's time at which its answer holds
-    (:func:`~evolve.benchmarks.probe_time.place`; those stale at every one are left out) and the probes of its
-    lifecycle events follow (:func:`~evolve.benchmarks.probe_time.event_probes`, every usable one kept)."""
+    chooses them under ``settings``. With a ``timeline``, each chosen one is asked at a session's time at which its
+    answer holds (:func:`~evolve.benchmarks.probe_time.place`; those stale at every one are left out) and the probes
+    of its lifecycle events follow (:func:`~evolve.benchmarks.probe_time.event_probes`, every usable one kept)."""
     if timeline is None:
         return select(conversation, candidates(conversation), settings)
     events = timeline.events(conversation)
-    chosen = select(conversation, place(conversation, candidates(conversation), events, settings.asked), settings)
+    chosen = place(conversation, select(conversation, candidates(conversation), settings), events, settings.asked)
     return chosen + place(conversation, _usable(conversation, event_probes(conversation, events)), events,
                           settings.asked)
 

@@ -68,6 +68,11 @@ def load_answers(path: str | Path) -> list[Answer]:
     return out
 
 
+def answer_entries(entries: list[Answer]) -> dict[tuple[str, str], Answer]:
+    """``(user, question) -> entry`` (its answer and category), as the canary guard reads them."""
+    return {(e.user, e.question): e for e in entries}
+
+
 def answer_map(entries: list[Answer]) -> dict[tuple[str, str], str]:
     """``(user, question) -> answer`` text."""
     return {(e.user, e.question): str(e.answer) for e in entries}

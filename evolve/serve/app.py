@@ -17,6 +17,7 @@ from evolve.runtime.live import CaptureError
 from evolve.runtime.roles import RoleError
 from evolve.runtime.usage import UsageStats
 from evolve.serve.access import Access, AuditFailed, Denied
+from evolve.serve.answers import Answer
 from evolve.serve.backend import StoreUnavailable, UnknownTurn
 from evolve.serve.keys import KeysUnreadable
 from evolve.serve.memory import MemoryService
@@ -161,9 +162,9 @@ AUDITED = {kind: _audited(handler) for kind, handler in HANDLERS.items() if kind
 
 
 def create_app(slot: StrategySlot, memory: MemoryService, usage: UsageStats | None = None,
-               answers: dict[tuple[str, str], str] | None = None, access: Access | None = None) -> FastAPI:
+               answers: dict[tuple[str, str], Answer] | None = None, access: Access | None = None) -> FastAPI:
     """The service over ``memory``, serving ``slot``'s strategy (and its shadow or canary); ``usage``: the model
-    roles' counters, exported on ``/metrics``; ``answers``: the operator's ``(user, question) -> answer``, by which
+    roles' counters, exported on ``/metrics``; ``answers``: the operator's ``(user, question) -> entry``, by which
     the canary guard judges the paired contexts of the recalls they cover; ``access``: the keys callers must present
     and the audit (default: neither)."""
     app = FastAPI(title="memevolve memory service", version="1",

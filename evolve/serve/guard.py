@@ -6,16 +6,22 @@ The harm rule is the contract's ``significant_harm`` (:meth:`~evolve.verify.stat
 exact McNemar p <= the level and a bootstrap interval wholly below 0), tested at fixed checkpoints: when the
 discordant pairs reach each of :data:`LOOKS`. McNemar's test conditions on the discordant pairs, so under no
 difference their split is a fair coin whatever the share of concordant pairs, and the looks fall at the same points
-of that coin's walk in every run. Each look is tested at ``alpha / len(looks)`` (Bonferroni), so the chance that a
-canary no worse than serving is ever stopped is at most ``alpha``; experiments/bench/canary_guard_simulation.md
-shows the rate reached. After the last look the guard tests no more: the canary was not found harmful within its
+of that coin's walk in every run.
+
+Two tests share the level ``alpha``, half each. The **pooled** test looks at every pair, each look at
+``alpha / 2 / len(looks)``. The **per-category** family (the contract's "no category falls", over LoCoMo's answerable
+categories, :data:`CATEGORIES`) keeps a log per category with the same looks on its own discordant pairs; over the
+categories it is Holm's procedure, whose first step is the only one a guard that stops at its first rejection ever
+takes: a category's look at ``alpha / 2 / len(categories) / len(looks)``. So the chance that a canary no worse than
+serving in any category is ever stopped is at most ``alpha``; experiments/bench/canary_guard_simulation.md shows the
+rate reached. After the last look of a log that log tests no more: the canary was not found harmful within its
 horizon, and what happens next is the operator's decision. The guard only ever stops; it never promotes.
 """
 from __future__ import annotations
 
 import threading
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from evolve.verify.statistics import mcnemar_exact, paired_comparison
 
@@ -26,12 +32,19 @@ LOOKS = (10, 20, 40, 80, 160, 320, 640)
 RESAMPLES = 10_000
 
 
+#: The categories the guard also tests apart: LoCoMo's answerable ones (a pair of another category counts pooled).
+CATEGORIES = ("single_hop", "temporal", "multi_hop", "open_domain")
+
+
 @dataclass(frozen=True)
 class GuardPlan:
-    """The guard's test: family-wise level ``alpha`` split evenly over the ``looks`` (discordant pairs)."""
+    """The guard's test: family-wise level ``alpha``, half to the pooled test and half to the per-category family
+    (Holm over ``categories``; none: the pooled test takes it all), each split evenly over the ``looks``
+    (discordant pairs)."""
 
     alpha: float = 0.05
     looks: tuple[int, ...] = LOOKS
+    categories: tuple[str, ...] = CATEGORIES
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1:
@@ -41,8 +54,13 @@ class GuardPlan:
 
     @property
     def level(self) -> float:
-        """The level each look is tested at."""
-        return self.alpha / len(self.looks)
+        """The level each look of the pooled test is tested at."""
+        return (self.alpha / 2 if self.categories else self.alpha) / len(self.looks)
+
+    @property
+    def category_level(self) -> float:
+        """The level each look of one category is tested at (Holm's first step over the categories)."""
+        return self.alpha / 2 / max(1, len(self.categories)) / len(self.looks)
 
 
 @dataclass(frozen=True)
@@ -78,17 +96,18 @@ class GuardStop:
     delta: float  # canary minus serving, share of pairs good
     mcnemar_p: float
     ci: tuple[float, float]
+    category: str | None = None  # the category whose log stopped it; None: the pooled log
 
     def reason(self) -> str:
-        t = self.tally
-        return (f"significant harm at the look of {self.look} discordant pairs: on {t.pairs} paired recalls the "
+        t, where = self.tally, f" in category {self.category}" if self.category else ""
+        return (f"significant harm{where} at the look of {self.look} discordant pairs: on {t.pairs} paired recalls the "
                 f"canary's context was worse on {t.harmed} and better on {t.helped} (delta {self.delta:+.4f}, "
                 f"McNemar p={self.mcnemar_p:.3g} <= {self.level:.4g}, {1 - self.level:.2%} CI "
                 f"[{self.ci[0]:+.4f}, {self.ci[1]:+.4f}])")
 
     def to_dict(self) -> dict:
         return {"look": self.look, **asdict(self.tally), "pairs": self.tally.pairs, "level": self.level,
-                "delta": self.delta, "mcnemar_p": self.mcnemar_p, "ci": list(self.ci)}
+                "delta": self.delta, "mcnemar_p": self.mcnemar_p, "ci": list(self.ci), "category": self.category}
 
 
 def harm_at(tally: Tally, level: float, look: int, seed: int = 0) -> GuardStop | None:
@@ -108,43 +127,71 @@ def harm_at(tally: Tally, level: float, look: int, seed: int = 0) -> GuardStop |
     return GuardStop(look, tally, level, report.delta, report.mcnemar_p, (report.ci_low, report.ci_high))
 
 
+@dataclass
+class _Log:
+    """One paired log (pooled, or one category's) and the looks made on it."""
+
+    tally: Tally = Tally()
+    looked: int = 0
+
+
 class CanaryGuard:
     """The paired log of one canary as it grows (thread-safe); :meth:`add` returns the stop once, at the look that
-    finds significant harm. Pairs come from recalls the operator's answers cover (source ``answers``) and from probe
-    questions of the canary users' own turns (:mod:`evolve.serve.probeguard`; their LoCoMo category), counted per
-    source and tested pooled."""
+    finds significant harm, pooled or in a category. Pairs come from recalls the operator's answers cover (source
+    ``answers``) and from probe questions of the canary users' own turns (:mod:`evolve.serve.probeguard`; source:
+    their LoCoMo category), counted per source."""
 
     def __init__(self, plan: GuardPlan | None = None):
         self.plan = plan or GuardPlan()
-        self.tally = Tally()
-        self.looked = 0  # looks reached so far
+        self.pooled = _Log()
+        self.categories = {c: _Log() for c in self.plan.categories}
         self.stop: GuardStop | None = None
         self.judged: Counter[str] = Counter()  # pairs by source
         self._lock = threading.Lock()
 
-    def add(self, serving_good: bool, canary_good: bool, source: str = "answers") -> GuardStop | None:
+    @property
+    def tally(self) -> Tally:
+        return self.pooled.tally
+
+    @property
+    def looked(self) -> int:
+        """Looks made on the pooled log."""
+        return self.pooled.looked
+
+    def add(self, serving_good: bool, canary_good: bool, source: str = "answers",
+            category: str | None = None) -> GuardStop | None:
+        """Count one pair (of ``category``, if the plan tests it apart); the stop, if a look finds harm."""
         with self._lock:
             if self.stop is not None:
                 return None
             self.judged[source] += 1
-            self.tally = tally = self.tally.add(serving_good, canary_good)
-            looks = self.plan.looks
-            if self.looked >= len(looks) or tally.discordant < looks[self.looked]:
-                return None
-            look = looks[self.looked]
-            self.looked += 1
-            self.stop = harm_at(tally, self.plan.level, look)
+            logs = [(self.pooled, self.plan.level, None)]
+            if category in self.categories:
+                logs.append((self.categories[category], self.plan.category_level, category))
+            for log, level, name in logs:
+                log.tally = log.tally.add(serving_good, canary_good)
+                looks = self.plan.looks
+                if log.looked < len(looks) and log.tally.discordant >= looks[log.looked]:
+                    look = looks[log.looked]
+                    log.looked += 1
+                    stop = harm_at(log.tally, level, look)
+                    if stop is not None and self.stop is None:
+                        self.stop = replace(stop, category=name)
             return self.stop
 
     @property
     def done(self) -> bool:
-        """Whether every look was made without finding harm (the guard's horizon is reached)."""
-        return self.stop is None and self.looked >= len(self.plan.looks)
+        """Whether every look of the pooled log was made without finding harm (the guard's horizon is reached)."""
+        return self.stop is None and self.pooled.looked >= len(self.plan.looks)
 
     def status(self) -> dict:
         with self._lock:
-            t = self.tally
-            return {"alpha": self.plan.alpha, "level_per_look": self.plan.level, "looks": list(self.plan.looks),
-                    "looks_made": self.looked, "pairs": t.pairs, **asdict(t), "discordant": t.discordant,
+            t = self.pooled.tally
+            return {"alpha": self.plan.alpha, "level_per_look": self.plan.level,
+                    "level_per_category_look": self.plan.category_level, "looks": list(self.plan.looks),
+                    "looks_made": self.pooled.looked, "pairs": t.pairs, **asdict(t), "discordant": t.discordant,
+                    "categories": {c: {"pairs": log.tally.pairs, "harmed": log.tally.harmed,
+                                       "helped": log.tally.helped, "looks_made": log.looked}
+                                   for c, log in self.categories.items()},
                     "judged": dict(sorted(self.judged.items())),
                     "horizon_reached": self.done, "stop": None if self.stop is None else self.stop.to_dict()}

@@ -72,7 +72,8 @@ class ProbeJudge:
                         for loaded, store in zip((serving, run.loaded), stores)]
             good = [carried(probe.answer, [item.text for item in packed]) for packed in contexts]
             probed.judged.add((probe.question, probe.answer))
-            stop = run.guard.add(*good, source=locomo_category(f"probe_{probe.kind}"))
+            category = locomo_category(f"probe_{probe.kind}")
+            stop = run.guard.add(*good, source=category, category=category)
             if stop is not None:
                 self.slot.guard_stop(run, stop)
                 return n

@@ -23,7 +23,7 @@ from evolve.serve.app import create_app
 from evolve.serve.audit import audit_of, witness_head
 from evolve.serve.keys import KeyStore
 from evolve.serve.backend import StoreUnavailable
-from evolve.serve.answers import answer_map, load_answers
+from evolve.serve.answers import answer_entries, load_answers
 from evolve.serve.batching import BatchingEmbedder
 from evolve.serve.guard import GuardPlan
 from evolve.serve.stores import open_backend
@@ -148,7 +148,7 @@ class Service:
         self.access = Access(keys, audit_of(self.memory.backend))
         self.access.record("START", None, None, reason=start_note(config))
         self.users = self.memory.recover()
-        answers = answer_map(load_answers(config.answers)) if config.answers else None
+        answers = answer_entries(load_answers(config.answers)) if config.answers else None
         self.app = create_app(self.slot, self.memory, self.usage, answers, self.access)
         self.probes = ProbeJudge(self.memory, self.slot) if config.guard_probes else None
         self._stop = threading.Event()

@@ -9,7 +9,13 @@ The McNemar part alone is also computed exactly (the probability that the walk m
 dynamic programming over the harm count): an upper bound of the false-stop rate that needs no simulation. For
 contrast, the rule applied after every discordant pair at the contract's alpha (no correction for the looks).
 A cross-check feeds the first runs pair by pair through :class:`CanaryGuard` itself and asserts the same stops.
-Run from the repository root:
+
+The per-category family: each discordant pair falls in a LoCoMo category with dev4's mix, the pooled log and each
+category's log are looked at as :class:`CanaryGuard` looks at them (pooled at ``alpha / 2 / looks``, a category at
+``alpha / 2 / categories / looks``), over a stream of :data:`STREAM` discordant pairs; under no difference in every
+category, the rate of any stop, and the power for a canary worse in one category only (with and without another
+category where it is better, so that pooled it is about even) and worse everywhere, against the pooled test alone
+(the plan without categories). Run from the repository root:
 
     python experiments/bench/canary_guard_simulation.py [--runs N] [--report experiments/bench/canary_guard_simulation.md]
 """
@@ -32,6 +38,17 @@ NULL_DISCORDANCE = (0.02, 0.10, 0.30)
 HARMS = (0.60, 0.70, 0.80, 0.95)
 POWER_DISCORDANCE = 0.10
 CROSS_CHECK_RUNS = 200
+#: Discordant pairs a simulated canary log runs to in the per-category family (the pooled log's looks end at 640).
+STREAM = 2000
+#: dev4's share of each LoCoMo category among its answerable questions, in the plan's category order.
+MIX = {"single_hop": 0.53, "temporal": 0.22, "multi_hop": 0.19, "open_domain": 0.06}
+#: ``(name, harm share per category)`` of the per-category scenarios.
+SCENARIOS = (("no difference anywhere", {}),
+             ("worse in temporal only (h 0.8)", {"temporal": 0.8}),
+             ("worse in temporal (h 0.8), better in single-hop (h 0.35): pooled about even",
+              {"temporal": 0.8, "single_hop": 0.35}),
+             ("worse everywhere (h 0.6)", {c: 0.6 for c in MIX}),
+             ("worse everywhere (h 0.7)", {c: 0.7 for c in MIX}))
 
 
 def boundary(d: int, level: float) -> int | None:
@@ -106,6 +123,66 @@ def cross_check(plan: GuardPlan, q: float, h: float, runs: int, seed: int) -> in
     return stops
 
 
+def simulate_family(plan: GuardPlan, harms: dict[str, float], q: float, runs: int, seed: int) -> dict:
+    """Stops of the pooled log and the category logs of ``plan`` over ``runs`` streams of :data:`STREAM` discordant
+    pairs (category drawn from :data:`MIX`, a harm with the category's share in ``harms``, else 1/2); the stop rate,
+    which log stopped first, and the median judged pairs at the stop."""
+    rng = np.random.default_rng(seed)
+    names = list(MIX)
+    shares = np.array([harms.get(c, 0.5) for c in names])
+    logs = [(None, plan.level)] + [(c, plan.category_level) for c in plan.categories]
+    bounds = {(level, d): boundary(d, level) for _, level in logs for d in plan.looks}
+    stopped, by_log, pairs = 0, {}, []
+    for _ in range(runs):
+        category = rng.choice(len(names), size=STREAM, p=np.array(list(MIX.values())) / sum(MIX.values()))
+        harm = rng.random(STREAM) < shares[category]
+        first = None  # (position in the stream, log name, pairs)
+        for name, level in logs:
+            mine = np.ones(STREAM, dtype=bool) if name is None else category == names.index(name)
+            positions, harmed = np.flatnonzero(mine), np.cumsum(harm[mine])
+            for d in plan.looks:
+                if d > len(positions) or (first is not None and positions[d - 1] >= first[0]):
+                    break
+                k, b = int(harmed[d - 1]), bounds[(level, d)]
+                if b is None or k < b:
+                    continue
+                concordant = int(rng.negative_binomial(d, q)) if q < 1 else 0
+                if harm_at(Tally(both_good=concordant, harmed=k, helped=d - k), level, d) is not None:
+                    total = int(positions[d - 1]) + 1
+                    first = (positions[d - 1], name or "pooled", total + int(rng.negative_binomial(total, q)))
+                    break
+        if first is not None:
+            stopped += 1
+            by_log[first[1]] = by_log.get(first[1], 0) + 1
+            pairs.append(first[2])
+    low, high = stats.binomtest(stopped, runs).proportion_ci(0.95, method="exact")
+    return {"runs": runs, "stops": stopped, "rate": stopped / runs, "ci": (low, high), "by_log": by_log,
+            "median_pairs": float(np.median(pairs)) if pairs else None}
+
+
+def family_lines(plan: GuardPlan, runs: int) -> list[str]:
+    """The per-category section of the report."""
+    bound = exact_mcnemar_crossing(GuardPlan(plan.alpha / 2, plan.looks, ())) + len(plan.categories) * \
+        exact_mcnemar_crossing(GuardPlan(plan.alpha / 2 / len(plan.categories), plan.looks, ()))
+    lines = ["## Per category: the pooled test and the category family together", "",
+             f"The pooled log at {plan.level:.5f} per look, each of {len(plan.categories)} categories "
+             f"({', '.join(plan.categories)}) at {plan.category_level:.5f} per look (Holm's first step over the "
+             f"categories); categories drawn with dev4's mix ({', '.join(f'{c} {s}' for c, s in MIX.items())}), "
+             f"q {POWER_DISCORDANCE}, streams of {STREAM} discordant pairs. Union of the exact McNemar crossings "
+             f"(an upper bound of the false-stop rate): **{bound:.5f}**.", "",
+             "| scenario | plan | runs | stopped | rate | 95% CI | stopped by | median judged pairs at the stop |",
+             "|---|---|---|---|---|---|---|---|"]
+    pooled_only = GuardPlan(plan.alpha, plan.looks, ())
+    for i, (name, harms) in enumerate(SCENARIOS):
+        n = runs if not harms else max(runs // 10, 200)
+        for label, p in (("pooled + categories (shipped)", plan), ("pooled only", pooled_only)):
+            r = simulate_family(p, harms, POWER_DISCORDANCE, n, seed=200 + i)
+            logs = ", ".join(f"{k} {v}" for k, v in sorted(r["by_log"].items(), key=lambda kv: -kv[1])) or "-"
+            lines.append(f"| {name} | {label} | {r['runs']} | {r['stops']} | {r['rate']:.4f} | "
+                         f"[{r['ci'][0]:.4f}, {r['ci'][1]:.4f}] | {logs} | {_pairs(r['median_pairs'])} |")
+    return lines + [""]
+
+
 def _pairs(median: float | None) -> str:
     return "-" if median is None else f"{median:.0f}"
 
@@ -117,6 +194,7 @@ def report(plan: GuardPlan, runs: int, command: str) -> str:
     naive = simulate(plan, 0.10, 0.5, max(runs // 10, 200), seed=99, every_pair=True)
     power = [simulate(plan, POWER_DISCORDANCE, h, max(runs // 10, 200), seed=100 + i) for i, h in enumerate(HARMS)]
     checked = cross_check(plan, 0.3, 0.8, CROSS_CHECK_RUNS, seed=7)
+    family = family_lines(plan, max(runs // 4, 400))
     seconds = time.perf_counter() - started
     bounds = ", ".join(f"{d}: {boundary(d, plan.level)}" for d in plan.looks)
     lines = [
@@ -125,9 +203,9 @@ def report(plan: GuardPlan, runs: int, command: str) -> str:
         f"Command: `{command}` ({seconds:.0f} s).",
         "",
         f"The guard applies the contract's harm rule (loss, exact McNemar p <= level, bootstrap CI wholly below 0) "
-        f"when the discordant pairs reach {', '.join(map(str, plan.looks))}, each look at alpha / {len(plan.looks)} "
-        f"= {plan.level:.5f} (alpha {plan.alpha}). Harms needed at each look for McNemar alone (discordant: harms): "
-        f"{bounds}.",
+        f"when the discordant pairs reach {', '.join(map(str, plan.looks))}; the pooled log takes half of alpha "
+        f"{plan.alpha}, each look at alpha / 2 / {len(plan.looks)} = {plan.level:.5f}, the category family the other "
+        f"half (below). Harms needed at each pooled look for McNemar alone (discordant: harms): {bounds}.",
         "",
         "## No difference (a canary as good as serving): false stops",
         "",
@@ -156,6 +234,7 @@ def report(plan: GuardPlan, runs: int, command: str) -> str:
         f"Cross-check: {CROSS_CHECK_RUNS} logs (q 0.3, h 0.8) fed pair by pair through `CanaryGuard` stop exactly "
         f"where `harm_at` at the looks stops them ({checked} stops).",
         "",
+        *family,
     ]
     return "\n".join(lines)
 

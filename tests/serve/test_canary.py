@@ -13,6 +13,7 @@ from evolve.ops import canary
 from evolve.ops.history import History
 from evolve.serve.app import create_app
 from evolve.serve.filestore import FileBackend
+from evolve.serve.answers import Answer
 from evolve.serve.guard import GuardPlan
 from evolve.serve.memory import MemoryService
 from evolve.serve.strategy import CanaryRefused, RuntimeParts, StrategySlot, canary_share
@@ -109,7 +110,7 @@ def test_the_guard_stops_a_worse_canary_by_itself(stores, serving, tmp_path, emb
                         guard=GuardPlan(alpha=0.5, looks=(3,)))
     memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current)
     users = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:4]
-    client = TestClient(create_app(slot, memory, answers={(u, QUESTION): "rye bread" for u in users}))
+    client = TestClient(create_app(slot, memory, answers={(u, QUESTION): Answer(user=u, question=QUESTION, answer="rye bread") for u in users}))
     shown = client.get("/v1/strategy").json()
     assert shown["canary"]["candidate_id"] == worse["candidate_id"] and shown["canary"]["fraction"] == 0.5
     assert (shown["shadow"]["verdict"], shown["shadow"]["serves"]) == (verdict, "nobody")

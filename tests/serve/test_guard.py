@@ -17,7 +17,7 @@ def test_a_plainly_worse_canary_is_stopped_at_the_first_look_and_only_once():
     stops = _feed(guard, harmed=15, helped=0, concordant=30)
     assert len(stops) == 1 and stops[0].look == 10
     assert (stops[0].tally.harmed, stops[0].tally.helped, stops[0].tally.pairs) == (10, 0, 40)
-    assert stops[0].level == pytest.approx(0.05 / 7) and stops[0].ci[1] < 0
+    assert stops[0].level == pytest.approx(0.05 / 2 / 7) and stops[0].ci[1] < 0 and stops[0].category is None
     assert guard.tally.pairs == 40  # pairs after the stop are not counted
     assert "significant harm at the look of 10 discordant pairs" in stops[0].reason()
 
@@ -30,7 +30,8 @@ def test_a_canary_as_good_as_serving_is_never_stopped_and_the_horizon_ends_the_l
 
 
 def test_nine_of_ten_harmed_is_not_enough_at_the_first_look_but_ten_of_ten_is():
-    """At alpha 0.05 over 7 looks a look's level is 0.00714: McNemar p of 9 vs 1 is 0.0215, of 10 vs 0 0.00195."""
+    """At alpha 0.05, half of it pooled over 7 looks, a look's level is 0.00357: McNemar p of 9 vs 1 is 0.0215, of
+    10 vs 0 0.00195."""
     level = GuardPlan().level
     assert harm_at(Tally(both_good=50, harmed=9, helped=1), level, 10) is None
     assert harm_at(Tally(both_good=50, harmed=10), level, 10) is not None
@@ -55,3 +56,27 @@ def test_a_plan_refuses_levels_and_looks_that_are_not_a_test():
         GuardPlan(alpha=1.0)
     with pytest.raises(ValueError, match="looks"):
         GuardPlan(looks=(20, 10))
+
+
+def test_a_canary_harmful_in_one_category_only_is_stopped_by_that_categorys_log():
+    """Temporal pairs all harmed, single-hop ones all helped: pooled the canary is even, in temporal it is not."""
+    guard = CanaryGuard()
+    stops = []
+    for _ in range(40):
+        for category, pair in (("temporal", (True, False)), ("single_hop", (False, True))):
+            if (stop := guard.add(*pair, source=category, category=category)) is not None:
+                stops.append(stop)
+    assert len(stops) == 1 and stops[0].category == "temporal" and stops[0].look == 20
+    assert stops[0].level == pytest.approx(0.05 / 2 / 4 / 7)  # Holm's first step over 4 categories, 7 looks
+    assert "significant harm in category temporal" in stops[0].reason()
+    status = guard.status()
+    assert status["categories"]["temporal"]["harmed"] == 20 and status["stop"]["category"] == "temporal"
+    assert CanaryGuard(GuardPlan(categories=())).plan.level == pytest.approx(0.05 / 7)  # pooled only: all of alpha
+
+
+def test_a_category_the_plan_does_not_test_apart_counts_pooled_only():
+    guard = CanaryGuard()
+    for _ in range(30):
+        guard.add(True, False, source="answers", category="adversarial")
+    assert guard.stop is not None and guard.stop.category is None
+    assert all(c["pairs"] == 0 for c in guard.status()["categories"].values())

@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer, SecurityS
 from evolve.errors import EvolveError
 from evolve.runtime.usage import UsageStats
 from evolve.serve.access import Access, Caller
+from evolve.serve.answers import Answer
 from evolve.serve.backend import USER_ID, valid_user
 from evolve.serve.memory import MemoryService
 from evolve.serve.metrics import Metrics
@@ -60,7 +61,7 @@ Slot = Annotated[StrategySlot, Depends(_slot)]
 RequestMetrics = Annotated[Metrics, Depends(_metrics)]
 Usage = Annotated[UsageStats | None, Depends(_usage)]
 UserId = Annotated[str, Depends(_user)]
-Answers = Annotated[dict[tuple[str, str], str], Depends(_answers)]
+Answers = Annotated[dict[tuple[str, str], Answer], Depends(_answers)]
 
 
 def _access(request: Request) -> Access:

@@ -14,6 +14,7 @@ from evolve.observe.answer import carried
 from evolve.runtime.live import CaptureError
 from evolve.runtime.text import count_words
 from evolve.serve.access import Caller
+from evolve.serve.answers import Answer
 from evolve.serve.capturelog import parse_time
 from evolve.serve.memory import MemoryService
 from evolve.serve.tenants import Quarantined, UnknownUser
@@ -123,7 +124,7 @@ def _context(loaded: Loaded, memory: MemoryService, user: str, body: RecallIn) -
     return _packed(result), round((time.perf_counter() - started) * 1000, 3)
 
 
-def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], str],
+def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], Answer],
                     user: str, body: RecallIn, record: RecallRecord, texts: list[str], run: CanaryRun | None) -> None:
     """After the reply: the shadow's context (if any) and the recall-log line; a user erased meanwhile gets
     neither, and nothing here fails the connection. A canary user's shadow is the serving strategy, and the pair,
@@ -144,16 +145,17 @@ def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics,
                                                                                  [p.id for p in refs]),
                                    latency_ms=latency, role=role)
         metrics.count("recalls", labels={"role": "shadow"})
-        answer = answers.get((user, body.question))
-        if run is not None and answer is not None:
+        entry = answers.get((user, body.question))
+        if run is not None and entry is not None:
+            answer = str(entry.answer)
             record.guard = GuardPair(serving=carried(answer, [p.text for p in packed]), canary=carried(answer, texts))
-            stop = run.guard.add(record.guard.serving, record.guard.canary)
+            stop = run.guard.add(record.guard.serving, record.guard.canary, category=entry.category)
             if stop is not None:
                 slot.guard_stop(run, stop)
     memory.log_recall(user, record)
 
 
-def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], str],
+def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], Answer],
             user: str, body: RecallIn, tasks: BackgroundTasks, caller: Caller, answer: bool) -> RecallOut:
     started = time.perf_counter()
     bound = memory.purpose(user)
