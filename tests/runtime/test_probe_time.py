@@ -7,25 +7,15 @@ from datetime import datetime
 from evolve.benchmarks.probe_base import Probe
 from evolve.benchmarks.probe_time import LifecycleEvent, event_probes, place
 from evolve.benchmarks.probes import ProbeSettings, probe_questions
-from evolve.benchmarks.types import Benchmark, Conversation, Session, Turn
-from evolve.data import BASELINE_PATH
-from evolve.runtime import MemoryRuntime
+from evolve.benchmarks.types import Benchmark, Conversation
 from evolve.runtime.reference import ReferenceLifecycle
-from evolve.strategy.artifact import load_strategy
-from evolve.strategy.paths import set_path
+from test_lifecycle_policies import conversation, runtime
 
 D = [datetime(2023, 4, 20, 10), datetime(2023, 5, 2, 10), datetime(2023, 5, 25, 10), datetime(2023, 6, 10, 10)]
 
 
 def _conversation(*sessions: list[str]) -> Conversation:
-    built = []
-    for n, (when, texts) in enumerate(zip(D, sessions), start=1):
-        turns = []
-        for text in texts:
-            turns += [("Tomas", text), ("Hugo", "Good to know.")]
-        built.append(Session(f"S{n}", when, tuple(Turn(f"D{n}:{i}", who, text, f"S{n}", when)
-                                                  for i, (who, text) in enumerate(turns, start=1))))
-    return Conversation("c", ("Tomas", "Hugo"), tuple(built))
+    return conversation(*zip(D, sessions))
 
 
 FRUIT = _conversation(["My favorite fruit is the sweet mango."], ["We watched a long film about trains."],
@@ -59,7 +49,7 @@ def test_a_change_yields_its_new_value_asked_after_it_and_its_old_value_asked_be
     assert (update.answer, update.evidence, update.outdated) == ("ripe banana", ("D3:1",), ("D1:1",))
     assert (prior.answer, prior.evidence, prior.asked_at) == ("sweet mango", ("D1:1",), D[1])
     # the runtime asked then answers with the value current then
-    rt = MemoryRuntime(set_path(load_strategy(BASELINE_PATH), "extraction.min_fact_tokens", 2))
+    rt = runtime()
     store = rt.ingest(FRUIT)
     assert "mango" in rt.ask(store, prior.question, prior.asked_at).answer.text
     assert "banana" in rt.ask(store, update.question, D[3]).answer.text
