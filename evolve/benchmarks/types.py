@@ -21,8 +21,8 @@ LONGMEMEVAL_CATEGORIES = ("single_session_user", "single_session_assistant", "si
 #: Probe questions' categories, one per generator (:mod:`evolve.benchmarks.probes`).
 #: ``probe_when``, ``probe_who`` and ``probe_cloze`` are no longer generated; records made with them still read.
 PROBE_CATEGORIES = ("probe_paraphrase", "probe_temporal", "probe_aggregation", "probe_image", "probe_inference",
-                    "probe_attribute", "probe_link", "probe_multi_hop", "probe_llm", "probe_when", "probe_who",
-                    "probe_cloze")
+                    "probe_attribute", "probe_link", "probe_multi_hop", "probe_update", "probe_prior",
+                    "probe_retraction", "probe_llm", "probe_when", "probe_who", "probe_cloze")
 #: Every category a question may have (acceptance rules and the planner table validate against it).
 CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES + LONGMEMEVAL_CATEGORIES + PROBE_CATEGORIES
 

@@ -274,7 +274,8 @@ def report(out: dict, command: str) -> str:
           for i, p in enumerate(nulls)],
         "",
         f"False stops: **{null_stops} of {len(nulls)}**; the simulated false-stop rate of the same test under no "
-        "difference is about 0.013 (at most 0.0135 exactly; experiments/bench/canary_guard_simulation.md). The null "
+        "difference in any category is about 0.014 (at most 0.0139 exactly, pooled and per-category logs together; "
+        "experiments/bench/canary_guard_simulation.md). The null "
         "canary's contexts equal the serving strategy's, so it makes no discordant pair and the guard cannot stop "
         "it; the simulation covers a canary that differs from serving on some recalls without being worse.",
         "",

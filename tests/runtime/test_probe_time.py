@@ -71,3 +71,10 @@ def test_probe_questions_carry_the_session_they_are_asked_at_and_what_they_outda
     assert update and update[0].outdated == ("D1:1",) and update[0].asked_at == D[3]
     assert any(q.category == "probe_prior" and q.asked_at == D[1] for q in with_time)
     assert all(q.asked_at == D[3] for q in probe_questions(bench, ProbeSettings(per_turns=1)))  # no timeline
+
+
+def test_every_probe_kind_is_a_known_probe_category():
+    """A kind missing from PROBE_CATEGORIES would count as a labelled question (and a label-free run as labelled)."""
+    from evolve.benchmarks.probe_mix import KIND_CATEGORY
+    from evolve.benchmarks.types import PROBE_CATEGORIES
+    assert {f"probe_{kind}" for kind in KIND_CATEGORY} <= set(PROBE_CATEGORIES)
