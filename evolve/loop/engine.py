@@ -306,7 +306,8 @@ class Engine:
             if res.record.screened and res.record.step_outcome is None:  # accepted / inert moves may grow
                 screen.recent.append(res.record.change_keys)
             results.append(res)
-            self.proposer.follow_up(relief=relieved(res, self.planner.table.relief, self.effects, current),
+            self.proposer.follow_up(relief=relieved(res, self.planner.table.relief, self.effects, current,
+                                                           self.config.cost),
                                     merge=merged(results, current))
         for res in decide_family(results, self.rules, self.config.cost):
             self._say(f"{_candidate_line(res)} after the round's multiple-testing adjustment")

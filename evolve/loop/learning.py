@@ -14,7 +14,7 @@ from evolve.state.record import CandidateRecord
 from evolve.strategy.moves import Move
 from evolve.strategy.paths import get_path
 from evolve.strategy.schema import evolvable_dimensions
-from evolve.verify.decision import Stage, changes_strategy
+from evolve.verify.decision import CostLimits, Stage, changes_strategy
 
 
 def learn(results: list[CandidateResult], effects: DimensionEffects, tree: HypothesisTree) -> list[dict]:
@@ -92,12 +92,42 @@ def merged(results: list[CandidateResult], current: dict) -> Direction | None:
                      f"merge of {', '.join(ids)}, each accepted in this round", merged_from=ids)
 
 
-def relieved(result: CandidateResult, relief: tuple[str, ...], effects: DimensionEffects, current: dict) -> Direction | None:
-    """A candidate whose significant gain the cost rule blocked, joined with the first relief move (bundle table
+#: The strategy path of the context's token budget.
+BUDGET = "assembly.token_budget"
+
+
+def fitted(record: CandidateRecord, current: dict, cost: CostLimits) -> Direction | None:
+    """A candidate that raised the token budget and gained, but packed more words than ``max_context_words``: the same
+    change with the budget the two measured points (parent's words at its budget, the candidate's at its) put at the
+    cap, by linear interpolation, rounded down. ``None`` when the budget is not what grew, or nothing fits."""
+    cap, measured = cost.max_context_words, record.cost
+    if cap is None or measured is None or BUDGET not in record.changes:
+        return None
+    low, high = get_path(current, BUDGET), record.changes[BUDGET]
+    w0, w1 = measured.words_parent, measured.words_candidate
+    if not (high > low and w0 < cap < w1):
+        return None
+    budget = int(low + (high - low) * (cap - w0) / (w1 - w0))
+    move = Move.setting([(path, budget if path == BUDGET else value) for path, value in sorted(record.changes.items())])
+    if budget <= low or not can_move(current, move, evolvable_dimensions()):
+        return None
+    return Direction(move, record.symptom, RULED,
+                     f"{record.candidate_id} gained (delta {record.delta:+.4f}) at token budget {high} but packed "
+                     f"{w1:.1f} words per question over max_context_words {cap:g} ({w0:.1f} at {low}); verified "
+                     f"again at budget {budget}, where the two measured points put the cap")
+
+
+def relieved(result: CandidateResult, relief: tuple[str, ...], effects: DimensionEffects, current: dict,
+             cost: CostLimits) -> Direction | None:
+    """A candidate whose significant gain the cost rule blocked: when it raised the token budget past the word cap,
+    the same change at the budget that fits (:func:`fitted`); else joined with the first relief move (bundle table
     ``cost_relief``) that touches none of its paths, can move from it, and has not been seen to grow the context."""
     if result.decision is None or result.decision.rule != "cost":
         return None
     record = result.record
+    fit = fitted(record, current, cost)
+    if fit is not None:
+        return fit
     own = Move.setting(sorted(record.changes.items()))
     for key in relief:
         move = Move.parse(key)

@@ -7,12 +7,16 @@ from dataclasses import replace
 from evolve.improve.evolver import Evolver
 from evolve.loop.candidate import CandidateResult
 from evolve.improve.effects import DimensionEffects
-from evolve.loop.learning import merged, relieved, runners_up
+from evolve.loop.learning import fitted, merged, relieved, runners_up
 from evolve.state.record import CandidateRecord
 from evolve.state.records import dump_record
-from evolve.verify.decision import Decision, Verdict
+from evolve.verify.decision import CostLimits, Decision, Verdict
+from evolve.verify.outcomes import ContextCost
 from evolve.verify.statistics import PairedReport, paired_comparison
 from evolve.strategy.artifact import derive, validate_strategy
+
+
+CAP = CostLimits(max_context_words=160)
 
 
 def paired(delta: float) -> PairedReport:
@@ -81,20 +85,43 @@ def test_a_gain_blocked_by_cost_is_joined_with_the_first_relief_move_that_can_sh
     blocked.record.decision = Decision(Verdict.FEATURE_FLAG, "cost: 160.2 context words per question exceed 160", "cost")
     relief = ("assembly.format::set:dialogue", "assembly.token_budget::decrease")
     effects = DimensionEffects()
-    direction = relieved(blocked, relief, effects, baseline_strategy)
+    direction = relieved(blocked, relief, effects, baseline_strategy, CAP)
     assert direction.key == "lifecycle.supersession::disable&assembly.format::set:dialogue"
     assert "r004-c01 gained (delta +0.0200) but cost: 160.2" in direction.why
     proposal = Evolver(f"sqlite:///{tmp_path / 'optuna.db'}", seed=0).propose(baseline_strategy, direction)
     assert proposal.changes == {"lifecycle.supersession": False, "assembly.format": "dialogue"}
     # A relief move seen to grow the context is passed over; one the candidate itself moves is too.
     effects.record("assembly.format::set:dialogue", "kf_filtered/*", False, 0.0, growth=0.02)
-    assert relieved(blocked, relief, effects, baseline_strategy).key == \
+    assert relieved(blocked, relief, effects, baseline_strategy, CAP).key == \
         "lifecycle.supersession::disable&assembly.token_budget::decrease"
-    assert relieved(blocked, relief[1:], DimensionEffects(), derive(baseline_strategy, {"assembly.token_budget": 32})) \
+    assert relieved(blocked, relief[1:], DimensionEffects(), derive(baseline_strategy, {"assembly.token_budget": 32}),
+                    CAP) \
         is None  # at its schema minimum: nothing left to relieve with
     # Only the cost rule asks for relief.
     assert relieved(accepted("r004-c02", {"lifecycle.supersession": False}, 0.02), relief, effects,
-                    baseline_strategy) is None
+                    baseline_strategy, CAP) is None
+
+
+def test_a_budget_raised_past_the_word_cap_is_verified_again_at_the_budget_that_fits(baseline_strategy):
+    """Budget 160 -> 192 packed 162.3 words against the parent's 136.8: the line through the two points meets the
+    160-word cap at budget 189."""
+    current = derive(baseline_strategy, {"assembly.token_budget": 160})
+    blocked = accepted("r004-c02", {"assembly.token_budget": 192, "assembly.format": "dialogue"}, 0.0335,
+                       verdict="FEATURE_FLAG")
+    blocked.record.decision = Decision(Verdict.FEATURE_FLAG, "cost: 162.3 context words per question exceed 160", "cost")
+    blocked.record.cost = ContextCost(136.8, 162.3)
+    relief = ("assembly.format::set:dialogue", "assembly.token_budget::decrease")
+    direction = relieved(blocked, relief, DimensionEffects(), current, CAP)
+    assert direction.key == "assembly.format::set:dialogue&assembly.token_budget::set:189"
+    assert "verified again at budget 189" in direction.why
+    # Nothing to fit: the parent already over the cap, no word cap, the budget lowered, a change without the budget.
+    for cost, limits, changes in ((ContextCost(161.0, 170.0), CAP, blocked.record.changes),
+                                  (ContextCost(136.8, 162.3), CostLimits(max_relative_increase=0.1),
+                                   blocked.record.changes),
+                                  (ContextCost(136.8, 162.3), CAP, {"assembly.token_budget": 128}),
+                                  (ContextCost(136.8, 162.3), CAP, {"retrieval.top_k": 8})):
+        r = replace(blocked.record, cost=cost, changes=changes)
+        assert fitted(r, current, limits) is None
 
 
 def _with_check(r: CandidateRecord, author: str, matches: bool) -> CandidateRecord:
