@@ -2,7 +2,7 @@
 stored, retrieved and packed for it."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from evolve.benchmarks.types import Question
 from evolve.observe.answer import answer_check
@@ -17,10 +17,11 @@ from evolve.runtime.store import MemoryStore
 
 
 def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, turn_text: Mapping[str, str],
-            session_of: Mapping[str, str]) -> Trace:
-    """Fill the evidence recall, retrieval recall, staleness, packed evidence, answer check and diagnosis of the
-    trace of ``q`` (``known``: its gold turns of the conversation; ``turn_text`` and ``session_of`` by turn id of
-    the conversation) in place; return it."""
+            session_of: Mapping[str, str], images_of: Mapping[str, Sequence[str]]) -> Trace:
+    """Fill the evidence recall, retrieval recall, staleness, packed evidence, gold and packed images, answer check
+    and diagnosis of the trace of ``q`` (``known``: its gold turns of the conversation; ``turn_text``,
+    ``session_of`` and ``images_of``, the ids of the images a turn shares, by turn id of the conversation) in
+    place; return it."""
     sources = [hit["source_ids"] for hit in trace.retrieved]
     trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
     if known and not q.abstention:
@@ -36,6 +37,10 @@ def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, tur
         visible = [hit for hit in trace.retrieved if hit["id"] not in hidden]
         trace.stale_retrieved = {str(k): any(derives_from(hit, q.outdated) for hit in visible[:k]) for k in (5, 10)}
         trace.stale_packed = packed_evidence(list(q.outdated), turn_text, trace.packed)
+    if images_of:
+        trace.gold_images = [i for t in known for i in images_of.get(t, ())]
+        trace.packed_images = list(dict.fromkeys(i for item in trace.packed for t in item["source_ids"]
+                                                 for i in images_of.get(t, ())))
     if known:
         trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
         trace.evidence_share = round(len(trace.packed_evidence) / len(known), 4)

@@ -135,6 +135,12 @@ class Trace:
     stale_retrieved: dict[str, bool] | None = None
     #: See ``gold_outdated``.
     stale_packed: list[str] | None = None
+    #: Ids of the images the known gold turns share (:class:`~evolve.benchmarks.observations.ImageObservation`), and of
+    #: those the packed context carries (an item citing the turn that shared it), in packing order: an image is lost
+    #: when it is gold and not packed.
+    gold_images: list[str] = field(default_factory=list)
+    #: See ``gold_images``.
+    packed_images: list[str] = field(default_factory=list)
     #: Retrieval time of this question's query in milliseconds.
     retrieval_ms: float = 0.0
     #: LLM calls made for this question, per role: requests, tokens, cache hits/misses, latency (empty: no LLM).

@@ -47,7 +47,8 @@ class RuntimeResult:
             "retrieved": [h.to_dict() for h in self.retrieved],
             "filtered": [{"id": i, "reason": r} for i, r in self.filtered],
             "packed": [{"id": c.id, "layer": c.layer, "tokens": count_words(c.text), "source_ids": list(c.source_ids),
-                        "text": c.text} for c in self.packed],
+                        "text": c.text, **({"image_ids": list(c.image_ids)} if c.image_ids else {})}
+                       for c in self.packed],
             "dropped": [{"id": i, "reason": r} for i, r in self.dropped],
             "context_tokens": self.context_tokens,
             "token_budget": self.token_budget,
