@@ -6,12 +6,14 @@ from typing import Iterable, Mapping, Sequence
 
 from evolve.benchmarks.types import Question
 from evolve.observe.answer import answer_check
-from evolve.observe.diagnosis import answer_loss, diagnose
+from evolve.observe.diagnosis import answer_loss, diagnose, image_loss
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.judge import evidence_recall, first_seen, recall_any_all
 from evolve.observe.ladder import derives_from
 from evolve.observe.trace import RECALL_KS, Trace
 from evolve.runtime.assembly import raw_turn
+from evolve.runtime.ikb import NAME_REACH
+from evolve.runtime.ikb_query import IKB_LAYER, reachable
 from evolve.runtime.render import render
 from evolve.runtime.store import MemoryStore
 
@@ -52,7 +54,21 @@ def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, tur
             trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
                                             _dated_texts(store, retrieved), trace.answer_anywhere,
                                             [turn_text[t] for t in known] if set(known) <= cited else [])
+    if trace.gold_images and (not trace.correct or trace.answer_in_evidence is False):
+        trace.image_loss = _image_loss(trace, store, q.question)
     return diagnose(trace)
+
+
+def _image_loss(trace: Trace, store: MemoryStore, question: str) -> str | None:
+    """:func:`~evolve.observe.diagnosis.image_loss` of the trace: the images its IKB item carries, and the gold
+    images whose name, recovered anywhere in reach of the IKB, that item does not say."""
+    item = next((p for p in trace.packed if p.get("layer") == IKB_LAYER), None)
+    routed = item.get("image_ids", []) if item else []
+    known = {i.id for i in store.ikb.images}
+    unnamed = [g for g in trace.gold_images if g not in known or (name := store.ikb.image(g).name(NAME_REACH)) is None
+               or item is None or name not in item["text"]]
+    return image_loss(trace.route, trace.gold_images, routed, unnamed,
+                      reachable(store.ikb, question) if trace.route is None else ())
 
 
 def _dated_texts(store: MemoryStore, item_ids: Iterable[str]) -> list[str]:

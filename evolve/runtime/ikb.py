@@ -146,10 +146,15 @@ class ImageKB:
         return tuple(dict.fromkeys(i for t in turn_ids for i in self._by_turn.get(t, ())))
 
 
+def caption_body(caption: str) -> str:
+    """A caption without its leading "a photo of" (or picture, image, photography)."""
+    return _CAPTION_PREFIX.sub("", caption).strip()
+
+
 def head_noun(caption: str) -> str:
     """Stem of the head noun of a caption's first noun phrase (after "a photo of"; a container's "of" followed):
     "a stack of bowls with different designs" -> ``bowl``."""
-    words = tokens(_CAPTION_PREFIX.sub("", caption))
+    words = tokens(caption_body(caption))
     head = ""
     for i, word in enumerate(words):
         if word in _BOUNDARY or (word.endswith("ing") and head):
@@ -204,7 +209,7 @@ def _recover_names(entry: ImageEntry, session: Sequence[Turn], speakers: frozens
 def _related(entry: ImageEntry, session: Sequence[Turn]) -> ImageEntry:
     """Pass 5: the image's content words (its caption's, after "a photo of", and its names) and its related turns:
     its own, and those within ``RELATED_REACH`` that share one of those words."""
-    terms = content_set(" ".join([_CAPTION_PREFIX.sub("", entry.caption), *(n.name for n in entry.names)]))
+    terms = content_set(" ".join([caption_body(entry.caption), *(n.name for n in entry.names)]))
     at = next((i for i, t in enumerate(session) if t.id == entry.source_turn), None)
     if at is None:
         return replace(entry, turns=(entry.source_turn,), terms=terms)

@@ -3,38 +3,13 @@ over-merged groups split, related turns; kept with the ingested store, and image
 traces."""
 from __future__ import annotations
 
-from datetime import datetime
-
-from evolve.benchmarks.observations import DialogueTurn, Provenance
-from evolve.benchmarks.turns import admit_session
-from evolve.benchmarks.types import Benchmark, Conversation, Question, Session
+from evolve.benchmarks.types import Benchmark, Question
 from evolve.data import BASELINE_PATH
 from evolve.observe.harness import Harness
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.ikb import build_ikb, category_table, head_noun, split_entities
 from evolve.strategy.artifact import load_strategy
-
-D1, D2 = datetime(2023, 5, 8, 13, 56), datetime(2023, 6, 9, 10, 0)
-
-
-def _session(number: int, when: datetime, turns: list[tuple[str, str, str | None]]) -> Session:
-    payloads = [DialogueTurn(id=f"D{number}:{i}", speaker=who, text=text, session=f"session_{number}",
-                             time=when.isoformat(), image_caption=caption,
-                             provenance=Provenance(source="test", record=f"D{number}:{i}"))
-                for i, (who, text, caption) in enumerate(turns, start=1)]
-    admitted = admit_session(payloads, when)
-    return Session(f"D{number}", when, admitted.turns, admitted.images)
-
-
-PETS = Conversation("pets", ("Ana", "Ben"), (
-    _session(1, D1, [("Ana", "We got a new puppy last weekend!", "a photo of a small dog sitting on a rug"),
-                     ("Ben", "Aww! Who is this little one?", None),
-                     ("Ana", "This is Luna, she already loves the rug.", None),
-                     ("Ben", "I painted this at the lake last week.", "a painting of a sunset over a lake")]),
-    _session(2, D2, [("Ana", "Here's a pic of Oliver, our second puppy.", "a photo of a black puppy in the grass"),
-                     ("Ben", "Made these in pottery class.", "a photo of a stack of bowls with different designs"),
-                     ("Ana", "They look great, the bowls have lovely colours.", None)])))
-
+from image_fixtures import D1, PETS
 
 def test_head_nouns_and_categories_with_synonyms():
     assert head_noun("a photo of a black dog laying in the grass") == "dog"
