@@ -39,7 +39,7 @@ _FOLDED = re.compile(r"\s*\[shares a photo of [^\]]*\]")
 _BOUNDARY = frozenset("of with in on at that and who which near next under by from for to while as has have is are "
                       "its their his her".split())
 #: Head nouns that count or contain: the caption's subject is the noun phrase after their "of".
-_CONTAINERS = frozenset("stack pile bunch group couple pair set lot box bag close view row collection bunch "
+_CONTAINERS = frozenset("stack pile bunch group couple pair set lot box bag close view row collection "
                         "handful plate tray basket".split())
 _NAME_CUE = re.compile(r"\b(?i:named|called|name is|name's|names are|this is|meet|say hi to|say hello to|"
                        r"(?:pic|photo|picture|shot) of)\s+"
