@@ -8,7 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from evolve.benchmarks.turns import TurnError, client_turn, format_locomo_date, parse_moment, session_id
+from evolve.benchmarks.observations import DialogueTurn, Provenance
+from evolve.benchmarks.turns import TurnError, admit_session, format_locomo_date, parse_moment, session_id
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session
 from evolve.safe_text import quoted
 from evolve.files import MAX_BENCHMARK_BYTES, read_bounded
@@ -123,7 +124,14 @@ def _evidence(raw: list, known: set[str], qid: str, where: str, log: _EvidenceLo
     return tuple(ids)
 
 
-def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -> Conversation:
+def _image_url(turn: dict) -> str | None:
+    """The first URL of a turn's ``img_url`` (LoCoMo lists them), or ``None``."""
+    urls = turn.get("img_url")
+    urls = [urls] if isinstance(urls, str) else urls if isinstance(urls, list) else []
+    return next((u for u in urls if isinstance(u, str) and u.strip()), None)
+
+
+def _conversation(sample_id: str, data: dict, where: str, warnings: list[str], source: str) -> Conversation:
     speakers = tuple(require_field(data, key, str, f"{where}.conversation") for key in ("speaker_a", "speaker_b"))
     numbers = []
     for key in data:
@@ -151,7 +159,7 @@ def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -
                                  f"{last[0]}_date_time ({format_locomo_date(last[1])}); sessions are numbered in "
                                  "time order")
         last = (key, stamp) if stamp is not None else last
-        turns = []
+        payloads = []
         for index, turn in enumerate(turns_raw):
             turn_where = f"{where}.conversation.{key}[{index}]"
             if not isinstance(turn, dict):
@@ -160,13 +168,17 @@ def _conversation(sample_id: str, data: dict, where: str, warnings: list[str]) -
             if turn_id in seen:
                 raise BenchmarkError(f"{turn_where}: duplicate dia_id {turn_id!r}")
             seen.add(turn_id)
-            speaker = require_field(turn, "speaker", str, turn_where)
-            said = require_field(turn, "text", str, turn_where)
-            try:  # the turn as a client sends it to the service: one meaning offline and served
-                turns.append(client_turn(turn_id, speaker, said, key, text, turn.get("blip_caption"), turn_where))
-            except TurnError as exc:
-                raise BenchmarkError(str(exc)) from None
-        sessions.append(Session(session_id(key), stamp, tuple(turns)))
+            caption = turn.get("blip_caption")
+            payloads.append(DialogueTurn(
+                id=turn_id, speaker=require_field(turn, "speaker", str, turn_where),
+                text=require_field(turn, "text", str, turn_where), session=key, time=text,
+                image_caption=caption if isinstance(caption, str) else None, image_url=_image_url(turn),
+                provenance=Provenance(source=source, record=turn_id)))
+        try:  # the turns as a client sends them to the service: one meaning offline and served
+            admitted = admit_session(payloads, stamp, f"{where}.conversation.{key}")
+        except TurnError as exc:
+            raise BenchmarkError(str(exc)) from None
+        sessions.append(Session(session_id(key), stamp, admitted.turns, admitted.images))
     return Conversation(sample_id, speakers, tuple(sessions))
 
 
@@ -213,7 +225,8 @@ def load_locomo(path: str | Path) -> Benchmark:
                 f"{where}: duplicate sample_id (also sample {first_index[sample_id]}), its question ids would repeat"
             )
         first_index[sample_id] = index
-        conversation = _conversation(sample_id, require_field(sample, "conversation", dict, where), where, warnings)
+        conversation = _conversation(sample_id, require_field(sample, "conversation", dict, where), where, warnings,
+                                     f"locomo:{path.name}")
         labelled = require_field(sample, "qa", list, where) if "qa" in sample else []  # unlabelled: no questions
         for q_index, record in enumerate(labelled):
             qid = f"{sample_id}/q{q_index}"

@@ -1,11 +1,15 @@
-"""One turn, one meaning: a turn as a client states it (text, image caption, time, session) becomes the runtime's
-:class:`~evolve.benchmarks.types.Turn` here, for the LoCoMo reader and the memory service alike, so caption folding,
-time parsing and session naming cannot differ between what is evaluated offline and what is served."""
+"""One turn, one meaning: admission. A turn as a client or a file states it (:class:`DialogueTurn`: text, image
+caption, time, session) becomes the runtime's :class:`~evolve.benchmarks.types.Turn`, and the photo it shares an
+:class:`ImageObservation`, here, for the LoCoMo reader and the memory service alike, so caption folding, time
+parsing, session naming and image ids cannot differ between what is evaluated offline and what is served."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from typing import Sequence
 
+from evolve.benchmarks.observations import DialogueTurn, ImageObservation, Provenance, image_id
 from evolve.benchmarks.types import Turn
 from evolve.errors import UserError
 
@@ -61,16 +65,55 @@ def session_id(name: str) -> str:
     return f"D{match.group(1)}" if match else name
 
 
+@dataclass(frozen=True)
+class Admitted:
+    """A session's admitted turns and the image observations they share, in turn order."""
+
+    turns: tuple[Turn, ...]
+    images: tuple[ImageObservation, ...]
+
+
+def admit_turn(turn: DialogueTurn, images_before: int = 0, session_time: datetime | None = None,
+               where: str = "turn") -> tuple[Turn, ImageObservation | None]:
+    """The runtime's turn for ``turn`` (caption folded into the text, :func:`fold_caption`; time parsed,
+    :func:`parse_moment`, none: the session's; session named by :func:`session_id`) and the image it shares, the
+    session's ``images_before + 1``-th, dated by the turn or else by ``session_time``. :class:`TurnError` naming
+    ``where`` for an unparseable time."""
+    moment = None
+    if turn.time:
+        try:
+            moment = parse_moment(turn.time)
+        except ValueError:
+            raise TurnError(f"{where}.time: unparseable time {turn.time!r} (ISO 8601 or e.g. '1:56 pm on 8 May, "
+                            "2023')") from None
+    session = session_id(turn.session)
+    admitted = Turn(turn.id, turn.speaker, fold_caption(turn.text, turn.image_caption), session, moment)
+    if not turn.shares_image:
+        return admitted, None
+    image = ImageObservation(id=image_id(session, images_before + 1), session=session, time=moment or session_time,
+                             caption=(turn.image_caption or "").strip(), source_turn=turn.id, speaker=turn.speaker,
+                             url=turn.image_url, path=turn.image_path, provenance=turn.provenance)
+    return admitted, image
+
+
+def admit_session(turns: Sequence[DialogueTurn], session_time: datetime | None = None,
+                  where: str = "session") -> Admitted:
+    """:func:`admit_turn` of a session's turns in order, its images numbered from 1 (``where[i]`` names turn i in an
+    error)."""
+    admitted, images = [], []
+    for index, turn in enumerate(turns):
+        one, image = admit_turn(turn, len(images), session_time, f"{where}[{index}]")
+        admitted.append(one)
+        if image is not None:
+            images.append(image)
+    return Admitted(tuple(admitted), tuple(images))
+
+
 def client_turn(turn_id: str, speaker: str, text: str, session: str, time: str | None = None,
                 image_caption: object = None, where: str = "turn") -> Turn:
-    """The runtime's turn for a turn as a client sends it: the caption folded into the text (:func:`fold_caption`),
-    the time parsed (:func:`parse_moment`; none: the session's time applies), the session named by
-    :func:`session_id`. :class:`TurnError` naming ``where`` for an unparseable time."""
-    moment = None
-    if time:
-        try:
-            moment = parse_moment(time)
-        except ValueError:
-            raise TurnError(f"{where}.time: unparseable time {time!r} (ISO 8601 or e.g. '1:56 pm on 8 May, "
-                            "2023')") from None
-    return Turn(turn_id, speaker, fold_caption(text, image_caption), session_id(session), moment)
+    """The runtime's turn for a turn as a client sends it (:func:`admit_turn`; a caption that is not a string is
+    ignored)."""
+    caption = image_caption if isinstance(image_caption, str) else None
+    payload = DialogueTurn(id=turn_id, speaker=speaker, text=text, session=session, time=time or None,
+                           image_caption=caption, provenance=Provenance(source="client", record=turn_id))
+    return admit_turn(payload, where=where)[0]

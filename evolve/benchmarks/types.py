@@ -6,6 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
+from evolve.benchmarks.observations import ImageObservation
 from evolve.errors import UserError
 
 #: Category names used in reports; adapters map their own labels onto these.
@@ -43,6 +44,8 @@ class Session:
     id: str
     timestamp: datetime | None
     turns: tuple[Turn, ...]
+    #: The photos its turns share, in turn order (a turn's caption is also folded into its text).
+    images: tuple[ImageObservation, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,14 @@ class Conversation:
 
     def turns(self) -> list[Turn]:
         return [t for s in self.sessions for t in s.turns]
+
+    def images(self) -> list[ImageObservation]:
+        return [image for s in self.sessions for image in s.images]
+
+    def images_hash(self) -> str:
+        """Identity of the image observations (the content hash covers their captions, folded into the turns'
+        texts, not their ids, URLs or paths)."""
+        return hashlib.sha256("\n".join(i.model_dump_json() for i in self.images()).encode()).hexdigest()
 
     def content_hash(self) -> str:
         payload = [[s.id, str(s.timestamp), [[t.id, t.speaker, t.text] for t in s.turns]] for s in self.sessions]

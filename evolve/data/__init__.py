@@ -13,5 +13,7 @@ BASELINE_PATH = DATA / "baseline.yaml"
 #: The replay referee's reference lifecycle (every mechanism on), versioned apart from any compared strategy.
 REFEREE_PATH = DATA / "referee.yaml"
 BUNDLES_PATH = DATA / "bundles.yaml"
+#: The image knowledge base's categories and their synonyms (:mod:`evolve.runtime.ikb`).
+IMAGE_CATEGORIES_PATH = DATA / "image_categories.yaml"
 PROMPTS_DIR = DATA / "prompts"
 REPORT_CSS_PATH = DATA / "report.css"

@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from evolve.benchmarks.probe_mix import locomo_category
 from evolve.errors import EvolveError
-from evolve.observe.ladder import ROOT_CAUSES, WORDS_CUT, RootCause, derives_from
+from evolve.observe.ladder import ROOT_CAUSES, WORDS_CUT, RootCause, derives_from, image_losses_at
 from evolve.observe.trace import Trace, TraceError
 from evolve.strategy.policy import FACT_CATEGORIES
 
@@ -30,14 +30,16 @@ from evolve.strategy.policy import FACT_CATEGORIES
 #: turns (``Trace.answer_loss``; only the answer objective's failure view keeps it);
 #: ingestion_gap[answer_not_stored], retrieval_gap[answer_not_retrieved], kf_filtered[answer_cut] — the answer
 #: objective lost the answer's words at that rung; kf_filtered[words_cut] — every gold turn was cited, but the packed
-#: units lost an answer word their turns carry (:data:`ANSWER_QUALIFIERS`).
+#: units lost an answer word their turns carry (:data:`ANSWER_QUALIFIERS`);
+#: <rung>[image_not_in_ikb | name_not_recovered | route_missed] — a gold image was lost to the image route
+#: (``Trace.image_loss``), at its rung or one below (:func:`evolve.observe.ladder.image_losses_at`).
 QUALIFIERS: dict[RootCause, tuple[str, ...]] = {
-    RootCause.INGESTION_GAP: ("answer_not_stored",),
+    RootCause.INGESTION_GAP: ("answer_not_stored",) + image_losses_at(RootCause.INGESTION_GAP),
     RootCause.KF_FILTERED: ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict",
-                    "answer_cut", "words_cut"),
-    RootCause.RETRIEVAL_GAP: ("no_subqueries", "answer_not_retrieved"),
+                    "answer_cut", "words_cut") + image_losses_at(RootCause.KF_FILTERED),
+    RootCause.RETRIEVAL_GAP: ("no_subqueries", "answer_not_retrieved") + image_losses_at(RootCause.RETRIEVAL_GAP),
     RootCause.GENERATION_ERROR: ("near_miss", "wrong_support", "stale", "not_from_evidence")
-                        + tuple(f"stale_{c}" for c in FACT_CATEGORIES),
+                        + tuple(f"stale_{c}" for c in FACT_CATEGORIES) + image_losses_at(RootCause.GENERATION_ERROR),
 }
 NEAR_MISS_F1 = 0.3
 WILDCARD = "*"
@@ -155,6 +157,12 @@ ANSWER_QUALIFIERS = {"never_stored": "answer_not_stored", "not_retrieved": "answ
 
 
 def _qualifier_hits(record: Trace) -> set[str]:
+    cause = record.root_cause
+    image = {record.image_loss} & set(QUALIFIERS.get(cause, ())) if record.image_loss else set()
+    return _rung_hits(record) | image
+
+
+def _rung_hits(record: Trace) -> set[str]:
     cause = record.root_cause
     answer = {ANSWER_QUALIFIERS[record.answer_loss]} if record.answer_loss in ANSWER_QUALIFIERS else set()
     if cause == RootCause.INGESTION_GAP:

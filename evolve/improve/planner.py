@@ -58,6 +58,7 @@ REQUIRES: dict[str, dict[str, Any]] = {
     "retrieval.rerank.top_n": {"retrieval.rerank.enabled": True},
     "retrieval.rerank.overlap_weight": {"retrieval.rerank.enabled": True},
     "retrieval.second_hop": {"retrieval.second_hop.enabled": True},
+    "images": {"images.route.enabled": True},
     "assembly.fact_unit": {"assembly.unit": "memory"},
     "assembly.reserved.profile": {"features.profile_layer": True},
     "assembly.reserved.corrections": {"features.profile_layer": True},

@@ -7,7 +7,8 @@ from typing import Collection, Iterable
 
 from evolve.observe.answer import carried
 from evolve.observe.contract import dcr_stages, from_trace
-from evolve.observe.ladder import ANSWER_LOSS, WORDS_CUT, RootCause, Stage, lost_at, reaches
+from evolve.observe.ladder import (ANSWER_LOSS, IMAGE_NOT_IN_IKB, NAME_NOT_RECOVERED, ROUTE_MISSED, WORDS_CUT,
+                                   RootCause, Stage, lost_at, reaches)
 from evolve.observe.trace import DCR_TAUS, Trace
 
 
@@ -40,6 +41,22 @@ def answer_loss(answer: str, stored: list[str], retrieved: list[str], anywhere: 
         if not carried(answer, texts):
             return ANSWER_LOSS[stage]
     return ANSWER_LOSS[Stage.ASSEMBLY]
+
+
+def image_loss(route: str | None, gold_images: Collection[str], routed_images: Collection[str],
+               unnamed: Collection[str], reachable: Collection[str]) -> str | None:
+    """Where a gold image was lost to the image route (:data:`evolve.observe.ladder.IMAGE_LOSSES`), ``None`` when
+    none was. ``route`` is the rule that routed the question (``None``: not routed), ``routed_images`` the images
+    its IKB item carries, ``unnamed`` the gold images the IKB holds no name for within the strategy's reach, and
+    ``reachable`` the images the IKB would answer the question with under every rule."""
+    gold = set(gold_images)
+    if not gold:
+        return None
+    if route is None:
+        return ROUTE_MISSED if gold & set(reachable) else None
+    if not gold <= set(routed_images):
+        return IMAGE_NOT_IN_IKB
+    return NAME_NOT_RECOVERED if route == "naming" and gold & set(unnamed) else None
 
 
 def diagnose(trace: Trace) -> Trace:

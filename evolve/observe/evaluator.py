@@ -59,6 +59,11 @@ class Evaluator:
         self.questions = {q.id: q for q in benchmark.questions}
         self._turn_text = {cid: {t.id: t.text for t in c.turns()} for cid, c in benchmark.conversations.items()}
         self._session_of = {cid: {t.id: t.session_id for t in c.turns()} for cid, c in benchmark.conversations.items()}
+        self._images_of: dict[str, dict[str, tuple[str, ...]]] = {cid: {} for cid in benchmark.conversations}
+        for cid, conversation in benchmark.conversations.items():
+            for image in conversation.images():
+                shared = self._images_of[cid]
+                shared[image.source_turn] = shared.get(image.source_turn, ()) + (image.id,)
 
     def runtime(self, strategy: dict) -> Runtime:
         if self.roles.runtime is not None:
@@ -156,7 +161,7 @@ class Evaluator:
                       stages=list(STAGE_FIELDS) if answer else list(STAGE_FIELDS)[:len(STAGE_FIELDS) - 2])
         trace.llm = usage.by_role()
         return measure(trace, q, known, store, self._turn_text[q.conversation_id],
-                       self._session_of[q.conversation_id])
+                       self._session_of[q.conversation_id], self._images_of[q.conversation_id])
 
 
 def _verdict(judgment: Judgment, correct: bool, answer: str) -> str:

@@ -80,6 +80,27 @@ WORDS_CUT = "words_cut"
 #: Each answer loss with the rung the planner's bundle table aims at for it.
 ANSWER_LOSSES: dict[str, RootCause] = {**{loss: RUNGS[stage] for stage, loss in ANSWER_LOSS.items()},
                                        WORDS_CUT: RootCause.KF_FILTERED}
+#: Where an image the gold turns share was lost to the image route (:attr:`Trace.image_loss`), each with the rung
+#: whose dimensions first meet it: the IKB's answer to a routed question left the image out (it was filed under
+#: another category: ingestion), the IKB recovered no name for it when a name was asked (ingestion), or the question
+#: was not routed although the IKB, every rule on, answers it with the image (retrieval). A loss first met upstream
+#: may surface at any rung below it, where it qualifies the failure too (:data:`evolve.improve.digest.QUALIFIERS`).
+IMAGE_NOT_IN_IKB = "image_not_in_ikb"
+NAME_NOT_RECOVERED = "name_not_recovered"
+ROUTE_MISSED = "route_missed"
+IMAGE_LOSSES: dict[str, RootCause] = {IMAGE_NOT_IN_IKB: RootCause.INGESTION_GAP,
+                                      NAME_NOT_RECOVERED: RootCause.INGESTION_GAP,
+                                      ROUTE_MISSED: RootCause.RETRIEVAL_GAP}
+
+
+def image_losses_at(cause: RootCause) -> tuple[str, ...]:
+    """The image losses that may qualify a failure at ``cause``: those first met at it or at a rung upstream."""
+    stages = list(RUNGS)
+    at = stage_of(cause)
+    if at is None:
+        return ()
+    return tuple(loss for loss, rung in IMAGE_LOSSES.items()
+                 if stages.index(stage_of(rung)) <= stages.index(at))
 
 
 def through(stage: Stage) -> tuple[Stage, ...]:

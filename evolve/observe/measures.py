@@ -2,25 +2,28 @@
 stored, retrieved and packed for it."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 from evolve.benchmarks.types import Question
 from evolve.observe.answer import answer_check
-from evolve.observe.diagnosis import answer_loss, diagnose
+from evolve.observe.diagnosis import answer_loss, diagnose, image_loss
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.judge import evidence_recall, first_seen, recall_any_all
 from evolve.observe.ladder import derives_from
 from evolve.observe.trace import RECALL_KS, Trace
 from evolve.runtime.assembly import raw_turn
+from evolve.runtime.ikb import NAME_REACH
+from evolve.runtime.ikb_query import IKB_LAYER, reachable
 from evolve.runtime.render import render
 from evolve.runtime.store import MemoryStore
 
 
 def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, turn_text: Mapping[str, str],
-            session_of: Mapping[str, str]) -> Trace:
-    """Fill the evidence recall, retrieval recall, staleness, packed evidence, answer check and diagnosis of the
-    trace of ``q`` (``known``: its gold turns of the conversation; ``turn_text`` and ``session_of`` by turn id of
-    the conversation) in place; return it."""
+            session_of: Mapping[str, str], images_of: Mapping[str, Sequence[str]]) -> Trace:
+    """Fill the evidence recall, retrieval recall, staleness, packed evidence, gold and packed images, answer check
+    and diagnosis of the trace of ``q`` (``known``: its gold turns of the conversation; ``turn_text``,
+    ``session_of`` and ``images_of``, the ids of the images a turn shares, by turn id of the conversation) in
+    place; return it."""
     sources = [hit["source_ids"] for hit in trace.retrieved]
     trace.evidence_recall = {str(k): evidence_recall(known, sources, k) for k in RECALL_KS}
     if known and not q.abstention:
@@ -36,6 +39,10 @@ def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, tur
         visible = [hit for hit in trace.retrieved if hit["id"] not in hidden]
         trace.stale_retrieved = {str(k): any(derives_from(hit, q.outdated) for hit in visible[:k]) for k in (5, 10)}
         trace.stale_packed = packed_evidence(list(q.outdated), turn_text, trace.packed)
+    if images_of:
+        trace.gold_images = [i for t in known for i in images_of.get(t, ())]
+        trace.packed_images = list(dict.fromkeys(i for item in trace.packed for t in item["source_ids"]
+                                                 for i in images_of.get(t, ())))
     if known:
         trace.packed_evidence = packed_evidence(known, turn_text, trace.packed)
         trace.evidence_share = round(len(trace.packed_evidence) / len(known), 4)
@@ -47,7 +54,21 @@ def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, tur
             trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
                                             _dated_texts(store, retrieved), trace.answer_anywhere,
                                             [turn_text[t] for t in known] if set(known) <= cited else [])
+    if trace.gold_images and (not trace.correct or trace.answer_in_evidence is False):
+        trace.image_loss = _image_loss(trace, store, q.question)
     return diagnose(trace)
+
+
+def _image_loss(trace: Trace, store: MemoryStore, question: str) -> str | None:
+    """:func:`~evolve.observe.diagnosis.image_loss` of the trace: the images its IKB item carries, and the gold
+    images whose name, recovered anywhere in reach of the IKB, that item does not say."""
+    item = next((p for p in trace.packed if p.get("layer") == IKB_LAYER), None)
+    routed = item.get("image_ids", []) if item else []
+    known = {i.id for i in store.ikb.images}
+    unnamed = [g for g in trace.gold_images if g not in known or (name := store.ikb.image(g).name(NAME_REACH)) is None
+               or item is None or name not in item["text"]]
+    return image_loss(trace.route, trace.gold_images, routed, unnamed,
+                      reachable(store.ikb, question) if trace.route is None else ())
 
 
 def _dated_texts(store: MemoryStore, item_ids: Iterable[str]) -> list[str]:

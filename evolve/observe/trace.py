@@ -135,6 +135,19 @@ class Trace:
     stale_retrieved: dict[str, bool] | None = None
     #: See ``gold_outdated``.
     stale_packed: list[str] | None = None
+    #: Ids of the images the known gold turns share (:class:`~evolve.benchmarks.observations.ImageObservation`), and of
+    #: those the packed context carries (an item citing the turn that shared it), in packing order: an image is lost
+    #: when it is gold and not packed.
+    gold_images: list[str] = field(default_factory=list)
+    #: See ``gold_images``.
+    packed_images: list[str] = field(default_factory=list)
+    #: The rule that routed the question to the image knowledge base (``counting``, ``enumeration``, ``naming``;
+    #: ``None``: normal retrieval alone, :data:`evolve.runtime.ikb_query.IKB_LAYER` items absent).
+    route: str | None = None
+    #: Where a gold image was lost to the image route when the question failed (judged wrong, or the answer not in
+    #: evidence): ``image_not_in_ikb``, ``name_not_recovered``, ``route_missed``
+    #: (:data:`evolve.observe.ladder.IMAGE_LOSSES`); ``None``: no gold image, or none lost.
+    image_loss: str | None = None
     #: Retrieval time of this question's query in milliseconds.
     retrieval_ms: float = 0.0
     #: LLM calls made for this question, per role: requests, tokens, cache hits/misses, latency (empty: no LLM).

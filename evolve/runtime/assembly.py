@@ -3,7 +3,7 @@ sentences of them; what a retrieved fact packs of the turn it came from), reserv
 raw-dialogue backfill."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from evolve.benchmarks.types import Turn
 from evolve.strategy.policy import Policy
@@ -198,4 +198,6 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
                     used["general"] += count_words(raw.text)
                     raw_taken.add(raw.id)
                     packed.append(raw)
+    if store.ikb:  # each packed item names the images its turns share
+        packed = [replace(c, image_ids=store.ikb.image_ids(c.source_ids)) for c in packed]
     return Packing(packed, dropped, sum(count_words(c.text) for c in packed))

@@ -31,8 +31,8 @@ if TYPE_CHECKING:
 #: Bump when the ingestion pipeline's output changes for the same inputs; invalidates on-disk stores (3: fact metadata,
 #: 4: dates resolved against the day a fact was said, everyday retraction phrasings, 5: three more of them, 6: BM25
 #: term postings located and items' lifecycle settledness read at store build, 7: corrections' topics without dates, no
-#: question a correction, 8: an item names the retraction that withdrew it).
-STORE_FORMAT = 8
+#: question a correction, 8: an item names the retraction that withdrew it, 9: the image knowledge base).
+STORE_FORMAT = 9
 #: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
 EMBEDDING_FORMAT = 2
 #: Names a directory of embedding shards that every :class:`IngestionCache` of the machine shares instead of its own
@@ -157,7 +157,8 @@ class IngestionCache:
     @staticmethod
     def key(strategy: dict, conversation: Conversation, extractor_name: str, embedder_name: str) -> str:
         """The store's key, filed under the conversation's subject key."""
-        parts = (str(STORE_FORMAT), ingestion_key(strategy), conversation.content_hash(), extractor_name, embedder_name)
+        parts = (str(STORE_FORMAT), ingestion_key(strategy), conversation.content_hash(), conversation.images_hash(),
+                 extractor_name, embedder_name)
         return _filed(hashlib.sha256("\0".join(parts).encode()).hexdigest(), subject_key(conversation.id))
 
     def _path(self, key: str) -> Path | None:

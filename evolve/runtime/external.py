@@ -38,6 +38,7 @@ from evolve.files import MAX_TEXT_BYTES, read_bounded
 from evolve.runtime.roles import AnswerResult, ContextItem
 from evolve.runtime.retrieval import Hit
 from evolve.runtime.runtime import RuntimeResult
+from evolve.runtime.ikb import ImageKB
 from evolve.runtime.store import MemoryItem
 from evolve.runtime.text import count_words
 from evolve.strategy.artifact import LINEAGE, StrategyError
@@ -149,6 +150,8 @@ class ExternalStore:
     items: tuple[MemoryItem, ...]
     turns: dict
     position: dict[str, int] = field(init=False)
+    #: An external system keeps no image knowledge base of ours.
+    ikb: ImageKB = field(default_factory=ImageKB)
 
     def __post_init__(self) -> None:
         self.position = {item.id: i for i, item in enumerate(self.items)}

@@ -17,6 +17,7 @@ from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
 from evolve.runtime.dates import without_dates
 from evolve.runtime.facts import FactMeta, annotate, numeric
+from evolve.runtime.ikb import build_ikb
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
                                  tokens, topic_overlap, words)
@@ -262,7 +263,7 @@ def _extract(extractor: Extractor, batch: list[list[Turn]], policy: Extraction) 
 def build_store(conversation: Conversation, policy: Policy, extractor: Extractor, embed: Embed,
                 embedder_name: str, *, memo: IngestMemo | None = None,
                 rollup_sessions: Collection[str] | None = None) -> MemoryStore:
-    """Run the whole ingestion pipeline for one conversation; ``memo`` (of this conversation and ingestion policy)
+    """Run the whole ingestion pipeline for one conversation, its image knowledge base included; ``memo`` (of this conversation and ingestion policy)
     skips the per-window and per-fact work of an earlier build; session rollups cover ``rollup_sessions`` only
     (default: every session)."""
     ex: Extraction = policy.extraction
@@ -304,4 +305,5 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
                 l1.append(rollup)
     items = l0 + l1 + l2 + sm
     embeddings = embed([embedding_text(item) for item in items])
-    return MemoryStore(conversation.id, items, turns, embeddings, embedder_name)
+    return MemoryStore(conversation.id, items, turns, embeddings, embedder_name,
+                       build_ikb(conversation.images(), turns))

@@ -36,10 +36,12 @@ class ContextItem:
 
     id: str
     text: str
-    layer: str  # L0 | L1 | L2 | SM | RT | RAW
+    layer: str  # L0 | L1 | L2 | SM | RT | RAW | IKB
     source_ids: tuple[str, ...]
     timestamp: datetime | None = None
     score: float = 0.0
+    #: Ids of the images its source turns share (:class:`~evolve.benchmarks.observations.ImageObservation`).
+    image_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from evolve.runtime.cache import IngestionCache
 from evolve.runtime.embedder import Embedder, default_embedder
 from evolve.runtime.expander import RuleExpander, classify_intent
 from evolve.runtime.extractor import RuleExtractor
+from evolve.runtime.ikb_query import pack, query
 from evolve.runtime.ingest import build_store
 from evolve.runtime.retrieval import Hit, Query, filter_hits, retrieve
 from evolve.runtime.store import MemoryStore
@@ -38,6 +39,8 @@ class RuntimeResult:
     answer: AnswerResult
     #: Wall time of query expansion, retrieval and filtering (milliseconds).
     retrieval_ms: float = 0.0
+    #: The rule that routed the question to the image knowledge base (``None``: normal retrieval alone).
+    route: str | None = None
 
     def to_trace(self) -> dict:
         """The retrieval, filtering, assembly and answer fields of a trace record."""
@@ -47,13 +50,15 @@ class RuntimeResult:
             "retrieved": [h.to_dict() for h in self.retrieved],
             "filtered": [{"id": i, "reason": r} for i, r in self.filtered],
             "packed": [{"id": c.id, "layer": c.layer, "tokens": count_words(c.text), "source_ids": list(c.source_ids),
-                        "text": c.text} for c in self.packed],
+                        "text": c.text, **({"image_ids": list(c.image_ids)} if c.image_ids else {})}
+                       for c in self.packed],
             "dropped": [{"id": i, "reason": r} for i, r in self.dropped],
             "context_tokens": self.context_tokens,
             "token_budget": self.token_budget,
             "answer": self.answer.text,
             "answer_support": list(self.answer.support_ids),
             "retrieval_ms": round(self.retrieval_ms, 3),
+            "route": self.route,
         }
 
 
@@ -124,8 +129,10 @@ class MemoryRuntime:
         retrieval_ms = (time.perf_counter() - started) * 1000
         wanted = (frozenset(content_tokens(" ".join((question, *subqueries)))) if policy.assembly.unit == "sentences"
                   else frozenset())  # only compression reads the question's words
-        packing = assemble(store, kept, policy, wanted)
+        routed = query(store.ikb, question, policy.images) if policy.images.route.enabled else None
+        packing = pack(store, routed, kept, policy, wanted) if routed else assemble(store, kept, policy, wanted)
         reply = (self.answerer.answer(question, packing.packed, policy.answering, intent) if answer
                  else AnswerResult(""))
         return RuntimeResult(intent, list(subqueries), hits, filtered, packing.packed, packing.dropped,
-                             packing.context_tokens, policy.assembly.token_budget, reply, retrieval_ms)
+                             packing.context_tokens, policy.assembly.token_budget, reply, retrieval_ms,
+                             routed.route if routed else None)

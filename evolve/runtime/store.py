@@ -10,6 +10,7 @@ import numpy as np
 
 from evolve.benchmarks.types import Turn
 from evolve.runtime.facts import EVENT_CATEGORIES, FactMeta
+from evolve.runtime.ikb import ImageKB
 from evolve.runtime.lexical import DEFAULT, Analyzer
 from evolve.runtime.text import content_tokens, split_attribution
 from evolve.strategy.policy import FACT_CATEGORIES
@@ -52,14 +53,16 @@ class MemoryItem:
 
 
 class MemoryStore:
-    """Immutable after construction; indexes are built here and reused by every question."""
+    """Immutable after construction; indexes are built here and reused by every question. ``ikb`` is the image
+    knowledge base of the conversation's photos (:mod:`evolve.runtime.ikb`), linked to the items by turn ids."""
 
     def __init__(self, conversation_id: str, items: Sequence[MemoryItem], turns: Sequence[Turn],
-                 embeddings: np.ndarray, embedder_name: str):
+                 embeddings: np.ndarray, embedder_name: str, ikb: ImageKB = ImageKB()):
         if len(embeddings) != len(items):
             raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
         self.conversation_id = conversation_id
         self.embedder_name = embedder_name
+        self.ikb = ikb
         self.items: tuple[MemoryItem, ...] = tuple(items)
         self.turns: dict[str, Turn] = {t.id: t for t in turns}
         self.turn_order: tuple[str, ...] = tuple(t.id for t in turns)

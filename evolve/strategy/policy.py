@@ -239,6 +239,31 @@ class Features(_Frozen):
     turn_context: int
 
 
+class ImageNames(_Frozen):
+    enabled: bool
+    reach: int
+
+
+class ImageRoute(_Frozen):
+    enabled: bool
+    counting: bool
+    enumeration: bool
+    naming: bool
+
+
+class ImagePacking(_Frozen):
+    mode: Literal["lead", "alone"]
+    max_images: int
+    text: Literal["caption", "turn"]
+
+
+class Images(_Frozen):
+    categories: Literal["head", "synonyms"]
+    names: ImageNames
+    route: ImageRoute
+    packing: ImagePacking
+
+
 class Policy(_Frozen):
     """The whole strategy, typed. Build with :meth:`from_strategy` after validation."""
 
@@ -252,6 +277,7 @@ class Policy(_Frozen):
     assembly: Assembly
     answering: Answering
     features: Features
+    images: Images
 
     @classmethod
     def from_strategy(cls, strategy: dict) -> "Policy":

@@ -19,6 +19,7 @@ from evolve.strategy.policy import Policy
 from evolve.strategy.artifact import StrategyError, validate_strategy
 from evolve.strategy.schema import live_dimensions
 from evolve.strategy.paths import get_path, set_path
+from image_fixtures import PETS
 
 pytestmark = pytest.mark.heavy
 
@@ -531,12 +532,18 @@ DATED_QUESTIONS = [("What is happening at the lake house?", datetime(2023, 6, 20
                    ("When is Ann's dentist appointment?", datetime(2023, 6, 20))]
 
 
+#: Questions the image route answers from PETS's image knowledge base: a count, names, a list.
+PET_QUESTIONS = ["How many dogs does Ana have?", "What are the names of Ana's puppies?",
+                 "What kinds of pottery has Ben made?"]
+
+
 def _fixtures() -> list[tuple[Conversation, list[tuple[str, datetime | None]]]]:
-    """What the signature asks about: CONV, RACE, SLOTS, DATED and the lifecycle benchmark's first two personas."""
+    """What the signature asks about: CONV, RACE, SLOTS, DATED, PETS and the lifecycle benchmark's first two
+    personas."""
     life = generate_lifecycle(0, 2)
     return [(CONV, [(q, None) for q in QUESTIONS]), (RACE, [("When did Mel run a charity race?", None)]),
             (SLOTS, [(q, None) for q in SLOT_QUESTIONS]),
-            (DATED, DATED_QUESTIONS),
+            (DATED, DATED_QUESTIONS), (PETS, [(q, None) for q in PET_QUESTIONS]),
             *[(conv, [(q.question, q.asked_at) for q in life.questions if q.conversation_id == cid])
               for cid, conv in life.conversations.items()]]
 

@@ -1,0 +1,67 @@
+"""Typed observations: what enters memory, one payload model per kind, each with its provenance.
+
+A :class:`DialogueTurn` is a turn as a client or a benchmark file states it; an :class:`ImageObservation` is a photo a
+turn shares, with an id of its own (``D3:IMG_001``: its session, numbered in turn order) that retrieval, packing
+and traces keep. Admission (:func:`evolve.benchmarks.turns.admit_session`) turns dialogue turns into the runtime's
+turns and image observations; a new kind (a device event) is one more model here, with its own ``kind``.
+"""
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Provenance(_Payload):
+    """Where an observation came from: its ``source`` (``locomo:FILE``, ``client``) and the record there it was
+    read from (a LoCoMo ``dia_id``, a client's turn id)."""
+
+    source: str
+    record: str
+
+
+class DialogueTurn(_Payload):
+    """A turn as it is stated: its text, speaker, session name and time as sent (``None``: the session's), and the
+    photo it shares, if any (a caption, a URL or a local path)."""
+
+    kind: Literal["turn"] = "turn"
+    id: str
+    speaker: str
+    text: str
+    session: str
+    time: str | None = None
+    image_caption: str | None = None
+    image_url: str | None = None
+    image_path: str | None = None
+    provenance: Provenance
+
+    @property
+    def shares_image(self) -> bool:
+        """Whether the turn shares a photo (a non-blank caption, a URL or a path)."""
+        return bool((self.image_caption or "").strip() or self.image_url or self.image_path)
+
+
+class ImageObservation(_Payload):
+    """A photo shared in a conversation: a stable id, its session and time, the caption it was described by, the
+    turn that shared it and who spoke it, and its URL or path when given."""
+
+    kind: Literal["image"] = "image"
+    id: str
+    session: str
+    time: datetime | None
+    caption: str
+    source_turn: str
+    speaker: str
+    url: str | None = None
+    path: str | None = None
+    provenance: Provenance
+
+
+def image_id(session: str, number: int) -> str:
+    """The id of the ``number``-th (1-based) image of ``session``: ``D3:IMG_001``."""
+    return f"{session}:IMG_{number:03d}"
