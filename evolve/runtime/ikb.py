@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field, replace
-from datetime import datetime
 from functools import lru_cache
 from typing import Iterable, Sequence
 
@@ -91,16 +90,9 @@ class RecoveredName:
 
 @dataclass(frozen=True)
 class ImageEntry:
-    """One image of the IKB: its observation's fields, then what the passes found."""
+    """One image of the IKB: its observation, then what the passes found."""
 
-    id: str
-    session: str
-    time: datetime | None
-    caption: str
-    source_turn: str
-    speaker: str
-    url: str | None = None
-    path: str | None = None
+    image: ImageObservation
     #: Stem of the caption's head noun ("a black dog laying in the grass": ``dog``); "" for a caption without one.
     head: str = ""
     #: Categories the caption's words name, the head noun's first.
@@ -111,6 +103,10 @@ class ImageEntry:
     turns: tuple[str, ...] = ()
     #: Content stems of its caption and names.
     terms: frozenset[str] = frozenset()
+
+    @property
+    def id(self) -> str:
+        return self.image.id
 
     def name(self, reach: int) -> str | None:
         """The nearest name recovered within ``reach`` turns of the image's own (``None``: none)."""
@@ -176,8 +172,7 @@ def _registry(images: Sequence[ImageObservation], table: CategoryTable) -> list[
         first = table.words.get(head)
         if first is not None:
             categories = [first, *(c for c in categories if c != first)]
-        out.append(ImageEntry(image.id, image.session, image.time, image.caption, image.source_turn, image.speaker,
-                              image.url, image.path, head, tuple(categories)))
+        out.append(ImageEntry(image, head, tuple(categories)))
     return out
 
 
@@ -196,7 +191,7 @@ def _recover_names(entry: ImageEntry, session: Sequence[Turn], speakers: frozens
     """Pass 3: the names said in the image's turn and the ``NAME_REACH`` turns on each side, nearest first (later
     turns first on ties: a reply names what was shown), but for turns sharing an image of their own (``sharing``):
     what they name is theirs."""
-    at = next((i for i, t in enumerate(session) if t.id == entry.source_turn), None)
+    at = next((i for i, t in enumerate(session) if t.id == entry.image.source_turn), None)
     if at is None:
         return entry
     order = sorted((i for i in range(max(0, at - NAME_REACH), min(len(session), at + NAME_REACH + 1))
@@ -209,10 +204,10 @@ def _recover_names(entry: ImageEntry, session: Sequence[Turn], speakers: frozens
 def _related(entry: ImageEntry, session: Sequence[Turn]) -> ImageEntry:
     """Pass 5: the image's content words (its caption's, after "a photo of", and its names) and its related turns:
     its own, and those within ``RELATED_REACH`` that share one of those words."""
-    terms = content_set(" ".join([caption_body(entry.caption), *(n.name for n in entry.names)]))
-    at = next((i for i, t in enumerate(session) if t.id == entry.source_turn), None)
+    terms = content_set(" ".join([caption_body(entry.image.caption), *(n.name for n in entry.names)]))
+    at = next((i for i, t in enumerate(session) if t.id == entry.image.source_turn), None)
     if at is None:
-        return replace(entry, turns=(entry.source_turn,), terms=terms)
+        return replace(entry, turns=(entry.image.source_turn,), terms=terms)
     near = range(max(0, at - RELATED_REACH), min(len(session), at + RELATED_REACH + 1))
     turns = [session[i].id for i in near if i == at or content_set(_FOLDED.sub("", session[i].text)) & terms]
     return replace(entry, turns=tuple(turns), terms=terms)
@@ -240,9 +235,9 @@ def build_ikb(images: Sequence[ImageObservation], turns: Sequence[Turn]) -> Imag
     sharing = frozenset(image.source_turn for image in images)
     entries = []
     for entry in _registry(images, table):
-        session = sessions.get(entry.session, [])
+        session = sessions.get(entry.image.session, [])
         entries.append(_related(_recover_names(entry, session, speakers, sharing), session))
     by_turn: dict[str, tuple[str, ...]] = {}
     for entry in entries:
-        by_turn[entry.source_turn] = by_turn.get(entry.source_turn, ()) + (entry.id,)
+        by_turn[entry.image.source_turn] = by_turn.get(entry.image.source_turn, ()) + (entry.id,)
     return ImageKB(tuple(entries), tuple(split_entities(entries)), by_turn, {e.id: e for e in entries})

@@ -83,15 +83,15 @@ def query(kb: ImageKB, question: str, images: Images) -> IKBAnswer | None:
         return None
     asked, found = _filed(kb, question, images)
     words = {t.lower() for t in re.findall(r"[A-Za-z]+", question)}
-    speakers = tuple(s for s in dict.fromkeys(e.speaker for e in found) if s.split()[0].lower() in words)
+    speakers = tuple(s for s in dict.fromkeys(e.image.speaker for e in found) if s.split()[0].lower() in words)
     if speakers:
-        found = [e for e in found if e.speaker in speakers]
+        found = [e for e in found if e.image.speaker in speakers]
     if not found:
         return None
     reach = images.names.reach
     names = tuple(dict.fromkeys(n for e in found if images.names.enabled and (n := e.name(reach)) is not None))
     shown = {c for e in found for c in (e.categories if images.categories == "synonyms" else (e.head,))}
-    ordered = sorted(found, key=lambda e: (e.time or datetime.min, e.id))
+    ordered = sorted(found, key=lambda e: (e.image.time or datetime.min, e.id))
     return IKBAnswer(route, tuple(c for c in asked if c in shown), tuple(ordered), speakers, names)
 
 
@@ -107,12 +107,12 @@ def reachable(kb: ImageKB, question: str) -> tuple[str, ...]:
 
 def _entry_text(entry: ImageEntry, store: MemoryStore, images: Images) -> str:
     """One image as the item states it: dated, its caption (or the words of its turn), and its name."""
-    when = f"[{format_date(entry.time)}] " if entry.time else ""
-    turn = store.turns.get(entry.source_turn)
+    when = f"[{format_date(entry.image.time)}] " if entry.image.time else ""
+    turn = store.turns.get(entry.image.source_turn)
     if images.packing.text == "turn" and turn is not None:
         said = f"{turn.speaker}: {turn.text}"
     else:
-        said = caption_body(entry.caption) or "a photo"
+        said = caption_body(entry.image.caption) or "a photo"
     name = entry.name(images.names.reach) if images.names.enabled else None
     return f"{when}{said}{f' (named {name})' if name else ''}"
 
@@ -133,8 +133,8 @@ def ikb_item(answer: IKBAnswer, store: MemoryStore, images: Images, budget: int,
             break
         shown.pop()
     return ContextItem(f"{IKB_LAYER}:{answer.route}", line, IKB_LAYER,
-                       tuple(dict.fromkeys(e.source_turn for e in shown)),
-                       max((e.time for e in shown if e.time), default=None), 1.0, tuple(e.id for e in shown))
+                       tuple(dict.fromkeys(e.image.source_turn for e in shown)),
+                       max((e.image.time for e in shown if e.image.time), default=None), 1.0, tuple(e.id for e in shown))
 
 
 def pack(store: MemoryStore, answer: IKBAnswer, hits: list[Hit], policy: Policy,

@@ -8,8 +8,9 @@ ACCEPT. The service serves the stores' current strategy and starts the worse can
 (``serve --canary ID:0.5 --approver ...``, journaled). Every dev4 conversation is captured under two user ids, one
 in the canary's share and one outside it, session by session; then every non-adversarial question with a gold answer
 holding a content word is asked of both users, round robin over the conversations (``POST .../recall``). The
-operator's answers file (``--answers``) holds those gold answers, so the guard judges each canary recall by whether
-the canary's and the serving strategy's contexts carry the answer.
+operator's answers file (``--answers``, with ``--no-guard-probes``) holds those gold answers, so the guard judges each
+canary recall by whether the canary's and the serving strategy's contexts carry the answer, under the answer's
+category.
 
 Reported: after how many canary recalls the guard stopped the canary (its evidence), the journal entry, every
 request's status, and then for the null canary, started with ``memevolve canary start`` while the service runs and
@@ -142,7 +143,8 @@ def run(path: Path, repetitions: int, label_free: bool = False) -> dict:
         answers = base / "answers.yaml"
         groups = [traffic.users("w")] + [traffic.users(f"n{r}") for r in range(repetitions)]
         answers.write_text(yaml.safe_dump([a for g in groups for a in traffic.answers(g)], allow_unicode=True))
-        judged_by = [] if label_free else ["--answers", str(answers)]  # label-free: the guard's probes only
+        # the guard's probes only, or the operator's answers only
+        judged_by = [] if label_free else ["--answers", str(answers), "--no-guard-probes"]
         port_probe = subprocess.run([sys.executable, "-c", "import socket;s=socket.socket();s.bind(('127.0.0.1',0));"
                                      "print(s.getsockname()[1])"], capture_output=True, text=True)
         url = f"http://127.0.0.1:{port_probe.stdout.strip()}"

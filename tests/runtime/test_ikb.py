@@ -24,7 +24,7 @@ def test_the_passes_register_categorise_name_split_and_relate():
     kb = build_ikb(PETS.images(), PETS.turns())
     assert [i.id for i in kb.images] == ["D1:IMG_001", "D1:IMG_002", "D2:IMG_001", "D2:IMG_002"]
     luna, sunset, oliver, bowls = kb.images
-    assert (luna.session, luna.time, luna.source_turn, luna.speaker) == ("D1", D1, "D1:1", "Ana")
+    assert (luna.image.session, luna.image.time, luna.image.source_turn, luna.image.speaker) == ("D1", D1, "D1:1", "Ana")
     assert luna.categories == ("dog",) and oliver.categories == ("dog",) and bowls.categories[0] == "pottery"
     assert sunset.categories == ("painting", "landscape")
     # the name said two turns after the photo, the one said in the photo's own turn
