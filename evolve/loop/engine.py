@@ -303,11 +303,12 @@ class Engine:
             res = self.verifier.verify(f"r{n:03d}-c{len(results):02d}", n, direction, screen)
             self._say(_candidate_line(res))
             screen.evaluated.add(res.record.policy_hash)
-            if res.record.screened and res.record.step_outcome is None:  # accepted / inert moves may grow
+            relief = relieved(res, self.planner.table.relief, self.effects, current, self.config.cost)
+            # accepted / inert moves may grow; a gain the cost rule blocked may come back smaller (its relief)
+            if res.record.screened and res.record.step_outcome is None and relief is None:
                 screen.recent.append(res.record.change_keys)
             results.append(res)
-            self.proposer.follow_up(relief=relieved(res, self.planner.table.relief, self.effects, current,
-                                                           self.config.cost),
+            self.proposer.follow_up(relief=relief,
                                     merge=merged(results, current))
         for res in decide_family(results, self.rules, self.config.cost):
             self._say(f"{_candidate_line(res)} after the round's multiple-testing adjustment")
