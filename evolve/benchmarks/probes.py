@@ -31,11 +31,11 @@ from evolve.benchmarks.probe_base import (Probe, Questioner, clean_clause, forma
 from evolve.benchmarks.probe_kinds import images, inferences, paraphrases, temporal
 from evolve.benchmarks.probe_lists import aggregations, name_facts, topic_lists
 from evolve.benchmarks.probe_mix import ProbeSettings, select
-from evolve.benchmarks.probe_time import Timeline, event_probes, place
+from evolve.benchmarks.probe_time import LifecycleEvent, Timeline, event_probes, place
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 
-__all__ = ["Probe", "ProbeSettings", "Questioner", "Timeline", "augment", "conversation_probes", "format_date", "load_probes",
-           "probe_benchmark", "probe_quality", "probe_questions", "resolve_time", "turn_facts"]
+__all__ = ["Probe", "ProbeSettings", "Questioner", "Timeline", "augment", "conversation_probes", "format_date",
+           "load_probes", "probe_benchmark", "probe_quality", "probe_questions", "resolve_time", "turn_facts"]
 
 _RELATIONS = ("dog", "cat", "puppy", "pet", "son", "daughter", "husband", "wife", "partner", "boyfriend", "girlfriend",
               "friend", "best friend", "brother", "sister", "mom", "mother", "dad", "father", "grandma", "grandmother",
@@ -175,18 +175,22 @@ def _usable(conversation: Conversation, probes: list[Probe]) -> list[Probe]:
     return [p for p in probes if probe_quality(p.question, p.answer, [turns[e] for e in p.evidence]) is None]
 
 
+def _kept(conversation: Conversation, settings: ProbeSettings, events: list[LifecycleEvent] | None) -> list[Probe]:
+    """:func:`conversation_probes` with the timeline's ``events`` read already (``None``: no timeline)."""
+    chosen = select(conversation, candidates(conversation), settings)
+    if events is None:
+        return chosen
+    return place(conversation, chosen, events, settings.asked) + place(
+        conversation, _usable(conversation, event_probes(conversation, events)), events, settings.asked)
+
+
 def conversation_probes(conversation: Conversation, settings: ProbeSettings = ProbeSettings(),
                         timeline: Timeline | None = None) -> list[Probe]:
     """The probes ``conversation`` keeps: its :func:`candidates` as :func:`~evolve.benchmarks.probe_mix.select`
     chooses them under ``settings``. With a ``timeline``, each chosen one is asked at a session's time at which its
     answer holds (:func:`~evolve.benchmarks.probe_time.place`; those stale at every one are left out) and the probes
     of its lifecycle events follow (:func:`~evolve.benchmarks.probe_time.event_probes`, every usable one kept)."""
-    if timeline is None:
-        return select(conversation, candidates(conversation), settings)
-    events = timeline.events(conversation)
-    chosen = place(conversation, select(conversation, candidates(conversation), settings), events, settings.asked)
-    return chosen + place(conversation, _usable(conversation, event_probes(conversation, events)), events,
-                          settings.asked)
+    return _kept(conversation, settings, None if timeline is None else timeline.events(conversation))
 
 
 def probe_questions(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
@@ -197,12 +201,12 @@ def probe_questions(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
     out = []
     for cid, conversation in bench.conversations.items():
         stamps = [s.timestamp for s in conversation.sessions if s.timestamp is not None]
-        probes = conversation_probes(conversation, settings, timeline)
+        events = None if timeline is None else timeline.events(conversation)  # one lifecycle pass per conversation
+        probes = _kept(conversation, settings, events)
         if questioner is not None:
             asked = {p.question for p in probes}
             written = [p for p in questioner.probes(conversation) if p.question not in asked]
-            probes += written if timeline is None else place(conversation, written, timeline.events(conversation),
-                                                             settings.asked)
+            probes += written if events is None else place(conversation, written, events, settings.asked)
         for i, probe in enumerate(probes):
             out.append(Question(f"{cid}/p{i}", cid, probe.question, probe.answer, f"probe_{probe.kind}",
                                 probe.evidence, asked_at=probe.asked_at or (max(stamps) if stamps else None),

@@ -153,11 +153,6 @@ class CanaryGuard:
     def tally(self) -> Tally:
         return self.pooled.tally
 
-    @property
-    def looked(self) -> int:
-        """Looks made on the pooled log."""
-        return self.pooled.looked
-
     def add(self, serving_good: bool, canary_good: bool, source: str = "answers",
             category: str | None = None) -> GuardStop | None:
         """Count one pair (of ``category``, if the plan tests it apart); the stop, if a look finds harm."""

@@ -5,9 +5,9 @@ request path, each user the canary serves yields probe questions from its own me
 (:func:`~evolve.benchmarks.probes.conversation_probes`: deterministic, no LLM, each with its answer), each asked at
 the end of a session at which its answer holds as the reference lifecycle reads the user's turns
 (:class:`~evolve.runtime.reference.ReferenceLifecycle`; the latest, unless a later statement made it stale), with the
-probes of the changes it finds (a slot's new value, its value before, a retraction). Both the serving and the canary strategy pack each probe on the user's memory,
-and the pair (does the serving context carry the answer, does the canary's) goes to the canary's guard, counted
-under the probe's LoCoMo category. Work is bounded: at most ``per_user`` new probes per user and pass, and a user's
+probes of the changes it finds (a slot's new value, its value before, a retraction). Both the serving and the canary
+strategy pack each probe on the user's memory, and the pair (does the serving context carry the answer, does the
+canary's) goes to the canary's guard, counted under the probe's LoCoMo category. Work is bounded: at most ``per_user`` new probes per user and pass, and a user's
 probes are made again only once it has captured more turns.
 """
 from __future__ import annotations
