@@ -101,11 +101,18 @@ _EMPTY = frozenset("i'm i've i'd i'll we're we've we'd we'll that's actually now
                    "scratch ignore told".split())
 
 
+_WORD = re.compile(r"[A-Za-z0-9][\w'-]*")
+
+
+def _telling(word: str) -> bool:
+    """Whether ``word`` can say a value or a topic: a content word, not one of :data:`_EMPTY`."""
+    return word.lower() not in _EMPTY and bool(content_words(word))
+
+
 def _value(text: str, other: str) -> str:
     """The words of ``text`` that ``other`` does not say (its first :data:`VALUE_WORDS` content words)."""
     drop = content_words(other)
-    words = [w for w in re.findall(r"[A-Za-z0-9][\w'-]*", text)
-             if w.lower() not in _EMPTY and content_words(w) and not content_words(w) <= drop]
+    words = [w for w in _WORD.findall(text) if _telling(w) and not content_words(w) <= drop]
     return " ".join(dict.fromkeys(words[:VALUE_WORDS]))
 
 
@@ -113,8 +120,8 @@ def _topic(event: LifecycleEvent) -> str:
     """What both statements speak of: the old statement's words from the first to the last word both say (at most
     six words, else those words alone)."""
     shared = content_words(event.old_text) & content_words(event.new_text)
-    words = re.findall(r"[A-Za-z0-9][\w'-]*", event.old_text)
-    at = [i for i, w in enumerate(words) if w.lower() not in _EMPTY and content_words(w) and content_words(w) <= shared]
+    words = _WORD.findall(event.old_text)
+    at = [i for i, w in enumerate(words) if _telling(w) and content_words(w) <= shared]
     if not at:
         return ""
     span = words[at[0]:at[-1] + 1]
