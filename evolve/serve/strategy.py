@@ -231,12 +231,15 @@ class StrategySlot:
         self._journal_seen: tuple | None = None
         self.sync_canary(strict=True)
 
-    def _signature(self) -> tuple | None:
+    def _signature(self) -> tuple:
+        """The serving file's stamp and the journal's: a file refused while its PROMOTE or ROLLBACK entry was still
+        being appended (the swap comes first) is looked at again once the entry lands."""
         try:
             st = self.path.stat()
+            stamp = st.st_mtime_ns, st.st_size, st.st_ino
         except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size, st.st_ino
+            stamp = None
+        return stamp, self._journal_signature()
 
     def canary_for(self, user: str) -> CanaryRun | None:
         """The canary run serving ``user``, if ``user`` falls in its share."""
@@ -258,6 +261,8 @@ class StrategySlot:
         return out
 
     def _journal_signature(self) -> tuple | None:
+        if self.stores is None:
+            return None
         try:
             st = StoreLayout(Path(self.stores)).journal.stat()
         except OSError:

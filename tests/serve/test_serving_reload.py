@@ -3,13 +3,19 @@ previous strategy keeps serving; a rollback reloads under load with no failed re
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 
 import httpx
 import pytest
 
-from evolve.serve.strategy import canary_share
+from evolve.files import CRASH_ENV, CRASH_SIGNAL_ENV
+from evolve.canonical import sha256_hex
+from evolve.serve.strategy import RuntimeParts, StrategySlot, canary_share
 from server_process import ServeProcess
 from workflow_fixtures import cli
 
@@ -96,3 +102,22 @@ def test_a_refused_file_keeps_the_old_strategy_and_a_rollback_reloads_under_load
         shadowed = [r for r in records if "shadow" in r]
         assert shadowed and shadowed[0]["shadow"]["strategy"] == first["shadow"]["hash"]
         assert 0 <= shadowed[0]["shadow"]["overlap"] <= 1
+
+
+def test_a_rollback_seen_between_its_swap_and_its_journal_entry_is_served_once_the_entry_lands(capsys, stores, serving,
+                                                                                               tmp_path, embedder):
+    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
+    assert code == 0, out
+    slot = StrategySlot(stores, serving, RuntimeParts(embedder))
+    promoted = slot.current.file_sha256
+    env = {**os.environ, CRASH_ENV: "swap", CRASH_SIGNAL_ENV: "SIGSTOP"}
+    child = subprocess.Popen([sys.executable, "-m", "evolve.cli", "rollback", "--target", str(serving), "--stores",
+                              str(stores)], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        _wait(lambda: sha256_hex(serving.read_bytes()) != promoted)  # swapped, its ROLLBACK entry not yet appended
+        assert slot.check() is False and "drift" in slot.refused["reason"]
+    finally:
+        child.send_signal(signal.SIGCONT)
+    assert child.wait(timeout=120) == 0, child.stderr.read()
+    assert slot.check() is True and slot.refused is None and slot.reloads == 1
+    assert slot.current.file_sha256 != promoted and slot.current.entry.type.value == "ROLLBACK"
