@@ -22,6 +22,8 @@ from evolve.words import content_words
 KIND_CATEGORY = {"paraphrase": "single_hop", "image": "single_hop", "attribute": "single_hop",
                  "temporal": "temporal", "link": "temporal", "aggregation": "multi_hop", "multi_hop": "multi_hop",
                  "inference": "open_domain", "update": "single_hop", "prior": "single_hop", "retraction": "single_hop"}
+#: Default cap on the share of ``image`` probes (:attr:`ProbeSettings.kind_caps`).
+IMAGE_CAP = 0.05
 #: LoCoMo's mix of its answerable categories (dev4: single-hop 53 %, temporal 22 %, multi-hop 19 %, open-domain 5 %).
 LOCOMO_MIX = {"single_hop": 0.53, "temporal": 0.22, "multi_hop": 0.19, "open_domain": 0.05}
 
@@ -47,11 +49,27 @@ class ProbeSettings(BaseModel):
     asked: Literal["latest", "drawn"] = Field(
         "latest", description="when a probe is asked, given a lifecycle timeline: latest: the last session at which "
                               "its answer holds; drawn: a session drawn between its evidence and that one")
+    kind_caps: dict[str, float] = Field(
+        default_factory=lambda: {"image": IMAGE_CAP},
+        description="at most this share of a conversation's probes are of a kind (taken out of its category's "
+                    "share): a kind a conversation yields in bulk does not fill its category. image: 0.05, the "
+                    "evolution half's labelled questions that need a photo's caption (8 of 230 on conv-26/30), "
+                    "where the uncapped draw made them 44 % of the probes")
     difficulty: Literal["drop_trivial", "keep"] = Field(
         "keep", description="keep: every probe may be drawn; drop_trivial: leave out the probes that raw-turn BM25 "
                             "answers from its first hit (the hit is an evidence turn and holds every answer word). "
                             "keep predicted labelled deltas better within the evolution half "
                             "(experiments/bench/validity.py)")
+
+    @field_validator("kind_caps")
+    @classmethod
+    def _caps(cls, caps: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(caps) - set(KIND_CATEGORY))
+        if unknown:
+            raise ValueError(f"unknown probe kind(s) {unknown}; kinds: {sorted(KIND_CATEGORY)}")
+        if any(not math.isfinite(v) or not 0 <= v <= 1 for v in caps.values()):
+            raise ValueError(f"caps must be shares in [0, 1], got {caps}")
+        return caps
 
     @field_validator("mix")
     @classmethod
@@ -91,9 +109,11 @@ class FirstHit:
             content_words(probe.answer) <= content_words(raw_turn_text(hit))
 
 
-def quotas(available: dict[str, int], mix: dict[str, float], minimum: int) -> dict[str, int]:
+def quotas(available: dict[str, int], mix: dict[str, float], minimum: int,
+           capped: frozenset[str] = frozenset()) -> dict[str, int]:
     """How many probes each category keeps: the largest set in exactly the ``mix`` the pools allow, grown to
-    ``minimum`` (if the pools hold it) by filling the categories in proportion, each up to its pool."""
+    ``minimum`` (if the pools hold it) by filling the categories in proportion, each up to its pool; a ``capped``
+    pool is never grown past its share of that set."""
     shares = {c: s for c, s in mix.items() if s > 0 and available.get(c, 0) > 0}
     if not shares:
         return {}
@@ -101,6 +121,9 @@ def quotas(available: dict[str, int], mix: dict[str, float], minimum: int) -> di
     shares = {c: s / total for c, s in shares.items()}
     exact = min(available[c] / s for c, s in shares.items())
     target = min(sum(available[c] for c in shares), max(math.floor(exact), minimum))
+    available = {c: min(n, max(1, math.floor(target * shares[c]))) if c in capped and c in shares else n
+                 for c, n in available.items()}
+    target = min(target, sum(available[c] for c in shares))
     out = {c: 0 for c in shares}
     open_ = dict(shares)
     left = target
@@ -115,14 +138,33 @@ def quotas(available: dict[str, int], mix: dict[str, float], minimum: int) -> di
     return out
 
 
-def _draw(probes: list[Probe], indices: list[int], mix: dict[str, float], minimum: int,
+def _pool(kind: str, caps: dict[str, float]) -> str:
+    """The pool a probe of ``kind`` is drawn from: its category, or the kind itself when it is capped."""
+    return f"kind:{kind}" if kind in caps else KIND_CATEGORY.get(kind, "single_hop")
+
+
+def _pool_mix(mix: dict[str, float], caps: dict[str, float]) -> dict[str, float]:
+    """``mix`` with each capped kind's share taken out of its category's (never below 0)."""
+    out = dict(mix)
+    for kind, cap in caps.items():
+        category = KIND_CATEGORY[kind]
+        share = min(cap, out.get(category, 0.0))
+        out[category] = out.get(category, 0.0) - share
+        out[f"kind:{kind}"] = share
+    return out
+
+
+def _draw(probes: list[Probe], indices: list[int], settings: ProbeSettings, minimum: int,
           rng: random.Random) -> list[int]:
-    """``indices`` of ``probes`` drawn per category to the quotas of :func:`quotas`."""
+    """``indices`` of ``probes`` drawn per pool (a category, or a capped kind) to the quotas of :func:`quotas`."""
+    caps = settings.kind_caps
     pools: dict[str, list[int]] = defaultdict(list)
     for i in indices:
-        pools[KIND_CATEGORY.get(probes[i].kind, "single_hop")].append(i)
+        pools[_pool(probes[i].kind, caps)].append(i)
     kept: list[int] = []
-    for category, n in sorted(quotas({c: len(p) for c, p in pools.items()}, mix, minimum).items()):
+    counts = {c: len(p) for c, p in pools.items()}
+    capped = frozenset(f"kind:{k}" for k in caps)
+    for category, n in sorted(quotas(counts, _pool_mix(settings.mix, caps), minimum, capped).items()):
         pool = list(pools[category])
         rng.shuffle(pool)
         kept += pool[:n]
@@ -137,12 +179,12 @@ def select(conversation: Conversation, probes: list[Probe], settings: ProbeSetti
     rng = random.Random(f"mix:{conversation.id}")
     everything = list(range(len(probes)))
     if settings.difficulty == "keep" or not probes:
-        return [probes[i] for i in sorted(_draw(probes, everything, settings.mix, minimum, rng))]
+        return [probes[i] for i in sorted(_draw(probes, everything, settings, minimum, rng))]
     peer = FirstHit(conversation)
     easy = {i for i in everything if peer.trivial(probes[i])}
-    kept = _draw(probes, [i for i in everything if i not in easy], settings.mix, minimum, rng)
+    kept = _draw(probes, [i for i in everything if i not in easy], settings, minimum, rng)
     if len(kept) < minimum:
-        kept += _draw(probes, sorted(easy), settings.mix, minimum - len(kept), rng)[:minimum - len(kept)]
+        kept += _draw(probes, sorted(easy), settings, minimum - len(kept), rng)[:minimum - len(kept)]
     return [probes[i] for i in sorted(kept)]
 
 

@@ -56,7 +56,11 @@ DATA = ROOT.parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
 PROBE_SETS = {"probes": (ProbeSettings(), True),
               "probes (drop trivial)": (ProbeSettings(difficulty="drop_trivial"), True),
               "probes (drawn session)": (ProbeSettings(asked="drawn"), True),
-              "probes (after the last session)": (ProbeSettings(), False)}
+              "probes (after the last session)": (ProbeSettings(), False),
+              "probes (images uncapped)": (ProbeSettings(kind_caps={}), True),
+              "probes (images capped at 0.15)": (ProbeSettings(kind_caps={"image": 0.15}), True),
+              "probes (images 0.05, aggregations 0.19)": (ProbeSettings(kind_caps={"image": 0.05, "aggregation": 0.19}),
+                                                         True)}
 OUTCOMES = ("answer", "coverage", "evidence", *PROBE_SETS, "probes+labelled")
 FOLDS = ((("conv-26",), ("conv-30",)), (("conv-30",), ("conv-26",)))
 CONFIRMATION = (("conv-26", "conv-30"), ("conv-41", "conv-42"))
