@@ -22,8 +22,6 @@ from evolve.words import content_words
 KIND_CATEGORY = {"paraphrase": "single_hop", "image": "single_hop", "attribute": "single_hop",
                  "temporal": "temporal", "link": "temporal", "aggregation": "multi_hop", "multi_hop": "multi_hop",
                  "inference": "open_domain", "update": "single_hop", "prior": "single_hop", "retraction": "single_hop"}
-#: Default cap on the share of ``image`` probes (:attr:`ProbeSettings.kind_caps`).
-IMAGE_CAP = 0.05
 #: LoCoMo's mix of its answerable categories (dev4: single-hop 53 %, temporal 22 %, multi-hop 19 %, open-domain 5 %).
 LOCOMO_MIX = {"single_hop": 0.53, "temporal": 0.22, "multi_hop": 0.19, "open_domain": 0.05}
 
@@ -50,11 +48,11 @@ class ProbeSettings(BaseModel):
         "latest", description="when a probe is asked, given a lifecycle timeline: latest: the last session at which "
                               "its answer holds; drawn: a session drawn between its evidence and that one")
     kind_caps: dict[str, float] = Field(
-        default_factory=lambda: {"image": IMAGE_CAP},
+        default_factory=dict,
         description="at most this share of a conversation's probes are of a kind (taken out of its category's "
-                    "share): a kind a conversation yields in bulk does not fill its category. image: 0.05, the "
-                    "evolution half's labelled questions that need a photo's caption (8 of 230 on conv-26/30), "
-                    "where the uncapped draw made them 44 % of the probes")
+                    "share), so a kind a conversation yields in bulk does not fill its category (image probes are "
+                    "44 % of dev4's probes uncapped). None by default: within the evolution half, capping images "
+                    "at 0.05 or 0.15 predicted labelled deltas worse (experiments/bench/validity.py)")
     difficulty: Literal["drop_trivial", "keep"] = Field(
         "keep", description="keep: every probe may be drawn; drop_trivial: leave out the probes that raw-turn BM25 "
                             "answers from its first hit (the hit is an evidence turn and holds every answer word). "

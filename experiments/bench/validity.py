@@ -12,6 +12,8 @@ Candidate outcomes, per question, mean over the questions that count for both st
 * ``probes (drop trivial)`` — the same with the difficulty filter on (``difficulty: drop_trivial``), no label used;
 * ``probes (drawn session)`` — each probe asked at a session drawn between its evidence and the last one at which its
   answer holds (``asked: drawn``), where ``probes`` asks at that last one;
+* ``probes (images capped at 0.05)``, ``... 0.15``, ``probes (images 0.05, aggregations 0.19)`` — at most that share of a
+  conversation's probes of the kind (``kind_caps``), where the default draws image probes without a cap;
 * ``probes (after the last session)`` — every probe asked after the last session, no lifecycle timeline (the rule
   before the reference timeline);
 * ``probes+labelled`` — answer in evidence on labelled and (default) probe questions together.
@@ -57,7 +59,7 @@ PROBE_SETS = {"probes": (ProbeSettings(), True),
               "probes (drop trivial)": (ProbeSettings(difficulty="drop_trivial"), True),
               "probes (drawn session)": (ProbeSettings(asked="drawn"), True),
               "probes (after the last session)": (ProbeSettings(), False),
-              "probes (images uncapped)": (ProbeSettings(kind_caps={}), True),
+              "probes (images capped at 0.05)": (ProbeSettings(kind_caps={"image": 0.05}), True),
               "probes (images capped at 0.15)": (ProbeSettings(kind_caps={"image": 0.15}), True),
               "probes (images 0.05, aggregations 0.19)": (ProbeSettings(kind_caps={"image": 0.05, "aggregation": 0.19}),
                                                          True)}

@@ -116,6 +116,28 @@ def test_mix_quotas_match_the_target_and_grow_to_the_minimum():
         ProbeSettings(mix={"temporal": 0})
 
 
+def test_a_capped_kind_never_fills_its_category_past_its_share():
+    mix = {"single_hop": 0.48, "kind:image": 0.05, "temporal": 0.22, "multi_hop": 0.19, "open_domain": 0.05}
+    pools = {"single_hop": 40, "kind:image": 300, "temporal": 22, "multi_hop": 190, "open_domain": 5}
+    grown = quotas(pools, mix, 300)
+    assert sum(grown.values()) == 300 and grown["kind:image"] > 40  # uncapped, it fills what the others lack
+    capped = quotas(pools, mix, 300, frozenset({"kind:image"}))
+    assert capped["kind:image"] == 15  # 5 % of 300 (the shares are normalised: 0.05 / 0.99)
+    assert capped == {**capped, "single_hop": 40, "temporal": 22, "multi_hop": 190, "open_domain": 5}
+    assert sum(capped.values()) == 272
+    with pytest.raises(ValueError, match="unknown probe kind"):
+        ProbeSettings(kind_caps={"photo": 0.1})
+    with pytest.raises(ValueError, match=r"shares in \[0, 1\]"):
+        ProbeSettings(kind_caps={"image": 2})
+
+
+def test_a_cap_keeps_dev4s_image_probes_to_their_share():
+    bench = load_benchmark(f"locomo:{DEV4}#conv-30")
+    capped = [q.category for q in probe_questions(bench, ProbeSettings(kind_caps={"image": 0.05}))]
+    uncapped = [q.category for q in probe_questions(bench)]
+    assert capped.count("probe_image") <= max(1, 0.05 * len(capped)) < uncapped.count("probe_image")
+
+
 def test_difficulty_filter_drops_what_raw_turn_bm25_answers_from_its_first_hit():
     peer = FirstHit(CONVERSATION)
     assert peer.first("Ben birdwatching marsh").id == "D1:2"
