@@ -25,6 +25,19 @@ class Provenance(_Payload):
     record: str
 
 
+class Photo(_Payload):
+    """The photo a turn shares, as it was stated: a caption, a URL or a local path (the capture log keeps it)."""
+
+    caption: str | None = None
+    url: str | None = None
+    path: str | None = None
+
+    @property
+    def shared(self) -> bool:
+        """Whether there is a photo at all (a non-blank caption, a URL or a path)."""
+        return bool((self.caption or "").strip() or self.url or self.path)
+
+
 class DialogueTurn(_Payload):
     """A turn as it is stated: its text, speaker, session name and time as sent (``None``: the session's), and the
     photo it shares, if any (a caption, a URL or a local path)."""
@@ -41,9 +54,9 @@ class DialogueTurn(_Payload):
     provenance: Provenance
 
     @property
-    def shares_image(self) -> bool:
-        """Whether the turn shares a photo (a non-blank caption, a URL or a path)."""
-        return bool((self.image_caption or "").strip() or self.image_url or self.image_path)
+    def photo(self) -> Photo:
+        """The photo the turn shares (:attr:`Photo.shared` is false when it shares none)."""
+        return Photo(caption=self.image_caption, url=self.image_url, path=self.image_path)
 
 
 class ImageObservation(_Payload):
@@ -60,6 +73,14 @@ class ImageObservation(_Payload):
     url: str | None = None
     path: str | None = None
     provenance: Provenance
+
+
+class ObservationRef(_Payload):
+    """An observation a packed item comes from, as a recall names it: its stable id, its kind and when it was made."""
+
+    id: str
+    kind: Literal["turn", "image"]
+    time: datetime | None
 
 
 def image_id(session: str, number: int) -> str:

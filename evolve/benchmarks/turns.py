@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Sequence
 
-from evolve.benchmarks.observations import DialogueTurn, ImageObservation, Provenance, image_id
+from evolve.benchmarks.observations import DialogueTurn, ImageObservation, Photo, Provenance, image_id
 from evolve.benchmarks.types import Turn
 from evolve.errors import UserError
 
@@ -86,14 +86,21 @@ def admit_turn(turn: DialogueTurn, images_before: int = 0, session_time: datetim
         except ValueError:
             raise TurnError(f"{where}.time: unparseable time {turn.time!r} (ISO 8601 or e.g. '1:56 pm on 8 May, "
                             "2023')") from None
-    session = session_id(turn.session)
-    admitted = Turn(turn.id, turn.speaker, fold_caption(turn.text, turn.image_caption), session, moment)
-    if not turn.shares_image:
-        return admitted, None
-    image = ImageObservation(id=image_id(session, images_before + 1), session=session, time=moment or session_time,
-                             caption=(turn.image_caption or "").strip(), source_turn=turn.id, speaker=turn.speaker,
-                             url=turn.image_url, path=turn.image_path, provenance=turn.provenance)
-    return admitted, image
+    admitted = Turn(turn.id, turn.speaker, fold_caption(turn.text, turn.image_caption), session_id(turn.session),
+                    moment)
+    photo = turn.photo
+    return admitted, shared_image(admitted, photo, images_before, session_time, turn.provenance) if photo.shared \
+        else None
+
+
+def shared_image(turn: Turn, photo: Photo, images_before: int, session_time: datetime | None,
+                 provenance: Provenance) -> ImageObservation:
+    """The image observation of the ``photo`` an admitted ``turn`` shares: its session's ``images_before + 1``-th,
+    dated by the turn or else by ``session_time`` (the LoCoMo reader and the live conversation both number here)."""
+    return ImageObservation(id=image_id(turn.session_id, images_before + 1), session=turn.session_id,
+                            time=turn.timestamp or session_time, caption=(photo.caption or "").strip(),
+                            source_turn=turn.id, speaker=turn.speaker, url=photo.url, path=photo.path,
+                            provenance=provenance)
 
 
 def admit_session(turns: Sequence[DialogueTurn], session_time: datetime | None = None,
@@ -110,10 +117,10 @@ def admit_session(turns: Sequence[DialogueTurn], session_time: datetime | None =
 
 
 def client_turn(turn_id: str, speaker: str, text: str, session: str, time: str | None = None,
-                image_caption: object = None, where: str = "turn") -> Turn:
-    """The runtime's turn for a turn as a client sends it (:func:`admit_turn`; a caption that is not a string is
-    ignored)."""
-    caption = image_caption if isinstance(image_caption, str) else None
+                photo: Photo = Photo(), where: str = "turn") -> tuple[Turn, Photo | None]:
+    """The runtime's turn for a turn as a client sends it (:func:`admit_turn`), and the photo it shares (``None``:
+    none)."""
     payload = DialogueTurn(id=turn_id, speaker=speaker, text=text, session=session, time=time or None,
-                           image_caption=caption, provenance=Provenance(source="client", record=turn_id))
-    return admit_turn(payload, where=where)[0]
+                           image_caption=photo.caption, image_url=photo.url, image_path=photo.path,
+                           provenance=Provenance(source="client", record=turn_id))
+    return admit_turn(payload, where=where)[0], photo if photo.shared else None

@@ -137,6 +137,10 @@ class ImageKB:
     def image(self, image_id: str) -> ImageEntry:
         return self._by_id[image_id]
 
+    def shared_by(self, turn_id: str) -> tuple[ImageEntry, ...]:
+        """The entries of the images ``turn_id`` shares."""
+        return tuple(self._by_id[i] for i in self._by_turn.get(turn_id, ()))
+
     def image_ids(self, turn_ids: Iterable[str]) -> tuple[str, ...]:
         """Ids of the images the turns share, in the turns' order, without repeats."""
         return tuple(dict.fromkeys(i for t in turn_ids for i in self._by_turn.get(t, ())))

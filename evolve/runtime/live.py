@@ -10,11 +10,13 @@ sessions only: a session closes when a turn of a later session arrives, or when 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
-from evolve.errors import EvolveError
+from evolve.benchmarks.observations import ImageObservation, Photo, Provenance
+from evolve.benchmarks.turns import shared_image
 from evolve.benchmarks.types import Conversation, Session, Turn
+from evolve.errors import EvolveError
 from evolve.runtime.ingest import Embed, IngestMemo, build_store
 from evolve.runtime.roles import Extractor
 from evolve.runtime.store import MemoryStore
@@ -29,6 +31,7 @@ class CaptureError(EvolveError, ValueError):
 class _Open:
     id: str
     timestamp: datetime | None
+    images: list[ImageObservation] = field(default_factory=list)  # the photos its turns share, in turn order
 
 
 class LiveConversation:
@@ -70,9 +73,10 @@ class LiveConversation:
                     known.append(turn.session_id)
                 ids.add(turn.id)
 
-    def add(self, turn: Turn) -> str | None:
-        """Append ``turn`` (its session opens on its first turn, stamped with that turn's time); return the id of the
-        session this closed, if any (not one closed before)."""
+    def add(self, turn: Turn, photo: Photo | None = None) -> str | None:
+        """Append ``turn`` (its session opens on its first turn, stamped with that turn's time) and the image
+        observation of the ``photo`` it shares (numbered in its session as the LoCoMo reader numbers); return the id
+        of the session this closed, if any (not one closed before)."""
         with self._lock:
             self.check([turn])
             closed = None
@@ -82,6 +86,10 @@ class LiveConversation:
                     self.closed.add(closed)
                 self._sessions.append((_Open(turn.session_id, turn.timestamp), []))
             self._sessions[-1][1].append(turn)
+            if photo is not None and photo.shared:
+                session = self._sessions[-1][0]
+                session.images.append(shared_image(turn, photo, len(session.images), session.timestamp,
+                                                   Provenance(source="client", record=turn.id)))
             self._ids.add(turn.id)
             if turn.speaker not in self._speakers:
                 self._speakers.append(turn.speaker)
@@ -107,6 +115,11 @@ class LiveConversation:
                 return self._sessions[-1][0].id
             return None
 
+    def images_of(self, turn_ids: set[str]) -> list[str]:
+        """Ids of the image observations that ``turn_ids`` share, in capture order."""
+        with self._lock:
+            return [i.id for s, _ in self._sessions for i in s.images if i.source_turn in turn_ids]
+
     def session_turns(self, session_id: str) -> list[Turn]:
         with self._lock:
             return next((list(turns) for s, turns in self._sessions if s.id == session_id), [])
@@ -114,7 +127,7 @@ class LiveConversation:
     def conversation(self) -> Conversation:
         """The turns so far as a :class:`Conversation`, each turn stamped as batch ingestion stamps it."""
         with self._lock:
-            sessions = tuple(Session(s.id, s.timestamp, tuple(turns)) for s, turns in self._sessions)
+            sessions = tuple(Session(s.id, s.timestamp, tuple(turns), tuple(s.images)) for s, turns in self._sessions)
             return Conversation(self.id, tuple(self._speakers), sessions)
 
     def store(self, key: str, policy: Policy, extractor: Extractor, embed: Embed, embedder_name: str) -> MemoryStore:

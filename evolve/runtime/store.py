@@ -8,6 +8,7 @@ from typing import Iterable, Sequence
 import bm25s
 import numpy as np
 
+from evolve.benchmarks.observations import ObservationRef
 from evolve.benchmarks.types import Turn
 from evolve.runtime.facts import EVENT_CATEGORIES, FactMeta
 from evolve.runtime.ikb import ImageKB
@@ -104,6 +105,11 @@ class MemoryStore:
 
     def __len__(self) -> int:
         return len(self.items)
+
+    def provenance(self, turn_ids: Sequence[str], image_ids: Sequence[str]) -> list[ObservationRef]:
+        """The observations a packed item comes from: its turns, then the images they share, each with its time."""
+        return [*(ObservationRef(id=t, kind="turn", time=self.turns[t].timestamp) for t in turn_ids if t in self.turns),
+                *(ObservationRef(id=i, kind="image", time=self.ikb.image(i).image.time) for i in image_ids)]
 
     def item(self, item_id: str) -> MemoryItem:
         return self.items[self.position[item_id]]

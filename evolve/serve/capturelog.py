@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Iterable
 
+from evolve.benchmarks.observations import Photo
 from evolve.benchmarks.turns import TurnError, client_turn, parse_moment
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.serve.records import CaptureEvent, CloseEvent, TurnRecord, TurnsEvent, turns_in
@@ -21,14 +22,17 @@ def parse_time(text: str, where: str) -> datetime:
 
 def turn_record(raw: dict, where: str) -> TurnRecord:
     """A request's turn as the capture log keeps it: the turn the LoCoMo reader would read
-    (:func:`~evolve.benchmarks.turns.client_turn`), its time in ISO form (naive UTC for a zoned one)."""
+    (:func:`~evolve.benchmarks.turns.client_turn`), its time in ISO form (naive UTC for a zoned one), and the photo it
+    shares (``image_caption``, ``image_url``, ``image_path``)."""
+    photo = Photo(**{k: v for k in ("caption", "url", "path")
+                     if isinstance(v := raw.get(f"image_{k}"), str) and v})  # a non-string caption is ignored
     try:
-        turn = client_turn(raw["id"], raw["speaker"], raw["text"], raw["session"], raw.get("time"),
-                           raw.get("image_caption"), where)
+        turn, shared = client_turn(raw["id"], raw["speaker"], raw["text"], raw["session"], raw.get("time"), photo,
+                                   where)
     except TurnError as exc:
         raise CaptureError(str(exc)) from None
     return TurnRecord(id=turn.id, speaker=turn.speaker, text=turn.text, session=turn.session_id,
-                      time=turn.timestamp.isoformat() if turn.timestamp else None)
+                      time=turn.timestamp.isoformat() if turn.timestamp else None, photo=shared)
 
 
 def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: int = 1) -> list[str]:
@@ -38,7 +42,8 @@ def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: 
     for n, event in enumerate(events, first):
         try:
             if isinstance(event, TurnsEvent):
-                closed += [c for c in (live.add(record.turn()) for record in event.turns) if c is not None]
+                closed += [c for c in (live.add(record.turn(), record.photo) for record in event.turns)
+                           if c is not None]
             elif live.close(event.close) is not None:
                 closed.append(event.close)
         except ValueError as exc:

@@ -2,7 +2,8 @@
 reads), for the next nightly run.
 
 One sample per user: the captured turns in capture order, sessions numbered in order of first capture
-(``session_N``, dated by their first turn's time), the caller's turn ids as ``dia_id``. Questions the operator
+(``session_N``, dated by their first turn's time), the caller's turn ids as ``dia_id``, a turn's photo as
+``blip_caption`` and ``img_url``. Questions the operator
 answered (``answers.yaml``, :mod:`evolve.serve.answers`) become ``qa`` items; questions the recall log holds without
 an answer are listed under ``unanswered`` (ignored by the loader, which scores only answered questions) for an
 operator to label.
@@ -12,6 +13,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from evolve.benchmarks.locomo import CATEGORY_BY_CODE, format_locomo_date
+from evolve.benchmarks.turns import fold_caption
 from evolve.errors import EvolveError
 from evolve.serve.answers import Answer
 from evolve.serve.backend import Backend
@@ -37,7 +39,7 @@ def export_user(backend: Backend, user: str, answers: list[Answer]) -> dict:
     speakers = list(dict.fromkeys(t.speaker for t in turns))
     conversation: dict = {"speaker_a": speakers[0], "speaker_b": speakers[1] if len(speakers) > 1 else speakers[0]}
     for number, (session, members) in enumerate(sessions.items(), start=1):
-        conversation[f"session_{number}"] = [{"speaker": t.speaker, "dia_id": t.id, "text": t.text} for t in members]
+        conversation[f"session_{number}"] = [_locomo_turn(t) for t in members]
         stamp = next((t.time for t in members if t.time), None)
         if stamp is not None:
             conversation[f"session_{number}_date_time"] = format_locomo_date(datetime.fromisoformat(stamp))
@@ -56,6 +58,18 @@ def export_user(backend: Backend, user: str, answers: list[Answer]) -> dict:
     unanswered = list(dict.fromkeys(r.question for r in backend.recalls(user) if r.question not in answered))
     return {"sample_id": user, "conversation": conversation, "qa": qa,
             "unanswered": [{"question": q} for q in unanswered]}
+
+
+def _locomo_turn(turn: TurnRecord) -> dict:
+    """A captured turn as LoCoMo states it: the photo it shares as ``blip_caption`` and ``img_url``, its caption
+    unfolded from the text (the reader folds it back)."""
+    out = {"speaker": turn.speaker, "dia_id": turn.id, "text": turn.text}
+    photo = turn.photo
+    if photo is not None:
+        out["text"] = turn.text.removesuffix(fold_caption("", photo.caption))
+        out |= {"blip_caption": photo.caption} if photo.caption else {}
+        out |= {"img_url": [photo.url]} if photo.url else {}
+    return out
 
 
 def export_benchmark(backend: Backend, users: list[str], answers: list[Answer]) -> list[dict]:

@@ -191,7 +191,7 @@ class FileBackend:
         records = folder / "records" / _safe(session)
         for n, turn in enumerate(turns):
             atomic_write_text(records / f"{n:04d}-{_safe(turn.id)}.md",
-                              _frontmatter(TurnMeta.of(turn, session).stored(), turn.text))
+                              _frontmatter(TurnMeta.of(turn, session, store.ikb).stored(), turn.text))
             if n == 0:
                 crash_point("serve.organise.records")
         ids = {t.id for t in turns}

@@ -286,7 +286,7 @@ class MemoryService(Background):
                                                  ).expires(self.retention))
         state.last_capture = time.monotonic()
         return {"captured": len(event.turns), "turns": len(state.live), "open_session": state.live.open_session,
-                "closed_sessions": closed}
+                "closed_sessions": closed, "images": state.live.images_of({r.id for r in event.turns})}
 
     def close(self, user: str) -> str | None:
         """Close the user's open session (logged), queueing its organisation; the id closed, if any."""

@@ -190,7 +190,7 @@ class PostgresBackend:
                              (user, session, strategy_hash, len(turns), len(chosen))).fetchone()[0]
             with c.cursor() as cur:
                 cur.executemany("INSERT INTO mem_records VALUES (%s, %s, %s, %s, %s, %s)", [
-                    (user, session, n, t.id, Jsonb(TurnMeta.of(t, session).stored()), t.text)
+                    (user, session, n, t.id, Jsonb(TurnMeta.of(t, session, store.ikb).stored()), t.text)
                     for n, t in enumerate(turns)])
                 cur.executemany("INSERT INTO mem_facts (user_id, step, fact) VALUES (%s, %s, %s)",
                                 [(user, step, Jsonb(_fact(item))) for item in chosen])

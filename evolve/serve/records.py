@@ -19,10 +19,12 @@ from typing import Any, Iterable, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from evolve.benchmarks.observations import Photo
 from evolve.benchmarks.turns import naive
 from evolve.benchmarks.types import Turn
 from evolve.canonical import canonical_json, sha256_hex
 from evolve.errors import EvolveError
+from evolve.runtime.ikb import ImageEntry, ImageKB
 
 
 class RecordError(EvolveError, ValueError):
@@ -76,9 +78,10 @@ class TurnRecord(Record):
 
     id: str
     speaker: str
-    text: str
+    text: str  # the caption of its photo folded in
     session: str
     time: str | None = None
+    photo: Photo | None = _omitted()  # the photo it shares, as stated (its image observation is built from it)
 
     def turn(self) -> Turn:
         """The runtime's turn; ``ValueError`` for an unparseable time."""
@@ -134,21 +137,44 @@ def read_event(raw: Any, where: str) -> CaptureEvent:
     return load_record(CloseEvent if isinstance(raw, dict) and "close" in raw else TurnsEvent, raw, where)
 
 
+class ImageMeta(Record):
+    """A photo's row of the image knowledge base, kept with the organised turn that shares it: its stable id, time,
+    caption, URL or path, the categories its caption names and the names the dialogue gives its subject."""
+
+    id: str
+    time: str | None
+    caption: str
+    url: str | None = None
+    path: str | None = None
+    categories: list[str]
+    names: list[str]
+
+    @classmethod
+    def of(cls, entry: ImageEntry) -> "ImageMeta":
+        image = entry.image
+        return cls(id=image.id, time=image.time.isoformat() if image.time else None, caption=image.caption,
+                   url=image.url, path=image.path, categories=list(entry.categories),
+                   names=list(dict.fromkeys(n.name for n in entry.names)))
+
+
 class TurnMeta(Record):
     """An organised turn's metadata (a Markdown record's frontmatter, a ``mem_records`` row's ``meta``): the turn's
-    id, speaker, session, time and the sha256 of its text."""
+    id, speaker, session, time and the sha256 of its text, and the images it shares (the IKB's rows, erased, purged
+    and replayed with the turn)."""
 
     id: str
     speaker: str
     session: str
     time: str | None
     sha256: str
+    images: list[ImageMeta] | None = _omitted()
 
     @classmethod
-    def of(cls, turn: Turn, session: str) -> "TurnMeta":
+    def of(cls, turn: Turn, session: str, ikb: ImageKB | None = None) -> "TurnMeta":
+        images = [ImageMeta.of(e) for e in ikb.shared_by(turn.id)] if ikb is not None else []
         return cls(id=turn.id, speaker=turn.speaker, session=session,
                    time=turn.timestamp.isoformat() if turn.timestamp else None,
-                   sha256=sha256_hex(turn.text.encode("utf-8")))
+                   sha256=sha256_hex(turn.text.encode("utf-8")), images=images or None)
 
     def holds(self, body: str, captured: str | None) -> bool:
         """Whether ``body`` is the text this record was written with and the text the capture log holds."""

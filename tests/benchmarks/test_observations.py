@@ -10,7 +10,7 @@ import pytest
 from pydantic import ValidationError
 
 from evolve.benchmarks.locomo import load_locomo
-from evolve.benchmarks.observations import DialogueTurn, ImageObservation, Provenance
+from evolve.benchmarks.observations import DialogueTurn, ImageObservation, Photo, Provenance
 from evolve.benchmarks.turns import admit_session, client_turn
 from evolve.benchmarks.types import BenchmarkError
 
@@ -54,8 +54,9 @@ def test_the_service_turn_and_the_admitted_turn_agree():
     payload = DialogueTurn(id="D1:1", speaker="Ana", text="Look!", session="session_1", time="2023-05-08T13:56:00",
                            image_caption="a photo of a cat", provenance=Provenance(source="client", record="D1:1"))
     admitted = admit_session([payload])
-    assert admitted.turns[0] == client_turn("D1:1", "Ana", "Look!", "session_1", "2023-05-08T13:56:00",
-                                            "a photo of a cat")
+    turn, photo = client_turn("D1:1", "Ana", "Look!", "session_1", "2023-05-08T13:56:00",
+                              Photo(caption="a photo of a cat"))
+    assert admitted.turns[0] == turn and photo == Photo(caption="a photo of a cat")
     assert admitted.images[0].id == "D1:IMG_001" and admitted.images[0].session == "D1"
 
 

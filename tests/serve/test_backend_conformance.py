@@ -13,6 +13,8 @@ import subprocess
 import numpy as np
 import pytest
 
+from evolve.benchmarks.observations import ImageObservation, Provenance
+from evolve.runtime.ikb import build_ikb
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.serve.backend import Backend, UnknownTurn
 from evolve.serve.filestore import FileBackend
@@ -48,6 +50,8 @@ def store(request, tmp_path) -> Iterator[Subject]:
 
         def holds(user: str, text: str) -> bool:
             folder = tmp_path / "data/users" / user
+            if not folder.exists():  # nothing of the user's is stored
+                return False
             objects = subprocess.run(["git", "-C", str(folder), "cat-file", "--batch-all-objects", "--batch"],
                                      capture_output=True, check=True).stdout
             return text.encode() in objects or any(text.encode() in p.read_bytes() for p in folder.rglob("*")
@@ -131,6 +135,20 @@ def test_organise_organised_and_verify(store):
     store.tamper("ann")
     problems = backend.verify("ann")
     assert problems and "D1:0" in problems[0]
+
+
+def test_an_organised_photo_keeps_its_ikb_row_until_the_user_is_erased(store):
+    backend = store.backend
+    turns = _turns("D1", 2)
+    backend.append("ann", TurnsEvent(turns=turns))
+    memory = _memory(turns)
+    photo = ImageObservation(id="D1:IMG_001", session="D1", time=None, caption="a photo of a cat named Whiskerino",
+                             source_turn="D1:0", speaker="Bo", provenance=Provenance(source="client", record="D1:0"))
+    memory.ikb = build_ikb([photo], [t.turn() for t in turns])
+    backend.organise("ann", "D1", [t.turn() for t in turns], memory, "h" * 64)
+    assert backend.verify("ann") == [] and store.holds("ann", "Whiskerino") and store.holds("ann", "D1:IMG_001")
+    backend.erase("ann")
+    assert not store.holds("ann", "Whiskerino") and not store.holds("ann", "D1:IMG_001")
 
 
 def test_the_recall_log_keeps_the_newest_records_within_its_bound(store):

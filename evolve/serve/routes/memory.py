@@ -1,17 +1,21 @@
-"""The users' routes: capture turns, recall (or answer) a question, close the open session, erase the user."""
+"""The users' routes: capture turns (or typed observations: turns and the photos they share), recall (or answer) a
+question, close the open session, erase the user or one turn."""
 from __future__ import annotations
 
 import logging
 import time
 import uuid
 from datetime import datetime, timezone
+from typing import Annotated, Literal, Union
 
 from fastapi import APIRouter, BackgroundTasks
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from evolve.benchmarks.observations import ObservationRef, Photo
 from evolve.files import now_iso
 from evolve.observe.answer import carried
 from evolve.runtime.live import CaptureError
+from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import count_words
 from evolve.serve.access import Caller
 from evolve.serve.answers import Answer
@@ -31,6 +35,9 @@ log = logging.getLogger(__name__)
 MAX_TURN_CHARS = 20_000
 MAX_TURNS = 500
 MAX_QUESTION_CHARS = 2_000
+#: Longest photo caption, URL or path.
+MAX_CAPTION_CHARS = 2_000
+MAX_LOCATION_CHARS = 4_096
 
 router = APIRouter(prefix="/v1/users/{user}", tags=["memory"])
 
@@ -42,12 +49,16 @@ class TurnIn(BaseModel):
     text: str = Field(min_length=1, max_length=MAX_TURN_CHARS)
     time: str | None = Field(None, max_length=64, description="ISO 8601 or LoCoMo style '1:56 pm on 8 May, 2023'")
     session: str = Field(min_length=1, max_length=128, description="session id; a new one closes the previous")
-    image_caption: str | None = Field(None, max_length=2_000)
+    image_caption: str | None = Field(None, max_length=MAX_CAPTION_CHARS, description="the caption of the photo the "
+                                                                                    "turn shares")
+    image_url: str | None = Field(None, max_length=MAX_LOCATION_CHARS, description="the photo's URL")
+    image_path: str | None = Field(None, max_length=MAX_LOCATION_CHARS, description="the photo's local path")
 
 
-class CaptureIn(BaseModel):
+class _Capture(BaseModel):
+    """What every capture may say: the purpose its turns are for and when they are purged."""
+
     model_config = ConfigDict(extra="forbid")
-    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS)
     purpose: str | None = Field(None, pattern=PURPOSE, description="what these turns may be recalled for; a user's "
                                 "memory holds one purpose (default: the user's, none for a new user)")
     retain_until: datetime | None = Field(None, description="ISO 8601 moment after which these turns are purged "
@@ -63,11 +74,59 @@ class CaptureIn(BaseModel):
         return moment
 
 
+class CaptureIn(_Capture):
+    turns: list[TurnIn] = Field(min_length=1, max_length=MAX_TURNS)
+
+
+class TurnObservation(TurnIn):
+    kind: Literal["turn"]
+
+
+class ImageObservationIn(BaseModel):
+    """A photo, as its own observation: the turn that shares it (earlier in the same request), its caption, URL or
+    path. It becomes the image observation a turn's ``image_caption`` yields (the same id, caption and time)."""
+
+    model_config = ConfigDict(extra="forbid")
+    kind: Literal["image"]
+    turn: str = Field(min_length=1, max_length=128, description="the id of the turn that shares it, earlier in "
+                                                                "this request")
+    caption: str | None = Field(None, max_length=MAX_CAPTION_CHARS)
+    url: str | None = Field(None, max_length=MAX_LOCATION_CHARS)
+    path: str | None = Field(None, max_length=MAX_LOCATION_CHARS)
+
+
+class ObservationsIn(_Capture):
+    observations: list[Annotated[Union[TurnObservation, ImageObservationIn], Field(discriminator="kind")]] = Field(
+        min_length=1, max_length=2 * MAX_TURNS, description="typed observations in order: turns, and the photos "
+                                                            "they share")
+
+    def turns(self) -> list[dict]:
+        """The turns as ``/turns`` takes them, each photo merged into its turn; :class:`Problem` 422 naming the
+        observation that names no earlier turn of the request, shares a second photo with one, or is empty."""
+        turns: list[dict] = []
+        by_id: dict[str, dict] = {}  # a repeated turn id is left for the capture to refuse
+        for i, seen in enumerate(self.observations):
+            if isinstance(seen, TurnObservation):
+                turns.append(turn := seen.model_dump(exclude={"kind"}))
+                by_id.setdefault(seen.id, turn)
+                continue
+            turn = by_id.get(seen.turn)
+            if turn is None:
+                raise Problem(422, f"observations[{i}]: turn {seen.turn!r} is not a turn earlier in this request")
+            if not Photo(caption=seen.caption, url=seen.url, path=seen.path).shared:
+                raise Problem(422, f"observations[{i}]: an image needs a caption, a url or a path")
+            if any(turn[f"image_{k}"] for k in ("caption", "url", "path")):
+                raise Problem(422, f"observations[{i}]: turn {seen.turn!r} already shares a photo (one per turn)")
+            turn.update(image_caption=seen.caption, image_url=seen.url, image_path=seen.path)
+        return turns
+
+
 class CaptureOut(BaseModel):
     captured: int
     turns: int = Field(description="turns held for the user after this capture")
     open_session: str | None
     closed_sessions: list[str] = Field(description="sessions this capture closed (organised in the background)")
+    images: list[str] = Field(description="stable ids of the image observations its turns share (D3:IMG_001)")
 
 
 class RecallIn(BaseModel):
@@ -85,6 +144,8 @@ class PackedItem(BaseModel):
     layer: str
     source_ids: list[str]
     words: int = Field(description="the item's size in words (whitespace words, the unit of the token budget)")
+    observations: list[ObservationRef] = Field(description="what the item comes from: its turns, then the images "
+                                                           "they share (stable ids, kind and time)")
 
     def ref(self) -> PackedRef:
         """The recall log's reference to this item (its text left out)."""
@@ -112,16 +173,18 @@ def _asked(body: RecallIn) -> datetime | None:
         raise Problem(422, str(exc)) from None
 
 
-def _packed(result) -> list[PackedItem]:
+def _packed(store: MemoryStore, result) -> list[PackedItem]:
     return [PackedItem(id=c.id, text=c.text, layer=c.layer, source_ids=list(c.source_ids),
-                       words=count_words(c.text)) for c in result.packed]
+                       words=count_words(c.text), observations=store.provenance(c.source_ids, c.image_ids))
+            for c in result.packed]
 
 
 def _context(loaded: Loaded, memory: MemoryService, user: str, body: RecallIn) -> tuple[list[PackedItem], float]:
     """``loaded``'s packed context for the request and its latency (ms)."""
     started = time.perf_counter()
-    result = loaded.runtime.ask(memory.store(user, loaded), body.question, _asked(body), answer=False)
-    return _packed(result), round((time.perf_counter() - started) * 1000, 3)
+    store = memory.store(user, loaded)
+    result = loaded.runtime.ask(store, body.question, _asked(body), answer=False)
+    return _packed(store, result), round((time.perf_counter() - started) * 1000, 3)
 
 
 def _shadow_and_log(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers: dict[tuple[str, str], Answer],
@@ -166,7 +229,7 @@ def _recall(slot: StrategySlot, memory: MemoryService, metrics: Metrics, answers
     loaded, role = (run.loaded, "canary") if run is not None else (slot.current, "serving")
     store = memory.store(user, loaded)
     result = loaded.runtime.ask(store, body.question, _asked(body), answer=answer)
-    packed = _packed(result)
+    packed = _packed(store, result)
     out = RecallOut(packed=packed, words=sum(p.words for p in packed), trace_id=uuid.uuid4().hex,
                     strategy=loaded.strategy_hash, role=role,
                     latency_ms=round((time.perf_counter() - started) * 1000, 3))
@@ -192,6 +255,18 @@ def capture(user: UserId, body: CaptureIn, memory: Memory, caller: Capturer) -> 
     out = memory.capture(user, [t.model_dump() for t in body.turns], body.purpose, body.retain_until)
     caller.record("CAPTURE", user, ids=[t.id for t in body.turns], purpose=body.purpose,
                   counts={"turns": out["captured"]})
+    return out
+
+
+@router.post("/observations", status_code=201, response_model=CaptureOut,
+             summary="Capture typed observations: turns and the photos they share (durable before the reply)")
+def observe(user: UserId, body: ObservationsIn, memory: Memory, caller: Capturer) -> dict:
+    if not caller.captures(body.purpose):
+        raise caller.deny("this key may capture only for its own purposes: name one of them", user, "purpose")
+    turns = body.turns()
+    out = memory.capture(user, turns, body.purpose, body.retain_until)
+    caller.record("CAPTURE", user, ids=[t["id"] for t in turns] + out["images"], purpose=body.purpose,
+                  counts={"turns": out["captured"], "images": len(out["images"])})
     return out
 
 
