@@ -4,7 +4,8 @@ For each strategy, one ``memevolve serve`` (uvicorn, 127.0.0.1, a fresh data dir
 the LoCoMo JSON itself and sends it as it stands: every turn of every conversation with its own
 ``POST /v1/users/{sample_id}/turns`` in dialogue order, with the file's ``dia_id``, ``speaker`` and ``text``, the
 session key (``session_3``) as its session, the session's ``session_N_date_time`` (``1:56 pm on 8 May, 2023``) as its
-time and ``blip_caption`` as its ``image_caption``; a new session closes the previous one, ``POST .../close`` closes
+time, ``blip_caption`` as its ``image_caption`` and the first ``img_url`` as its ``image_url`` (with ``--photos
+observations``: the turn on ``POST .../observations``, followed by its photo as an image observation); a new session closes the previous one, ``POST .../close`` closes
 the last. Then every question the harness scores is asked with ``POST .../answer``, its text as the file has it. The
 offline harness (:class:`evolve.observe.harness.Harness`, batch ingestion of the adapter's turns) evaluates the same
 strategy, answers included.
@@ -21,7 +22,8 @@ Figures per strategy:
   the way through HTTP; it is not LiteMem's retention, which compares two different memory substrates;
 * capture and recall latency as one client sees them (p50 / p95 ms), and the wall time of each phase.
 
-    python experiments/bench/bench_serve_equivalence.py [--file PATH] [--strategy PATH ...] [--out report.json]
+    python experiments/bench/bench_serve_equivalence.py [--file PATH] [--strategy PATH ...] [--photos observations]
+        [--out report.json]
 """
 from __future__ import annotations
 
@@ -95,11 +97,25 @@ def raw_turns(conversation: dict) -> Iterator[dict]:
     keys = sorted((k for k in conversation if _SESSION.fullmatch(k)), key=lambda k: int(_SESSION.fullmatch(k)[1]))
     for key in keys:
         for t in conversation[key]:
+            urls = t.get("img_url") if isinstance(t.get("img_url"), list) else [t.get("img_url")]
             yield {"id": t["dia_id"], "speaker": t["speaker"], "text": t["text"], "session": key,
-                   "time": conversation.get(f"{key}_date_time"), "image_caption": t.get("blip_caption")}
+                   "time": conversation.get(f"{key}_date_time"), "image_caption": t.get("blip_caption"),
+                   "image_url": next((u for u in urls if isinstance(u, str) and u), None)}
 
 
-def _serve(samples: list[dict], asked: dict[str, str], strategy_path: Path) -> dict:
+def capture_request(turn: dict, photos: str) -> tuple[str, dict]:
+    """The path and body that capture ``turn``: ``captions``, the turn with its photo's fields on ``/turns``;
+    ``observations``, a turn observation then its photo's image observation on ``/observations``."""
+    if photos == "captions":
+        return "turns", {"turns": [turn]}
+    plain = {k: v for k, v in turn.items() if not k.startswith("image_")}
+    seen = [{"kind": "turn", **plain}]
+    if turn["image_caption"] or turn["image_url"]:
+        seen.append({"kind": "image", "turn": turn["id"], "caption": turn["image_caption"], "url": turn["image_url"]})
+    return "observations", {"observations": seen}
+
+
+def _serve(samples: list[dict], asked: dict[str, str], strategy_path: Path, photos: str) -> dict:
     """Capture ``samples`` raw and ask ``asked`` (question id -> text) on a fresh service; replies and timings."""
     packed: dict[str, list[dict]] = {}
     answers: dict[str, str] = {}
@@ -113,7 +129,8 @@ def _serve(samples: list[dict], asked: dict[str, str], strategy_path: Path) -> d
                     user = sample["sample_id"]
                     for turn in raw_turns(sample["conversation"]):
                         sent = time.perf_counter()
-                        reply = client.post(f"/v1/users/{user}/turns", json={"turns": [turn]})
+                        route, body = capture_request(turn, photos)
+                        reply = client.post(f"/v1/users/{user}/{route}", json=body)
                         capture_ms.append((time.perf_counter() - sent) * 1000)
                         reply.raise_for_status()
                     client.post(f"/v1/users/{user}/close").raise_for_status()
@@ -137,7 +154,7 @@ def _ratio(served: float, offline: float) -> float | None:
     return round(served / offline, 4) if offline else None
 
 
-def run_strategy(samples: list[dict], harness: Harness, strategy_path: Path) -> dict:
+def run_strategy(samples: list[dict], harness: Harness, strategy_path: Path, photos: str) -> dict:
     """One strategy served and evaluated offline on the same file; its figures."""
     bench = harness.benchmark
     started = time.perf_counter()
@@ -147,7 +164,7 @@ def run_strategy(samples: list[dict], harness: Harness, strategy_path: Path) -> 
     offline_correct = {t.question_id: t.correct for t in traces if t.scored}  # adversarial questions left out
     questions = [q for q in bench.questions if q.id in offline]  # every question traced: its context compared
     asked = {f"{s['sample_id']}/q{i}": r["question"] for s in samples for i, r in enumerate(s.get("qa", []))}
-    served = _serve(samples, {q.id: asked[q.id] for q in questions}, strategy_path)
+    served = _serve(samples, {q.id: asked[q.id] for q in questions}, strategy_path, photos)
 
     identical = [q.id for q in questions if _key(served["packed"][q.id]) == _key(offline[q.id])]
     judged = [q for q in questions if q.id in offline_correct]
@@ -179,16 +196,17 @@ def run_strategy(samples: list[dict], harness: Harness, strategy_path: Path) -> 
     }
 
 
-def run(path: Path, strategies: list[Path]) -> dict:
+def run(path: Path, strategies: list[Path], photos: str = "captions") -> dict:
     started = time.perf_counter()
     samples = json.loads(path.read_text())
     bench = load_benchmark(f"locomo:{path}")
     harness = Harness(bench, progress=False)  # adversarial questions left out, as in every evaluation
     sent = [t for s in samples for t in raw_turns(s["conversation"])]
-    results = [run_strategy(samples, harness, s) for s in strategies]
+    results = [run_strategy(samples, harness, s, photos) for s in strategies]
     return {
         "file": path.name, "conversations": len(samples), "turns": len(sent),
         "turns_with_image_caption": sum(bool(t["image_caption"]) for t in sent),
+        "photos": photos, "images_sent": sum(bool(t["image_caption"] or t["image_url"]) for t in sent),
         "captions_starting_a_photo_of": sum(str(t["image_caption"]).lower().startswith("a photo of") for t in sent),
         "strategies": results, "wall_s": round(time.perf_counter() - started, 1),
         "machine": f"{platform.machine()}, {os.cpu_count()} CPU(s), Python {platform.python_version()}",
@@ -201,12 +219,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", type=Path, action="append",
                         help="strategy to serve and evaluate (repeatable; default: the baseline, "
                              "locomo_answer_evolved4.yaml and locomo_answer_turns.yaml)")
+    parser.add_argument("--photos", choices=("captions", "observations"), default="captions",
+                        help="send a turn's photo as its image_caption/image_url on /turns (default), or as an image "
+                             "observation after its turn on /observations")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args(argv)
     if not args.file.is_file():
         print(f"error: {args.file} does not exist")
         return 2
-    result = run(args.file, [p.absolute() for p in args.strategy or DEFAULT_STRATEGIES])
+    result = run(args.file, [p.absolute() for p in args.strategy or DEFAULT_STRATEGIES], args.photos)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
