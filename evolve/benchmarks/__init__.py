@@ -7,6 +7,8 @@ from evolve.benchmarks.locomo import load_locomo
 from evolve.benchmarks.longmemeval import load_longmemeval
 from evolve.benchmarks.lifecycle import generate_lifecycle
 from evolve.benchmarks.probes import load_probes
+from evolve.benchmarks.scene_gen import scenes_bench
+from evolve.benchmarks.scenes import load_scenes
 from evolve.benchmarks.synthetic import generate_synthetic, write_locomo
 from evolve.benchmarks.types import (CATEGORIES, LIFECYCLE_CATEGORIES, LOCOMO_CATEGORIES, LONGMEMEVAL_CATEGORIES,
                                      Benchmark, BenchmarkError, Conversation, Question, Session, Turn, file_spec)
@@ -15,9 +17,11 @@ __all__ = ["CATEGORIES", "LIFECYCLE_CATEGORIES", "LOCOMO_CATEGORIES", "LONGMEMEV
            "generate_lifecycle", "generate_synthetic", "load_benchmark", "load_locomo", "load_longmemeval", "select_questions",
            "write_locomo"]
 
-_FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval, "probes": load_probes}
+_FILE_LOADERS = {"locomo": load_locomo, "longmemeval": load_longmemeval, "probes": load_probes, "scenes": load_scenes}
 SPEC_HELP = ("expected 'locomo:PATH[#CONV,...]', 'longmemeval:PATH[#CONV,...]', 'probes:PATH[#CONV,...]', "
-             "'synthetic[:SEED[:N_PERSONAS]]' or 'lifecycle[:SEED[:N_PERSONAS]]'")
+             "'scenes:PATH[#CONV,...]', 'synthetic[:SEED[:N_PERSONAS]]', 'lifecycle[:SEED[:N_PERSONAS]]' or "
+             "'scenegen[:SEED[:HOMES]]'")
+_GENERATORS = {"synthetic": generate_synthetic, "lifecycle": generate_lifecycle, "scenegen": scenes_bench}
 
 
 def _generated(spec: str, args: list[str]) -> Benchmark:
@@ -27,7 +31,7 @@ def _generated(spec: str, args: list[str]) -> Benchmark:
         numbers = [int(arg) for arg in args]
     except ValueError:
         raise BenchmarkError(f"benchmark spec {spec!r}: SEED and N_PERSONAS must be integers") from None
-    return (generate_lifecycle if spec.startswith("lifecycle") else generate_synthetic)(*numbers)
+    return _GENERATORS[spec.partition(":")[0]](*numbers)
 
 
 def subset(bench: Benchmark, ids: list[str], spec: str) -> Benchmark:
@@ -44,10 +48,11 @@ def subset(bench: Benchmark, ids: list[str], spec: str) -> Benchmark:
 
 def load_benchmark(spec: str) -> Benchmark:
     """Load a benchmark from ``"locomo:PATH"``, ``"longmemeval:PATH"``, ``"probes:PATH"`` (probe questions generated
-    from a LoCoMo-format file's conversations), ``"synthetic[:SEED[:N_PERSONAS]]"`` or
-    ``"lifecycle[:SEED[:N_PERSONAS]]"``; ``PATH#ID,ID`` keeps only those conversations of the file."""
+    from a LoCoMo-format file's conversations), ``"scenes:PATH"`` (a scene-to-sensor file),
+    ``"synthetic[:SEED[:N_PERSONAS]]"``, ``"lifecycle[:SEED[:N_PERSONAS]]"`` or ``"scenegen[:SEED[:HOMES]]"``;
+    ``PATH#ID,ID`` keeps only those conversations of the file."""
     scheme, _, rest = spec.partition(":")
-    if scheme in ("synthetic", "lifecycle"):
+    if scheme in _GENERATORS:
         return _generated(spec, rest.split(":") if rest else [])
     parts = file_spec(spec)
     if parts is None:

@@ -2,15 +2,15 @@
 
 A :class:`DialogueTurn` is a turn as a client or a benchmark file states it; an :class:`ImageObservation` is a photo a
 turn shares, with an id of its own (``D3:IMG_001``: its session, numbered in turn order) that retrieval, packing
-and traces keep. Admission (:func:`evolve.benchmarks.turns.admit_session`) turns dialogue turns into the runtime's
-turns and image observations; a new kind (a device event) is one more model here, with its own ``kind``.
+and traces keep; a :class:`DeviceEvent` is what a device observed. Admission (:func:`evolve.benchmarks.turns.admit_session`,
+:func:`evolve.benchmarks.scenes.admit_event`) turns them into the runtime's turns (an event keeps its id as the turn's).
 """
 from __future__ import annotations
 
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Payload(BaseModel):
@@ -75,11 +75,38 @@ class ImageObservation(_Payload):
     provenance: Provenance
 
 
+class DeviceEvent(_Payload):
+    """Something a device observed, as an atomic event with its provenance: which device (``camera``,
+    ``phone_calendar``, ``car``, ...), of whose (``owner``, ``None``: the household's), what kind of observation,
+    when, what it recorded in words, how important and urgent it is (0 to 1), and who may see it (``household``: every
+    user of the home; ``private``: its owner only)."""
+
+    kind: Literal["event"] = "event"
+    id: str
+    device: str
+    owner: str | None = None
+    event: str
+    time: datetime
+    text: str
+    importance: float = Field(0.5, ge=0, le=1)
+    urgency: float = Field(0.0, ge=0, le=1)
+    visibility: Literal["household", "private"] = "household"
+    provenance: Provenance
+
+    def visible_to(self, user: str) -> bool:
+        return self.visibility == "household" or self.owner == user
+
+    @property
+    def source(self) -> str:
+        """Who states it, as memory names a speaker: ``Ana's car``, ``camera``."""
+        return f"{self.owner}'s {self.device.replace('_', ' ')}" if self.owner else self.device.replace("_", " ")
+
+
 class ObservationRef(_Payload):
     """An observation a packed item comes from, as a recall names it: its stable id, its kind and when it was made."""
 
     id: str
-    kind: Literal["turn", "image"]
+    kind: Literal["turn", "image", "event"]
     time: datetime | None
 
 

@@ -24,8 +24,10 @@ LONGMEMEVAL_CATEGORIES = ("single_session_user", "single_session_assistant", "si
 PROBE_CATEGORIES = ("probe_paraphrase", "probe_temporal", "probe_aggregation", "probe_image", "probe_inference",
                     "probe_attribute", "probe_link", "probe_multi_hop", "probe_update", "probe_prior",
                     "probe_retraction", "probe_llm", "probe_when", "probe_who", "probe_cloze")
+#: Scene-to-sensor questions' categories, one per question kind (:mod:`evolve.benchmarks.scenes`).
+SCENE_CATEGORIES = ("scene_event", "scene_device", "scene_causal", "scene_conflict")
 #: Every category a question may have (acceptance rules and the planner table validate against it).
-CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES + LONGMEMEVAL_CATEGORIES + PROBE_CATEGORIES
+CATEGORIES = LOCOMO_CATEGORIES + LIFECYCLE_CATEGORIES + LONGMEMEVAL_CATEGORIES + PROBE_CATEGORIES + SCENE_CATEGORIES
 
 
 @dataclass(frozen=True)
@@ -86,6 +88,8 @@ class Question:
     outdated: tuple[str, ...] = ()
     #: The conversation does not hold the answer (LongMemEval's ``_abs`` questions): declining to answer is correct.
     abstention: bool = False
+    #: The evidence the context must carry, each item as words (scene questions; :func:`~evolve.benchmarks.scenes.coverage`).
+    checklist: tuple[str, ...] = ()
 
 
 @dataclass
@@ -111,7 +115,7 @@ class Benchmark:
             h.update(self.conversations[cid].content_hash().encode())
         for q in self.questions:
             record = asdict(q)
-            for name in ("outdated", "abstention"):  # benchmarks without them keep the hash they always had
+            for name in ("outdated", "abstention", "checklist"):  # benchmarks without them keep their old hash
                 if not record[name]:
                     del record[name]
             h.update(json.dumps(record, default=str, sort_keys=True).encode())
@@ -119,7 +123,7 @@ class Benchmark:
 
 
 #: Benchmark spec schemes whose part after the colon names a file: ``scheme:PATH[#CONV,...]``.
-FILE_SCHEMES = ("locomo", "longmemeval", "probes")
+FILE_SCHEMES = ("locomo", "longmemeval", "probes", "scenes")
 
 
 def file_spec(spec: str) -> tuple[str, str, str] | None:

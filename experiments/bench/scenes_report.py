@@ -1,0 +1,124 @@
+"""The scene-to-sensor benchmark: memory strategies against the raw-event peers, judged by each question's checklist.
+
+Every system packs a context of at most about 160 words per question from the events the asking user may see that
+were observed before the question (``asked_at``). Judged by content, the same way for every system
+(:func:`evolve.benchmarks.scenes.coverage`): a checklist item counts when all its content words reach the context.
+
+* memory strategies (``--strategy``, default: the baseline, the hand-set ``locomo_answer_turns.yaml`` and the LoCoMo
+  night's final) through the offline harness, context only;
+* ``bm25x``: every raw event as ``(date) source: text``, ranked by BM25 over English stems without function words,
+  packed in rank order to 160 words;
+* ``dense``: the same events ranked by the bundled all-MiniLM-L6-v2 embedder's cosine similarity.
+
+Per question kind (event, device, causal, conflict) and over all: checklist coverage (mean share of items carried),
+complete (every item carried), the answer carried, and mean words. Run from the repository root:
+
+    python experiments/bench/scenes_report.py [--bench scenegen:0] [--strategy PATH ...] [--out FILE.md]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import bm25s
+import numpy as np
+
+from evolve import Harness, load_benchmark, load_strategy
+from evolve.benchmarks import Benchmark, Question, Turn
+from evolve.benchmarks.scenes import SCENE_KINDS, carried, coverage
+from evolve.english import english_terms
+from evolve.runtime import default_embedder
+from evolve.runtime.text import count_words
+
+ROOT = Path(__file__).resolve().parents[2]
+STRATEGIES = [ROOT / "strategies" / "baseline.yaml", ROOT / "experiments" / "strategies" / "locomo_answer_turns.yaml",
+              ROOT / "experiments" / "strategies" / "locomo_answer_final.yaml"]
+BUDGET = 160
+
+
+def raw_text(turn: Turn) -> str:
+    return f"({turn.timestamp:%d %B %Y %H:%M}) {turn.speaker}: {turn.text}"
+
+
+def peer_contexts(bench: Benchmark, ranker: str) -> dict[str, str]:
+    """Each question's context from the raw events before it, ranked by ``ranker`` (bm25x, dense), to the budget."""
+    embedder = default_embedder() if ranker == "dense" else None
+    out = {}
+    for cid, conversation in bench.conversations.items():
+        turns = conversation.turns()
+        texts = [raw_text(t) for t in turns]
+        if embedder is not None:
+            vectors = embedder.encode(texts)
+        else:
+            index = bm25s.BM25()
+            index.index([english_terms(t) or ["_"] for t in texts], show_progress=False)
+        for q in (q for q in bench.questions if q.conversation_id == cid):
+            seen = np.array([q.asked_at is None or t.timestamp <= q.asked_at for t in turns])
+            if embedder is not None:
+                scores = vectors @ embedder.encode([q.question])[0]
+            else:
+                terms = english_terms(q.question)
+                scores = np.asarray(index.get_scores(terms)) if terms else np.zeros(len(turns))
+            scores = np.where(seen, scores, -np.inf)
+            packed, words = [], 0
+            for i in np.argsort(-scores, kind="stable"):
+                if not np.isfinite(scores[i]) or words + count_words(texts[i]) > BUDGET:
+                    break
+                packed.append(texts[i])
+                words += count_words(texts[i])
+            out[q.id] = "\n".join(packed)
+    return out
+
+
+def strategy_contexts(bench: Benchmark, path: Path) -> dict[str, str]:
+    run = Harness(bench, progress=False).evaluate(load_strategy(path), answer=False)
+    return {t.question_id: "\n".join(item["text"] for item in t.packed) for t in run.traces}
+
+
+def scores(questions: list[Question], contexts: dict[str, str]) -> dict[str, dict]:
+    """Per kind and over all: coverage, complete, answer carried, words (means over the kind's questions)."""
+    rows: dict[str, list[tuple[float, bool, bool, int]]] = defaultdict(list)
+    for q in questions:
+        text = contexts[q.id]
+        cover = coverage(q.checklist, text)
+        row = (cover, cover == 1.0, carried(q.answer, text), count_words(text))
+        rows[q.category.removeprefix("scene_")].append(row)
+        rows["all"].append(row)
+    return {kind: {"n": len(r), "coverage": float(np.mean([x[0] for x in r])),
+                   "complete": float(np.mean([x[1] for x in r])), "answer": float(np.mean([x[2] for x in r])),
+                   "words": float(np.mean([x[3] for x in r]))} for kind, r in rows.items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", default="scenegen:0", help="scenegen[:SEED[:HOMES]] or scenes:PATH")
+    parser.add_argument("--strategy", type=Path, action="append", help="memory strategy (repeatable)")
+    parser.add_argument("--out", type=Path, help="write the table as markdown (and JSON beside it)")
+    args = parser.parse_args(argv)
+    bench = load_benchmark(args.bench)
+    systems = {path.stem: strategy_contexts(bench, path) for path in args.strategy or STRATEGIES}
+    systems |= {ranker: peer_contexts(bench, ranker) for ranker in ("bm25x", "dense")}
+    table = {name: scores(bench.questions, contexts) for name, contexts in systems.items()}
+    devices = sorted({t.speaker.split("'s ")[-1] for c in bench.conversations.values() for t in c.turns()})
+    lines = [f"`{args.bench}`: {len(bench.questions)} questions over {len(bench.conversations)} user memories, "
+             f"{sum(len(c.turns()) for c in bench.conversations.values())} events from {len(devices)} device kinds "
+             f"({', '.join(devices)}).", "",
+             "| system | kind | n | checklist coverage | complete | answer carried | words |", "|---|---|---|---|---|---|---|"]
+    for name, kinds in table.items():
+        for kind in (*SCENE_KINDS, "all"):
+            if kind in kinds:
+                r = kinds[kind]
+                lines.append(f"| {name} | {kind} | {r['n']} | {r['coverage']:.3f} | {r['complete']:.3f} | "
+                             f"{r['answer']:.3f} | {r['words']:.1f} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        args.out.write_text(f"# Scene-to-sensor benchmark\n\n{text}\n")
+        args.out.with_suffix(".json").write_text(json.dumps(table, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

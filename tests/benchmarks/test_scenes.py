@@ -1,0 +1,84 @@
+"""Scene-to-sensor files: the generator, the format any user file follows, per-user visibility, event ids kept through
+the runtime, and the checklist judged by content."""
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+import pytest
+
+from evolve.benchmarks import BenchmarkError, load_benchmark
+from evolve.benchmarks.scene_gen import generate_scenes
+from evolve.benchmarks.scenes import carried, coverage
+from evolve.runtime import MemoryRuntime
+from evolve.data import BASELINE_PATH
+from evolve.strategy.artifact import load_strategy
+
+
+@pytest.fixture(scope="module")
+def one_home(tmp_path_factory):
+    path = tmp_path_factory.mktemp("scenes") / "home.json"
+    path.write_text(generate_scenes(3, homes=1).model_dump_json())
+    return path
+
+
+def test_the_generator_is_seeded_and_its_file_reads_back_as_the_same_benchmark(one_home):
+    assert generate_scenes(3, homes=1) == generate_scenes(3, homes=1) != generate_scenes(4, homes=1)
+    generated, read = load_benchmark("scenegen:3:1"), load_benchmark(f"scenes:{one_home}")
+    assert generated.questions == read.questions and generated.conversations == read.conversations
+    assert {q.category for q in read.questions} == {"scene_event", "scene_device", "scene_causal", "scene_conflict"}
+    assert all(q.checklist and q.asked_at is not None for q in read.questions)
+
+
+def test_each_user_sees_the_households_events_and_their_own(one_home):
+    scenes = generate_scenes(3, homes=1)
+    home = scenes.homes[0]
+    bench = load_benchmark(f"scenes:{one_home}")
+    a, b = (bench.conversations[f"{home.id}/{u}"] for u in home.users)
+    ids_a, ids_b = {t.id for t in a.turns()}, {t.id for t in b.turns()}
+    private = [e for e in home.events if e.visibility == "private"]
+    assert private and all((e.id in ids_a) == (e.owner == home.users[0]) for e in private)
+    assert all((e.id in ids_b) == (e.owner == home.users[1]) for e in private)
+    household = {e.id for e in home.events if e.visibility == "household"}
+    assert household <= ids_a and household <= ids_b
+    speakers = Counter(t.speaker for t in a.turns())
+    assert speakers["camera"] > 0 and speakers[f"{home.users[0]}'s car"] > 0
+    for q in bench.questions:  # evidence is observed before the question is asked, by a device the asker sees
+        turns = {t.id: t for t in bench.conversations[q.conversation_id].turns()}
+        assert all(turns[e].timestamp <= q.asked_at for e in q.evidence), q.question
+
+
+def test_a_packed_event_keeps_its_id_and_its_words_reach_the_checklist(one_home, embedder):
+    bench = load_benchmark(f"scenes:{one_home}")
+    runtime = MemoryRuntime(load_strategy(BASELINE_PATH), embedder=embedder)
+    question = next(q for q in bench.questions if q.category == "scene_event" and "car" in q.question)
+    store = runtime.ingest(bench.conversations[question.conversation_id])
+    packed = runtime.ask(store, question.question, question.asked_at, answer=False).packed
+    events = {t.id for t in bench.conversations[question.conversation_id].turns()}
+    assert any(set(c.source_ids) & set(question.evidence) for c in packed)
+    assert all(set(c.source_ids) <= events | {""} for c in packed if c.layer in ("L0", "RT"))
+    context = "\n".join(c.text for c in packed)
+    assert coverage(question.checklist, context) == 1.0 and carried(question.answer, context)
+
+
+def test_checklist_items_count_only_when_every_content_word_arrives():
+    assert carried("football boots doorway", "the FOOTBALL boots by the doorway")
+    assert not carried("football boots doorway", "football boots in the car")
+    assert coverage(("camera", "suitcase coat rack"), "camera: a suitcase") == 0.5
+    assert coverage((), "anything") == 0.0
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda d: d.update(format="scenes/0"), "format"),
+    (lambda d: d["homes"][0]["questions"][0].update(evidence=["nope"]), "evidence ['nope'] is no event"),
+    (lambda d: d["homes"][0]["questions"][0].update(user="Zed"), "user 'Zed' is not one of"),
+    (lambda d: d["homes"][0]["events"][0].update(importance=3), "homes.0.events.0.importance"),
+])
+def test_a_broken_scene_file_is_refused_naming_the_field(edit, message, one_home, tmp_path):
+    raw = json.loads(one_home.read_text())
+    edit(raw)
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps(raw))
+    with pytest.raises(BenchmarkError, match="broken.json") as err:
+        load_benchmark(f"scenes:{broken}")
+    assert message in str(err.value)
