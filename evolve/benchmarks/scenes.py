@@ -89,6 +89,23 @@ class SceneFile(_Model):
     homes: list[Home] = Field(min_length=1)
 
 
+def linked_pairs(home: Home) -> set[frozenset[str]]:
+    """The pairs of events that belong together by the home's truth: seen by one happening, or by two happenings one
+    leads to (the chain a pack should hold)."""
+    group = {h.id: {h.id} for h in home.happenings}
+    for h in home.happenings:
+        for other in h.leads_to:
+            merged = group[h.id] | group[other]
+            for member in merged:
+                group[member] = merged
+    seen = {h.id: h.seen_by for h in home.happenings}
+    out = set()
+    for members in {frozenset(g) for g in group.values()}:
+        events = sorted({e for h in members for e in seen[h]})
+        out |= {frozenset((a, b)) for i, a in enumerate(events) for b in events[i + 1:]}
+    return out
+
+
 def admit_event(event: DeviceEvent) -> Turn:
     """The runtime's turn of a device event: its id, its source as the speaker, its words, its day as the session."""
     return Turn(event.id, event.source, event.text, event.time.strftime("%Y-%m-%d"), event.time)

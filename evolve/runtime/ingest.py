@@ -17,6 +17,7 @@ from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
 from evolve.runtime.dates import without_dates
 from evolve.runtime.facts import FactMeta, annotate, numeric
+from evolve.runtime.fusion import pack_items
 from evolve.runtime.ikb import build_ikb
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
@@ -303,7 +304,8 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
             rollup = _rollup(session, [x for x in live if session_of[x.source_ids[0]] == session.id], len(l1))
             if rollup is not None:
                 l1.append(rollup)
-    items = l0 + l1 + l2 + sm
+    pk = pack_items(turns, policy.features.fusion) if policy.features.fusion.enabled else []
+    items = l0 + l1 + l2 + sm + pk
     embeddings = embed([embedding_text(item) for item in items])
     return MemoryStore(conversation.id, items, turns, embeddings, embedder_name,
                        build_ikb(conversation.images(), turns))

@@ -32,6 +32,9 @@ FREE_LINEAGE = ("parent", "name")
 INGESTION_PATHS = ("extraction", "lifecycle.supersession", "lifecycle.forget_guard", "lifecycle.prune_threshold",
                    "features.session_rollups", "features.profile_layer", "features.turn_layer",
                    "features.turn_context")
+#: Optional sections that change what ingestion stores: in the key only when present, so a strategy written before
+#: they existed keeps its ingestion key (and its cached stores).
+OPTIONAL_INGESTION_PATHS = ("features.fusion",)
 
 
 class StrategyError(UserError, ValueError):
@@ -73,7 +76,13 @@ def dump_yaml(strategy: dict) -> str:
 
 def ingestion_view(strategy: dict) -> dict:
     """The part of a strategy that determines what ingestion stores."""
-    return {p: get_path(strategy, p) for p in INGESTION_PATHS}
+    view = {p: get_path(strategy, p) for p in INGESTION_PATHS}
+    for path in OPTIONAL_INGESTION_PATHS:
+        try:
+            view[path] = get_path(strategy, path)
+        except KeyError:
+            pass
+    return view
 
 
 def ingestion_key(strategy: dict) -> str:

@@ -229,6 +229,14 @@ class Answering(_Frozen):
     temporal_dates: bool
 
 
+class Fusion(_Frozen):
+    enabled: bool = False
+    window_hours: float = 12.0
+    min_shared: int = 1
+    max_share: float = 0.3
+    max_members: int = 6
+
+
 class Features(_Frozen):
     session_memory: bool
     session_rollups: bool
@@ -237,6 +245,7 @@ class Features(_Frozen):
     raw_dialogue_backfill: bool
     turn_layer: bool
     turn_context: int
+    fusion: Fusion = Fusion()  # optional in the artifact: absent is off
 
 
 class ImageNames(_Frozen):

@@ -5,13 +5,16 @@ were observed before the question (``asked_at``). Judged by content, the same wa
 (:func:`evolve.benchmarks.scenes.coverage`): a checklist item counts when all its content words reach the context.
 
 * memory strategies (``--strategy``, default: the baseline, the hand-set ``locomo_answer_turns.yaml`` and the LoCoMo
-  night's final) through the offline harness, context only;
+  night's final) through the offline harness, context only, each also with ``features.fusion`` on at its defaults
+  (``+fusion``: the events fused into packs, :mod:`evolve.runtime.fusion`);
 * ``bm25x``: every raw event as ``(date) source: text``, ranked by BM25 over English stems without function words,
   packed in rank order to 160 words;
 * ``dense``: the same events ranked by the bundled all-MiniLM-L6-v2 embedder's cosine similarity.
 
 Per question kind (event, device, causal, conflict) and over all: checklist coverage (mean share of items carried),
-complete (every item carried), the answer carried, and mean words. Run from the repository root:
+complete (every item carried), the answer carried, and mean words. Then the fusion judge against the generator's
+truth: of the pairs of events it packs together, the share that belong together (the same happening, or two one
+leads to: precision), and of those pairs, the share it packs (recall). Run from the repository root:
 
     python experiments/bench/scenes_report.py [--bench scenegen:0] [--strategy PATH ...] [--out FILE.md]
 """
@@ -27,10 +30,13 @@ import numpy as np
 
 from evolve import Harness, load_benchmark, load_strategy
 from evolve.benchmarks import Benchmark, Question, Turn
-from evolve.benchmarks.scenes import SCENE_KINDS, carried, coverage
+from evolve.benchmarks.scene_gen import generate_scenes
+from evolve.benchmarks.scenes import SCENE_KINDS, carried, coverage, linked_pairs
 from evolve.english import english_terms
 from evolve.runtime import default_embedder
+from evolve.runtime.fusion import fuse
 from evolve.runtime.text import count_words
+from evolve.strategy.policy import Fusion
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGIES = [ROOT / "strategies" / "baseline.yaml", ROOT / "experiments" / "strategies" / "locomo_answer_turns.yaml",
@@ -72,9 +78,30 @@ def peer_contexts(bench: Benchmark, ranker: str) -> dict[str, str]:
     return out
 
 
-def strategy_contexts(bench: Benchmark, path: Path) -> dict[str, str]:
-    run = Harness(bench, progress=False).evaluate(load_strategy(path), answer=False)
+def fused(strategy: dict) -> dict:
+    """``strategy`` with fusion on at its defaults."""
+    return {**strategy, "features": {**strategy["features"], "fusion": {**Fusion(enabled=True).model_dump()}}}
+
+
+def strategy_contexts(bench: Benchmark, strategy: dict) -> dict[str, str]:
+    run = Harness(bench, progress=False).evaluate(strategy, answer=False)
     return {t.question_id: "\n".join(item["text"] for item in t.packed) for t in run.traces}
+
+
+def pack_agreement(spec: str, bench: Benchmark) -> dict | None:
+    """Precision and recall of the fusion judge's event pairs against the generator's truth (``None``: no truth)."""
+    if not spec.startswith("scenegen"):
+        return None
+    args = [int(a) for a in spec.split(":")[1:]]
+    truth = set().union(*(linked_pairs(home) for home in generate_scenes(*args).homes))
+    got = set()
+    for conversation in bench.conversations.values():
+        for pack in fuse(conversation.turns(), Fusion(enabled=True)):
+            ids = sorted(t.id for t in pack.members)
+            got |= {frozenset((a, b)) for i, a in enumerate(ids) for b in ids[i + 1:]}
+    right = len(got & truth)
+    return {"pairs": len(got), "truth_pairs": len(truth), "precision": right / len(got) if got else 0.0,
+            "recall": right / len(truth) if truth else 0.0}
 
 
 def scores(questions: list[Question], contexts: dict[str, str]) -> dict[str, dict]:
@@ -98,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="write the table as markdown (and JSON beside it)")
     args = parser.parse_args(argv)
     bench = load_benchmark(args.bench)
-    systems = {path.stem: strategy_contexts(bench, path) for path in args.strategy or STRATEGIES}
+    systems = {}
+    for path in args.strategy or STRATEGIES:
+        strategy = load_strategy(path)
+        systems[path.stem] = strategy_contexts(bench, strategy)
+        systems[f"{path.stem}+fusion"] = strategy_contexts(bench, fused(strategy))
     systems |= {ranker: peer_contexts(bench, ranker) for ranker in ("bm25x", "dense")}
     table = {name: scores(bench.questions, contexts) for name, contexts in systems.items()}
     devices = sorted({t.speaker.split("'s ")[-1] for c in bench.conversations.values() for t in c.turns()})
@@ -112,11 +143,16 @@ def main(argv: list[str] | None = None) -> int:
                 r = kinds[kind]
                 lines.append(f"| {name} | {kind} | {r['n']} | {r['coverage']:.3f} | {r['complete']:.3f} | "
                              f"{r['answer']:.3f} | {r['words']:.1f} |")
+    agreement = pack_agreement(args.bench, bench)
+    if agreement is not None:
+        lines += ["", f"Fusion at its defaults against the generator's truth: {agreement['pairs']} event pairs packed "
+                      f"together, precision {agreement['precision']:.3f}, recall {agreement['recall']:.3f} (of "
+                      f"{agreement['truth_pairs']} pairs that belong together)."]
     text = "\n".join(lines)
     print(text)
     if args.out:
         args.out.write_text(f"# Scene-to-sensor benchmark\n\n{text}\n")
-        args.out.with_suffix(".json").write_text(json.dumps(table, indent=2) + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps({"systems": table, "fusion": agreement}, indent=2) + "\n")
     return 0
 
 

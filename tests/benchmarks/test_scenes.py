@@ -1,5 +1,5 @@
 """Scene-to-sensor files: the generator, the format any user file follows, per-user visibility, event ids kept through
-the runtime, and the checklist judged by content."""
+the runtime, the checklist judged by content, and fusion into packs."""
 from __future__ import annotations
 
 import json
@@ -9,10 +9,12 @@ import pytest
 
 from evolve.benchmarks import BenchmarkError, load_benchmark
 from evolve.benchmarks.scene_gen import generate_scenes
-from evolve.benchmarks.scenes import carried, coverage
-from evolve.runtime import MemoryRuntime
+from evolve.benchmarks.scenes import carried, coverage, linked_pairs
 from evolve.data import BASELINE_PATH
-from evolve.strategy.artifact import load_strategy
+from evolve.runtime import MemoryRuntime
+from evolve.runtime.fusion import fuse
+from evolve.strategy.artifact import INGESTION_PATHS, ingestion_key, ingestion_view, load_strategy
+from evolve.strategy.policy import Fusion
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +84,35 @@ def test_a_broken_scene_file_is_refused_naming_the_field(edit, message, one_home
     with pytest.raises(BenchmarkError, match="broken.json") as err:
         load_benchmark(f"scenes:{broken}")
     assert message in str(err.value)
+
+
+def test_fusion_packs_a_training_days_chain_and_leaves_another_bag_by_the_door_out(one_home, embedder):
+    scenes = generate_scenes(3, homes=1)
+    home = scenes.homes[0]
+    bench = load_benchmark(f"scenes:{one_home}")
+    conversation = bench.conversations[f"{home.id}/{home.users[0]}"]
+    packs = fuse(conversation.turns(), Fusion(enabled=True))
+    text = {e.id: e.text for e in home.events}
+    training = next(p for p in packs if "training" in text[p.anchor.id])
+    members = [text[t.id] for t in training.members]
+    assert any("Car: trip to" in m for m in members) and all("lesson" not in m for m in members)
+    truth = linked_pairs(home)
+    assert all(frozenset((training.anchor.id, t.id)) in truth for t in training.members[1:])
+
+    strategy = load_strategy(BASELINE_PATH)
+    fused = {**strategy, "features": {**strategy["features"], "fusion": {
+        "enabled": True, "window_hours": 12, "min_shared": 1, "max_share": 0.3, "max_members": 6}}}
+    assert ingestion_key(strategy) != ingestion_key(fused)
+    plain = MemoryRuntime(strategy, embedder=embedder).ingest(conversation)
+    store = MemoryRuntime(fused, embedder=embedder).ingest(conversation)
+    pk = [i for i in store.items if i.layer == "PK"]
+    assert not [i for i in plain.items if i.layer == "PK"] and len(pk) == len(packs)
+    assert pk[0].source_ids == tuple(t.id for t in packs[0].members)
+    assert all(text[t] in pk[0].text for t in pk[0].source_ids)
+
+
+def test_a_strategy_without_fusion_keeps_its_hash_and_ingestion_key():
+    strategy = load_strategy(BASELINE_PATH)
+    assert "fusion" not in strategy["features"]
+    assert ingestion_key(strategy) == ingestion_key({**strategy, "features": dict(strategy["features"])})
+    assert set(ingestion_view(strategy)) == set(INGESTION_PATHS)
