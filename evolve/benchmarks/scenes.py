@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from evolve.benchmarks.locomo import read_json
 from evolve.benchmarks.observations import DeviceEvent
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Session, Turn
+from evolve.errors import first_problem
 from evolve.words import content_words
 
 FORMAT = "memevolve-scenes/1"
@@ -146,9 +147,8 @@ def load_scenes(path: Path) -> Benchmark:
     try:
         scenes = SceneFile.model_validate(raw)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "<root>"
-        raise BenchmarkError(f"{path}: not a {FORMAT} file: {where}: {first['msg']}") from None
+        where, problem = first_problem(exc, "<root>")
+        raise BenchmarkError(f"{path}: not a {FORMAT} file: {where}: {problem}") from None
     return scenes_benchmark(scenes, f"scenes:{path}")
 
 

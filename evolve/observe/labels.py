@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from evolve.errors import UserError
+from evolve.errors import UserError, first_problem
 from evolve.files import MAX_TEXT_BYTES, atomic_write_text, read_bounded
 from evolve.observe.ladder import RootCause
 
@@ -109,9 +109,8 @@ def read_labels(path: str | Path) -> list[Label]:
         try:
             label = Label.model_validate(row)
         except ValidationError as exc:
-            err = exc.errors()[0]
-            field = ".".join(map(str, err["loc"])) or "row"
-            raise LabelError(f"{path}:{line_no}: field {field!r}: {err['msg']}") from None
+            field, problem = first_problem(exc, "row")
+            raise LabelError(f"{path}:{line_no}: field {field!r}: {problem}") from None
         key = (label.candidate_id, label.question_id)
         if key in seen:
             raise LabelError(f"{path}:{line_no}: question {label.question_id} of {label.candidate_id} labelled again "

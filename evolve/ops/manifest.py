@@ -7,6 +7,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from evolve.errors import first_problem
 from evolve.files import StoreError, atomic_write_json, now_iso, read_json
 
 
@@ -87,9 +88,7 @@ def read_manifest(path: Path) -> ExportManifest:
     try:
         return ExportManifest.model_validate(read_json(path))
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise StoreError(path, f"not an export manifest: field {'.'.join(map(str, first['loc']))}: "
-                               f"{first['msg']}") from None
+        raise StoreError(path, "not an export manifest: field {}: {}".format(*first_problem(exc))) from None
 
 
 def checked_export(manifest_path: Path, manifest: ExportManifest, outside: bool = False) -> Path:

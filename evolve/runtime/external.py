@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from evolve.benchmarks.types import Conversation
 from evolve.canonical import canonical_json
-from evolve.errors import UserError
+from evolve.errors import UserError, first_problem
 from evolve.files import MAX_TEXT_BYTES, read_bounded
 from evolve.runtime.roles import AnswerResult, ContextItem
 from evolve.runtime.retrieval import Hit
@@ -135,9 +135,7 @@ def _items(raw: Any, what: str) -> list[Recalled]:
         try:
             out.append(Recalled.model_validate(item))
         except ValidationError as exc:
-            first = exc.errors()[0]
-            raise AdapterError(f"{what}: item {i}: {'.'.join(map(str, first['loc'])) or 'item'}: {first['msg']}") \
-                from None
+            raise AdapterError("{}: item {}: {}: {}".format(what, i, *first_problem(exc, "item"))) from None
     return out
 
 

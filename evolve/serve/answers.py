@@ -16,7 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from evolve.benchmarks.locomo import CATEGORY_BY_CODE
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, first_problem
 
 CATEGORIES = tuple(CATEGORY_BY_CODE.values())
 
@@ -59,9 +59,8 @@ def load_answers(path: str | Path) -> list[Answer]:
         try:
             entry = Answer.model_validate(raw)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(p) for p in first["loc"]) or "entry"
-            raise AnswersError(f"{path}: entry {i}: {where}: {first['msg']}") from None
+            where, problem = first_problem(exc, "entry")
+            raise AnswersError(f"{path}: entry {i}: {where}: {problem}") from None
         if entry.category not in CATEGORIES:
             raise AnswersError(f"{path}: entry {i}: category {entry.category!r} is not one of {', '.join(CATEGORIES)}")
         out.append(entry)

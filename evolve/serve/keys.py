@@ -21,7 +21,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evolve.errors import ConfigError
+from evolve.errors import ConfigError, first_problem
 from evolve.files import StoreError, atomic_write_json, now_iso, read_json
 
 #: What a key may do: capture (and close sessions), recall, answer, erase, admin (``/v1/strategy``, ``/metrics``).
@@ -122,9 +122,8 @@ def read_keys(path: Path) -> KeysFile:
     try:
         return KeysFile.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "top level"
-        raise KeysUnreadable(path, f"{where}: {first['msg']}") from None
+        where, problem = first_problem(exc, "top level")
+        raise KeysUnreadable(path, f"{where}: {problem}") from None
 
 
 def write_keys(path: Path, keys: KeysFile) -> None:
@@ -145,8 +144,7 @@ def add_key(path: Path, users: list[str], scopes: list[str], note: str = "",
         key = ApiKey(id=key_id, sha256=_digest(secret), users=users, scopes=list(dict.fromkeys(scopes)),
                      note=note, created=now_iso(), purposes=list(dict.fromkeys(purposes)) if purposes else None)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ConfigError(f"{'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+        raise ConfigError("{}: {}".format(*first_problem(exc))) from None
     write_keys(path, KeysFile(keys=[*keys.keys, key]))
     return key, secret
 

@@ -23,7 +23,7 @@ from evolve.benchmarks.observations import Photo
 from evolve.benchmarks.turns import naive
 from evolve.benchmarks.types import Turn
 from evolve.canonical import canonical_json, sha256_hex
-from evolve.errors import EvolveError
+from evolve.errors import EvolveError, first_problem
 from evolve.runtime.ikb import ImageEntry, ImageKB
 
 
@@ -58,8 +58,7 @@ R = TypeVar("R", bound=Record)
 
 
 def _field_error(exc: ValidationError) -> str:
-    first = exc.errors()[0]
-    return f"field {'.'.join(map(str, first['loc'])) or '?'}: {first['msg']}"
+    return "field {}: {}".format(*first_problem(exc, "?"))
 
 
 def load_record(model: type[R], raw: Any, where: str) -> R:

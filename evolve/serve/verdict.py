@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from evolve.errors import first_problem
 from evolve.ops.drift import serving_status
 from evolve.ops.history import History
 from evolve.ops.monitors import monitor_regressions, regression_text
@@ -26,9 +27,8 @@ def contract_rules(view: History) -> AcceptanceRules:
     try:
         return AcceptanceRules.model_validate(recorded or {})
     except ValidationError as exc:
-        first = exc.errors()[0]
-        raise ReplayError(f"{view.layout.state}: harness.rules.acceptance.{'.'.join(map(str, first['loc']))}: "
-                          f"{first['msg']}") from None
+        raise ReplayError("{}: harness.rules.acceptance.{}: {}".format(view.layout.state, *first_problem(exc))) \
+            from None
 
 
 def journal_replay(stores: str | Path, report: ReplayReport, logs: list[Path], candidate_ref: str) -> JournalEntry:
