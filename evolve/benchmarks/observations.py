@@ -75,23 +75,17 @@ class ImageObservation(_Payload):
     provenance: Provenance
 
 
-class DeviceEvent(_Payload):
-    """Something a device observed, as an atomic event with its provenance: which device (``camera``,
-    ``phone_calendar``, ``car``, ...), of whose (``owner``, ``None``: the household's), what kind of observation,
-    when, what it recorded in words, how important and urgent it is (0 to 1), and who may see it (``household``: every
-    user of the home; ``private``: its owner only)."""
+class DeviceMeta(_Payload):
+    """What a device event states besides its words and time: which device (``camera``, ``phone_calendar``, ``car``,
+    ...), of whose (``owner``, ``None``: the household's), what kind of observation, how important and urgent it is
+    (0 to 1), and who may see it (``household``: every user of the home; ``private``: its owner only)."""
 
-    kind: Literal["event"] = "event"
-    id: str
-    device: str
-    owner: str | None = None
-    event: str
-    time: datetime
-    text: str
+    device: str = Field(min_length=1, max_length=128)
+    owner: str | None = Field(None, max_length=128)
+    event: str = Field(min_length=1, max_length=128)
     importance: float = Field(0.5, ge=0, le=1)
     urgency: float = Field(0.0, ge=0, le=1)
     visibility: Literal["household", "private"] = "household"
-    provenance: Provenance
 
     def visible_to(self, user: str) -> bool:
         return self.visibility == "household" or self.owner == user
@@ -102,12 +96,28 @@ class DeviceEvent(_Payload):
         return f"{self.owner}'s {self.device.replace('_', ' ')}" if self.owner else self.device.replace("_", " ")
 
 
+class DeviceEvent(DeviceMeta):
+    """Something a device observed, as an atomic event with its provenance: its id, when, what it recorded in words,
+    and the :class:`DeviceMeta`."""
+
+    kind: Literal["event"] = "event"
+    id: str
+    time: datetime
+    text: str
+    provenance: Provenance
+
+    @property
+    def meta(self) -> DeviceMeta:
+        return DeviceMeta(**self.model_dump(include=set(DeviceMeta.model_fields)))
+
+
 class ObservationRef(_Payload):
     """An observation a packed item comes from, as a recall names it: its stable id, its kind and when it was made."""
 
     id: str
     kind: Literal["turn", "image", "event"]
     time: datetime | None
+    device: str | None = None  # an event's device
 
 
 def image_id(session: str, number: int) -> str:

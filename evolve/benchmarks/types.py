@@ -6,7 +6,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 
-from evolve.benchmarks.observations import ImageObservation
+from evolve.benchmarks.observations import DeviceEvent, ImageObservation
 from evolve.errors import UserError
 
 #: Category names used in reports; adapters map their own labels onto these.
@@ -48,6 +48,8 @@ class Session:
     turns: tuple[Turn, ...]
     #: The photos its turns share, in turn order (a turn's caption is also folded into its text).
     images: tuple[ImageObservation, ...] = ()
+    #: The device events among its turns (each also a turn, with the event's id), in turn order.
+    events: tuple[DeviceEvent, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -62,10 +64,17 @@ class Conversation:
     def images(self) -> list[ImageObservation]:
         return [image for s in self.sessions for image in s.images]
 
+    def events(self) -> list[DeviceEvent]:
+        return [event for s in self.sessions for event in s.events]
+
     def images_hash(self) -> str:
-        """Identity of the image observations (the content hash covers their captions, folded into the turns'
-        texts, not their ids, URLs or paths)."""
-        return hashlib.sha256("\n".join(i.model_dump_json() for i in self.images()).encode()).hexdigest()
+        """Identity of the image observations and device events (the content hash covers their captions, folded
+        into the turns' texts, and the events' words, not their ids, URLs, paths or device fields); a conversation
+        without events keeps the hash it had."""
+        text = "\n".join(i.model_dump_json() for i in self.images())
+        if self.events():
+            text += "\0" + "\n".join(e.model_dump_json() for e in self.events())
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def content_hash(self) -> str:
         payload = [[s.id, str(s.timestamp), [[t.id, t.speaker, t.text] for t in s.turns]] for s in self.sessions]

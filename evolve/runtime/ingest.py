@@ -308,4 +308,4 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
     items = l0 + l1 + l2 + sm + pk
     embeddings = embed([embedding_text(item) for item in items])
     return MemoryStore(conversation.id, items, turns, embeddings, embedder_name,
-                       build_ikb(conversation.images(), turns))
+                       build_ikb(conversation.images(), turns), conversation.events())

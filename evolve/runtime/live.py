@@ -13,7 +13,7 @@ import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from evolve.benchmarks.observations import ImageObservation, Photo, Provenance
+from evolve.benchmarks.observations import DeviceEvent, DeviceMeta, ImageObservation, Photo, Provenance
 from evolve.benchmarks.turns import shared_image
 from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.errors import EvolveError
@@ -32,6 +32,7 @@ class _Open:
     id: str
     timestamp: datetime | None
     images: list[ImageObservation] = field(default_factory=list)  # the photos its turns share, in turn order
+    events: list[DeviceEvent] = field(default_factory=list)  # the device events among its turns
 
 
 class LiveConversation:
@@ -73,10 +74,11 @@ class LiveConversation:
                     known.append(turn.session_id)
                 ids.add(turn.id)
 
-    def add(self, turn: Turn, photo: Photo | None = None) -> str | None:
-        """Append ``turn`` (its session opens on its first turn, stamped with that turn's time) and the image
-        observation of the ``photo`` it shares (numbered in its session as the LoCoMo reader numbers); return the id
-        of the session this closed, if any (not one closed before)."""
+    def add(self, turn: Turn, photo: Photo | None = None, event: DeviceMeta | None = None) -> str | None:
+        """Append ``turn`` (its session opens on its first turn, stamped with that turn's time), the image
+        observation of the ``photo`` it shares (numbered in its session as the LoCoMo reader numbers) and, when the
+        turn is a device event, the event (its ``event`` fields, the turn's id, time and words); return the id of the
+        session this closed, if any (not one closed before)."""
         with self._lock:
             self.check([turn])
             closed = None
@@ -86,10 +88,13 @@ class LiveConversation:
                     self.closed.add(closed)
                 self._sessions.append((_Open(turn.session_id, turn.timestamp), []))
             self._sessions[-1][1].append(turn)
+            session = self._sessions[-1][0]
             if photo is not None and photo.shared:
-                session = self._sessions[-1][0]
                 session.images.append(shared_image(turn, photo, len(session.images), session.timestamp,
                                                    Provenance(source="client", record=turn.id)))
+            if event is not None:
+                session.events.append(DeviceEvent(**event.model_dump(), id=turn.id, time=turn.timestamp,
+                                                  text=turn.text, provenance=Provenance(source="client", record=turn.id)))
             self._ids.add(turn.id)
             if turn.speaker not in self._speakers:
                 self._speakers.append(turn.speaker)
@@ -127,7 +132,8 @@ class LiveConversation:
     def conversation(self) -> Conversation:
         """The turns so far as a :class:`Conversation`, each turn stamped as batch ingestion stamps it."""
         with self._lock:
-            sessions = tuple(Session(s.id, s.timestamp, tuple(turns), tuple(s.images)) for s, turns in self._sessions)
+            sessions = tuple(Session(s.id, s.timestamp, tuple(turns), tuple(s.images), tuple(s.events))
+                             for s, turns in self._sessions)
             return Conversation(self.id, tuple(self._speakers), sessions)
 
     def store(self, key: str, policy: Policy, extractor: Extractor, embed: Embed, embedder_name: str) -> MemoryStore:

@@ -8,7 +8,7 @@ from typing import Iterable, Sequence
 import bm25s
 import numpy as np
 
-from evolve.benchmarks.observations import ObservationRef
+from evolve.benchmarks.observations import DeviceEvent, ObservationRef
 from evolve.benchmarks.types import Turn
 from evolve.runtime.facts import EVENT_CATEGORIES, FactMeta
 from evolve.runtime.ikb import ImageKB
@@ -55,15 +55,19 @@ class MemoryItem:
 
 class MemoryStore:
     """Immutable after construction; indexes are built here and reused by every question. ``ikb`` is the image
-    knowledge base of the conversation's photos (:mod:`evolve.runtime.ikb`), linked to the items by turn ids."""
+    knowledge base of the conversation's photos (:mod:`evolve.runtime.ikb`), linked to the items by turn ids;
+    ``events`` the device events among its turns."""
 
     def __init__(self, conversation_id: str, items: Sequence[MemoryItem], turns: Sequence[Turn],
-                 embeddings: np.ndarray, embedder_name: str, ikb: ImageKB = ImageKB()):
+                 embeddings: np.ndarray, embedder_name: str, ikb: ImageKB = ImageKB(),
+                 events: Sequence[DeviceEvent] = ()):
         if len(embeddings) != len(items):
             raise ValueError(f"{len(items)} items but {len(embeddings)} embeddings")
         self.conversation_id = conversation_id
         self.embedder_name = embedder_name
         self.ikb = ikb
+        #: The device events among the turns, by id (:class:`~evolve.benchmarks.observations.DeviceEvent`).
+        self.events: dict[str, DeviceEvent] = {e.id: e for e in events}
         self.items: tuple[MemoryItem, ...] = tuple(items)
         self.turns: dict[str, Turn] = {t.id: t for t in turns}
         self.turn_order: tuple[str, ...] = tuple(t.id for t in turns)
@@ -107,8 +111,14 @@ class MemoryStore:
         return len(self.items)
 
     def provenance(self, turn_ids: Sequence[str], image_ids: Sequence[str]) -> list[ObservationRef]:
-        """The observations a packed item comes from: its turns, then the images they share, each with its time."""
-        return [*(ObservationRef(id=t, kind="turn", time=self.turns[t].timestamp) for t in turn_ids if t in self.turns),
+        """The observations a packed item comes from: its turns (device events named as such, with their device),
+        then the images they share, each with its time."""
+        def observed(t: str) -> ObservationRef:
+            event = self.events.get(t)
+            return ObservationRef(id=t, kind="turn", time=self.turns[t].timestamp) if event is None else \
+                ObservationRef(id=t, kind="event", time=event.time, device=event.device)
+
+        return [*(observed(t) for t in turn_ids if t in self.turns),
                 *(ObservationRef(id=i, kind="image", time=self.ikb.image(i).image.time) for i in image_ids)]
 
     def item(self, item_id: str) -> MemoryItem:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Iterable
 
-from evolve.benchmarks.observations import Photo
+from evolve.benchmarks.observations import DeviceMeta, Photo
 from evolve.benchmarks.turns import TurnError, client_turn, parse_moment
 from evolve.runtime.live import CaptureError, LiveConversation
 from evolve.serve.records import CaptureEvent, CloseEvent, TurnRecord, TurnsEvent, turns_in
@@ -23,7 +23,8 @@ def parse_time(text: str, where: str) -> datetime:
 def turn_record(raw: dict, where: str) -> TurnRecord:
     """A request's turn as the capture log keeps it: the turn the LoCoMo reader would read
     (:func:`~evolve.benchmarks.turns.client_turn`), its time in ISO form (naive UTC for a zoned one), and the photo it
-    shares (``image_caption``, ``image_url``, ``image_path``)."""
+    shares (``image_caption``, ``image_url``, ``image_path``), or its device fields when it is a device event
+    (``event``)."""
     photo = Photo(**{k: v for k in ("caption", "url", "path")
                      if isinstance(v := raw.get(f"image_{k}"), str) and v})  # a non-string caption is ignored
     try:
@@ -31,8 +32,12 @@ def turn_record(raw: dict, where: str) -> TurnRecord:
                                    where)
     except TurnError as exc:
         raise CaptureError(str(exc)) from None
+    event = raw.get("event")
+    if event is not None and turn.timestamp is None:
+        raise CaptureError(f"{where}: a device event needs its time")
     return TurnRecord(id=turn.id, speaker=turn.speaker, text=turn.text, session=turn.session_id,
-                      time=turn.timestamp.isoformat() if turn.timestamp else None, photo=shared)
+                      time=turn.timestamp.isoformat() if turn.timestamp else None, photo=shared,
+                      event=DeviceMeta.model_validate(event) if event is not None else None)
 
 
 def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: int = 1) -> list[str]:
@@ -42,7 +47,7 @@ def apply_events(live: LiveConversation, events: Iterable[CaptureEvent], first: 
     for n, event in enumerate(events, first):
         try:
             if isinstance(event, TurnsEvent):
-                closed += [c for c in (live.add(record.turn(), record.photo) for record in event.turns)
+                closed += [c for c in (live.add(record.turn(), record.photo, record.event) for record in event.turns)
                            if c is not None]
             elif live.close(event.close) is not None:
                 closed.append(event.close)

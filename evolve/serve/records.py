@@ -19,7 +19,7 @@ from typing import Any, Iterable, TypeVar, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from evolve.benchmarks.observations import Photo
+from evolve.benchmarks.observations import DeviceMeta, Photo
 from evolve.benchmarks.turns import naive
 from evolve.benchmarks.types import Turn
 from evolve.canonical import canonical_json, sha256_hex
@@ -81,6 +81,7 @@ class TurnRecord(Record):
     session: str
     time: str | None = None
     photo: Photo | None = _omitted()  # the photo it shares, as stated (its image observation is built from it)
+    event: DeviceMeta | None = _omitted()  # a device event's device fields (the turn holds its id, time and words)
 
     def turn(self) -> Turn:
         """The runtime's turn; ``ValueError`` for an unparseable time."""

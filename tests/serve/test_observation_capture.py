@@ -1,6 +1,7 @@
 """Typed observations in service: photos captured as their own observations (or as a turn's caption) become the image
 observations the LoCoMo reader makes, the served image knowledge base packs what the offline one packs, a recall
-names each item's observations, and the organised records keep the IKB's rows until the user is erased."""
+names each item's observations, and the organised records keep the IKB's rows until the user is erased; device
+events are admitted as the scene reader admits them, fused alike, and named with their device."""
 from __future__ import annotations
 
 import json
@@ -10,6 +11,8 @@ import pytest
 import yaml
 
 from evolve.benchmarks import load_benchmark
+from evolve.benchmarks.scene_gen import generate_scenes
+from evolve.benchmarks.scenes import conversation_of
 from evolve.benchmarks.turns import fold_caption
 from evolve.runtime import MemoryRuntime
 from evolve.serve.export import export_user
@@ -134,3 +137,50 @@ def test_an_image_that_names_no_turn_of_its_request_is_refused_and_nothing_is_st
     reply = service.client.post("/v1/users/c/observations", json={"observations": observations})
     assert reply.status_code == 422 and error in reply.text
     assert not (tmp_path / "data/users/c/capture.jsonl").exists()
+
+
+def test_device_events_served_pack_what_offline_packs_and_name_their_device(tmp_path, serving, embedder):
+    strategy = yaml.safe_load(serving.read_text())
+    strategy["features"]["fusion"] = {"enabled": True, "window_hours": 12, "min_shared": 1, "max_share": 0.3,
+                                      "max_members": 6}
+    serving.write_text(yaml.safe_dump(strategy, sort_keys=False))
+    service = in_process(tmp_path / "data", serving, RuntimeParts(embedder))
+    home = generate_scenes(3, homes=1).homes[0]
+    user = home.users[0]
+    offline = conversation_of(home, user)
+    seen = [{"kind": "event", **e.model_dump(mode="json", exclude={"kind", "provenance"})}
+            for e in sorted((e for e in home.events if e.visible_to(user)), key=lambda e: (e.time, e.id))]
+    for day in range(0, len(seen), 40):
+        reply = service.client.post(f"/v1/users/{user}/observations", json={"observations": seen[day:day + 40]})
+        assert reply.status_code == 201, reply.text
+    service.memory.close(user)
+    served = service.memory.conversation(user)
+    assert served.turns() == offline.turns()
+    assert [e.model_dump(exclude={"provenance"}) for e in served.events()] == \
+        [e.model_dump(exclude={"provenance"}) for e in offline.events()]
+    runtime = MemoryRuntime(strategy, embedder=embedder)
+    batch = runtime.ingest(offline)
+    packs = 0
+    for q in [q for q in home.questions if q.user == user][:12]:
+        recall = service.client.post(f"/v1/users/{user}/recall", json={"question": q.question,
+                                                                       "asked_at": q.asked_at.isoformat()})
+        assert recall.status_code == 200, recall.text
+        expected = runtime.ask(batch, q.question, q.asked_at, answer=False).packed
+        packed = recall.json()["packed"]
+        assert [(p["id"], p["text"]) for p in packed] == [(c.id, c.text) for c in expected], q.question
+        for item in packed:
+            assert all(o["kind"] == "event" and o["device"] == batch.events[o["id"]].device
+                       for o in item["observations"])
+        packs += sum(p["layer"] == "PK" for p in packed)
+    assert packs  # fused packs reach recalls, citing their member events
+    stored = (tmp_path / f"data/users/{user}/capture.jsonl").read_text()
+    assert '"device":"camera"' in stored.replace(" ", "")
+    assert service.client.delete(f"/v1/users/{user}").status_code == 200
+    assert not (tmp_path / f"data/users/{user}").exists()
+
+
+def test_an_event_without_a_readable_time_is_refused(ikb_serving, tmp_path, embedder):
+    service = in_process(tmp_path / "data", ikb_serving, RuntimeParts(embedder))
+    event = {"kind": "event", "id": "e1", "device": "car", "event": "route", "time": "someday", "text": "Car: home"}
+    reply = service.client.post("/v1/users/d/observations", json={"observations": [event]})
+    assert reply.status_code == 422 and "observations[0].time: unparseable time 'someday'" in reply.text

@@ -11,7 +11,8 @@ from typing import Annotated, Literal, Union
 from fastapi import APIRouter, BackgroundTasks
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from evolve.benchmarks.observations import ObservationRef, Photo
+from evolve.benchmarks.observations import DeviceEvent, DeviceMeta, ObservationRef, Photo, Provenance
+from evolve.benchmarks.scenes import admit_event
 from evolve.files import now_iso
 from evolve.observe.answer import carried
 from evolve.runtime.live import CaptureError
@@ -95,10 +96,32 @@ class ImageObservationIn(BaseModel):
     path: str | None = Field(None, max_length=MAX_LOCATION_CHARS)
 
 
+class EventObservation(DeviceMeta):
+    """A device event: its id (unique per user, like a turn's), when (required), what the device recorded in words,
+    and its device fields. It is admitted as the offline reader admits it: a turn of the day's session, spoken by its
+    source (``Ana's car``)."""
+
+    kind: Literal["event"]
+    id: str = Field(min_length=1, max_length=128)
+    time: str = Field(min_length=1, max_length=64, description="ISO 8601 or LoCoMo style")
+    text: str = Field(min_length=1, max_length=MAX_TURN_CHARS)
+
+    def turn(self, where: str) -> dict:
+        event = DeviceEvent(**self.meta().model_dump(), id=self.id, time=parse_time(self.time, where), text=self.text,
+                            provenance=Provenance(source="client", record=self.id))
+        turn = admit_event(event)
+        return {"id": turn.id, "speaker": turn.speaker, "text": turn.text, "session": turn.session_id,
+                "time": turn.timestamp.isoformat(), "event": event.meta.model_dump()}
+
+    def meta(self) -> DeviceMeta:
+        return DeviceMeta(**self.model_dump(include=set(DeviceMeta.model_fields)))
+
+
 class ObservationsIn(_Capture):
-    observations: list[Annotated[Union[TurnObservation, ImageObservationIn], Field(discriminator="kind")]] = Field(
-        min_length=1, max_length=2 * MAX_TURNS, description="typed observations in order: turns, and the photos "
-                                                            "they share")
+    observations: list[Annotated[Union[TurnObservation, ImageObservationIn, EventObservation],
+                                 Field(discriminator="kind")]] = Field(
+        min_length=1, max_length=2 * MAX_TURNS, description="typed observations in order: turns, the photos they "
+                                                            "share, and device events")
 
     def turns(self) -> list[dict]:
         """The turns as ``/turns`` takes them, each photo merged into its turn; :class:`Problem` 422 naming the
@@ -106,6 +129,12 @@ class ObservationsIn(_Capture):
         turns: list[dict] = []
         by_id: dict[str, dict] = {}  # a repeated turn id is left for the capture to refuse
         for i, seen in enumerate(self.observations):
+            if isinstance(seen, EventObservation):
+                try:
+                    turns.append(seen.turn(f"observations[{i}].time"))
+                except CaptureError as exc:
+                    raise Problem(422, str(exc)) from None
+                continue
             if isinstance(seen, TurnObservation):
                 turns.append(turn := seen.model_dump(exclude={"kind"}))
                 by_id.setdefault(seen.id, turn)
