@@ -233,7 +233,7 @@ class Fusion(_Frozen):
     enabled: bool = False
     window_hours: float = 12.0
     min_shared: int = 1
-    max_share: float = 0.3
+    max_share: float = 0.4
     max_members: int = 6
 
 

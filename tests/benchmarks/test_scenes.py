@@ -100,8 +100,7 @@ def test_fusion_packs_a_training_days_chain_and_leaves_another_bag_by_the_door_o
     assert all(frozenset((training.anchor.id, t.id)) in truth for t in training.members[1:])
 
     strategy = load_strategy(BASELINE_PATH)
-    fused = {**strategy, "features": {**strategy["features"], "fusion": {
-        "enabled": True, "window_hours": 12, "min_shared": 1, "max_share": 0.3, "max_members": 6}}}
+    fused = {**strategy, "features": {**strategy["features"], "fusion": Fusion(enabled=True).model_dump()}}
     assert ingestion_key(strategy) != ingestion_key(fused)
     plain = MemoryRuntime(strategy, embedder=embedder).ingest(conversation)
     store = MemoryRuntime(fused, embedder=embedder).ingest(conversation)

@@ -17,6 +17,7 @@ from evolve.benchmarks.turns import fold_caption
 from evolve.runtime import MemoryRuntime
 from evolve.serve.export import export_user
 from evolve.serve.strategy import RuntimeParts
+from evolve.strategy.policy import Fusion
 from service_fixtures import in_process
 
 DEV4 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
@@ -141,8 +142,7 @@ def test_an_image_that_names_no_turn_of_its_request_is_refused_and_nothing_is_st
 
 def test_device_events_served_pack_what_offline_packs_and_name_their_device(tmp_path, serving, embedder):
     strategy = yaml.safe_load(serving.read_text())
-    strategy["features"]["fusion"] = {"enabled": True, "window_hours": 12, "min_shared": 1, "max_share": 0.3,
-                                      "max_members": 6}
+    strategy["features"]["fusion"] = Fusion(enabled=True).model_dump()
     serving.write_text(yaml.safe_dump(strategy, sort_keys=False))
     service = in_process(tmp_path / "data", serving, RuntimeParts(embedder))
     home = generate_scenes(3, homes=1).homes[0]
