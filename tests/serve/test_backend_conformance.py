@@ -13,7 +13,7 @@ import subprocess
 import numpy as np
 import pytest
 
-from evolve.benchmarks.observations import ImageObservation, Provenance
+from evolve.benchmarks.observations import DeviceMeta, ImageObservation, Provenance
 from evolve.runtime.ikb import build_ikb
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.serve.backend import Backend, UnknownTurn
@@ -137,18 +137,22 @@ def test_organise_organised_and_verify(store):
     assert problems and "D1:0" in problems[0]
 
 
-def test_an_organised_photo_keeps_its_ikb_row_until_the_user_is_erased(store):
+def test_an_organised_photo_keeps_its_ikb_row_and_an_event_its_device_until_the_user_is_erased(store):
     backend = store.backend
     turns = _turns("D1", 2)
+    turns[1] = turns[1].model_copy(update={"time": "2023-05-02T10:00:00", "event": DeviceMeta(
+        device="doorbell_cam_7", event="object_seen")})
     backend.append("ann", TurnsEvent(turns=turns))
+    assert backend.events("ann")[0].turns[1].event.device == "doorbell_cam_7"
     memory = _memory(turns)
     photo = ImageObservation(id="D1:IMG_001", session="D1", time=None, caption="a photo of a cat named Whiskerino",
                              source_turn="D1:0", speaker="Bo", provenance=Provenance(source="client", record="D1:0"))
     memory.ikb = build_ikb([photo], [t.turn() for t in turns])
     backend.organise("ann", "D1", [t.turn() for t in turns], memory, "h" * 64)
     assert backend.verify("ann") == [] and store.holds("ann", "Whiskerino") and store.holds("ann", "D1:IMG_001")
+    assert store.holds("ann", "doorbell_cam_7")
     backend.erase("ann")
-    assert not store.holds("ann", "Whiskerino") and not store.holds("ann", "D1:IMG_001")
+    assert not any(store.holds("ann", text) for text in ("Whiskerino", "D1:IMG_001", "doorbell_cam_7"))
 
 
 def test_the_recall_log_keeps_the_newest_records_within_its_bound(store):
