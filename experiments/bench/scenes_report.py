@@ -9,14 +9,18 @@ were observed before the question (``asked_at``). Judged by content, the same wa
   (``+fusion``: the events fused into packs, :mod:`evolve.runtime.fusion`);
 * ``bm25x``: every raw event as ``(date) source: text``, ranked by BM25 over English stems without function words,
   packed in rank order to 160 words;
-* ``dense``: the same events ranked by the bundled all-MiniLM-L6-v2 embedder's cosine similarity.
+* ``dense``: the same events ranked by the bundled all-MiniLM-L6-v2 embedder's cosine similarity;
+* ``mem0`` (``--mem0``): Mem0 OSS (:mod:`evolve.systems.mem0`, offline: MiniLM, in-memory Qdrant, ``infer`` off) with
+  ``experiments/mem0/baseline.yaml``'s ingestion (one event per memory, its source named, dated), its search widened
+  to 30 results; Mem0 has no notion of when a question is asked, so the items from events after the question are
+  dropped before the 160 words are packed.
 
 Per question kind (event, device, causal, conflict) and over all: checklist coverage (mean share of items carried),
 complete (every item carried), the answer carried, and mean words. Then the fusion judge against the generator's
 truth: of the pairs of events it packs together, the share that belong together (the same happening, or two one
 leads to: precision), and of those pairs, the share it packs (recall). Run from the repository root:
 
-    python experiments/bench/scenes_report.py [--bench scenegen:0] [--strategy PATH ...] [--out FILE.md]
+    python experiments/bench/scenes_report.py [--bench scenegen:0] [--strategy PATH ...] [--mem0] [--out FILE.md]
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from collections import defaultdict
 from pathlib import Path
 
 import bm25s
+import yaml
 import numpy as np
 
 from evolve import Harness, load_benchmark, load_strategy
@@ -78,6 +83,31 @@ def peer_contexts(bench: Benchmark, ranker: str) -> dict[str, str]:
     return out
 
 
+def mem0_contexts(bench: Benchmark) -> dict[str, str]:
+    """Each question's context from Mem0 over the user's events, items after the question dropped, to the budget."""
+    from evolve.runtime.external import ExternalSystem, load_knob_schema
+
+    mem0 = ROOT / "experiments" / "mem0"
+    knobs = yaml.safe_load((mem0 / "baseline.yaml").read_text())
+    knobs = {**knobs, "ingest": {**knobs["ingest"], "dated": True}, "search": {**knobs["search"], "top_k": 30}}
+    runtime = ExternalSystem("evolve.systems.mem0:Mem0Session", load_knob_schema(mem0 / "knobs.schema.json"),
+                             timeout_s=1800).runtime(knobs)
+    out = {}
+    for cid, conversation in bench.conversations.items():
+        when = {t.id: t.timestamp for t in conversation.turns()}
+        store = runtime.ingest(conversation)
+        for q in (q for q in bench.questions if q.conversation_id == cid):
+            packed, words = [], 0
+            for item in runtime.ask(store, q.question, q.asked_at, answer=False).packed:
+                if all(when[s] <= q.asked_at for s in item.source_ids if s in when):
+                    if words + count_words(item.text) > BUDGET:
+                        break
+                    packed.append(item.text)
+                    words += count_words(item.text)
+            out[q.id] = "\n".join(packed)
+    return out
+
+
 def fused(strategy: dict) -> dict:
     """``strategy`` with fusion on at its defaults."""
     return {**strategy, "features": {**strategy["features"], "fusion": {**Fusion(enabled=True).model_dump()}}}
@@ -122,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--bench", default="scenegen:0", help="scenegen[:SEED[:HOMES]] or scenes:PATH")
     parser.add_argument("--strategy", type=Path, action="append", help="memory strategy (repeatable)")
+    parser.add_argument("--mem0", action="store_true", help="also Mem0 OSS over the raw events (a few minutes)")
     parser.add_argument("--out", type=Path, help="write the table as markdown (and JSON beside it)")
     args = parser.parse_args(argv)
     bench = load_benchmark(args.bench)
@@ -131,6 +162,8 @@ def main(argv: list[str] | None = None) -> int:
         systems[path.stem] = strategy_contexts(bench, strategy)
         systems[f"{path.stem}+fusion"] = strategy_contexts(bench, fused(strategy))
     systems |= {ranker: peer_contexts(bench, ranker) for ranker in ("bm25x", "dense")}
+    if args.mem0:
+        systems["mem0"] = mem0_contexts(bench)
     table = {name: scores(bench.questions, contexts) for name, contexts in systems.items()}
     devices = sorted({t.speaker.split("'s ")[-1] for c in bench.conversations.values() for t in c.turns()})
     lines = [f"`{args.bench}`: {len(bench.questions)} questions over {len(bench.conversations)} user memories, "
