@@ -108,17 +108,26 @@ def cmd_erase(args: argparse.Namespace) -> int:
     from evolve.loop.tracking import existing_tracking_uri
     from evolve.ops.erasure import Erasure, find_manifests
     from evolve.ops.erasure_turn import parse_turn
+    from evolve.serve.pseudonym import USER_KEY_ENV
 
     tracking = args.tracking_uri or [uri for uri in (existing_tracking_uri(None),) if uri]
     try:
         manifests = find_manifests([Path(p) for p in args.export or []])
         turns = [parse_turn(t) for t in args.turn or []]
         if args.from_service:
-            turns += _service_turns(args.from_service, manifests)
+            named, found = _service_turns(args.from_service, manifests)
+            turns += found
             if not turns:
-                print(f"nothing to erase: the service's records ({args.from_service}) name no erased or purged turn "
-                      "of a user these exports hold")
-                return 0
+                if not named:
+                    print(f"nothing to erase: the service's records ({args.from_service}) name no erased or purged "
+                          "turn")
+                    return 0
+                users = len({name for name, _ in named})
+                print(f"error: the service's records ({args.from_service}) name {len(named)} erased or purged turn(s) "
+                      f"of {users} user(s), none of a user these exports hold: the exports hold other users, or the "
+                      f"service names its users with a key (${USER_KEY_ENV}) this command was not given",
+                      file=sys.stderr)
+                return 1
         report = Erasure(args.user or [], manifests, [Path(args.stores)], [Path(c) for c in args.cache or []],
                          [] if args.no_tracking else tracking, outside=args.follow_outside, turns=turns).run()
     except (EvolveError, ValueError, OSError) as exc:
@@ -161,9 +170,9 @@ def cmd_erase(args: argparse.Namespace) -> int:
     return 1 if refused else 0
 
 
-def _service_turns(spec: str, manifests: list[Path]) -> list[tuple[str, str]]:
-    """The turns the service's audit at ``spec`` says it erased or purged, of users the manifests list: (user id,
-    turn id)."""
+def _service_turns(spec: str, manifests: list[Path]) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The turns the service's audit at ``spec`` says it erased or purged ((user's name, turn id)), and those of users
+    the manifests list ((user id, turn id))."""
     from evolve.errors import UserError
     from evolve.ops.erasure_turn import exported_turns
     from evolve.ops.manifest import read_manifest
@@ -175,7 +184,8 @@ def _service_turns(spec: str, manifests: list[Path]) -> list[tuple[str, str]]:
     if not spec.startswith(POSTGRES_SCHEMES) and not (Path(spec) / AUDIT_FILE).is_file():
         raise UserError(f"--from-service {spec}: no audit here ({AUDIT_FILE}; not a data directory a service wrote)")
     audit = open_audit(spec)
-    return exported_turns(erased_turns(audit), {m: read_manifest(m) for m in manifests}, audit.names.of)
+    named = erased_turns(audit)
+    return named, exported_turns(named, {m: read_manifest(m) for m in manifests}, audit.names.of)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -251,6 +251,14 @@ def test_the_turns_the_service_erased_or_purged_are_carried_to_the_exports(tmp_p
     time.sleep(max(0.0, (soon - datetime.now(timezone.utc)).total_seconds()) + 0.05)
     service.housekeeping()  # purges D1:0 and D1:1
     assert _marked(export) != []
+    others = tmp_path / "others"  # an export of another user only: the audit's turns match nobody there
+    others.mkdir()
+    code, out = cli(capsys, "capture-export", "--data", tmp_path / "data", "--user", "bo", "--out",
+                    others / "bo.json")
+    assert code == 0, out
+    code, out = cli(capsys, "erase", "--from-service", tmp_path / "data", "--export", others, "--stores", stores,
+                    "--no-tracking")
+    assert code == 1 and "name 3 erased or purged turn(s) of 1 user(s), none of a user these exports hold" in out, out
     code, out = cli(capsys, "erase", "--from-service", tmp_path / "data", "--export", export, "--stores", stores,
                     "--no-tracking")
     assert code == 0 and "3 turn(s) of 1 conversation(s)" in out, out
