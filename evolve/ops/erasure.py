@@ -16,7 +16,8 @@ the next one, so a request cut short is finished by running it again:
 4. every stores directory (and its gate store): side files become tombstones (:mod:`evolve.state.content`), records
    written with inline words are stripped of them, and an ``ERASE`` journal entry records the request, the counts,
    each rewritten record's hash before and after and the artifacts of the runs that tracked it, so ``journal
-   verify`` still passes;
+   verify`` still passes (the entry is appended before the records are rewritten: a run cut short between the two
+   leaves records ``journal verify`` names as an unfinished erasure, which the same ``memevolve erase`` finishes);
 5. the exports: the users' samples are removed from each file and the manifest keeps only the hash of their ids (a
    turn: it leaves its session, with the questions citing or quoting it, and the manifest keeps the hash of user and
    turn id); the manifest's hash of the export follows the rewrite.
@@ -30,8 +31,8 @@ from pathlib import Path
 
 from evolve.canonical import canonical_json
 from evolve.errors import UserError
-from evolve.files import (StoreError, atomic_write_json, atomic_write_text, files_named, iter_jsonl, now_iso,
-                          read_json)
+from evolve.files import (StoreError, atomic_write_json, atomic_write_text, crash_point, files_named, iter_jsonl,
+                          now_iso, read_json)
 from evolve.llm.cache import ResponseCache
 from evolve.ops.erasure_reach import Reach, UserReach
 from evolve.ops.erasure_tracking import RunErasure, TrackingErasure
@@ -182,7 +183,7 @@ class Erasure:
         with StoreSet(root) as store:
             side = store.content.redact(reach.side_file, self.report.erased_at, self.report.request,
                                         reach.side_subjects)
-            rewritten = self._inline_records(store, reach)
+            rewritten, text = self._inline_records(store, reach)
             tracked = str(root.resolve())
             artifacts = {r.run_id: r.journaled() for runs in self.report.tracking.values() for r in runs
                          if r.stores == tracked}
@@ -191,13 +192,16 @@ class Erasure:
                        "cache_files": sum(n for d, n in self.report.cache_files.items()
                                           if Path(d) == store.cache_dir),
                        "artifacts": artifacts, **({"turns": [t.sha256 for t in self.turns]} if self.turns else {})}
-            entry = store.append_journal("ERASE", payload)
+            entry = store.append_journal("ERASE", payload)  # first: a rewrite cut short is named, and run again
+            crash_point("erase.journaled")
+            if rewritten:
+                atomic_write_text(store.path("candidate_outcomes"), text)
         return {"side_files": side, "records_rewritten": len(rewritten), "runs": len(artifacts),
                 "journal_entry": entry["index"]}
 
-    def _inline_records(self, store: StoreSet, reach: Reach) -> dict[str, dict]:
-        """Strip the words ``reach`` erases from records written with them inline; each rewritten record's hash
-        before and after (what the ERASE entry journals)."""
+    def _inline_records(self, store: StoreSet, reach: Reach) -> tuple[dict[str, dict], str]:
+        """The records written with words ``reach`` erases inline, stripped of them: each rewritten record's hash
+        before and after (what the ERASE entry journals, before the file is rewritten), and the file's new text."""
         path = store.path("candidate_outcomes")
         lines, changes = [], {}
         for _, data in iter_jsonl(path):
@@ -207,9 +211,7 @@ class Erasure:
                 data = {**data, "examples": examples}
                 changes[data["candidate_id"]] = {"before": before, "after": record_hash(load_record(data))}
             lines.append(canonical_json(data))
-        if changes:
-            atomic_write_text(path, "".join(line + "\n" for line in lines))
-        return changes
+        return changes, "".join(line + "\n" for line in lines)
 
     def _samples(self, path: Path) -> list[dict]:
         export = self.exports[path]

@@ -84,28 +84,39 @@ class History(StoreView):
                     f"{str(p.strategy_hash)[:12]} ({at})")
         if p.report_hash != report_hash(record):
             return f"{record.candidate_id}: the record's evidence does not hash to the report_hash of {at}"
-        if p.record_hash is not None and \
-                self._after_erasures(record.candidate_id, p.record_hash) != record_hash(record):
-            return f"{record.candidate_id}: the record does not hash to the record_hash of {at}"
+        if p.record_hash is not None:
+            held = record_hash(record)
+            expected, rewritten = self._after_erasures(record.candidate_id, p.record_hash)
+            if held != expected:
+                if held in rewritten:
+                    return (f"{record.candidate_id}: erasure entry {rewritten[held]} rewrites this record, but the "
+                            "rewrite was not written (the erasure was cut short): run the same `memevolve erase` "
+                            "again")
+                return f"{record.candidate_id}: the record does not hash to the record_hash of {at}"
         return None
 
     @cached_property
     def _rewrites(self) -> dict[str, list[dict]]:
-        """Per candidate id, the journaled rewrites of its record by erasures (``{"before", "after"}``), in order."""
-        out: dict[str, list[dict]] = {}
+        """Per candidate id, the journaled rewrites of its record by erasures (their entry index and
+        ``{"before", "after"}``), in order."""
+        out: dict[str, list[tuple[int, dict]]] = {}
         for e in self.entries:
             if isinstance(e.payload, ErasePayload):
                 for cid, change in e.payload.records.items():
-                    out.setdefault(cid, []).append(change)
+                    out.setdefault(cid, []).append((e.index, change))
         return out
 
-    def _after_erasures(self, candidate_id: str, journaled: str) -> str:
+    def _after_erasures(self, candidate_id: str, journaled: str) -> tuple[str, dict[str, int]]:
         """The hash the record must have now: the journaled one, carried through each erasure that rewrote the
-        record from exactly that hash (a record written before words were kept by reference)."""
-        for change in self._rewrites.get(candidate_id, ()):
-            if change.get("before") == journaled:
-                journaled = change.get("after")
-        return journaled
+        record from a hash it has had (a record written before words were kept by reference; an erasure run again
+        after one cut short rewrites from the hash the cut left); and each earlier hash with the entry that rewrites
+        it."""
+        current, rewritten = journaled, {}
+        for index, change in self._rewrites.get(candidate_id, ()):
+            if change.get("before") == current or change.get("before") in rewritten:
+                rewritten[change.get("before")] = index
+                current = change.get("after")
+        return current, rewritten
 
     def record_problems(self) -> list[str]:
         """Every disagreement between the candidate records and the journal (edited or deleted records). Records

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from evolve.files import atomic_write_json
+from evolve.files import CRASH_ENV, atomic_write_json
 from evolve.llm.cache import ResponseCache
 from evolve.ops.erasure_turn import FoundTurn, TurnReach, _quote
 from evolve.ops.history import History
@@ -25,7 +25,7 @@ from evolve.runtime.subject import subject, subject_key
 from evolve.serve.server import ServeConfig, Service
 from evolve.state.content import ContentStore
 from evolve.state.journal import STORES_TAG
-from workflow_fixtures import cli
+from workflow_fixtures import cli, cli_subprocess
 
 MARKER = "Quillibrant"
 OLD_STORES = Path(__file__).parents[1] / "fixtures" / "stores_6991b56" / "evidence"
@@ -220,6 +220,26 @@ def test_a_turn_erasure_cut_short_is_finished_by_running_it_again(tmp_path, smal
     history = History(stores)
     assert history.verify_journal().ok and history.record_problems() == []
     assert [len(e["payload"]["turns"]) for e in history.journal.find("ERASE")] == [1, 1]
+
+
+def test_an_erasure_cut_between_its_entry_and_the_rewrite_is_named_and_finished_by_running_it_again(
+        tmp_path, capsys, monkeypatch):
+    stores = Path(shutil.copytree(OLD_STORES, tmp_path / "stores"))
+    manifest = _export(tmp_path / "export")
+    argv = ("erase", "--user", USER, "--export", manifest, "--stores", stores, "--no-tracking")  # inline rows
+    records = (stores / "candidate_outcomes.jsonl").read_bytes()
+    monkeypatch.setenv(CRASH_ENV, "erase.journaled")
+    done = cli_subprocess(tmp_path, *argv)
+    monkeypatch.delenv(CRASH_ENV)
+    assert done.returncode != 0 and (stores / "candidate_outcomes.jsonl").read_bytes() == records, done.stderr
+    code, out = cli(capsys, "journal", "verify", "--stores", stores)
+    assert code != 0 and "but the rewrite was not written (the erasure was cut short): run the same `memevolve " \
+        "erase` again" in out, out
+    code, out = cli(capsys, *argv)
+    assert code == 0 and "record(s) with inline words rewritten" in out and " 0 record(s)" not in out, out
+    code, out = cli(capsys, "journal", "verify", "--stores", stores)
+    assert code == 0, out
+    assert (stores / "candidate_outcomes.jsonl").read_bytes() != records
 
 
 def test_the_turns_the_service_erased_or_purged_are_carried_to_the_exports(tmp_path, serving, capsys):
