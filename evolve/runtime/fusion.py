@@ -70,11 +70,13 @@ def fuse(turns: Sequence[Turn], policy: Fusion) -> list[Pack]:
 
 
 def pack_items(turns: Sequence[Turn], policy: Fusion) -> list[MemoryItem]:
-    """One ``PK`` memory per pack: its members as ``source: words`` in time order, dated by its anchor."""
+    """One ``PK`` memory per pack: its members as ``source: words`` in time order, headed by its anchor's date and
+    stamped with its last member's time, so a question asked before the pack was complete does not see it (nor the
+    words of a member observed after the question)."""
     out = []
     for index, pack in enumerate(fuse(turns, policy)):
         when = f" ({format_date(pack.anchor.timestamp)})" if pack.anchor.timestamp else ""
         text = f"Linked observations{when}: " + " | ".join(f"{t.speaker}: {t.text}" for t in pack.members)
         out.append(MemoryItem(f"PK:{index}", "PK", text, tuple(t.id for t in pack.members), None,
-                              pack.anchor.timestamp, "pack", 1.0))
+                              pack.members[-1].timestamp, "pack", 1.0))
     return out

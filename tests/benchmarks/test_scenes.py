@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from datetime import timedelta
 
 import pytest
 
@@ -115,3 +116,19 @@ def test_a_strategy_without_fusion_keeps_its_hash_and_ingestion_key():
     assert "fusion" not in strategy["features"]
     assert ingestion_key(strategy) == ingestion_key({**strategy, "features": dict(strategy["features"])})
     assert set(ingestion_view(strategy)) == set(INGESTION_PATHS)
+
+
+def test_a_pack_is_seen_only_by_questions_asked_after_its_last_member(one_home, embedder):
+    bench = load_benchmark(f"scenes:{one_home}")
+    conversation = next(iter(bench.conversations.values()))
+    strategy = load_strategy(BASELINE_PATH)
+    fused = {**strategy, "features": {**strategy["features"], "fusion": Fusion(enabled=True).model_dump()}}
+    runtime = MemoryRuntime(fused, embedder=embedder)
+    store = runtime.ingest(conversation)
+    pack = next(i for i in store.items if i.layer == "PK")
+    members = [store.turns[t] for t in pack.source_ids]
+    assert pack.timestamp == max(t.timestamp for t in members)
+    words = members[-1].text
+    before = members[-1].timestamp - timedelta(minutes=1)
+    assert all(c.id != pack.id for c in runtime.ask(store, words, before, answer=False).packed)
+    assert pack.id in [h.id for h in runtime.ask(store, words, members[-1].timestamp, answer=False).retrieved]
