@@ -203,6 +203,15 @@ class CanaryRun:
                 "start_entry": self.start_index, "guard": self.guard.status()}
 
 
+def _stamp(path: Path) -> tuple | None:
+    """A file's modification time, size and inode (``None``: it cannot be read): what changes when it is rewritten."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_mtime_ns, st.st_size, st.st_ino
+
+
 class StrategySlot:
     """The serving strategy, swapped whole when the file changes and checks out; a refused file leaves the previous
     strategy serving and is reported (:attr:`refused`). The canary follows the journal (:meth:`sync_canary`); a
@@ -234,12 +243,7 @@ class StrategySlot:
     def _signature(self) -> tuple:
         """The serving file's stamp and the journal's: a file refused while its PROMOTE or ROLLBACK entry was still
         being appended (the swap comes first) is looked at again once the entry lands."""
-        try:
-            st = self.path.stat()
-            stamp = st.st_mtime_ns, st.st_size, st.st_ino
-        except OSError:
-            stamp = None
-        return stamp, self._journal_signature()
+        return _stamp(self.path), self._journal_signature()
 
     def canary_for(self, user: str) -> CanaryRun | None:
         """The canary run serving ``user``, if ``user`` falls in its share."""
@@ -261,13 +265,7 @@ class StrategySlot:
         return out
 
     def _journal_signature(self) -> tuple | None:
-        if self.stores is None:
-            return None
-        try:
-            st = StoreLayout(Path(self.stores)).journal.stat()
-        except OSError:
-            return None
-        return st.st_mtime_ns, st.st_size, st.st_ino
+        return None if self.stores is None else _stamp(StoreLayout(Path(self.stores)).journal)
 
     def sync_canary(self, strict: bool = False) -> bool:
         """Follow the journal's canary for the serving file if the journal changed since the last look: start,
