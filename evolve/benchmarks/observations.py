@@ -91,6 +91,11 @@ class DeviceMeta(_Payload):
         return self.visibility == "household" or self.owner == user
 
     @property
+    def meta(self) -> "DeviceMeta":
+        """The device fields alone (of an event or of a request that states one)."""
+        return DeviceMeta(**self.model_dump(include=set(DeviceMeta.model_fields)))
+
+    @property
     def source(self) -> str:
         """Who states it, as memory names a speaker: ``Ana's car``, ``camera``."""
         return f"{self.owner}'s {self.device.replace('_', ' ')}" if self.owner else self.device.replace("_", " ")
@@ -105,10 +110,6 @@ class DeviceEvent(DeviceMeta):
     time: datetime
     text: str
     provenance: Provenance
-
-    @property
-    def meta(self) -> DeviceMeta:
-        return DeviceMeta(**self.model_dump(include=set(DeviceMeta.model_fields)))
 
 
 class ObservationRef(_Payload):

@@ -107,14 +107,11 @@ class EventObservation(DeviceMeta):
     text: str = Field(min_length=1, max_length=MAX_TURN_CHARS)
 
     def turn(self, where: str) -> dict:
-        event = DeviceEvent(**self.meta().model_dump(), id=self.id, time=parse_time(self.time, where), text=self.text,
+        event = DeviceEvent(**self.meta.model_dump(), id=self.id, time=parse_time(self.time, where), text=self.text,
                             provenance=Provenance(source="client", record=self.id))
         turn = admit_event(event)
         return {"id": turn.id, "speaker": turn.speaker, "text": turn.text, "session": turn.session_id,
-                "time": turn.timestamp.isoformat(), "event": event.meta.model_dump()}
-
-    def meta(self) -> DeviceMeta:
-        return DeviceMeta(**self.model_dump(include=set(DeviceMeta.model_fields)))
+                "time": turn.timestamp.isoformat(), "event": self.meta.model_dump()}
 
 
 class ObservationsIn(_Capture):
