@@ -2,8 +2,9 @@
 
 A :class:`DialogueTurn` is a turn as a client or a benchmark file states it; an :class:`ImageObservation` is a photo a
 turn shares, with an id of its own (``D3:IMG_001``: its session, numbered in turn order) that retrieval, packing
-and traces keep; a :class:`DeviceEvent` is what a device observed. Admission (:func:`evolve.benchmarks.turns.admit_session`,
-:func:`evolve.benchmarks.scenes.admit_event`) turns them into the runtime's turns (an event keeps its id as the turn's).
+and traces keep; a :class:`DeviceEvent` is what a device observed. Admission
+(:func:`evolve.benchmarks.turns.admit_session`, :func:`evolve.benchmarks.scenes.admit_event`) turns them into the
+runtime's turns (an event keeps its id as the turn's).
 """
 from __future__ import annotations
 

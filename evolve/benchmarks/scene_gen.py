@@ -1,14 +1,14 @@
-"""A seeded, deterministic scene-to-sensor generator (``scenegen[:SEED[:HOMES]]``): first what happened in each home
-over two weeks, then what each device observed of it, then questions with checklists.
+"""A seeded, deterministic scene-to-sensor generator (``scenegen[:SEED[:HOMES]]``): first what happened in each home over
+two weeks, then what each device observed of it, then questions with checklists.
 
-What happens: two adults share a home with a child. The child trains three times a week (a calendar entry; the training
-bag seen by the door camera; the car's route with a detour home), a coach's message sometimes moves a training (a
-conflict with the calendar), each adult runs and sleeps (the wearable, private), the speaker takes shopping-list
-commands and bill reminders, one adult drives to the shops on Saturday, and a trip at the end of the second week
-(the flight in a calendar, the suitcase seen by the camera, sometimes an airline's message that moves it). Around it, what nobody asks about: commutes, work meetings,
-deliveries, music, friends' messages, and the child's weekly lesson whose own bag waits by the same door. Devices
-miss some of it (the camera misses one training bag in five) and word what they saw in their own terms, so a question
-rarely shares its words with the evidence.
+What happens: two adults share a home with a child. The child trains three times a week (a calendar entry; the
+training bag seen by the door camera; the car's route with a detour home), a coach's message sometimes moves a
+training (a conflict with the calendar), each adult runs and sleeps (the wearable, private), the speaker takes
+shopping-list commands and bill reminders, one adult drives to the shops on Saturday, and a trip at the end of the
+second week (the flight in a calendar, the suitcase seen by the camera, sometimes an airline's message that moves it).
+Around it, what nobody asks about: commutes, work meetings, deliveries, music, friends' messages, and the child's
+weekly lesson whose own bag waits by the same door. Devices miss some of it (the camera misses one training bag in
+five) and word what they saw in their own terms, so a question rarely shares its words with the evidence.
 
 Questions, asked by one adult at a moment after their evidence:
 

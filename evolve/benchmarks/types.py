@@ -67,7 +67,7 @@ class Conversation:
     def events(self) -> list[DeviceEvent]:
         return [event for s in self.sessions for event in s.events]
 
-    def images_hash(self) -> str:
+    def observations_hash(self) -> str:
         """Identity of the image observations and device events (the content hash covers their captions, folded
         into the turns' texts, and the events' words, not their ids, URLs, paths or device fields); a conversation
         without events keeps the hash it had."""
@@ -97,7 +97,8 @@ class Question:
     outdated: tuple[str, ...] = ()
     #: The conversation does not hold the answer (LongMemEval's ``_abs`` questions): declining to answer is correct.
     abstention: bool = False
-    #: The evidence the context must carry, each item as words (scene questions; :func:`~evolve.benchmarks.scenes.coverage`).
+    #: The evidence the context must carry, each item as words (scene questions;
+    #: :func:`~evolve.benchmarks.scenes.coverage`).
     checklist: tuple[str, ...] = ()
 
 

@@ -158,8 +158,8 @@ class IngestionCache:
     @staticmethod
     def key(strategy: dict, conversation: Conversation, extractor_name: str, embedder_name: str) -> str:
         """The store's key, filed under the conversation's subject key."""
-        parts = (str(STORE_FORMAT), ingestion_key(strategy), conversation.content_hash(), conversation.images_hash(),
-                 extractor_name, embedder_name)
+        parts = (str(STORE_FORMAT), ingestion_key(strategy), conversation.content_hash(),
+                 conversation.observations_hash(), extractor_name, embedder_name)
         return _filed(hashlib.sha256("\0".join(parts).encode()).hexdigest(), subject_key(conversation.id))
 
     def _path(self, key: str) -> Path | None:

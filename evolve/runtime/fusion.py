@@ -5,8 +5,8 @@ a pack is opened by an anchor and stays open for ``window_hours`` after it. A tu
 ``min_shared`` telling words with an open pack's anchor joins the best such pack (UpdatePack); otherwise it opens one
 of its own (CreatePack), which becomes a pack only if another turn joins it, and stays a standalone observation if
 none does. Telling words are content stems a source does not say every time: held by at most ``max_share`` of the
-turns of the same speaker or device (a camera's "left on the floor near the doorway" is no evidence of belonging). Ambiguous turns stay atomic: a pack never swallows its
-members, which keep their own items and ids.
+turns of the same speaker or device (a camera's "left on the floor near the doorway" is no evidence of belonging).
+Ambiguous turns stay atomic: a pack never swallows its members, which keep their own items and ids.
 
 Each pack becomes one ``PK`` memory: its members' words in time order, citing every member, so retrieval that finds
 it by any member's words reaches all of them (the causal chain "training" -> "boots by the door" -> "detour home"),
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Sequence
 
 from evolve.benchmarks.types import Turn
@@ -27,13 +27,10 @@ from evolve.strategy.policy import Fusion
 
 @dataclass
 class Pack:
-    """An anchor and the turns that joined it (ids, in time order)."""
+    """An anchor and the turns that joined it (the anchor first, in time order)."""
 
     anchor: Turn
     members: list[Turn] = field(default_factory=list)
-
-    def open_at(self, moment: datetime, window: timedelta) -> bool:
-        return self.anchor.timestamp is not None and self.anchor.timestamp <= moment <= self.anchor.timestamp + window
 
 
 def telling_words(turns: Sequence[Turn], max_share: float) -> dict[str, frozenset[str]]:
@@ -54,18 +51,21 @@ def fuse(turns: Sequence[Turn], policy: Fusion) -> list[Pack]:
     telling = telling_words(turns, policy.max_share)
     window = timedelta(hours=policy.window_hours)
     packs: list[Pack] = []
+    open_: list[Pack] = []  # in time order, a pack whose window has passed never opens again
     for turn in sorted((t for t in turns if t.timestamp is not None), key=lambda t: t.timestamp):
+        open_ = [p for p in open_ if turn.timestamp <= p.anchor.timestamp + window]
         words = telling[turn.id]
         best, shared = None, policy.min_shared - 1
-        for pack in packs:
-            if len(pack.members) < policy.max_members and pack.open_at(turn.timestamp, window):
+        for pack in open_:
+            if len(pack.members) < policy.max_members:
                 overlap = len(words & telling[pack.anchor.id])
                 if overlap > shared:
                     best, shared = pack, overlap
         if best is not None:
             best.members.append(turn)
         else:
-            packs.append(Pack(turn, [turn]))
+            packs.append(pack := Pack(turn, [turn]))
+            open_.append(pack)
     return [p for p in packs if len(p.members) > 1]
 
 

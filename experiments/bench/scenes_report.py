@@ -169,7 +169,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = [f"`{args.bench}`: {len(bench.questions)} questions over {len(bench.conversations)} user memories, "
              f"{sum(len(c.turns()) for c in bench.conversations.values())} events from {len(devices)} device kinds "
              f"({', '.join(devices)}).", "",
-             "| system | kind | n | checklist coverage | complete | answer carried | words |", "|---|---|---|---|---|---|---|"]
+             "| system | kind | n | checklist coverage | complete | answer carried | words |",
+             "|---|---|---|---|---|---|---|"]
     for name, kinds in table.items():
         for kind in (*SCENE_KINDS, "all"):
             if kind in kinds:

@@ -65,7 +65,7 @@ def test_image_ids_do_not_hash_into_the_conversation_but_key_the_store(tmp_path)
     moved["conversation"]["session_1"][0]["img_url"] = ["https://example.org/other.jpg"]
     before, after = _load(tmp_path), _load(tmp_path, moved)
     assert before.content_hash() == after.content_hash()  # the benchmark's identity is its words
-    assert before.images_hash() != after.images_hash()  # what the image knowledge base is built from
+    assert before.observations_hash() != after.observations_hash()  # what the image knowledge base is built from
 
 
 def test_an_unparseable_time_names_the_turn(tmp_path):
