@@ -11,6 +11,7 @@ import numpy as np
 
 from evolve.strategy.policy import Policy
 from evolve.runtime.facts import FactMeta
+from evolve.runtime.graph import expand
 from evolve.runtime.lexical import Analyzer
 from evolve.runtime.lifecycle import ACTIVE, Cues, Standing, category_channel, rescore, standing
 from evolve.runtime.second_hop import bridge_terms, first_hits
@@ -237,6 +238,13 @@ def retrieve(store: MemoryStore, query: Query, policy: Policy) -> list[Hit]:
             ranked = _ranking(scores, eligible, rt.candidate_pool, True)
             channels["second_hop"] = (ranked, scores)
             fused[ranked] += _rrf(ranked, rt.second_hop.weight, rt.rrf_kappa)
+    if rt.graph.enabled:
+        everyone = np.ones(len(store), dtype=bool) if eligible is None else eligible
+        ranked, scores = expand(store, first_hits(store, fused, everyone, rt.graph.fan_out), everyone, rt.graph)
+        if ranked.size:
+            ranked = ranked[: rt.candidate_pool]
+            channels["graph"] = (ranked, scores)
+            fused[ranked] += _rrf(ranked, rt.graph.weight, rt.rrf_kappa)
     now = query.asked_at or store.newest  # when the question is asked: its own time, else the newest memory's
     ref = day_number(now)
     cues = Cues.of(query.text)

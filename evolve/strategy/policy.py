@@ -65,6 +65,20 @@ class SecondHop(_Frozen):
     weight: float
 
 
+EdgeType = Literal["belong", "causal", "semantic", "entity"]
+
+
+class Graph(_Frozen):
+    enabled: bool = False
+    edges: tuple[EdgeType, ...] = ("belong", "causal", "semantic")
+    hops: int = 1
+    fan_out: int = 3
+    per_node: int = 2
+    min_shared: int = 2
+    max_share: float = 0.01
+    weight: float = 0.5
+
+
 class IntentMultipliers(_Frozen):
     temporal: float
     multi_hop: float
@@ -90,6 +104,7 @@ class Retrieval(_Frozen):
     time_decay: TimeDecay
     intent_top_k_multiplier: IntentMultipliers
     intent_overrides: dict[Intent, IntentOverride]
+    graph: Graph = Graph()  # optional in the artifact: absent is off
 
     def weights_for(self, intent: str) -> Weights:
         override = self.intent_overrides.get(intent)  # type: ignore[call-overload]
