@@ -15,7 +15,7 @@ from typing import Any, Iterable
 
 from evolve.benchmarks.probe_mix import locomo_category
 from evolve.errors import EvolveError
-from evolve.observe.ladder import ROOT_CAUSES, WORDS_CUT, RootCause, derives_from, image_losses_at
+from evolve.observe.ladder import ROOT_CAUSES, WORDS_CUT, RootCause, derives_from, losses_at
 from evolve.observe.trace import Trace, TraceError
 from evolve.strategy.policy import FACT_CATEGORIES
 
@@ -32,14 +32,16 @@ from evolve.strategy.policy import FACT_CATEGORIES
 #: objective lost the answer's words at that rung; kf_filtered[words_cut] — every gold turn was cited, but the packed
 #: units lost an answer word their turns carry (:data:`ANSWER_QUALIFIERS`);
 #: <rung>[image_not_in_ikb | name_not_recovered | route_missed] — a gold image was lost to the image route
-#: (``Trace.image_loss``), at its rung or one below (:func:`evolve.observe.ladder.image_losses_at`).
+#: (``Trace.image_loss``), at its rung or one below (:func:`evolve.observe.ladder.losses_at`);
+#: <rung>[event_unfused | edge_not_followed] — a chain of gold device events came apart (``Trace.event_loss``), there
+#: or upstream.
 QUALIFIERS: dict[RootCause, tuple[str, ...]] = {
-    RootCause.INGESTION_GAP: ("answer_not_stored",) + image_losses_at(RootCause.INGESTION_GAP),
+    RootCause.INGESTION_GAP: ("answer_not_stored",) + losses_at(RootCause.INGESTION_GAP),
     RootCause.KF_FILTERED: ("budget", "superseded", "slot_superseded", "retracted", "expired", "pruned", "conflict",
-                    "answer_cut", "words_cut") + image_losses_at(RootCause.KF_FILTERED),
-    RootCause.RETRIEVAL_GAP: ("no_subqueries", "answer_not_retrieved") + image_losses_at(RootCause.RETRIEVAL_GAP),
+                    "answer_cut", "words_cut") + losses_at(RootCause.KF_FILTERED),
+    RootCause.RETRIEVAL_GAP: ("no_subqueries", "answer_not_retrieved") + losses_at(RootCause.RETRIEVAL_GAP),
     RootCause.GENERATION_ERROR: ("near_miss", "wrong_support", "stale", "not_from_evidence")
-                        + tuple(f"stale_{c}" for c in FACT_CATEGORIES) + image_losses_at(RootCause.GENERATION_ERROR),
+                        + tuple(f"stale_{c}" for c in FACT_CATEGORIES) + losses_at(RootCause.GENERATION_ERROR),
 }
 NEAR_MISS_F1 = 0.3
 WILDCARD = "*"
@@ -158,8 +160,8 @@ ANSWER_QUALIFIERS = {"never_stored": "answer_not_stored", "not_retrieved": "answ
 
 def _qualifier_hits(record: Trace) -> set[str]:
     cause = record.root_cause
-    image = {record.image_loss} & set(QUALIFIERS.get(cause, ())) if record.image_loss else set()
-    return _rung_hits(record) | image
+    losses = {record.image_loss, record.event_loss} & set(QUALIFIERS.get(cause, ()))
+    return _rung_hits(record) | losses
 
 
 def _rung_hits(record: Trace) -> set[str]:

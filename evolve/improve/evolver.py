@@ -51,7 +51,7 @@ from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
 from evolve.strategy.invariants import repair
 from evolve.strategy.moves import Step
 from evolve.strategy.prompts import label
-from evolve.strategy.paths import get_path
+from evolve.strategy.paths import value_at
 
 BLIND_STUDY = "memevolve-blind"
 #: Outcomes after which the next move along the same direction doubles its step.
@@ -213,7 +213,7 @@ class Evolver:
             moved = derive(moved, {dim.path: changes[dim.path]})
         first = parts[0][0].path
         for name, attr in (("key", direction.key), ("symptom", direction.symptom_key),
-                           ("from", _attr(get_path(strategy, first))), ("to", _attr(changes[first]))):
+                           ("from", _attr(value_at(strategy, first))), ("to", _attr(changes[first]))):
             trial.set_user_attr(name, attr)
         return Proposal(changes, direction.key, study.study_name, trial.number)
 
@@ -226,7 +226,7 @@ class Evolver:
             raise EvolverError(f"{key}: {exc}") from None
         if not values:
             raise EvolverError(f"{key}: no legal move of {dim.path} from the current value "
-                               f"{get_path(strategy, dim.path)!r} (schema bound, already set, or blocked by an "
+                               f"{value_at(strategy, dim.path)!r} (schema bound, already set, or blocked by an "
                                "invariant)")
         return values
 

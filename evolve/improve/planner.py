@@ -43,7 +43,7 @@ from evolve.strategy.moves import EDIT, Move, Step, set_value
 from evolve.strategy.prompts import add_instruction
 from evolve.strategy.schema import EvolvableDimension, bundles_path, evolvable_dimensions
 from evolve.strategy.invariants import invariant_violations
-from evolve.strategy.paths import get_path, set_path
+from evolve.strategy.paths import value_at, with_value
 from evolve.strategy import strict_yaml
 from evolve.verify.critic import fixing_groups, group_of
 from evolve.strategy.strict_yaml import YAMLInputError
@@ -94,7 +94,7 @@ def move_values(strategy: dict, dim: EvolvableDimension, step: Step) -> list:
     schema range, at most ``max_step`` away (in multiples of ``step``), and breaking no invariant.
     ValueError if the step is not legal for the dimension's kind."""
     step.check(dim)
-    current = get_path(strategy, dim.path)
+    current = value_at(strategy, dim.path)
     if step.direction == "enable":
         values = [True] if current is False else []
     elif step.direction == "disable":
@@ -114,7 +114,7 @@ def move_values(strategy: dict, dim: EvolvableDimension, step: Step) -> list:
             value = _typed(dim, min(dim.high, max(dim.low, current + sign * k * dim.step)))
             if value != current and value not in values:
                 values.append(value)
-    return [v for v in values if not invariant_violations(set_path(strategy, dim.path, v))]
+    return [v for v in values if not invariant_violations(with_value(strategy, dim.path, v))]
 
 
 # ---------------------------------------------------------------- bundle table
@@ -186,7 +186,7 @@ def requirements(path: str, table: Mapping[str, dict[str, Any]] = REQUIRES) -> d
 def switched_off(strategy: dict, move: Move, path: str) -> bool:
     """Whether ``path`` acts only under a setting (:data:`REQUIRES`) that ``strategy`` does not have and that
     ``move`` does not make."""
-    return any(get_path(strategy, switch) != value and Step.to(switch, value) not in move.steps
+    return any(value_at(strategy, switch) != value and Step.to(switch, value) not in move.steps
                for switch, value in requirements(path).items())
 
 
@@ -201,7 +201,7 @@ def can_move(strategy: dict, move: Move, dims: dict[str, EvolvableDimension]) ->
         values = move_values(moved, dims[step.path], step)
         if not values:
             return False
-        moved = set_path(moved, step.path, values[0])
+        moved = with_value(moved, step.path, values[0])
     return True
 
 

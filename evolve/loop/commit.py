@@ -21,7 +21,7 @@ from evolve.state.stores import RoundBundle, StoreSet
 from evolve.strategy.artifact import strategy_hash
 from evolve.strategy.moves import Move
 from evolve.strategy.schema import evolvable_dimensions
-from evolve.strategy.paths import get_path
+from evolve.strategy.paths import value_at
 from evolve.verify.decision import Stage, journal_type
 
 #: Decided-by stages that mean the move needs a framework/schema change, not another value.
@@ -152,7 +152,7 @@ def at_schema_bound(strategy: dict, key: str) -> bool:
     """Whether the single step ``key`` (stored text) wants to go past its schema range: only a schema change helps."""
     move = Move.parse(key)
     dim = evolvable_dimensions().get(move.first.path)
-    return not move.coupled and dim is not None and move.first.at_bound(dim, get_path(strategy, dim.path))
+    return not move.coupled and dim is not None and move.first.at_bound(dim, value_at(strategy, dim.path))
 
 
 def round_summary(o: RoundOutcome, wall: float) -> dict:

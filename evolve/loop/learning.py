@@ -12,7 +12,7 @@ from evolve.improve.proposer import RULED
 from evolve.loop.candidate import CandidateResult
 from evolve.state.record import CandidateRecord
 from evolve.strategy.moves import Move
-from evolve.strategy.paths import get_path
+from evolve.strategy.paths import value_at
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.verify.decision import CostLimits, Stage, changes_strategy
 
@@ -64,7 +64,7 @@ def runners_up(records: list[CandidateRecord], round_no: int, current: dict) -> 
     for r in mine:
         if r.applied or not changes_strategy(r.verdict) or taken & set(r.changes):
             continue  # not accepted, or the winner moved one of its paths: not the same change any more
-        moves = [(path, value) for path, value in sorted(r.changes.items()) if get_path(current, path) != value]
+        moves = [(path, value) for path, value in sorted(r.changes.items()) if value_at(current, path) != value]
         if not moves:
             continue
         out.append(Direction(Move.setting(moves), r.symptom, RULED,
@@ -86,7 +86,7 @@ def merged(results: list[CandidateResult], current: dict) -> Direction | None:
     if len(joined) < 2:
         return None
     moves = [(path, value) for rec in joined for path, value in sorted(rec.changes.items())
-             if get_path(current, path) != value]
+             if value_at(current, path) != value]
     ids = tuple(rec.candidate_id for rec in joined)
     return Direction(Move.setting(moves), joined[0].symptom, RULED,
                      f"merge of {', '.join(ids)}, each accepted in this round", merged_from=ids)
@@ -103,7 +103,7 @@ def fitted(record: CandidateRecord, current: dict, cost: CostLimits) -> Directio
     cap, measured = cost.max_context_words, record.cost
     if cap is None or measured is None or BUDGET not in record.changes:
         return None
-    low, high = get_path(current, BUDGET), record.changes[BUDGET]
+    low, high = value_at(current, BUDGET), record.changes[BUDGET]
     w0, w1 = measured.words_parent, measured.words_candidate
     if not (high > low and w0 < cap < w1):
         return None

@@ -7,8 +7,8 @@ from typing import Collection, Iterable
 
 from evolve.observe.answer import carried
 from evolve.observe.contract import dcr_stages, from_trace
-from evolve.observe.ladder import (ANSWER_LOSS, IMAGE_NOT_IN_IKB, NAME_NOT_RECOVERED, ROUTE_MISSED, WORDS_CUT,
-                                   RootCause, Stage, lost_at, reaches)
+from evolve.observe.ladder import (ANSWER_LOSS, EDGE_NOT_FOLLOWED, EVENT_UNFUSED, IMAGE_NOT_IN_IKB,
+                                   NAME_NOT_RECOVERED, ROUTE_MISSED, WORDS_CUT, RootCause, Stage, lost_at, reaches)
 from evolve.observe.trace import DCR_TAUS, Trace
 
 
@@ -57,6 +57,17 @@ def image_loss(route: str | None, gold_images: Collection[str], routed_images: C
     if not gold <= set(routed_images):
         return IMAGE_NOT_IN_IKB
     return NAME_NOT_RECOVERED if route == "naming" and gold & set(unnamed) else None
+
+
+def event_loss(gold_events: Collection[str], packed: Collection[str],
+               packs: Iterable[Collection[str]]) -> str | None:
+    """Where a chain of gold device events came apart (:data:`evolve.observe.ladder.EVENT_LOSSES`), ``None`` when
+    fewer than two are gold or the context (``packed``: the gold turns it carries) holds them all. ``packs`` are the
+    members of each fused pack of the store."""
+    gold = set(gold_events)
+    if len(gold) < 2 or gold <= set(packed):
+        return None
+    return EDGE_NOT_FOLLOWED if any(len(gold & set(members)) >= 2 for members in packs) else EVENT_UNFUSED
 
 
 def diagnose(trace: Trace) -> Trace:

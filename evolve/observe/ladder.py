@@ -91,15 +91,23 @@ ROUTE_MISSED = "route_missed"
 IMAGE_LOSSES: dict[str, RootCause] = {IMAGE_NOT_IN_IKB: RootCause.INGESTION_GAP,
                                       NAME_NOT_RECOVERED: RootCause.INGESTION_GAP,
                                       ROUTE_MISSED: RootCause.RETRIEVAL_GAP}
+#: Where a chain of device events the question needs came apart (:attr:`Trace.event_loss`), each with the rung whose
+#: dimensions first meet it: no pack holds two of the gold events (fusion off, or it judged them apart: ingestion),
+#: or a pack holds them together and the context still lacks one (the edge was not followed: retrieval).
+EVENT_UNFUSED = "event_unfused"
+EDGE_NOT_FOLLOWED = "edge_not_followed"
+EVENT_LOSSES: dict[str, RootCause] = {EVENT_UNFUSED: RootCause.INGESTION_GAP,
+                                      EDGE_NOT_FOLLOWED: RootCause.RETRIEVAL_GAP}
 
 
-def image_losses_at(cause: RootCause) -> tuple[str, ...]:
-    """The image losses that may qualify a failure at ``cause``: those first met at it or at a rung upstream."""
+def losses_at(cause: RootCause) -> tuple[str, ...]:
+    """The image and event losses that may qualify a failure at ``cause``: those first met at it or at a rung
+    upstream."""
     stages = list(RUNGS)
     at = stage_of(cause)
     if at is None:
         return ()
-    return tuple(loss for loss, rung in IMAGE_LOSSES.items()
+    return tuple(loss for loss, rung in {**IMAGE_LOSSES, **EVENT_LOSSES}.items()
                  if stages.index(stage_of(rung)) <= stages.index(at))
 
 

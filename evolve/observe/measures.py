@@ -6,12 +6,13 @@ from typing import Iterable, Mapping, Sequence
 
 from evolve.benchmarks.types import Question
 from evolve.observe.answer import answer_check
-from evolve.observe.diagnosis import answer_loss, diagnose, image_loss
+from evolve.observe.diagnosis import answer_loss, diagnose, event_loss, image_loss
 from evolve.observe.evidence import packed_evidence
 from evolve.observe.judge import evidence_recall, first_seen, recall_any_all
 from evolve.observe.ladder import derives_from
 from evolve.observe.trace import RECALL_KS, Trace
 from evolve.runtime.assembly import raw_turn
+from evolve.runtime.fusion import PACK_LAYER
 from evolve.runtime.ikb import NAME_REACH
 from evolve.runtime.ikb_query import IKB_LAYER, reachable
 from evolve.runtime.render import render
@@ -54,8 +55,13 @@ def measure(trace: Trace, q: Question, known: list[str], store: MemoryStore, tur
             trace.answer_loss = answer_loss(q.answer, _dated_texts(store, trace.stored_ids),
                                             _dated_texts(store, retrieved), trace.answer_anywhere,
                                             [turn_text[t] for t in known] if set(known) <= cited else [])
-    if trace.gold_images and (not trace.correct or trace.answer_in_evidence is False):
+    failed = not trace.correct or trace.answer_in_evidence is False
+    if trace.gold_images and failed:
         trace.image_loss = _image_loss(trace, store, q.question)
+    gold_events = [t for t in known if t in store.events]
+    if len(gold_events) > 1 and failed:
+        trace.event_loss = event_loss(gold_events, trace.packed_evidence or (),
+                                      (item.source_ids for item in store.items if item.layer == PACK_LAYER))
     return diagnose(trace)
 
 

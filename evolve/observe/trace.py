@@ -148,6 +148,10 @@ class Trace:
     #: evidence): ``image_not_in_ikb``, ``name_not_recovered``, ``route_missed``
     #: (:data:`evolve.observe.ladder.IMAGE_LOSSES`); ``None``: no gold image, or none lost.
     image_loss: str | None = None
+    #: Where a chain of two or more gold device events came apart when the question failed and the context lacks
+    #: one of them: ``event_unfused`` (no pack holds two of them), ``edge_not_followed`` (one does)
+    #: (:data:`evolve.observe.ladder.EVENT_LOSSES`); ``None``: fewer than two gold events, or none lost.
+    event_loss: str | None = None
     #: Retrieval time of this question's query in milliseconds.
     retrieval_ms: float = 0.0
     #: LLM calls made for this question, per role: requests, tokens, cache hits/misses, latency (empty: no LLM).

@@ -25,6 +25,10 @@ from evolve.runtime.text import content_tokens, format_date
 from evolve.strategy.policy import Fusion
 
 
+#: The layer of a fused pack's memory.
+PACK_LAYER = "PK"
+
+
 @dataclass
 class Pack:
     """An anchor and the turns that joined it (the anchor first, in time order)."""
@@ -77,6 +81,6 @@ def pack_items(turns: Sequence[Turn], policy: Fusion) -> list[MemoryItem]:
     for index, pack in enumerate(fuse(turns, policy)):
         when = f" ({format_date(pack.anchor.timestamp)})" if pack.anchor.timestamp else ""
         text = f"Linked observations{when}: " + " | ".join(f"{t.speaker}: {t.text}" for t in pack.members)
-        out.append(MemoryItem(f"PK:{index}", "PK", text, tuple(t.id for t in pack.members), None,
+        out.append(MemoryItem(f"{PACK_LAYER}:{index}", PACK_LAYER, text, tuple(t.id for t in pack.members), None,
                               pack.members[-1].timestamp, "pack", 1.0))
     return out

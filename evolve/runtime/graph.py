@@ -28,6 +28,7 @@ from itertools import combinations
 import numpy as np
 
 from evolve.runtime.expander import entities
+from evolve.runtime.fusion import PACK_LAYER
 from evolve.runtime.store import MemoryStore
 from evolve.runtime.text import split_attribution
 from evolve.strategy.policy import Graph
@@ -71,7 +72,7 @@ def _build(store: MemoryStore, graph: Graph) -> Adjacency:
     for members in by_turn.values():
         link("belong", members, members)
     for item in store.items:
-        if item.layer == "PK":
+        if item.layer == PACK_LAYER:
             for earlier, later in zip(item.source_ids, item.source_ids[1:]):
                 link("causal", _own(by_turn.get(earlier, []), store), _own(by_turn.get(later, []), store))
     cap = max(2, int(graph.max_share * n))
@@ -82,7 +83,7 @@ def _build(store: MemoryStore, graph: Graph) -> Adjacency:
         shared: dict[tuple[int, int], int] = Counter()
         postings: dict[str, list[int]] = {}
         for i, words in enumerate(sets):
-            if store.layers[i] in ("L1", "PK"):  # summaries and packs name everything: reached by belong
+            if store.layers[i] in ("L1", PACK_LAYER):  # summaries and packs name everything: reached by belong
                 continue
             for w in words:
                 postings.setdefault(w, []).append(i)
@@ -101,7 +102,7 @@ def _build(store: MemoryStore, graph: Graph) -> Adjacency:
 
 def _own(indices: list[int], store: MemoryStore) -> list[int]:
     """The memories of one observation, its packs left out (a pack is every member's)."""
-    return [i for i in indices if store.layers[i] != "PK"]
+    return [i for i in indices if store.layers[i] != PACK_LAYER]
 
 
 def expand(store: MemoryStore, seeds: np.ndarray, eligible: np.ndarray, graph: Graph) -> tuple[np.ndarray, np.ndarray]:

@@ -19,7 +19,7 @@ from evolve.errors import UserError
 from evolve.files import MAX_TEXT_BYTES, read_bounded
 from evolve.strategy.schema import load_schema
 from evolve.strategy.invariants import invariant_violations
-from evolve.strategy.paths import get_path, set_path
+from evolve.strategy.paths import get_path, with_value
 from evolve.strategy import strict_yaml
 from evolve.strategy.strict_yaml import YAMLInputError, clip
 
@@ -161,6 +161,6 @@ def derive(parent: dict, changes: dict[str, Any]) -> dict:
     """A child strategy: ``changes`` applied by dotted path, ``parent`` set to the parent's hash."""
     child = copy.deepcopy(parent)
     for path, value in changes.items():
-        child = set_path(child, path, value)
+        child = with_value(child, path, value)
     child["parent"] = strategy_hash(parent)
     return child

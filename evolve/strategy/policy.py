@@ -70,7 +70,7 @@ EdgeType = Literal["belong", "causal", "semantic", "entity"]
 
 class Graph(_Frozen):
     enabled: bool = False
-    edges: tuple[EdgeType, ...] = ("belong", "causal", "semantic")
+    edges: tuple[EdgeType, ...] = ("belong",)
     hops: int = 1
     fan_out: int = 3
     per_node: int = 2

@@ -6,7 +6,8 @@ were observed before the question (``asked_at``). Judged by content, the same wa
 
 * memory strategies (``--strategy``, default: the baseline, the hand-set ``locomo_answer_turns.yaml`` and the LoCoMo
   night's final) through the offline harness, context only, each also with ``features.fusion`` on at its defaults
-  (``+fusion``: the events fused into packs, :mod:`evolve.runtime.fusion`);
+  (``+fusion``: the events fused into packs, :mod:`evolve.runtime.fusion`), and with ``retrieval.graph`` on at its
+  defaults too (``+fusion+graph``: the first hits expanded along the memory graph, :mod:`evolve.runtime.graph`);
 * ``bm25x``: every raw event as ``(date) source: text``, ranked by BM25 over English stems without function words,
   packed in rank order to 160 words;
 * ``dense``: the same events ranked by the bundled all-MiniLM-L6-v2 embedder's cosine similarity;
@@ -41,7 +42,7 @@ from evolve.english import english_terms
 from evolve.runtime import default_embedder
 from evolve.runtime.fusion import fuse
 from evolve.runtime.text import count_words
-from evolve.strategy.policy import Fusion
+from evolve.strategy.policy import Fusion, Graph
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGIES = [ROOT / "strategies" / "baseline.yaml", ROOT / "experiments" / "strategies" / "locomo_answer_turns.yaml",
@@ -113,6 +114,11 @@ def fused(strategy: dict) -> dict:
     return {**strategy, "features": {**strategy["features"], "fusion": {**Fusion(enabled=True).model_dump()}}}
 
 
+def expanded(strategy: dict) -> dict:
+    """``strategy`` with the graph expansion on at its defaults."""
+    return {**strategy, "retrieval": {**strategy["retrieval"], "graph": Graph(enabled=True).model_dump(mode="json")}}
+
+
 def strategy_contexts(bench: Benchmark, strategy: dict) -> dict[str, str]:
     run = Harness(bench, progress=False).evaluate(strategy, answer=False)
     return {t.question_id: "\n".join(item["text"] for item in t.packed) for t in run.traces}
@@ -161,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         strategy = load_strategy(path)
         systems[path.stem] = strategy_contexts(bench, strategy)
         systems[f"{path.stem}+fusion"] = strategy_contexts(bench, fused(strategy))
+        systems[f"{path.stem}+fusion+graph"] = strategy_contexts(bench, expanded(fused(strategy)))
     systems |= {ranker: peer_contexts(bench, ranker) for ranker in ("bm25x", "dense")}
     if args.mem0:
         systems["mem0"] = mem0_contexts(bench)

@@ -73,7 +73,8 @@ def test_qualifiers_split_kf_filtered_by_loss_reason(traces):
     kf = digest(traces).symptom("kf_filtered/multi_hop")
     assert kf.qualifiers == {"budget": 0.5, "superseded": 0.5, "slot_superseded": 0.0, "retracted": 0.0, "expired": 0.0, "pruned": 0.0,
                              "conflict": 0.0, "answer_cut": 0.0, "words_cut": 0.0, "image_not_in_ikb": 0.0,
-                             "name_not_recovered": 0.0, "route_missed": 0.0}
+                             "name_not_recovered": 0.0, "route_missed": 0.0, "event_unfused": 0.0,
+                             "edge_not_followed": 0.0}
     assert kf.evidence["loss_reasons"] == {"budget": 1, "superseded": 1}
     assert kf.evidence["gold_rank_mean"] == pytest.approx(2.5)  # best gold ranks 4 and 1
     assert kf.evidence["gold_rank_low_share"] == pytest.approx(0.5)  # 4 of 4 is low, 1 of 3 is not
@@ -85,13 +86,15 @@ def test_retrieval_and_generation_qualifiers(traces):
     assert d.symptom("retrieval_gap/temporal").qualifiers == {"no_subqueries": pytest.approx(1 / 3, abs=1e-6),
                                                                       "answer_not_retrieved": 0.0,
                                                                       "image_not_in_ikb": 0.0,
-                                                                      "name_not_recovered": 0.0, "route_missed": 0.0}
+                                                                      "name_not_recovered": 0.0, "route_missed": 0.0,
+                                                                      "event_unfused": 0.0, "edge_not_followed": 0.0}
     gen = d.symptom("generation_error/single_hop")
     shares = gen.qualifiers
     assert {q: shares.pop(q) for q in ("near_miss", "wrong_support", "stale", "not_from_evidence")} == {
         "near_miss": 1.0, "wrong_support": 0.0, "stale": 0.0, "not_from_evidence": 0.0}
-    images = {q: shares.pop(q) for q in ("image_not_in_ikb", "name_not_recovered", "route_missed")}
-    assert images == {"image_not_in_ikb": 0.0, "name_not_recovered": 0.0, "route_missed": 0.0}
+    losses = {q: shares.pop(q) for q in ("image_not_in_ikb", "name_not_recovered", "route_missed", "event_unfused",
+                                         "edge_not_followed")}
+    assert not any(losses.values())
     assert set(shares) == {f"stale_{c}" for c in FACT_CATEGORIES} and not any(shares.values())
 
 
@@ -106,6 +109,18 @@ def test_an_image_loss_qualifies_its_rung_and_those_below_not_those_above():
     assert "route_missed" not in d.symptom("ingestion_gap/multi_hop").qualifiers
     assert d.symptom("generation_error/multi_hop").qualifiers["name_not_recovered"] == 1.0
 
+
+
+def test_an_event_loss_qualifies_its_rung_and_those_below_not_those_above():
+    lost = [record(f"q{i}", "multi_hop", cause) | {"event_loss": loss}
+            for i, (cause, loss) in enumerate([("generation_error", "event_unfused"), ("generation_error", None),
+                                               ("retrieval_gap", "edge_not_followed"),
+                                               ("ingestion_gap", "edge_not_followed")])]
+    d = digest(lost)
+    assert d.symptom("generation_error/multi_hop").qualifiers["event_unfused"] == 0.5
+    assert d.symptom("retrieval_gap/multi_hop").qualifiers["edge_not_followed"] == 1.0
+    # an edge not followed is met at retrieval: it cannot qualify an ingestion gap
+    assert "edge_not_followed" not in d.symptom("ingestion_gap/multi_hop").qualifiers
 
 def test_run_wide_signals(traces):
     s = digest(traces).signals

@@ -9,7 +9,7 @@ from evolve.data import BASELINE_PATH
 from evolve.strategy.artifact import StrategyError, derive, load_strategy, validate_strategy
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.moves import Move
-from evolve.strategy.paths import get_path, set_path
+from evolve.strategy.paths import get_path, set_path, value_at
 
 DIMS = evolvable_dimensions()
 
@@ -121,7 +121,7 @@ def test_blind_trials_always_legal(tmp_path, baseline):
 
 
 def test_repair_fixes_every_invariant(baseline):
-    full = {path: get_path(baseline, path) for path in DIMS}
+    full = {path: value_at(baseline, path) for path in DIMS}
     full.update({"extraction.window_size": 3, "extraction.window_overlap": 9, "retrieval.top_k": 20,
                  "retrieval.candidate_pool": 5, "retrieval.rerank.top_n": 50, "retrieval.weights.bm25": 0.0,
                  "retrieval.weights.vector": 0.0, "retrieval.weights.subquery": 0.0,
