@@ -18,7 +18,7 @@ from evolve.strategy.artifact import FREE_LINEAGE
 from evolve.strategy.moves import EDIT, SET, Step, value_text
 from evolve.strategy.prompts import added_instruction, label
 from evolve.strategy.schema import EvolvableDimension, evolvable_dimensions
-from evolve.strategy.paths import flatten, get_path
+from evolve.strategy.paths import flatten, get_path, value_at
 
 PROMPT_SECTIONS = ("extraction", "expansion", "answering")
 #: Stands for a path one side of a diff lacks.
@@ -97,14 +97,13 @@ def dimension_for(path: str, dims: dict[str, EvolvableDimension] | None = None) 
 
 
 def _effective(strategy: dict, path: str) -> Any:
-    """The value a path one side lacks behaves as: the base weight for an override weight, else MISSING."""
+    """The value a path one side lacks behaves as: the base weight for an override weight, the default of an
+    optional section the side leaves out, else MISSING."""
     match = _OVERRIDE.match(path)
-    if match:
-        try:
-            return get_path(strategy, f"retrieval.weights.{match.group(1)}")
-        except KeyError:
-            return MISSING
-    return MISSING
+    try:
+        return get_path(strategy, f"retrieval.weights.{match.group(1)}") if match else value_at(strategy, path)
+    except KeyError:
+        return MISSING
 
 
 def effective_changes(parent: dict, candidate: dict) -> dict[str, tuple[Any, Any]]:

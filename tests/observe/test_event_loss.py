@@ -10,6 +10,7 @@ from evolve.improve.planner import load_bundles, move_values
 from evolve.observe.diagnosis import event_loss
 from evolve.observe.harness import Harness
 from evolve.strategy.artifact import derive, load_strategy, validate_strategy
+from evolve.strategy.diff import effective_changes
 from evolve.strategy.moves import Step
 from evolve.strategy.paths import value_at
 from evolve.strategy.policy import Fusion
@@ -41,6 +42,7 @@ def test_traces_name_the_event_loss_and_the_planner_installs_fusion_to_meet_it()
     (value,) = move_values(baseline, dim, Step.to(dim.path, True))
     fused = validate_strategy(derive(baseline, {dim.path: value}))
     assert fused["features"]["fusion"] == Fusion(enabled=True).model_dump()  # the section installed whole
+    assert effective_changes(baseline, fused) == {dim.path: (False, True)}  # what the gates judge: one switch
     after = {t.question_id: t for t in harness.evaluate(fused, answer=False).traces}
     assert sum(after[t.question_id].event_loss == "event_unfused" for t in unfused) < len(unfused)
     assert sum(t.all_evidence_packed for t in after.values()) > sum(t.all_evidence_packed for t in traces)
