@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from evolve.errors import ConfigError
 from evolve.reachability import http_get
 
-ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic", "questioner")
+ROLES = ("extractor", "expander", "answerer", "judge", "planner", "critic", "questioner", "fuser")
 #: Roles that reply in JSON, and so may ask for constrained decoding (``structured``).
-JSON_ROLES = ("judge", "planner", "critic", "questioner")
+JSON_ROLES = ("judge", "planner", "critic", "questioner", "fuser")
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 #: Placeholder key for local servers that do not check one.
 NO_KEY = "not-needed"
@@ -88,6 +88,7 @@ class RolesConfig(BaseModel):
     planner: RoleConfig = RoleConfig()
     critic: RoleConfig = RoleConfig()
     questioner: RoleConfig = RoleConfig()
+    fuser: RoleConfig = RoleConfig()
     allow_shared_judge: bool = False
 
     @model_validator(mode="after")

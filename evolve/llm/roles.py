@@ -17,6 +17,7 @@ from evolve.llm.client import DryRun, LLMClient
 from evolve.runtime.usage import UsageStats
 from evolve.llm.config import RolesConfig
 from evolve.llm.advisors import LLMCritic, LLMPlanner
+from evolve.llm.fuser import LLMFusionJudge
 from evolve.llm.questions import LLMQuestioner
 from evolve.llm.prompting import (after_marker, fill, json_payload, load_prompt, reply_lines, strip_citations,
                                   structured, user_message)
@@ -222,13 +223,14 @@ def judge_criteria(category: str, abstention: bool) -> tuple[str, str]:
 
 ROLE_CLASSES: dict[str, type] = {"extractor": LLMExtractor, "expander": LLMExpander, "answerer": LLMAnswerer,
                                  "judge": LLMJudge, "planner": LLMPlanner, "critic": LLMCritic,
-                                 "questioner": LLMQuestioner}
+                                 "questioner": LLMQuestioner, "fuser": LLMFusionJudge}
 
 
 #: What a dry run (:class:`~evolve.llm.client.DryRun`) answers in place of a call, in each role's reply format:
 #: no facts, no sub-queries, a non-answer, a WRONG verdict.
 DRY_REPLIES = {"extractor": "FACTS:", "expander": "SUBQUERIES:", "answerer": "ANSWER: (dry run)",
-               "judge": '{"label": "WRONG"}', "planner": "{}", "critic": "{}", "questioner": '{"questions": []}'}
+               "judge": '{"label": "WRONG"}', "planner": "{}", "critic": "{}", "questioner": '{"questions": []}',
+               "fuser": '{"decision": "standalone"}'}
 
 
 def build_llm_role(role: str, config: RolesConfig, cache: ResponseCache, stats: UsageStats, *,

@@ -31,5 +31,5 @@ def build_backends(roles_cfg: RolesConfig, judge_threshold: float, cache_dir: Pa
     stats = UsageStats()
     llm = build_llm_roles(roles_cfg, ResponseCache(cache_dir), stats, dry=dry, dry_observing=dry_observing)
     roles = Roles(extractor=llm.get("extractor"), expander=llm.get("expander"), answerer=llm.get("answerer"),
-                  judge=llm.get("judge") or TokenF1Judge(judge_threshold), on_error=on_error)
+                  fuser=llm.get("fuser"), judge=llm.get("judge") or TokenF1Judge(judge_threshold), on_error=on_error)
     return Backends(roles, stats if llm else None, llm.get("planner"), llm.get("critic"))

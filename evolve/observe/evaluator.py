@@ -14,6 +14,7 @@ from evolve.observe.measures import measure
 from evolve.observe.trace import STAGE_FIELDS, Trace
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.external import AdapterError, ExternalSystem
+from evolve.runtime.fusion import FusionJudge
 from evolve.runtime.runtime import Runtime
 from evolve.runtime.roles import Answerer, Expander, Extractor, Judge, Judgment, RoleError
 from evolve.runtime.store import MemoryStore
@@ -28,6 +29,8 @@ class Roles:
     extractor: Extractor | None = None
     expander: Expander | None = None
     answerer: Answerer | None = None
+    #: The fusion judge of ``features.fusion`` (``None``: the rule judge).
+    fuser: FusionJudge | None = None
     judge: Judge = field(default_factory=TokenF1Judge)
     #: When a role fails (:class:`RoleError`): "stop" the evaluation, or "mark" the question as failed (its
     #: trace carries the error and it is left out of scoring, so a paired comparison sees it as missing).
@@ -69,7 +72,7 @@ class Evaluator:
         if self.roles.runtime is not None:
             return self.roles.runtime.runtime(strategy)
         return MemoryRuntime(strategy, extractor=self.roles.extractor, expander=self.roles.expander,
-                             answerer=self.roles.answerer, cache=self.cache)
+                             answerer=self.roles.answerer, cache=self.cache, fuser=self.roles.fuser)
 
     def conversations(self, runtime: Runtime, by_conv: dict[str, list[Question]], answer: bool,
                       progress: Callable[[int], object]) -> list[tuple[list[Trace], dict]]:

@@ -150,6 +150,8 @@ class ExternalStore:
     position: dict[str, int] = field(init=False)
     #: An external system keeps no image knowledge base of ours.
     ikb: ImageKB = field(default_factory=ImageKB)
+    #: Nor device events of ours: its chains of events are its own, so no event loss is named for it.
+    events: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.position = {item.id: i for i, item in enumerate(self.items)}

@@ -11,13 +11,19 @@ Ambiguous turns stay atomic: a pack never swallows its members, which keep their
 Each pack becomes one ``PK`` memory: its members' words in time order, citing every member, so retrieval that finds
 it by any member's words reaches all of them (the causal chain "training" -> "boots by the door" -> "detour home"),
 and ``assembly.unit`` packs it whole (``memory``) or as its members' turns (``turn``).
+
+The decision for each turn is a judge's (:class:`FusionJudge`), given the turn and its candidates: the open packs
+with room whose anchor shares a telling word with it, most shared first (at most :data:`MAX_CANDIDATES`). The rule
+judge (:class:`RuleJudge`, the default) takes the first with at least ``min_shared``; an LLM judge
+(:class:`evolve.llm.fuser.LLMFusionJudge`) reads them. A turn either judge keeps standalone neither joins nor opens a
+pack, and stays an atomic observation.
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Sequence
+from typing import Literal, Protocol, Sequence
 
 from evolve.benchmarks.types import Turn
 from evolve.runtime.store import MemoryItem
@@ -50,8 +56,48 @@ def telling_words(turns: Sequence[Turn], max_share: float) -> dict[str, frozense
                             and by_source[t.speaker][s] <= max(1.0, max_share * counts[t.speaker])) for t in turns}
 
 
-def fuse(turns: Sequence[Turn], policy: Fusion) -> list[Pack]:
-    """The packs of ``turns`` (time order, ties by order given) with two members or more."""
+#: Most candidate packs a judge is shown for one turn (the current event's neighbourhood).
+MAX_CANDIDATES = 5
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """An open pack a turn may join, and how many telling words the turn shares with its anchor."""
+
+    pack: Pack
+    shared: int
+
+
+@dataclass(frozen=True)
+class Decision:
+    """CreatePack, UpdatePack (``pack``: the index of the chosen candidate) or Standalone."""
+
+    action: Literal["create", "update", "standalone"]
+    pack: int | None = None
+
+
+class FusionJudge(Protocol):
+    name: str
+
+    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion) -> Decision: ...
+
+
+class RuleJudge:
+    """The first candidate sharing at least ``min_shared`` telling words (UpdatePack), else CreatePack."""
+
+    name = "rule"
+
+    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion) -> Decision:
+        for index, candidate in enumerate(candidates):
+            if candidate.shared >= policy.min_shared:
+                return Decision("update", index)
+        return Decision("create")
+
+
+def fuse(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None) -> list[Pack]:
+    """The packs of ``turns`` (time order, ties by order given) with two members or more, as ``judge`` (default:
+    :class:`RuleJudge`) decides."""
+    judge = judge or RuleJudge()
     telling = telling_words(turns, policy.max_share)
     window = timedelta(hours=policy.window_hours)
     packs: list[Pack] = []
@@ -59,26 +105,24 @@ def fuse(turns: Sequence[Turn], policy: Fusion) -> list[Pack]:
     for turn in sorted((t for t in turns if t.timestamp is not None), key=lambda t: t.timestamp):
         open_ = [p for p in open_ if turn.timestamp <= p.anchor.timestamp + window]
         words = telling[turn.id]
-        best, shared = None, policy.min_shared - 1
-        for pack in open_:
-            if len(pack.members) < policy.max_members:
-                overlap = len(words & telling[pack.anchor.id])
-                if overlap > shared:
-                    best, shared = pack, overlap
-        if best is not None:
-            best.members.append(turn)
-        else:
+        ranked = sorted(((len(words & telling[p.anchor.id]), n) for n, p in enumerate(open_)
+                         if len(p.members) < policy.max_members), key=lambda e: (-e[0], e[1]))
+        candidates = [Candidate(open_[n], k) for k, n in ranked if k > 0][:MAX_CANDIDATES]
+        decision = judge.decide(turn, candidates, policy)
+        if decision.action == "update" and decision.pack is not None and 0 <= decision.pack < len(candidates):
+            candidates[decision.pack].pack.members.append(turn)
+        elif decision.action != "standalone":
             packs.append(pack := Pack(turn, [turn]))
             open_.append(pack)
     return [p for p in packs if len(p.members) > 1]
 
 
-def pack_items(turns: Sequence[Turn], policy: Fusion) -> list[MemoryItem]:
+def pack_items(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None) -> list[MemoryItem]:
     """One ``PK`` memory per pack: its members as ``source: words`` in time order, headed by its anchor's date and
     stamped with its last member's time, so a question asked before the pack was complete does not see it (nor the
     words of a member observed after the question)."""
     out = []
-    for index, pack in enumerate(fuse(turns, policy)):
+    for index, pack in enumerate(fuse(turns, policy, judge)):
         when = f" ({format_date(pack.anchor.timestamp)})" if pack.anchor.timestamp else ""
         text = f"Linked observations{when}: " + " | ".join(f"{t.speaker}: {t.text}" for t in pack.members)
         out.append(MemoryItem(f"{PACK_LAYER}:{index}", PACK_LAYER, text, tuple(t.id for t in pack.members), None,

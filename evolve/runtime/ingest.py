@@ -17,7 +17,7 @@ from evolve.runtime.roles import FACT_KINDS, ExtractedFact, Extractor
 from evolve.runtime.extractor import LIFECYCLE_KINDS, turn_fact
 from evolve.runtime.dates import without_dates
 from evolve.runtime.facts import FactMeta, annotate, numeric
-from evolve.runtime.fusion import pack_items
+from evolve.runtime.fusion import FusionJudge, pack_items
 from evolve.runtime.ikb import build_ikb
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import (CUE_STEMS, STOPWORDS, content_set, format_date, retraction_topic, split_attribution,
@@ -263,10 +263,10 @@ def _extract(extractor: Extractor, batch: list[list[Turn]], policy: Extraction) 
 
 def build_store(conversation: Conversation, policy: Policy, extractor: Extractor, embed: Embed,
                 embedder_name: str, *, memo: IngestMemo | None = None,
-                rollup_sessions: Collection[str] | None = None) -> MemoryStore:
+                rollup_sessions: Collection[str] | None = None, fuser: FusionJudge | None = None) -> MemoryStore:
     """Run the whole ingestion pipeline for one conversation, its image knowledge base included; ``memo`` (of this conversation and ingestion policy)
     skips the per-window and per-fact work of an earlier build; session rollups cover ``rollup_sessions`` only
-    (default: every session)."""
+    (default: every session); ``fuser`` judges fusion (default: the rule judge)."""
     ex: Extraction = policy.extraction
     memo = memo if memo is not None else IngestMemo()
     sessions = [dataclasses.replace(s, turns=tuple(timed_turns(s))) for s in conversation.sessions]
@@ -304,7 +304,7 @@ def build_store(conversation: Conversation, policy: Policy, extractor: Extractor
             rollup = _rollup(session, [x for x in live if session_of[x.source_ids[0]] == session.id], len(l1))
             if rollup is not None:
                 l1.append(rollup)
-    pk = pack_items(turns, policy.features.fusion) if policy.features.fusion.enabled else []
+    pk = pack_items(turns, policy.features.fusion, fuser) if policy.features.fusion.enabled else []
     items = l0 + l1 + l2 + sm + pk
     embeddings = embed([embedding_text(item) for item in items])
     return MemoryStore(conversation.id, items, turns, embeddings, embedder_name,

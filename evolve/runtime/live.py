@@ -17,6 +17,7 @@ from evolve.benchmarks.observations import DeviceEvent, DeviceMeta, ImageObserva
 from evolve.benchmarks.turns import shared_image
 from evolve.benchmarks.types import Conversation, Session, Turn
 from evolve.errors import EvolveError
+from evolve.runtime.fusion import FusionJudge
 from evolve.runtime.ingest import Embed, IngestMemo, build_store
 from evolve.runtime.roles import Extractor
 from evolve.runtime.store import MemoryStore
@@ -136,7 +137,8 @@ class LiveConversation:
                              for s, turns in self._sessions)
             return Conversation(self.id, tuple(self._speakers), sessions)
 
-    def store(self, key: str, policy: Policy, extractor: Extractor, embed: Embed, embedder_name: str) -> MemoryStore:
+    def store(self, key: str, policy: Policy, extractor: Extractor, embed: Embed, embedder_name: str,
+              fuser: FusionJudge | None = None) -> MemoryStore:
         """The memory store of the turns so far under the ingestion policy whose key is ``key``; rebuilt from
         memoised parts only when a turn or a closed session came since the last read. One build per key at a time,
         outside the conversation's lock: captures and reads under other keys (the strategy serving while a reload
@@ -154,7 +156,7 @@ class LiveConversation:
                 version, conversation, closed = self.version, self.conversation(), set(self.closed)
                 memo = self._memos.setdefault(key, IngestMemo())
             store = build_store(conversation, policy, extractor, embed, embedder_name, memo=memo,
-                                rollup_sessions=closed)
+                                rollup_sessions=closed, fuser=fuser)
             with self._lock:
                 if key in self._memos:  # not forgotten meanwhile
                     self._built[key] = (version, store)

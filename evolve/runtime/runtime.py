@@ -15,6 +15,7 @@ from evolve.runtime.cache import IngestionCache
 from evolve.runtime.embedder import Embedder, default_embedder
 from evolve.runtime.expander import RuleExpander, classify_intent
 from evolve.runtime.extractor import RuleExtractor
+from evolve.runtime.fusion import FusionJudge, RuleJudge
 from evolve.runtime.ikb_query import pack, query
 from evolve.runtime.ingest import build_store
 from evolve.runtime.retrieval import Hit, Query, filter_hits, retrieve
@@ -84,23 +85,33 @@ class MemoryRuntime:
 
     def __init__(self, strategy: dict, *, extractor: Extractor | None = None, expander: Expander | None = None,
                  answerer: Answerer | None = None, embedder: Embedder | None = None,
-                 cache: IngestionCache | None = None):
+                 cache: IngestionCache | None = None, fuser: FusionJudge | None = None):
         self.strategy = validate_strategy(strategy)
         self.policy = Policy.from_strategy(strategy)
         self.extractor: Extractor = extractor or RuleExtractor()
         self.expander: Expander = expander or RuleExpander()
         self.answerer: Answerer = answerer or ExtractiveAnswerer()
+        self.fuser: FusionJudge = fuser or RuleJudge()
         self.embedder: Embedder = embedder or default_embedder()
         self.cache = cache if cache is not None else IngestionCache()
         single_blas_thread()
 
+    @property
+    def builders(self) -> str:
+        """The roles that build a store, by name: the extractor, and the fusion judge when fusion is on and not the
+        rule judge (so a store built before judges were roles keeps its key)."""
+        if self.policy.features.fusion.enabled and self.fuser.name != RuleJudge.name:
+            return f"{self.extractor.name}+{self.fuser.name}"
+        return self.extractor.name
+
     def ingest(self, conversation: Conversation) -> MemoryStore:
         """The conversation's memory store, from the cache when this ingestion policy has built it before."""
-        key = IngestionCache.key(self.strategy, conversation, self.extractor.name, self.embedder.name)
+        key = IngestionCache.key(self.strategy, conversation, self.builders, self.embedder.name)
         store = self.cache.get(key)
         if store is None:
             store = build_store(conversation, self.policy, self.extractor,
-                                lambda texts: self.cache.embeddings.encode(self.embedder, texts), self.embedder.name)
+                                lambda texts: self.cache.embeddings.encode(self.embedder, texts), self.embedder.name,
+                                fuser=self.fuser)
             self.cache.put(key, store)
         return store
 

@@ -328,7 +328,7 @@ class MemoryService(Background):
         self._sync(user, state)
         rt = loaded.runtime
         return state.live.store(loaded.key, rt.policy, rt.extractor,
-                                lambda texts: state.embeddings.encode(rt.embedder, texts), rt.embedder.name)
+                                lambda texts: state.embeddings.encode(rt.embedder, texts), rt.embedder.name, rt.fuser)
 
     def purpose(self, user: str) -> str | None:
         """What the user's memory was captured for (``None``: any purpose); :class:`UnknownUser` if none is held."""

@@ -266,7 +266,7 @@ def replay(records: list[Logged], backend: Backend, serving: Loaded, candidate: 
             for loaded in (serving, candidate):
                 rt = loaded.runtime
                 store = live.store(loaded.key, rt.policy, rt.extractor,
-                                   lambda texts, rt=rt: cache.encode(rt.embedder, texts), rt.embedder.name)
+                                   lambda texts, rt=rt: cache.encode(rt.embedder, texts), rt.embedder.name, rt.fuser)
                 sides.append(_ask(loaded, store, record.question, asked, answer, marks))
             where = categories.get((user, record.question)) or classify_intent(record.question)
             report.requests.append(_row(f"{user}/{len(report.requests)}", user, record, where, *sides,

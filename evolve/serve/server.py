@@ -75,7 +75,7 @@ def parse_canary(text: str) -> tuple[str, float]:
 
 
 #: The roles a served runtime plays; the others (judge, planner, critic, questioner) belong to the nightly run.
-RUNTIME_ROLES = ("extractor", "expander", "answerer")
+RUNTIME_ROLES = ("extractor", "expander", "answerer", "fuser")
 
 
 def runtime_parts(roles: RolesConfig | None, usage: UsageStats) -> RuntimeParts:

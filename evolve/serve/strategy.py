@@ -22,6 +22,7 @@ from evolve.ops.targets import Refused
 from evolve.ops.witness import anchor_problems, witness_anchors
 from evolve.runtime import IngestionCache, MemoryRuntime
 from evolve.runtime.embedder import Embedder
+from evolve.runtime.fusion import FusionJudge
 from evolve.runtime.roles import Answerer, Expander, Extractor
 from evolve.serve.guard import CanaryGuard, GuardPlan, GuardStop
 from evolve.state.layout import StoreLayout
@@ -54,9 +55,10 @@ class Loaded:
 
     @property
     def key(self) -> str:
-        """Identity of the derived memory this strategy builds (ingestion policy, extractor, embedder)."""
+        """Identity of the derived memory this strategy builds (ingestion policy, extractor and fusion judge,
+        embedder)."""
         rt = self.runtime
-        return hashlib.sha256(f"{ingestion_key(rt.strategy)}\0{rt.extractor.name}\0{rt.embedder.name}".encode()
+        return hashlib.sha256(f"{ingestion_key(rt.strategy)}\0{rt.builders}\0{rt.embedder.name}".encode()
                               ).hexdigest()
 
     def describe(self) -> dict:
@@ -108,12 +110,14 @@ class RuntimeParts:
     extractor: Extractor | None = None
     expander: Expander | None = None
     answerer: Answerer | None = None
+    fuser: FusionJudge | None = None
 
     def runtime(self, strategy: dict) -> MemoryRuntime:
         """The served runtime. Users' memories are built through their own caches; this one's embedding cache holds
         only the questions asked, bounded and in memory (never a shard written on the request path)."""
         return MemoryRuntime(strategy, extractor=self.extractor, expander=self.expander, answerer=self.answerer,
-                             embedder=self.embedder, cache=IngestionCache(max_vectors=QUESTION_VECTORS))
+                             embedder=self.embedder, cache=IngestionCache(max_vectors=QUESTION_VECTORS),
+                             fuser=self.fuser)
 
 
 def load_serving(stores: str | Path | None, path: str | Path, parts: RuntimeParts,

@@ -71,7 +71,7 @@ def test_answerer_stops_and_limits_its_length(llm_server, tmp_path):
 
 
 def test_structured_is_refused_for_roles_that_reply_in_text():
-    with pytest.raises(ConfigError, match=r"answerer.structured: only the judge, planner, critic, questioner reply in JSON"):
+    with pytest.raises(ConfigError, match=r"answerer.structured: only the judge, planner, critic, questioner, fuser reply in JSON"):
         RolesConfig.from_sources({"answerer": {"backend": "llm", "model": "m", "structured": "json_object"}}, env={})
     with pytest.raises(ConfigError, match=r"roles.critic.structured: Input should be 'off' or 'json_object'"):
         RolesConfig.from_sources({"critic": {"structured": "json_schema"}}, env={})

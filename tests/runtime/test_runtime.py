@@ -18,7 +18,7 @@ from evolve.runtime.text import resolve_relative_dates, sentences
 from evolve.strategy.policy import Policy
 from evolve.strategy.artifact import StrategyError, validate_strategy
 from evolve.strategy.schema import live_dimensions
-from evolve.strategy.paths import get_path, set_path
+from evolve.strategy.paths import set_path, value_at, with_value
 from image_fixtures import PETS
 
 pytestmark = pytest.mark.heavy
@@ -590,8 +590,8 @@ def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, ca
             runtime = MemoryRuntime(point, embedder=embedder, cache=cache)
             references[key] = _signature(runtime, fixtures)
         changed = False
-        for value in _candidates(dim, get_path(point, path)):
-            variant = set_path(point, path, value)
+        for value in _candidates(dim, value_at(point, path)):
+            variant = with_value(point, path, value)
             try:
                 validate_strategy(variant)
             except StrategyError:
