@@ -4,10 +4,11 @@ Every system packs a context of at most about 160 words per question from the ev
 were observed before the question (``asked_at``). Judged by content, the same way for every system
 (:func:`evolve.benchmarks.scenes.coverage`): a checklist item counts when all its content words reach the context.
 
-* memory strategies (``--strategy``, default: the baseline, the hand-set ``locomo_answer_turns.yaml`` and the LoCoMo
-  night's final) through the offline harness, context only, each also with ``features.fusion`` on at its defaults
-  (``+fusion``: the events fused into packs, :mod:`evolve.runtime.fusion`), and with ``retrieval.graph`` on at its
-  defaults too (``+fusion+graph``: the first hits expanded along the memory graph, :mod:`evolve.runtime.graph`);
+* memory strategies (``--strategy``, default: the baseline, the hand-set ``locomo_answer_turns.yaml``, the LoCoMo
+  night's final and the scenes night's final ``scenes_final.yaml``) through the offline harness, context only, each
+  also with ``features.fusion`` on at its defaults (``+fusion``: the events fused into packs,
+  :mod:`evolve.runtime.fusion`), and with ``retrieval.graph`` on at its defaults too (``+fusion+graph``: the first
+  hits expanded along the memory graph, :mod:`evolve.runtime.graph`);
 * ``bm25x``: every raw event as ``(date) source: text``, ranked by BM25 over English stems without function words,
   packed in rank order to 160 words;
 * ``dense``: the same events ranked by the bundled all-MiniLM-L6-v2 embedder's cosine similarity;
@@ -46,7 +47,8 @@ from evolve.strategy.policy import Fusion, Graph
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGIES = [ROOT / "strategies" / "baseline.yaml", ROOT / "experiments" / "strategies" / "locomo_answer_turns.yaml",
-              ROOT / "experiments" / "strategies" / "locomo_answer_final.yaml"]
+              ROOT / "experiments" / "strategies" / "locomo_answer_final.yaml",
+              ROOT / "experiments" / "strategies" / "scenes_final.yaml"]
 BUDGET = 160
 
 

@@ -17,7 +17,7 @@ from evolve.benchmarks.turns import fold_caption
 from evolve.runtime import MemoryRuntime
 from evolve.serve.export import export_user
 from evolve.serve.strategy import RuntimeParts
-from evolve.strategy.policy import Fusion
+from evolve.strategy.policy import Fusion, Graph
 from service_fixtures import in_process
 
 DEV4 = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "locomo" / "locomo_dev4.json"
@@ -143,6 +143,7 @@ def test_an_image_that_names_no_turn_of_its_request_is_refused_and_nothing_is_st
 def test_device_events_served_pack_what_offline_packs_and_name_their_device(tmp_path, serving, embedder):
     strategy = yaml.safe_load(serving.read_text())
     strategy["features"]["fusion"] = Fusion(enabled=True).model_dump()
+    strategy["retrieval"]["graph"] = Graph(enabled=True).model_dump(mode="json")
     serving.write_text(yaml.safe_dump(strategy, sort_keys=False))
     service = in_process(tmp_path / "data", serving, RuntimeParts(embedder))
     home = generate_scenes(3, homes=1).homes[0]
@@ -160,19 +161,21 @@ def test_device_events_served_pack_what_offline_packs_and_name_their_device(tmp_
         [e.model_dump(exclude={"provenance"}) for e in offline.events()]
     runtime = MemoryRuntime(strategy, embedder=embedder)
     batch = runtime.ingest(offline)
-    packs = 0
+    packs = expanded = 0
     for q in [q for q in home.questions if q.user == user][:12]:
         recall = service.client.post(f"/v1/users/{user}/recall", json={"question": q.question,
                                                                        "asked_at": q.asked_at.isoformat()})
         assert recall.status_code == 200, recall.text
-        expected = runtime.ask(batch, q.question, q.asked_at, answer=False).packed
+        offline_result = runtime.ask(batch, q.question, q.asked_at, answer=False)
+        expected = offline_result.packed
+        expanded += any("graph" in hit.channels for hit in offline_result.retrieved)
         packed = recall.json()["packed"]
         assert [(p["id"], p["text"]) for p in packed] == [(c.id, c.text) for c in expected], q.question
         for item in packed:
             assert all(o["kind"] == "event" and o["device"] == batch.events[o["id"]].device
                        for o in item["observations"])
         packs += sum(p["layer"] == "PK" for p in packed)
-    assert packs  # fused packs reach recalls, citing their member events
+    assert packs and expanded  # fused packs reach recalls, citing their member events; the graph was followed
     stored = (tmp_path / f"data/users/{user}/capture.jsonl").read_text()
     assert '"device":"camera"' in stored.replace(" ", "")
     assert service.client.delete(f"/v1/users/{user}").status_code == 200
