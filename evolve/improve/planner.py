@@ -59,6 +59,8 @@ REQUIRES: dict[str, dict[str, Any]] = {
     "retrieval.rerank.overlap_weight": {"retrieval.rerank.enabled": True},
     "retrieval.second_hop": {"retrieval.second_hop.enabled": True},
     "images": {"images.route.enabled": True},
+    "features.fusion": {"features.fusion.enabled": True},
+    "retrieval.graph": {"retrieval.graph.enabled": True},
     "assembly.fact_unit": {"assembly.unit": "memory"},
     "assembly.reserved.profile": {"features.profile_layer": True},
     "assembly.reserved.corrections": {"features.profile_layer": True},

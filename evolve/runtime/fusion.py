@@ -12,11 +12,12 @@ Each pack becomes one ``PK`` memory: its members' words in time order, citing ev
 it by any member's words reaches all of them (the causal chain "training" -> "boots by the door" -> "detour home"),
 and ``assembly.unit`` packs it whole (``memory``) or as its members' turns (``turn``).
 
-The decision for each turn is a judge's (:class:`FusionJudge`), given the turn and its candidates: the open packs
-with room whose anchor shares a telling word with it, most shared first (at most :data:`MAX_CANDIDATES`). The rule
-judge (:class:`RuleJudge`, the default) takes the first with at least ``min_shared``; an LLM judge
-(:class:`evolve.llm.fuser.LLMFusionJudge`) reads them. A turn either judge keeps standalone neither joins nor opens a
-pack, and stays an atomic observation.
+The session holds two bounded zones: the open packs (today's events: at most ``max_open``; opening one more closes
+the oldest, whose members stay packed) and the current turn's candidates (the open packs with room whose anchor
+shares a telling word with it, most shared first, at most ``candidates``). The decision for each turn is a judge's
+(:class:`FusionJudge`): the rule judge (:class:`RuleJudge`, the default) takes the first candidate with at least
+``min_shared``; an LLM judge (:class:`evolve.llm.fuser.LLMFusionJudge`) reads them. A turn either judge keeps
+standalone neither joins nor opens a pack, and stays an atomic observation.
 """
 from __future__ import annotations
 
@@ -54,10 +55,6 @@ def telling_words(turns: Sequence[Turn], max_share: float) -> dict[str, frozense
         counts[t.speaker] += 1
     return {t.id: frozenset(s for s in stems[t.id] if not s.isdigit()
                             and by_source[t.speaker][s] <= max(1.0, max_share * counts[t.speaker])) for t in turns}
-
-
-#: Most candidate packs a judge is shown for one turn (the current event's neighbourhood).
-MAX_CANDIDATES = 5
 
 
 @dataclass(frozen=True)
@@ -107,13 +104,13 @@ def fuse(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None
         words = telling[turn.id]
         ranked = sorted(((len(words & telling[p.anchor.id]), n) for n, p in enumerate(open_)
                          if len(p.members) < policy.max_members), key=lambda e: (-e[0], e[1]))
-        candidates = [Candidate(open_[n], k) for k, n in ranked if k > 0][:MAX_CANDIDATES]
+        candidates = [Candidate(open_[n], k) for k, n in ranked if k > 0][:policy.candidates]
         decision = judge.decide(turn, candidates, policy)
         if decision.action == "update" and decision.pack is not None and 0 <= decision.pack < len(candidates):
             candidates[decision.pack].pack.members.append(turn)
         elif decision.action != "standalone":
             packs.append(pack := Pack(turn, [turn]))
-            open_.append(pack)
+            open_ = [*open_[len(open_) + 1 - policy.max_open:], pack]  # the zone full: the oldest pack closes
     return [p for p in packs if len(p.members) > 1]
 
 

@@ -250,6 +250,8 @@ class Fusion(_Frozen):
     min_shared: int = 1
     max_share: float = 0.4
     max_members: int = 6
+    max_open: int = 32
+    candidates: int = 5
 
 
 class Features(_Frozen):

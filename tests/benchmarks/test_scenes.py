@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
-from evolve.benchmarks import BenchmarkError, load_benchmark
+from evolve.benchmarks import BenchmarkError, Turn, load_benchmark
 from evolve.benchmarks.scene_gen import generate_scenes
 from evolve.benchmarks.scenes import carried, coverage, linked_pairs
 from evolve.data import BASELINE_PATH
@@ -132,3 +132,16 @@ def test_a_pack_is_seen_only_by_questions_asked_after_its_last_member(one_home, 
     before = members[-1].timestamp - timedelta(minutes=1)
     assert all(c.id != pack.id for c in runtime.ask(store, words, before, answer=False).packed)
     assert pack.id in [h.id for h in runtime.ask(store, words, members[-1].timestamp, answer=False).retrieved]
+
+
+def test_a_full_open_pack_zone_closes_its_oldest_pack_and_keeps_what_it_packed():
+    day = datetime(2024, 3, 8)
+    turns = [Turn(f"E{n}", who, text, "S1", day.replace(hour=hour)) for n, (hour, who, text) in enumerate([
+        (8, "Ana's calendar", "Mia football training at Riverside"),
+        (9, "Door camera", "Mia football bag near the doorway"),
+        (10, "Ana's speaker", "Leo piano lesson on Thursday"),
+        (11, "Ana's car", "Trip to Riverside for Mia")], 1)]
+    members = [[t.id for t in p.members] for p in fuse(turns, Fusion(enabled=True))]
+    assert members == [["E1", "E2", "E4"]]
+    # a zone of one: the piano lesson's pack closes the training day's, which keeps its first two members
+    assert [[t.id for t in p.members] for p in fuse(turns, Fusion(enabled=True, max_open=1))] == [["E1", "E2"]]

@@ -584,7 +584,7 @@ def test_every_evolvable_field_changes_behaviour(baseline_strategy, embedder, ca
         settings = requirements(path, ACTS_UNDER)
         point = probe
         for where, value in settings.items():
-            point = set_path(point, where, value)
+            point = with_value(point, where, value)
         key = json.dumps(settings, sort_keys=True)
         if key not in references:
             runtime = MemoryRuntime(point, embedder=embedder, cache=cache)
