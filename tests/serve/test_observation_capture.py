@@ -140,6 +140,16 @@ def test_an_image_that_names_no_turn_of_its_request_is_refused_and_nothing_is_st
     assert not (tmp_path / "data/users/c/capture.jsonl").exists()
 
 
+def test_a_blank_caption_is_no_photo_so_an_image_observation_may_follow_its_turn(ikb_serving, tmp_path, embedder):
+    service = in_process(tmp_path / "data", ikb_serving, RuntimeParts(embedder))
+    reply = service.client.post("/v1/users/c/observations", json={"observations": [
+        {"kind": "turn", "id": "t1", "speaker": "A", "text": "Look at this", "session": "s", "image_caption": "  "},
+        {"kind": "image", "turn": "t1", "caption": "a dog on a beach"}]})
+    assert reply.status_code == 201, reply.text
+    assert reply.json()["images"] == ["s:IMG_001"]
+    assert "a dog on a beach" in (tmp_path / "data/users/c/capture.jsonl").read_text()
+
+
 def test_device_events_served_pack_what_offline_packs_and_name_their_device(tmp_path, serving, embedder):
     strategy = yaml.safe_load(serving.read_text())
     strategy["features"]["fusion"] = Fusion(enabled=True).model_dump()

@@ -141,7 +141,7 @@ class ObservationsIn(_Capture):
                 raise Problem(422, f"observations[{i}]: turn {seen.turn!r} is not a turn earlier in this request")
             if not Photo(caption=seen.caption, url=seen.url, path=seen.path).shared:
                 raise Problem(422, f"observations[{i}]: an image needs a caption, a url or a path")
-            if any(turn[f"image_{k}"] for k in ("caption", "url", "path")):
+            if Photo(caption=turn["image_caption"], url=turn["image_url"], path=turn["image_path"]).shared:
                 raise Problem(422, f"observations[{i}]: turn {seen.turn!r} already shares a photo (one per turn)")
             turn.update(image_caption=seen.caption, image_url=seen.url, image_path=seen.path)
         return turns
