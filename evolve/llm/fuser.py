@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from evolve.benchmarks.types import Turn
 from evolve.llm.client import LLMClient
 from evolve.llm.prompting import ask_json, fill, json_payload, load_prompt, validation_errors
-from evolve.runtime.fusion import Candidate, Decision
+from evolve.runtime.fusion import Candidate, Decision, Pack
 from evolve.runtime.text import format_date
 from evolve.strategy.policy import Fusion
 
@@ -28,9 +28,12 @@ class _Reply(BaseModel):
     pack: int | None = None
 
 
+def _when(turn: Turn) -> str:
+    return turn.timestamp.strftime("%Y-%m-%d %H:%M") if turn.timestamp else "undated"
+
+
 def _line(turn: Turn) -> str:
-    when = turn.timestamp.strftime("%Y-%m-%d %H:%M") if turn.timestamp else "undated"
-    return f"({when}) {turn.speaker}: {turn.text}"
+    return f"({_when(turn)}) {turn.speaker}: {turn.text}"
 
 
 class LLMFusionJudge:
@@ -44,13 +47,16 @@ class LLMFusionJudge:
         self.unusable = 0
         self._template = load_prompt(FUSE_PROMPT)
 
-    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion) -> Decision:
+    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion,
+               recent: Sequence[Pack] = ()) -> Decision:
         if not candidates:
             return Decision("create")
         packs = "\n".join(f"{n}. " + " | ".join(_line(t) for t in c.pack.members)
                           for n, c in enumerate(candidates, start=1))
+        ended = "\n".join(f"- {_line(p.anchor)} (and {len(p.members) - 1} more until {_when(p.members[-1])})"
+                           for p in recent) or "(none)"
         prompt = fill(self._template, time=format_date(turn.timestamp) if turn.timestamp else "undated",
-                      observation=_line(turn), packs=packs)
+                      observation=_line(turn), packs=packs, recent=ended)
 
         def parse(reply: str) -> tuple[_Reply | None, list[str]]:
             try:

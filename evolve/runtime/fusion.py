@@ -12,11 +12,13 @@ Each pack becomes one ``PK`` memory: its members' words in time order, citing ev
 it by any member's words reaches all of them (the causal chain "training" -> "boots by the door" -> "detour home"),
 and ``assembly.unit`` packs it whole (``memory``) or as its members' turns (``turn``).
 
-The session holds two bounded zones: the open packs (today's events: at most ``max_open``; opening one more closes
-the oldest, whose members stay packed) and the current turn's candidates (the open packs with room whose anchor
-shares a telling word with it, most shared first, at most ``candidates``). The decision for each turn is a judge's
+The session holds three bounded zones: the latest closed packs (the recent happenings, at most ``recent``, shown to
+the judge as they ended), the open packs (today's events: at most ``max_open``; opening one more closes the oldest,
+whose members stay packed) and the current turn's candidates (the open packs with room whose anchor shares a telling
+word with it, most shared first, at most ``candidates``). The decision for each turn is a judge's
 (:class:`FusionJudge`): the rule judge (:class:`RuleJudge`, the default) takes the first candidate with at least
-``min_shared``; an LLM judge (:class:`evolve.llm.fuser.LLMFusionJudge`) reads them. A turn either judge keeps
+``min_shared`` and reads nothing else; an LLM judge (:class:`evolve.llm.fuser.LLMFusionJudge`) reads the candidates
+and the recent happenings. A turn either judge keeps
 standalone neither joins nor opens a pack, and stays an atomic observation.
 """
 from __future__ import annotations
@@ -76,7 +78,8 @@ class Decision:
 class FusionJudge(Protocol):
     name: str
 
-    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion) -> Decision: ...
+    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion,
+               recent: Sequence[Pack] = ()) -> Decision: ...
 
 
 class RuleJudge:
@@ -84,7 +87,8 @@ class RuleJudge:
 
     name = "rule"
 
-    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion) -> Decision:
+    def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion,
+               recent: Sequence[Pack] = ()) -> Decision:
         for index, candidate in enumerate(candidates):
             if candidate.shared >= policy.min_shared:
                 return Decision("update", index)
@@ -99,19 +103,30 @@ def fuse(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None
     window = timedelta(hours=policy.window_hours)
     packs: list[Pack] = []
     open_: list[Pack] = []  # in time order, a pack whose window has passed never opens again
+    recent: list[Pack] = []  # the latest closed packs of two members or more, oldest first
     for turn in sorted((t for t in turns if t.timestamp is not None), key=lambda t: t.timestamp):
+        closed = [p for p in open_ if turn.timestamp > p.anchor.timestamp + window]
         open_ = [p for p in open_ if turn.timestamp <= p.anchor.timestamp + window]
+        recent = _latest(recent, closed, policy.recent)
         words = telling[turn.id]
         ranked = sorted(((len(words & telling[p.anchor.id]), n) for n, p in enumerate(open_)
                          if len(p.members) < policy.max_members), key=lambda e: (-e[0], e[1]))
         candidates = [Candidate(open_[n], k) for k, n in ranked if k > 0][:policy.candidates]
-        decision = judge.decide(turn, candidates, policy)
+        decision = judge.decide(turn, candidates, policy, recent)
         if decision.action == "update" and decision.pack is not None and 0 <= decision.pack < len(candidates):
             candidates[decision.pack].pack.members.append(turn)
         elif decision.action != "standalone":
             packs.append(pack := Pack(turn, [turn]))
-            open_ = [*open_[len(open_) + 1 - policy.max_open:], pack]  # the zone full: the oldest pack closes
+            if len(open_) >= policy.max_open:  # the zone full: the oldest pack closes
+                recent = _latest(recent, open_[: len(open_) + 1 - policy.max_open], policy.recent)
+                open_ = open_[len(open_) + 1 - policy.max_open:]
+            open_.append(pack)
     return [p for p in packs if len(p.members) > 1]
+
+
+def _latest(recent: list[Pack], closed: list[Pack], keep: int) -> list[Pack]:
+    """The recent-happenings zone after ``closed`` packs close: its ``keep`` latest packs of two members or more."""
+    return [*recent, *(p for p in closed if len(p.members) > 1)][-keep:] if keep else []
 
 
 def pack_items(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None) -> list[MemoryItem]:

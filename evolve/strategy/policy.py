@@ -252,6 +252,7 @@ class Fusion(_Frozen):
     max_members: int = 6
     max_open: int = 32
     candidates: int = 5
+    recent: int = 3
 
 
 class Features(_Frozen):

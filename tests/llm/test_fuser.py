@@ -26,7 +26,7 @@ HOME = Conversation("home", ("Ana",), (Session("S1", DAY, tuple(
 
 def observation(body: dict) -> str:
     prompt = body["messages"][0]["content"]
-    return prompt.split("NEW OBSERVATION", 1)[1].split("OPEN PACKS", 1)[0]
+    return prompt.split("NEW OBSERVATION (", 1)[1].split("OPEN PACKS", 1)[0]
 
 
 def packs_of(runtime: MemoryRuntime) -> list[tuple[str, ...]]:
@@ -74,3 +74,22 @@ def test_the_fuser_role_is_built_from_the_run_config_and_reaches_ingestion(llm_s
     assert packs_of(runtime) == []  # each observation opened its own pack and none joined
     assert llm_server.requests and llm_server.requests[0]["response_format"]["type"] == "json_object"
     assert backends.usage is not None and backends.usage.get("fuser", "requests") == 3
+
+
+def test_the_llm_judge_is_shown_the_recent_happenings_and_the_rule_judge_ignores_them(llm_server, tmp_path):
+    days = [[(8, "Ana's calendar", "Mia training at Riverside"), (9, "Door camera", "Riverside jersey by the door")],
+            [(8, "Ana's calendar", "Mia match at Hillside"), (9, "Door camera", "Hillside boots by the door")]]
+    two_days = Conversation("home", ("Ana",), tuple(
+        Session(f"S{d}", DAY.replace(day=7 + d), tuple(
+            Turn(f"E{2 * d - 2 + n}", who, text, f"S{d}", DAY.replace(day=7 + d, hour=hour))
+            for n, (hour, who, text) in enumerate(day, 1))) for d, day in enumerate(days, 1)))
+    llm_server.responder = lambda body: json.dumps({"decision": "update", "pack": 1})
+    runtime = MemoryRuntime(fused(), fuser=judge(llm_server, tmp_path))
+    packs = [item.source_ids for item in runtime.ingest(two_days).items if item.layer == "PK"]
+    assert packs == [("E1", "E2"), ("E3", "E4")]
+    first, second = (body["messages"][0]["content"] for body in llm_server.requests)
+    assert "RECENT HAPPENINGS" in first and "(none)" in first.split("NEW OBSERVATION (")[0]
+    recent = second.split("NEW OBSERVATION (")[0]
+    assert "Mia training at Riverside (and 1 more until 2024-03-08 09:00)" in recent
+    no_zone = with_value(fused(), "features.fusion.recent", 0)
+    assert [i.source_ids for i in MemoryRuntime(no_zone).ingest(two_days).items if i.layer == "PK"] == packs
