@@ -4,6 +4,7 @@ with none opens its own pack without a call. A reply that stays unusable after t
 observation standalone: an ambiguous event stays atomic and is recovered by its own words."""
 from __future__ import annotations
 
+from collections import Counter
 from typing import Literal, Sequence
 
 from pydantic import BaseModel, ConfigDict, ValidationError
@@ -37,7 +38,8 @@ def _line(turn: Turn) -> str:
 
 
 class LLMFusionJudge:
-    """Decides through the framework's fusion prompt; counts the observations it had to keep standalone."""
+    """Decides through the framework's fusion prompt; counts its decisions (``decided``) and the observations it had to
+    keep standalone for want of a usable reply (``unusable``)."""
 
     def __init__(self, client: LLMClient, max_attempts: int = 2):
         if max_attempts < 1:
@@ -45,6 +47,7 @@ class LLMFusionJudge:
         self.client, self.max_attempts = client, max_attempts
         self.name = f"llm-fuser/{client.model}"
         self.unusable = 0
+        self.decided: Counter[str] = Counter()
         self._template = load_prompt(FUSE_PROMPT)
 
     def decide(self, turn: Turn, candidates: Sequence[Candidate], policy: Fusion,
@@ -71,4 +74,5 @@ class LLMFusionJudge:
         if reply is None or errors:
             self.unusable += 1
             return Decision("standalone")
+        self.decided[reply.decision] += 1
         return Decision(reply.decision, reply.pack - 1 if reply.decision == "update" else None)

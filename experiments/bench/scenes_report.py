@@ -41,7 +41,7 @@ from evolve.benchmarks.scene_gen import generate_scenes
 from evolve.benchmarks.scenes import SCENE_KINDS, carried, coverage, linked_pairs
 from evolve.english import english_terms
 from evolve.runtime import default_embedder
-from evolve.runtime.fusion import fuse
+from evolve.runtime.fusion import FusionJudge, fuse
 from evolve.runtime.text import count_words
 from evolve.strategy.policy import Fusion, Graph
 
@@ -126,15 +126,16 @@ def strategy_contexts(bench: Benchmark, strategy: dict) -> dict[str, str]:
     return {t.question_id: "\n".join(item["text"] for item in t.packed) for t in run.traces}
 
 
-def pack_agreement(spec: str, bench: Benchmark) -> dict | None:
-    """Precision and recall of the fusion judge's event pairs against the generator's truth (``None``: no truth)."""
+def pack_agreement(spec: str, bench: Benchmark, judge: FusionJudge | None = None) -> dict | None:
+    """Precision and recall of the fusion judge's event pairs (default: the rule judge) against the generator's truth
+    (``None``: no truth)."""
     if not spec.startswith("scenegen"):
         return None
     args = [int(a) for a in spec.split(":")[1:]]
     truth = set().union(*(linked_pairs(home) for home in generate_scenes(*args).homes))
     got = set()
     for conversation in bench.conversations.values():
-        for pack in fuse(conversation.turns(), Fusion(enabled=True)):
+        for pack in fuse(conversation.turns(), Fusion(enabled=True), judge):
             ids = sorted(t.id for t in pack.members)
             got |= {frozenset((a, b)) for i, a in enumerate(ids) for b in ids[i + 1:]}
     right = len(got & truth)
