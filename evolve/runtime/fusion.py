@@ -102,12 +102,16 @@ def fuse(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None
     telling = telling_words(turns, policy.max_share)
     window = timedelta(hours=policy.window_hours)
     packs: list[Pack] = []
-    open_: list[Pack] = []  # in time order, a pack whose window has passed never opens again
+    open_: list[Pack] = []  # anchors in time order: the packs that close (window passed, zone full) are the first
     recent: list[Pack] = []  # the latest closed packs of two members or more, oldest first
+
+    def close(count: int) -> None:
+        nonlocal open_, recent
+        closed, open_ = open_[:count], open_[count:]
+        recent = [*recent, *(p for p in closed if len(p.members) > 1)][-policy.recent:] if policy.recent else []
+
     for turn in sorted((t for t in turns if t.timestamp is not None), key=lambda t: t.timestamp):
-        closed = [p for p in open_ if turn.timestamp > p.anchor.timestamp + window]
-        open_ = [p for p in open_ if turn.timestamp <= p.anchor.timestamp + window]
-        recent = _latest(recent, closed, policy.recent)
+        close(sum(turn.timestamp > p.anchor.timestamp + window for p in open_))
         words = telling[turn.id]
         ranked = sorted(((len(words & telling[p.anchor.id]), n) for n, p in enumerate(open_)
                          if len(p.members) < policy.max_members), key=lambda e: (-e[0], e[1]))
@@ -117,16 +121,9 @@ def fuse(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None
             candidates[decision.pack].pack.members.append(turn)
         elif decision.action != "standalone":
             packs.append(pack := Pack(turn, [turn]))
-            if len(open_) >= policy.max_open:  # the zone full: the oldest pack closes
-                recent = _latest(recent, open_[: len(open_) + 1 - policy.max_open], policy.recent)
-                open_ = open_[len(open_) + 1 - policy.max_open:]
+            close(max(0, len(open_) + 1 - policy.max_open))  # the zone full: the oldest pack closes
             open_.append(pack)
     return [p for p in packs if len(p.members) > 1]
-
-
-def _latest(recent: list[Pack], closed: list[Pack], keep: int) -> list[Pack]:
-    """The recent-happenings zone after ``closed`` packs close: its ``keep`` latest packs of two members or more."""
-    return [*recent, *(p for p in closed if len(p.members) > 1)][-keep:] if keep else []
 
 
 def pack_items(turns: Sequence[Turn], policy: Fusion, judge: FusionJudge | None = None) -> list[MemoryItem]:
