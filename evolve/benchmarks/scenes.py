@@ -114,11 +114,12 @@ def admit_event(event: DeviceEvent) -> Turn:
 
 def conversation_of(home: Home, user: str) -> Conversation:
     """What ``user`` of ``home`` may see, in time order, one session per day."""
-    days: dict[str, list[DeviceEvent]] = defaultdict(list)
+    days: dict[str, list[tuple[DeviceEvent, Turn]]] = defaultdict(list)
     for event in sorted((e for e in home.events if e.visible_to(user)), key=lambda e: (e.time, e.id)):
-        days[admit_event(event).session_id].append(event)
-    sessions = tuple(Session(day, events[0].time, tuple(admit_event(e) for e in events), events=tuple(events))
-                     for day, events in days.items())
+        turn = admit_event(event)
+        days[turn.session_id].append((event, turn))
+    sessions = tuple(Session(day, admitted[0][0].time, tuple(t for _, t in admitted),
+                             events=tuple(e for e, _ in admitted)) for day, admitted in days.items())
     speakers = tuple(dict.fromkeys(t.speaker for s in sessions for t in s.turns))
     return Conversation(f"{home.id}/{user}", speakers, sessions)
 

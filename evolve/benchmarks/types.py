@@ -71,9 +71,9 @@ class Conversation:
         """Identity of the image observations and device events (the content hash covers their captions, folded
         into the turns' texts, and the events' words, not their ids, URLs, paths or device fields); a conversation
         without events keeps the hash it had."""
-        text = "\n".join(i.model_dump_json() for i in self.images())
-        if self.events():
-            text += "\0" + "\n".join(e.model_dump_json() for e in self.events())
+        text, events = "\n".join(i.model_dump_json() for i in self.images()), self.events()
+        if events:
+            text += "\0" + "\n".join(e.model_dump_json() for e in events)
         return hashlib.sha256(text.encode()).hexdigest()
 
     def content_hash(self) -> str:

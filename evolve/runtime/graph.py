@@ -61,6 +61,7 @@ def _build(store: MemoryStore, graph: Graph) -> Adjacency:
     for i, item in enumerate(store.items):
         for tid in item.source_ids:
             by_turn.setdefault(tid, []).append(i)
+    sources = [frozenset(item.source_ids) for item in store.items]
 
     def link(kind: str, group_a: list[int], group_b: list[int], weight: int = 1) -> None:
         for a in group_a:
@@ -90,7 +91,7 @@ def _build(store: MemoryStore, graph: Graph) -> Adjacency:
         for items in postings.values():
             if len(items) <= cap:
                 for a, b in combinations(items, 2):
-                    if not set(store.items[a].source_ids) & set(store.items[b].source_ids):
+                    if not sources[a] & sources[b]:
                         shared[a, b] += 1
         least = graph.min_shared if kind == "semantic" else 1
         for (a, b), count in shared.items():
