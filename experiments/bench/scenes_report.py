@@ -43,7 +43,8 @@ from evolve.english import english_terms
 from evolve.runtime import default_embedder
 from evolve.runtime.fusion import FusionJudge, fuse
 from evolve.runtime.text import count_words
-from evolve.strategy.policy import Fusion, Graph
+from evolve.strategy.paths import with_value
+from evolve.strategy.policy import Fusion
 
 ROOT = Path(__file__).resolve().parents[2]
 STRATEGIES = [ROOT / "strategies" / "baseline.yaml", ROOT / "experiments" / "strategies" / "locomo_answer_turns.yaml",
@@ -112,13 +113,13 @@ def mem0_contexts(bench: Benchmark) -> dict[str, str]:
 
 
 def fused(strategy: dict) -> dict:
-    """``strategy`` with fusion on at its defaults."""
-    return {**strategy, "features": {**strategy["features"], "fusion": {**Fusion(enabled=True).model_dump()}}}
+    """``strategy`` with fusion on (the section at its defaults when the strategy leaves it out)."""
+    return with_value(strategy, "features.fusion.enabled", True)
 
 
 def expanded(strategy: dict) -> dict:
-    """``strategy`` with the graph expansion on at its defaults."""
-    return {**strategy, "retrieval": {**strategy["retrieval"], "graph": Graph(enabled=True).model_dump(mode="json")}}
+    """``strategy`` with the graph expansion on (the section at its defaults when the strategy leaves it out)."""
+    return with_value(strategy, "retrieval.graph.enabled", True)
 
 
 def strategy_contexts(bench: Benchmark, strategy: dict) -> dict[str, str]:
