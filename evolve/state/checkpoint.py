@@ -21,8 +21,8 @@ from pathlib import Path
 from evolve.canonical import canonical_hash, sha256_hex
 from evolve.numbers import is_real
 from evolve.files import (
-    MAX_DOC_BYTES, MAX_TEXT_BYTES, StoreError, atomic_write_json, atomic_write_text, now_iso, os_error, read_bounded,
-    read_json,
+    MAX_DOC_BYTES, MAX_TEXT_BYTES, StoreError, atomic_write_json, atomic_write_text, crash_point, now_iso, os_error,
+    read_bounded, read_json,
 )
 from evolve.state.strategy_files import strategy_from_yaml, strategy_to_yaml
 from evolve.strategy.artifact import strategy_hash
@@ -95,6 +95,7 @@ class Checkpoint:
             raise StoreError(gen_dir / "manifest.json", f"checkpoint meta is not JSON-serialisable: {exc}") from None
         atomic_write_text(gen_dir / "strategy.yaml", text)
         atomic_write_json(gen_dir / "manifest.json", manifest)
+        crash_point("checkpoint.generation")
         atomic_write_text(self.current_path, gen + "\n")
         self._prune(number, previous)
         return CheckpointRecord(dict(strategy), manifest["strategy_hash"], manifest["score"], manifest["round"],

@@ -3,6 +3,7 @@ and require intact stores and exactly the decisions and final strategy of one un
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import signal
 import sqlite3
@@ -16,6 +17,7 @@ from typing import Callable
 import pytest
 import yaml
 
+from evolve.files import CRASH_ENV
 from evolve.state.content import REF, ContentStore, resolved
 from evolve.state.layout import DOC_STORES, JSONL_STORES
 from evolve.state.stores import StoreSet
@@ -40,12 +42,14 @@ def write_config(directory: Path) -> Path:
     return config
 
 
-def start(config: Path, tag: str) -> subprocess.Popen:
+def start(config: Path, tag: str, crash: str | None = None) -> subprocess.Popen:
+    """The run in a child process; ``crash``: the step at which it kills itself (:func:`evolve.files.crash_point`)."""
     out, err = (open(config.parent / f"{tag}.{kind}", "wb") for kind in ("out", "err"))
+    env = {**os.environ, CRASH_ENV: crash} if crash else None
     with out, err:
         return subprocess.Popen([sys.executable, "-m", "evolve.cli", "run", "--config", str(config), "--no-tracking",
                                  "--json"],
-                                cwd=config.parent, stdout=out, stderr=err)
+                                cwd=config.parent, stdout=out, stderr=err, env=env)
 
 
 def stderr_tail(config: Path, tag: str) -> str:
@@ -132,6 +136,9 @@ class KillPoint:
     warm_cache: bool = True
     armed: Callable[[Path], bool] = lambda stores: False
     reapplied: int | None = None
+    #: The step at which the run kills itself (:func:`evolve.files.crash_point`), for a window too short to hit by
+    #: polling from outside (the test then waits for the run to end, and ``trigger`` is not polled).
+    crash: str | None = None
 
 
 KILL_POINTS = {
@@ -157,26 +164,31 @@ KILL_POINTS = {
     "checkpoint-write": KillPoint(
         trigger=lambda s: (s / "best").exists(), armed=lambda s: wal(s, 1).exists(),
         landed=lambda s: state_of(s) is None and wal(s, 1).exists() and not (s / "best" / "CURRENT").exists(),
-        landed_doc="round 1 write-ahead log present, checkpoint generation without CURRENT", reapplied=1),
+        landed_doc="round 1 write-ahead log present, checkpoint generation without CURRENT", reapplied=1,
+        crash="checkpoint.generation"),
 }
 
 
 def kill_at(config: Path, point: str, tag: str) -> None:
-    """Start the run and SIGKILL it as soon as the kill point's trigger holds."""
+    """Start the run and SIGKILL it as soon as the kill point's trigger holds (or let it kill itself at its crash
+    step)."""
     kp, stores = KILL_POINTS[point], config.parent / "stores"
-    proc = start(config, tag)
+    proc = start(config, tag, kp.crash)
     started = time.monotonic()
     try:
-        armed = False
-        while not kp.trigger(stores):
-            if proc.poll() is not None:
-                pytest.fail(f"kill point {point!r} never reached: the run exited with code {proc.returncode} "
-                            f"first\n{stderr_tail(config, tag)}")
-            if time.monotonic() - started > TIMEOUT_S:
-                pytest.fail(f"kill point {point!r} not reached within {TIMEOUT_S:.0f} s")
-            armed = armed or kp.armed(stores)
-            time.sleep(0 if armed else POLL_S)
-        proc.send_signal(signal.SIGKILL)
+        if kp.crash:
+            proc.wait(TIMEOUT_S)
+        else:
+            armed = False
+            while not kp.trigger(stores):
+                if proc.poll() is not None:
+                    pytest.fail(f"kill point {point!r} never reached: the run exited with code {proc.returncode} "
+                                f"first\n{stderr_tail(config, tag)}")
+                if time.monotonic() - started > TIMEOUT_S:
+                    pytest.fail(f"kill point {point!r} not reached within {TIMEOUT_S:.0f} s")
+                armed = armed or kp.armed(stores)
+                time.sleep(0 if armed else POLL_S)
+            proc.send_signal(signal.SIGKILL)
     finally:
         if proc.poll() is None:
             proc.kill()
