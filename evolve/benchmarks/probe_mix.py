@@ -21,7 +21,8 @@ from evolve.words import content_words
 #: The LoCoMo category each probe kind stands for (``llm``: the questioner's, counted apart).
 KIND_CATEGORY = {"paraphrase": "single_hop", "image": "single_hop", "attribute": "single_hop",
                  "temporal": "temporal", "link": "temporal", "aggregation": "multi_hop", "multi_hop": "multi_hop",
-                 "inference": "open_domain", "update": "single_hop", "prior": "single_hop", "retraction": "single_hop"}
+                 "inference": "open_domain", "update": "single_hop", "prior": "single_hop", "retraction": "single_hop",
+                 "photo_count": "multi_hop", "photo_name": "multi_hop"}
 #: LoCoMo's mix of its answerable categories (dev4: single-hop 53 %, temporal 22 %, multi-hop 19 %, open-domain 5 %).
 LOCOMO_MIX = {"single_hop": 0.53, "temporal": 0.22, "multi_hop": 0.19, "open_domain": 0.05}
 
@@ -53,6 +54,9 @@ class ProbeSettings(BaseModel):
                     "share), so a kind a conversation yields in bulk does not fill its category (image probes are "
                     "44 % of dev4's probes uncapped). None by default: within the evolution half, capping images "
                     "at 0.05 or 0.15 predicted labelled deltas worse (experiments/bench/validity.py)")
+    gallery: bool = Field(
+        False, description="also ask how many photos of a kind a speaker shared and the names given to their subjects "
+                           "(photo_count, photo_name), from the photos the reference image knowledge base files")
     difficulty: Literal["drop_trivial", "keep"] = Field(
         "keep", description="keep: every probe may be drawn; drop_trivial: leave out the probes that raw-turn BM25 "
                             "answers from its first hit (the hit is an evidence turn and holds every answer word). "

@@ -12,6 +12,9 @@ the way users ask (:mod:`evolve.benchmarks.probe_kinds`: ``paraphrase``, ``tempo
 * ``multi_hop`` — two facts chained: a question naming someone or something a fact introduced elsewhere ("my dog
   Max", "I moved from Sweden"), with the name replaced by that fact (*... took Melanie's dog to the beach*),
   evidence: both turns;
+* ``photo_count``, ``photo_name`` — under ``gallery`` (:class:`~evolve.benchmarks.probe_mix.ProbeSettings`), how
+  many photos of a kind a speaker shared and the names given to their subjects, as a gallery (the reference image
+  knowledge base) files the photos (:mod:`evolve.benchmarks.probe_photos`);
 * ``llm`` — with a question-generation role configured (:mod:`evolve.llm.questions`), questions an LLM writes per
   session, kept when they pass the same filter.
 
@@ -31,10 +34,11 @@ from evolve.benchmarks.probe_base import (Probe, Questioner, clean_clause, forma
 from evolve.benchmarks.probe_kinds import images, inferences, paraphrases, temporal
 from evolve.benchmarks.probe_lists import aggregations, name_facts, topic_lists
 from evolve.benchmarks.probe_mix import ProbeSettings, select
+from evolve.benchmarks.probe_photos import Gallery, gallery_probes
 from evolve.benchmarks.probe_time import LifecycleEvent, Timeline, event_probes, place
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 
-__all__ = ["Probe", "ProbeSettings", "Questioner", "Timeline", "augment", "conversation_probes", "format_date",
+__all__ = ["Gallery", "Probe", "ProbeSettings", "Questioner", "Timeline", "augment", "conversation_probes", "format_date",
            "load_probes", "probe_benchmark", "probe_quality", "probe_questions", "resolve_time", "turn_facts"]
 
 _RELATIONS = ("dog", "cat", "puppy", "pet", "son", "daughter", "husband", "wife", "partner", "boyfriend", "girlfriend",
@@ -148,9 +152,9 @@ def _chains(conversation: Conversation, facts: list[tuple[str, str, str]], singl
     return out
 
 
-def candidates(conversation: Conversation) -> list[Probe]:
+def candidates(conversation: Conversation, gallery: Gallery | None = None) -> list[Probe]:
     """Every usable probe the generators write about ``conversation`` (:func:`probe_quality`), one per distinct
-    question, in generator order."""
+    question, in generator order; with a ``gallery``, its photo probes last (checked as they are written)."""
     facts = _attributes(conversation)
     names = frozenset(w.lower() for s in conversation.speakers for w in s.split())
     singles = ([p for p, _ in facts] + paraphrases(conversation, names) + images(conversation)
@@ -167,6 +171,10 @@ def candidates(conversation: Conversation) -> list[Probe]:
             continue
         asked.add(probe.question)
         out.append(probe)
+    for probe in gallery_probes(conversation, gallery) if gallery is not None else ():
+        if probe.question not in asked:
+            asked.add(probe.question)
+            out.append(probe)
     return out
 
 
@@ -175,9 +183,10 @@ def _usable(conversation: Conversation, probes: list[Probe]) -> list[Probe]:
     return [p for p in probes if probe_quality(p.question, p.answer, [turns[e] for e in p.evidence]) is None]
 
 
-def _kept(conversation: Conversation, settings: ProbeSettings, events: list[LifecycleEvent] | None) -> list[Probe]:
+def _kept(conversation: Conversation, settings: ProbeSettings, events: list[LifecycleEvent] | None,
+          gallery: Gallery | None) -> list[Probe]:
     """:func:`conversation_probes` with the timeline's ``events`` read already (``None``: no timeline)."""
-    chosen = select(conversation, candidates(conversation), settings)
+    chosen = select(conversation, candidates(conversation, gallery if settings.gallery else None), settings)
     if events is None:
         return chosen
     return place(conversation, chosen, events, settings.asked) + place(
@@ -185,16 +194,18 @@ def _kept(conversation: Conversation, settings: ProbeSettings, events: list[Life
 
 
 def conversation_probes(conversation: Conversation, settings: ProbeSettings = ProbeSettings(),
-                        timeline: Timeline | None = None) -> list[Probe]:
+                        timeline: Timeline | None = None, gallery: Gallery | None = None) -> list[Probe]:
     """The probes ``conversation`` keeps: its :func:`candidates` as :func:`~evolve.benchmarks.probe_mix.select`
     chooses them under ``settings``. With a ``timeline``, each chosen one is asked at a session's time at which its
     answer holds (:func:`~evolve.benchmarks.probe_time.place`; those stale at every one are left out) and the probes
-    of its lifecycle events follow (:func:`~evolve.benchmarks.probe_time.event_probes`, every usable one kept)."""
-    return _kept(conversation, settings, None if timeline is None else timeline.events(conversation))
+    of its lifecycle events follow (:func:`~evolve.benchmarks.probe_time.event_probes`, every usable one kept).
+    ``gallery`` files the photos the ``gallery`` setting asks about."""
+    return _kept(conversation, settings, None if timeline is None else timeline.events(conversation), gallery)
 
 
 def probe_questions(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
-                    questioner: Questioner | None = None, timeline: Timeline | None = None) -> list[Question]:
+                    questioner: Questioner | None = None, timeline: Timeline | None = None,
+                    gallery: Gallery | None = None) -> list[Question]:
     """Probe questions for every conversation of ``bench``, asked after its last session or, with a ``timeline``,
     at the session :func:`conversation_probes` gives each; with a ``questioner``, its questions follow the
     deterministic ones (those asking a question already asked are left out)."""
@@ -202,7 +213,7 @@ def probe_questions(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
     for cid, conversation in bench.conversations.items():
         stamps = [s.timestamp for s in conversation.sessions if s.timestamp is not None]
         events = None if timeline is None else timeline.events(conversation)  # one lifecycle pass per conversation
-        probes = _kept(conversation, settings, events)
+        probes = _kept(conversation, settings, events, gallery)
         if questioner is not None:
             asked = {p.question for p in probes}
             written = [p for p in questioner.probes(conversation) if p.question not in asked]
@@ -215,21 +226,23 @@ def probe_questions(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
 
 
 def probe_benchmark(bench: Benchmark, settings: ProbeSettings = ProbeSettings(),
-                    questioner: Questioner | None = None, timeline: Timeline | None = None) -> Benchmark:
+                    questioner: Questioner | None = None, timeline: Timeline | None = None,
+                    gallery: Gallery | None = None) -> Benchmark:
     """``bench``'s conversations with probe questions in place of its own (``probes:PATH``, and a run on a file
     with no labelled question)."""
-    questions = probe_questions(bench, settings, questioner, timeline)
+    questions = probe_questions(bench, settings, questioner, timeline, gallery)
     if not questions:
         raise BenchmarkError(f"{bench.name}: no probe question could be generated from its conversations")
     return Benchmark(f"probes:{bench.name.partition(':')[2]}", bench.conversations, questions, list(bench.warnings))
 
 
 def augment(bench: Benchmark, questioner: Questioner | None = None, settings: ProbeSettings = ProbeSettings(),
-            timeline: Timeline | None = None) -> Benchmark:
+            timeline: Timeline | None = None, gallery: Gallery | None = None) -> Benchmark:
     """``bench`` with the probe questions of its conversations after its own labelled questions (``augment:
     probes``)."""
     return Benchmark(f"{bench.name}+probes", bench.conversations,
-                     [*bench.questions, *probe_questions(bench, settings, questioner, timeline)], list(bench.warnings))
+                     [*bench.questions, *probe_questions(bench, settings, questioner, timeline, gallery)],
+                     list(bench.warnings))
 
 
 def load_probes(path: Path) -> Benchmark:

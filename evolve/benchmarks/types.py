@@ -23,7 +23,8 @@ LONGMEMEVAL_CATEGORIES = ("single_session_user", "single_session_assistant", "si
 #: ``probe_when``, ``probe_who`` and ``probe_cloze`` are no longer generated; records made with them still read.
 PROBE_CATEGORIES = ("probe_paraphrase", "probe_temporal", "probe_aggregation", "probe_image", "probe_inference",
                     "probe_attribute", "probe_link", "probe_multi_hop", "probe_update", "probe_prior",
-                    "probe_retraction", "probe_llm", "probe_when", "probe_who", "probe_cloze")
+                    "probe_retraction", "probe_llm", "probe_when", "probe_who", "probe_cloze", "probe_photo_count",
+                    "probe_photo_name")
 #: Scene-to-sensor questions' categories, one per question kind (:mod:`evolve.benchmarks.scenes`).
 SCENE_CATEGORIES = ("scene_event", "scene_device", "scene_causal", "scene_conflict")
 #: Every category a question may have (acceptance rules and the planner table validate against it).

@@ -79,12 +79,12 @@ def _harness(args: argparse.Namespace):
     from evolve.observe.harness import Harness
     from evolve.observe.judge import TokenF1Judge
     from evolve.runtime import IngestionCache
-    from evolve.runtime.reference import ReferenceLifecycle
+    from evolve.runtime.reference import ReferenceGallery, ReferenceLifecycle
 
     scheme, _, rest = args.bench.partition(":")
     bench = load_benchmark(f"locomo:{rest}" if scheme == "probes" else args.bench)
     if scheme == "probes":  # asked at their sessions, as a run asks them
-        bench = probe_benchmark(bench, timeline=ReferenceLifecycle())
+        bench = probe_benchmark(bench, timeline=ReferenceLifecycle(), gallery=ReferenceGallery())
     for warning in bench.warnings:
         print(f"warning: {warning}", file=sys.stderr)
     ids = [q.id for q in select_questions(bench, args.bench, args.limit, args.include_adversarial)]

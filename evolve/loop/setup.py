@@ -22,7 +22,7 @@ from evolve.observe.answer import content_words
 from evolve.observe.harness import Harness
 from evolve.observe.objective import NEEDS, OBJECTIVES
 from evolve.files import atomic_write_json, read_json
-from evolve.runtime.reference import ReferenceLifecycle
+from evolve.runtime.reference import ReferenceGallery, ReferenceLifecycle
 from evolve.runtime import IngestionCache
 from evolve.runtime.external import ExternalSystem, load_knob_schema
 from evolve.runtime.usage import UsageStats
@@ -152,13 +152,15 @@ class RunSetup:
         scheme, _, rest = config.benchmark.partition(":")
         benchmark = load_benchmark(f"locomo:{rest}" if scheme == "probes" else config.benchmark)
         if scheme == "probes":  # the probes of the file's conversations, chosen under the config's probes: settings
-            benchmark = probe_benchmark(benchmark, config.probes, questioner, ReferenceLifecycle())
+            benchmark = probe_benchmark(benchmark, config.probes, questioner, ReferenceLifecycle(),
+                                        ReferenceGallery())
         elif not benchmark.questions and benchmark.conversations:  # unlabelled (no qa, capture-export): label-free
             log.info("benchmark: %s holds no labelled question; evolving on probe questions generated from its "
                      "conversations", config.benchmark)
-            benchmark = probe_benchmark(benchmark, config.probes, questioner, ReferenceLifecycle())
+            benchmark = probe_benchmark(benchmark, config.probes, questioner, ReferenceLifecycle(),
+                                        ReferenceGallery())
         elif config.augment == "probes":
-            benchmark = augment(benchmark, questioner, config.probes, ReferenceLifecycle())
+            benchmark = augment(benchmark, questioner, config.probes, ReferenceLifecycle(), ReferenceGallery())
         for warning in benchmark.warnings:
             log.warning("benchmark: %s", warning)
         questions = select_questions(benchmark, config.benchmark, config.limit, config.include_adversarial)

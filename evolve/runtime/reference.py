@@ -4,16 +4,20 @@ The versioned reference strategy ``evolve/data/referee.yaml`` (the baseline's in
 mechanism on: correction supersession, slot supersession, retractions under the forget guard, hard expiry of every
 dated fact, ``hide_passed``) with the rule extractor and no embeddings. A replay's referee judges stale context by it
 (:mod:`evolve.serve.referee`), and probe questions learn from it which statements a later one made stale
-(:meth:`ReferenceLifecycle.events`, a :class:`~evolve.benchmarks.probe_time.Timeline`).
+(:meth:`ReferenceLifecycle.events`, a :class:`~evolve.benchmarks.probe_time.Timeline`). The reference gallery
+(:class:`ReferenceGallery`) is the image knowledge base's passes, which no strategy chooses, filing the photos that
+photo probes ask about.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from evolve.benchmarks.probe_photos import GalleryPhoto
 from evolve.benchmarks.probe_time import LifecycleEvent
 from evolve.benchmarks.types import Conversation
 from evolve.data import REFEREE_PATH
 from evolve.runtime.extractor import RuleExtractor
+from evolve.runtime.ikb import build_ikb, category_table
 from evolve.runtime.ingest import build_store
 from evolve.runtime.store import MemoryItem, MemoryStore
 from evolve.runtime.text import split_attribution
@@ -62,4 +66,20 @@ class ReferenceLifecycle:
                 if new.source_ids and new.source_ids[0] != item.source_ids[0]:
                     out.append(LifecycleEvent(state, item.source_ids[0], new.source_ids[0], _body(item), _body(new),
                                               slot))
+        return out
+
+
+class ReferenceGallery:
+    """The photos of a conversation as its image knowledge base files them (:func:`evolve.runtime.ikb.build_ikb`:
+    categories with synonyms, names recovered from the dialogue, kept for photos of an animal): a
+    :class:`~evolve.benchmarks.probe_photos.Gallery`."""
+
+    def photos(self, conversation: Conversation) -> list[GalleryPhoto]:
+        animals = set(category_table().groups.get("animal", ()))
+        out = []
+        for entry in build_ikb(conversation.images(), conversation.turns()).images:
+            named = entry.categories[:1] and entry.categories[0] in animals  # a pet's name, not a person's
+            name = entry.names[0] if named and entry.names else None  # the nearest, within the IKB's reach
+            out.append(GalleryPhoto(entry.id, entry.image.source_turn, entry.image.speaker, entry.image.time,
+                                    entry.categories, name.name if name else None, name.turn if name else None))
         return out

@@ -14,6 +14,8 @@ Candidate outcomes, per question, mean over the questions that count for both st
   answer holds (``asked: drawn``), where ``probes`` asks at that last one;
 * ``probes (images capped at 0.05)``, ``... 0.15``, ``probes (images 0.05, aggregations 0.19)`` — at most that share of a
   conversation's probes of the kind (``kind_caps``), where the default draws image probes without a cap;
+* ``probes (photo counts and names)`` — the default selection with the gallery's photo probes among the candidates
+  (``gallery``: how many photos of a kind a speaker shared, the names given to their subjects);
 * ``probes (after the last session)`` — every probe asked after the last session, no lifecycle timeline (the rule
   before the reference timeline);
 * ``probes+labelled`` — answer in evidence on labelled and (default) probe questions together.
@@ -46,7 +48,7 @@ from evolve.benchmarks.probes import ProbeSettings, probe_questions
 from evolve.files import atomic_write_json, atomic_write_text
 from evolve.observe.ladder import derives_from
 from evolve.runtime import IngestionCache
-from evolve.runtime.reference import ReferenceLifecycle
+from evolve.runtime.reference import ReferenceGallery, ReferenceLifecycle
 from evolve.strategy.artifact import derive, strategy_hash, validate_strategy
 from evolve.words import content_words
 
@@ -59,6 +61,7 @@ PROBE_SETS = {"probes": (ProbeSettings(), True),
               "probes (drop trivial)": (ProbeSettings(difficulty="drop_trivial"), True),
               "probes (drawn session)": (ProbeSettings(asked="drawn"), True),
               "probes (after the last session)": (ProbeSettings(), False),
+              "probes (photo counts and names)": (ProbeSettings(gallery=True), True),
               "probes (images capped at 0.05)": (ProbeSettings(kind_caps={"image": 0.05}), True),
               "probes (images capped at 0.15)": (ProbeSettings(kind_caps={"image": 0.15}), True),
               "probes (images 0.05, aggregations 0.19)": (ProbeSettings(kind_caps={"image": 0.05, "aggregation": 0.19}),
@@ -96,6 +99,8 @@ MOVES: list[tuple[str, dict]] = [
     ("turns", {R + "top_k": 8, R + "rerank.top_n": 8}), ("turns", {R + "top_k": 16, R + "rerank.top_n": 16}),
     ("turns", {A + "replies": 0}), ("turns", {R + "rerank.enabled": False}), ("turns", {A + "unit": "memory"}),
     ("turns", {R + "weights.vector": 1.0}), ("turns", {X + "resolve_relative_dates": False}),
+    ("baseline", {"images.route.enabled": True}), ("evolved", {"images.route.enabled": True}),
+    ("turns", {"images.route.enabled": True}),
 ]
 
 
@@ -128,9 +133,9 @@ def probe_bench() -> tuple[Benchmark, dict[str, list[str]]]:
     share asked once), with each probe's selections."""
     labelled = load_benchmark(f"locomo:{DATA}")
     questions, sets, ids = list(labelled.questions), {}, {}
-    timeline = ReferenceLifecycle()
+    timeline, gallery = ReferenceLifecycle(), ReferenceGallery()
     for name, (settings, timed) in PROBE_SETS.items():
-        for q in probe_questions(labelled, settings, timeline=timeline if timed else None):
+        for q in probe_questions(labelled, settings, timeline=timeline if timed else None, gallery=gallery):
             key = (q.conversation_id, q.question, q.answer, q.asked_at)
             if key not in ids:
                 ids[key] = f"{q.conversation_id}/p{len(ids)}"
