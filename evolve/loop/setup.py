@@ -91,8 +91,8 @@ def use_stores_schema(stores: Path) -> None:
 
 #: What the validity study (experiments/bench/validity.py) measured of the probes alone, said in a label-free run's
 #: summary.
-PROBE_VALIDITY = ("Spearman 0.65 with labelled deltas over 47 moves within LoCoMo conv-26/30, 0.73 on held-out "
-                  "conv-41/42; labelled alone 0.69 and 0.81")
+PROBE_VALIDITY = ("Spearman 0.63 with labelled deltas over 50 moves within LoCoMo conv-26/30, 0.71 on held-out "
+                  "conv-41/42; labelled alone 0.67 and 0.80")
 
 
 @dataclass(frozen=True)
