@@ -1,7 +1,7 @@
 """Label-free pairs for the canary guard: probe questions from each canary user's own captured turns.
 
 Live users ask questions nobody has answers for, so recalls alone give the guard nothing to judge. Here, off the
-request path, each user the canary serves yields probe questions from its own memory
+request path, each user the canary serves that the service holds in memory yields probe questions from its own memory
 (:func:`~evolve.benchmarks.probes.conversation_probes`: deterministic, no LLM, each with its answer), each asked at
 the end of a session at which its answer holds as the reference lifecycle reads the user's turns
 (:class:`~evolve.runtime.reference.ReferenceLifecycle`; the latest, unless a later statement made it stale), with the
@@ -44,13 +44,15 @@ class ProbeJudge:
         self._probed: dict[tuple[int, str], _Probed] = {}  # (canary start entry, user) -> its probes
 
     def run_pass(self) -> int:
-        """Judge new probes of every stored user the running canary serves; the pairs judged."""
+        """Judge new probes of every user the running canary serves that the service holds in memory (loaded by its
+        own requests); the pairs judged. A pass never loads a user: it neither holds the memory of users nobody is
+        asking for, nor, under ``max_users``, evicts those who are."""
         run = self.slot.canary
         if run is None:
             return 0
         self._probed = {k: v for k, v in self._probed.items() if k[0] == run.start_index}
         done = 0
-        for user in self.memory.backend.users():
+        for user in self.memory.loaded():
             if self.slot.canary is not run:  # stopped (by this guard, or the journal) or changed meanwhile
                 break
             if self.slot.canary_for(user) is run:

@@ -219,6 +219,34 @@ def test_the_probe_guard_judges_canary_users_own_turns_without_answers(kind, cap
         assert judge.run_pass() == 0  # nothing new captured: nothing judged again
 
 
+def test_the_probe_guard_judges_only_users_held_in_memory_and_never_loads_or_evicts_one(capsys, stores, serving,
+                                                                                       tmp_path, embedder):
+    """Under max_users 1 only the last user captured stays in memory: a pass probes that user alone, and the users
+    held (and the evictions counted) are the same after it as before."""
+    from evolve.benchmarks.synthetic import generate_synthetic
+    from evolve.serve.probeguard import ProbeJudge
+    from server_process import turns_of
+
+    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
+    assert code == 0, out
+    view = History(stores)
+    k = view.get_strategy(view.state["current_strategy"])["retrieval"]["top_k"]
+    candidate = commit_accept_round(stores, {"retrieval.top_k": k}, applied=False)
+    canary.start(stores, serving, candidate["candidate_id"], 0.5, OPS, allow_untracked=True)
+    slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True,
+                        guard=GuardPlan(alpha=0.5, looks=(3, 6)))
+    memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current, max_users=1)
+    inside = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:2]
+    for user, conversation in zip(inside, generate_synthetic(3, n_personas=2, n_sessions=6).conversations.values()):
+        memory.capture(user, turns_of(conversation))
+    held, evictions = memory.loaded(), memory.evictions
+    assert held == inside[1:]
+    judge = ProbeJudge(memory, slot, per_user=1000)
+    assert judge.run_pass() > 0
+    assert set(judge._probed) == {(slot.canary.start_index, inside[1])}
+    assert (memory.loaded(), memory.evictions) == (held, evictions)
+
+
 def test_the_start_line_says_what_the_guard_judges_and_a_guard_with_nothing_to_judge_says_so():
     from dataclasses import replace
     from pathlib import Path
