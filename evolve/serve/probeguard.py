@@ -8,10 +8,13 @@ the end of a session at which its answer holds as the reference lifecycle reads 
 probes of the changes it finds (a slot's new value, its value before, a retraction). Both the serving and the canary
 strategy pack each probe on the user's memory, and the pair (does the serving context carry the answer, does the
 canary's) goes to the canary's guard, counted under the probe's LoCoMo category. Work is bounded: at most ``per_user`` new probes per user and pass, and a user's
-probes are made again only once it has captured more turns.
+probes are made again only once its turns changed. The judge holds a user's probes (its words) only while the service
+holds the user, and remembers those it judged by a digest: an erased user is forgotten at the next pass, and when an
+erased turn changes a user's probes, only the digests of probes still asked are kept.
 """
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 
 from evolve.benchmarks.probe_mix import locomo_category
@@ -26,13 +29,19 @@ from evolve.serve.tenants import Quarantined, UnknownUser
 PER_USER = 25
 
 
+def _key(probe: Probe) -> bytes:
+    """What the judge remembers of a probe it judged: a digest of its question and answer, not their words."""
+    return hashlib.blake2b(f"{probe.question}\0{probe.answer}".encode(), digest_size=16).digest()
+
+
 @dataclass
 class _Probed:
-    """A user's probes under one canary run: made from ``turns`` turns, the questions judged so far."""
+    """A user's probes under one canary run: made from ``turns`` turns (-1: released, made again when the user is
+    held again), and the digests of the probes judged so far."""
 
     turns: int
     probes: list[Probe]
-    judged: set[tuple[str, str]] = field(default_factory=set)  # (question, answer)
+    judged: set[bytes] = field(default_factory=set)
 
 
 class ProbeJudge:
@@ -50,9 +59,12 @@ class ProbeJudge:
         run = self.slot.canary
         if run is None:
             return 0
-        self._probed = {k: v for k, v in self._probed.items() if k[0] == run.start_index}
+        held = self.memory.loaded()
+        resident = set(held)
+        self._probed = {k: v if k[1] in resident else _Probed(-1, [], v.judged) for k, v in self._probed.items()
+                        if k[0] == run.start_index and self.memory.backend.exists(k[1])}
         done = 0
-        for user in self.memory.loaded():
+        for user in held:
             if self.slot.canary is not run:  # stopped (by this guard, or the journal) or changed meanwhile
                 break
             if self.slot.canary_for(user) is run:
@@ -64,7 +76,7 @@ class ProbeJudge:
 
     def _judge(self, user: str, run: CanaryRun) -> int:
         probed = self._probes(user, run)
-        todo = [p for p in probed.probes if (p.question, p.answer) not in probed.judged][: self.per_user]
+        todo = [p for p in probed.probes if _key(p) not in probed.judged][: self.per_user]
         if not todo:
             return 0
         serving = self.slot.current
@@ -73,7 +85,7 @@ class ProbeJudge:
             contexts = [loaded.runtime.ask(store, probe.question, probe.asked_at, answer=False).packed
                         for loaded, store in zip((serving, run.loaded), stores)]
             good = [carried(probe.answer, [item.text for item in packed]) for packed in contexts]
-            probed.judged.add((probe.question, probe.answer))
+            probed.judged.add(_key(probe))
             category = locomo_category(f"probe_{probe.kind}")
             stop = run.guard.add(*good, source=category, category=category)
             if stop is not None:
@@ -82,13 +94,14 @@ class ProbeJudge:
         return len(todo)
 
     def _probes(self, user: str, run: CanaryRun) -> _Probed:
-        """The user's probes, made again when it has captured more turns since (the questions judged kept); the
-        conversation is read only then."""
+        """The user's probes, made again when its turns changed since (it captured more, or one was erased; of the
+        questions judged, those still asked are kept, so none quotes an erased turn); the conversation is read only
+        then."""
         key = (run.start_index, user)
         probed = self._probed.get(key)
         if probed is None or probed.turns != self.memory.turn_count(user):
             conversation = self.memory.conversation(user)
-            judged = probed.judged if probed is not None else set()
-            probed = self._probed[key] = _Probed(len(conversation.turns()),
-                                                 conversation_probes(conversation, timeline=self.reference), judged)
+            probes = conversation_probes(conversation, timeline=self.reference)
+            judged = probed.judged & {_key(p) for p in probes} if probed is not None else set()
+            probed = self._probed[key] = _Probed(len(conversation.turns()), probes, judged)
         return probed

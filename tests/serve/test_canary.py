@@ -247,6 +247,39 @@ def test_the_probe_guard_judges_only_users_held_in_memory_and_never_loads_or_evi
     assert (memory.loaded(), memory.evictions) == (held, evictions)
 
 
+def test_the_probe_guard_forgets_an_erased_user_and_the_probes_of_an_erased_turn(capsys, stores, serving, tmp_path,
+                                                                                 embedder):
+    """After a pass, one canary user loses a turn a judged probe quotes and the other is erased: the next pass holds
+    nothing of the erased user, no probe built on the erased turn, and no digest of a probe no longer asked."""
+    from evolve.benchmarks.synthetic import generate_synthetic
+    from evolve.serve.probeguard import ProbeJudge, _key
+    from server_process import turns_of
+
+    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
+    assert code == 0, out
+    view = History(stores)
+    k = view.get_strategy(view.state["current_strategy"])["retrieval"]["top_k"]
+    candidate = commit_accept_round(stores, {"retrieval.top_k": k}, applied=False)
+    canary.start(stores, serving, candidate["candidate_id"], 0.5, OPS, allow_untracked=True)
+    slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True,
+                        guard=GuardPlan(alpha=0.5, looks=(3, 6)))
+    memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current)
+    kept, gone = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:2]
+    for user, conversation in zip((kept, gone), generate_synthetic(3, n_personas=2, n_sessions=6).conversations.values()):
+        memory.capture(user, turns_of(conversation))
+    judge = ProbeJudge(memory, slot, per_user=1000)
+    assert judge.run_pass() > 0
+    start = slot.canary.start_index
+    quoted = judge._probed[(start, kept)].probes[0]
+    memory.erase_turn(kept, quoted.evidence[0])
+    memory.erase(gone)
+    judge.run_pass()
+    assert set(judge._probed) == {(start, kept)}
+    probed = judge._probed[(start, kept)]
+    assert not any(quoted.evidence[0] in p.evidence for p in probed.probes)
+    assert probed.judged <= {_key(p) for p in probed.probes}
+
+
 def test_the_start_line_says_what_the_guard_judges_and_a_guard_with_nothing_to_judge_says_so():
     from dataclasses import replace
     from pathlib import Path
