@@ -178,31 +178,41 @@ def test_a_canary_beside_a_serving_file_the_stores_do_not_track_or_that_does_not
     assert code == 0, out
 
 
-@pytest.mark.parametrize("kind", ["worse", "null"])
-def test_the_probe_guard_judges_canary_users_own_turns_without_answers(kind, capsys, stores, serving, tmp_path,
-                                                                       embedder):
-    """No answers file: probes made from each canary user's captured turns give the guard its pairs. A canary
-    packing one item is stopped by them; one packing what serving packs (a no-op change) is judged and never
-    stopped (every pair concordant). Users outside the canary's share are not probed."""
+def _probed_canary(capsys, stores, serving, embedder, data, worse: bool = False, max_users: int | None = None):
+    """A canary of the stores' current strategy (``worse``: packing one item; else a no-op change) started on
+    ``serving``, its slot, and a memory service on ``data`` holding the synthetic conversations captured by two users
+    inside the canary's share and one outside: ``(slot, memory, inside, outside)``."""
     from evolve.benchmarks.synthetic import generate_synthetic
-    from evolve.serve.probeguard import ProbeJudge
     from server_process import turns_of
 
     code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)  # the stores' current
     assert code == 0, out
     view = History(stores)
     k = view.get_strategy(view.state["current_strategy"])["retrieval"]["top_k"]
-    changes = {"retrieval.top_k": 1, "retrieval.rerank.top_n": 1} if kind == "worse" else {"retrieval.top_k": k}
+    changes = {"retrieval.top_k": 1, "retrieval.rerank.top_n": 1} if worse else {"retrieval.top_k": k}
     candidate = commit_accept_round(stores, changes, applied=False)
     canary.start(stores, serving, candidate["candidate_id"], 0.5, OPS, allow_untracked=True)
     slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True,
                         guard=GuardPlan(alpha=0.5, looks=(3, 6)))
-    memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current)
-    bench = generate_synthetic(3, n_personas=2, n_sessions=6)
+    memory = MemoryService(FileBackend(data), lambda: slot.current, max_users=max_users)
     inside = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:2]
     outside = next(u for u in (f"u{i}" for i in range(40)) if canary_share(u) >= 0.5)
-    for user, conversation in zip([*inside, outside], bench.conversations.values()):
+    conversations = generate_synthetic(3, n_personas=3, n_sessions=6).conversations.values()
+    for user, conversation in zip([*inside, outside], conversations):
         memory.capture(user, turns_of(conversation))
+    return slot, memory, inside, outside
+
+
+@pytest.mark.parametrize("kind", ["worse", "null"])
+def test_the_probe_guard_judges_canary_users_own_turns_without_answers(kind, capsys, stores, serving, tmp_path,
+                                                                       embedder):
+    """No answers file: probes made from each canary user's captured turns give the guard its pairs. A canary
+    packing one item is stopped by them; one packing what serving packs (a no-op change) is judged and never
+    stopped (every pair concordant). Users outside the canary's share are not probed."""
+    from evolve.serve.probeguard import ProbeJudge
+
+    slot, memory, inside, outside = _probed_canary(capsys, stores, serving, embedder, tmp_path / "data",
+                                                   worse=kind == "worse")
     run = slot.canary
     judge = ProbeJudge(memory, slot, per_user=1000)
     judged = judge.run_pass()
@@ -221,27 +231,17 @@ def test_the_probe_guard_judges_canary_users_own_turns_without_answers(kind, cap
 
 def test_the_probe_guard_judges_only_users_held_in_memory_and_never_loads_or_evicts_one(capsys, stores, serving,
                                                                                        tmp_path, embedder):
-    """Under max_users 1 only the last user captured stays in memory: a pass probes that user alone, and the users
-    held (and the evictions counted) are the same after it as before."""
-    from evolve.benchmarks.synthetic import generate_synthetic
+    """Under max_users 1 only the last user captured stays in memory (here one outside the canary's share): a pass
+    judges nothing then; with a canary user held, it probes that user alone. The users held (and the evictions
+    counted) are the same after each pass as before."""
     from evolve.serve.probeguard import ProbeJudge
-    from server_process import turns_of
 
-    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
-    assert code == 0, out
-    view = History(stores)
-    k = view.get_strategy(view.state["current_strategy"])["retrieval"]["top_k"]
-    candidate = commit_accept_round(stores, {"retrieval.top_k": k}, applied=False)
-    canary.start(stores, serving, candidate["candidate_id"], 0.5, OPS, allow_untracked=True)
-    slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True,
-                        guard=GuardPlan(alpha=0.5, looks=(3, 6)))
-    memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current, max_users=1)
-    inside = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:2]
-    for user, conversation in zip(inside, generate_synthetic(3, n_personas=2, n_sessions=6).conversations.values()):
-        memory.capture(user, turns_of(conversation))
-    held, evictions = memory.loaded(), memory.evictions
-    assert held == inside[1:]
+    slot, memory, inside, outside = _probed_canary(capsys, stores, serving, embedder, tmp_path / "data", max_users=1)
     judge = ProbeJudge(memory, slot, per_user=1000)
+    assert memory.loaded() == [outside] and judge.run_pass() == 0 and not judge._probed
+    memory.conversation(inside[1])  # a request loads it
+    held, evictions = memory.loaded(), memory.evictions
+    assert held == [inside[1]]
     assert judge.run_pass() > 0
     assert set(judge._probed) == {(slot.canary.start_index, inside[1])}
     assert (memory.loaded(), memory.evictions) == (held, evictions)
@@ -251,22 +251,9 @@ def test_the_probe_guard_forgets_an_erased_user_and_the_probes_of_an_erased_turn
                                                                                  embedder):
     """After a pass, one canary user loses a turn a judged probe quotes and the other is erased: the next pass holds
     nothing of the erased user, no probe built on the erased turn, and no digest of a probe no longer asked."""
-    from evolve.benchmarks.synthetic import generate_synthetic
     from evolve.serve.probeguard import ProbeJudge, _key
-    from server_process import turns_of
 
-    code, out = cli(capsys, "promote", "r002-c00", "--to", serving, "--stores", stores)
-    assert code == 0, out
-    view = History(stores)
-    k = view.get_strategy(view.state["current_strategy"])["retrieval"]["top_k"]
-    candidate = commit_accept_round(stores, {"retrieval.top_k": k}, applied=False)
-    canary.start(stores, serving, candidate["candidate_id"], 0.5, OPS, allow_untracked=True)
-    slot = StrategySlot(stores, serving, RuntimeParts(embedder), allow_untracked=True,
-                        guard=GuardPlan(alpha=0.5, looks=(3, 6)))
-    memory = MemoryService(FileBackend(tmp_path / "data"), lambda: slot.current)
-    kept, gone = [u for u in (f"u{i}" for i in range(40)) if canary_share(u) < 0.5][:2]
-    for user, conversation in zip((kept, gone), generate_synthetic(3, n_personas=2, n_sessions=6).conversations.values()):
-        memory.capture(user, turns_of(conversation))
+    slot, memory, (kept, gone), _ = _probed_canary(capsys, stores, serving, embedder, tmp_path / "data")
     judge = ProbeJudge(memory, slot, per_user=1000)
     assert judge.run_pass() > 0
     start = slot.canary.start_index
