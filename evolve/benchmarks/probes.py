@@ -38,8 +38,9 @@ from evolve.benchmarks.probe_photos import Gallery, gallery_probes
 from evolve.benchmarks.probe_time import LifecycleEvent, Timeline, event_probes, place
 from evolve.benchmarks.types import Benchmark, BenchmarkError, Conversation, Question, Turn
 
-__all__ = ["Gallery", "Probe", "ProbeSettings", "Questioner", "Timeline", "augment", "conversation_probes", "format_date",
-           "load_probes", "probe_benchmark", "probe_quality", "probe_questions", "resolve_time", "turn_facts"]
+__all__ = ["Gallery", "Probe", "ProbeSettings", "Questioner", "Timeline", "augment", "conversation_probes",
+           "format_date", "load_probes", "probe_benchmark", "probe_quality", "probe_questions", "resolve_time",
+           "turn_facts"]
 
 _RELATIONS = ("dog", "cat", "puppy", "pet", "son", "daughter", "husband", "wife", "partner", "boyfriend", "girlfriend",
               "friend", "best friend", "brother", "sister", "mom", "mother", "dad", "father", "grandma", "grandmother",

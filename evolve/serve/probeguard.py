@@ -1,16 +1,17 @@
 """Label-free pairs for the canary guard: probe questions from each canary user's own captured turns.
 
 Live users ask questions nobody has answers for, so recalls alone give the guard nothing to judge. Here, off the
-request path, each user the canary serves that the service holds in memory yields probe questions from its own memory
-(:func:`~evolve.benchmarks.probes.conversation_probes`: deterministic, no LLM, each with its answer), each asked at
-the end of a session at which its answer holds as the reference lifecycle reads the user's turns
+request path, each user the canary serves that the service holds in memory yields probe questions from its own
+memory (:func:`~evolve.benchmarks.probes.conversation_probes`: deterministic, no LLM, each with its answer), each
+asked at the end of a session at which its answer holds as the reference lifecycle reads the user's turns
 (:class:`~evolve.runtime.reference.ReferenceLifecycle`; the latest, unless a later statement made it stale), with the
 probes of the changes it finds (a slot's new value, its value before, a retraction). Both the serving and the canary
 strategy pack each probe on the user's memory, and the pair (does the serving context carry the answer, does the
-canary's) goes to the canary's guard, counted under the probe's LoCoMo category. Work is bounded: at most ``per_user`` new probes per user and pass, and a user's
-probes are made again only once its turns changed. The judge holds a user's probes (its words) only while the service
-holds the user, and remembers those it judged by a digest: an erased user is forgotten at the next pass, and when an
-erased turn changes a user's probes, only the digests of probes still asked are kept.
+canary's) goes to the canary's guard, counted under the probe's LoCoMo category. Work is bounded: at most
+``per_user`` new probes per user and pass, and a user's probes are made again only once its turns changed. The
+judge holds a user's probes (its words) only while the service holds the user, and remembers those it judged by a
+digest: an erased user is forgotten at the next pass, and when an erased turn changes a user's probes, only the
+digests of probes still asked are kept.
 """
 from __future__ import annotations
 
