@@ -61,8 +61,23 @@ class Screen:
 
     current: dict
     run: EvalRun
-    evaluated: set[str]  # policy hashes already evaluated (novelty gate)
+    seen: dict[str, str]  # policies met before, by hash, and how (novelty gate)
     recent: list[list[str]]  # change keys of recently screened candidates not invited to grow (critic duplicates)
+
+
+def meet(seen: dict[str, str], record: CandidateRecord) -> None:
+    """Note in ``seen`` how ``record``'s policy was met: its first evaluation, else its first refusal."""
+    if record.screened and not seen.get(record.policy_hash, "").startswith("evaluated") \
+            or record.policy_hash not in seen:
+        seen[record.policy_hash] = record.met
+
+
+def policies_met(history: Iterable[CandidateRecord]) -> dict[str, str]:
+    """How each policy of ``history`` was met (:func:`meet`, in history order)."""
+    seen: dict[str, str] = {}
+    for record in history:
+        meet(seen, record)
+    return seen
 
 
 class CandidateVerifier:
@@ -95,7 +110,7 @@ class CandidateVerifier:
         record.optuna = {"study": proposal.study, "trial": proposal.trial_number}
         result = CandidateResult(record, candidate, proposal)
 
-        trail = run_gates(candidate, current, GateContext(screen.evaluated, self.effects.to_dict(),
+        trail = run_gates(candidate, current, GateContext(screen.seen, self.effects.to_dict(),
                                                           direction.symptom_key, self.max_reverts))
         record.gates = trail
         if not trail.passed:

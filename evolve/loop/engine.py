@@ -22,7 +22,7 @@ from evolve.improve.proposer import RoundPlan
 from evolve.improve.reviewed import confirmed_labels, relabel
 from evolve.llm import CriticAdvisor, PlannerAdvisor
 from evolve.loop.bestever import best_ever
-from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen
+from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen, meet, policies_met
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
 from evolve.loop.config import ConfigError, RunConfig
@@ -295,14 +295,14 @@ class Engine:
         (:func:`~evolve.loop.learning.merged`) and, for a gain the cost rule blocked, the move joined with a
         context-shrinking one (:func:`~evolve.loop.learning.relieved`). Last, the fully compared candidates are
         decided again with their p adjusted over the round (:mod:`evolve.loop.family`)."""
-        screen = Screen(current, cur_run, {r.policy_hash for r in history} | {policy_hash(current)},
+        screen = Screen(current, cur_run, policies_met(history),
                         [r.change_keys for r in history if r.screened and r.step_outcome is None][-10:])
         results: list[CandidateResult] = []
         while (sum(r.record.screened for r in results) < self.config.candidates_per_round
                and (direction := self.proposer.next()) is not None):
             res = self.verifier.verify(f"r{n:03d}-c{len(results):02d}", n, direction, screen)
             self._say(_candidate_line(res))
-            screen.evaluated.add(res.record.policy_hash)
+            meet(screen.seen, res.record)
             relief = relieved(res, self.planner.table.relief, self.effects, current, self.config.cost)
             # accepted / inert moves may grow; a gain the cost rule blocked may come back smaller (its relief)
             if res.record.screened and res.record.step_outcome is None and relief is None:

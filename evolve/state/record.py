@@ -126,5 +126,12 @@ class CandidateRecord:
         """Whether the candidate reached the probe (it then used an evaluation slot)."""
         return self.probe is not None
 
+    @property
+    def met(self) -> str:
+        """How the candidate's policy was met, as a later candidate of the same policy is told:
+        ``evaluated in r007-c03`` (it reached the probe) or ``refused in r008-c03 by critic``."""
+        return (f"evaluated in {self.candidate_id}" if self.screened
+                else f"refused in {self.candidate_id} by {self.decided_by or 'a screen'}")
+
     def close(self, decision: Decision, decided_by: str) -> None:
         self.decision, self.decided_by = decision, decided_by

@@ -35,7 +35,8 @@ class GateResult:
 class GateContext:
     """What the gates know beyond the two strategies."""
 
-    evaluated: set[str] = field(default_factory=set)  # policy hashes already evaluated
+    #: Policies met before, by hash: how each was met (``evaluated in r007-c03``, ``refused in r008-c03 by critic``).
+    seen: dict[str, str] = field(default_factory=dict)
     dimension_effects: dict[str, dict] = field(default_factory=dict)  # keyed by change key
     symptom: str | None = None  # "<root_cause>/<category>" the candidate targets
     max_reverts: int = 2
@@ -70,8 +71,8 @@ def _novelty(candidate: dict, parent: dict, ctx: GateContext) -> tuple[bool, str
     digest = policy_hash(candidate)
     if digest == policy_hash(parent):
         return False, "policy identical to parent"
-    if digest in ctx.evaluated:
-        return False, f"policy {digest[:12]} already evaluated"
+    if digest in ctx.seen:
+        return False, f"policy {digest[:12]} already {ctx.seen[digest]}"
     if not effective_changes(parent, candidate):
         return False, "no effective change from parent"
     return True, f"new policy {digest[:12]}"

@@ -162,3 +162,18 @@ def test_a_gain_whose_planner_hypothesis_did_not_hold_refutes_the_mechanism_not_
     assert effects.mismatches(key, "retrieval_gap/*") == 2
     learn([result("r004-c00", "ACCEPT", "planner", matches=True)], effects, tree)
     assert tree.status(key, "retrieval_gap/*") == "confirmed" and tree.node(key, "retrieval_gap/*").mismatches == 0
+
+
+def test_a_policy_met_before_is_named_by_its_first_evaluation_else_its_first_refusal():
+    from evolve.loop.candidate import policies_met
+    from evolve.verify.outcomes import ProbeOutcome
+
+    def met(cid: str, policy: str, by: str, screened: bool) -> CandidateRecord:
+        r = CandidateRecord(cid, 1, {"key": "x"}, "retrieval_gap/*", "0" * 64, {}, policy_hash=policy, decided_by=by)
+        r.probe = ProbeOutcome(100, 0.4, 0.4, 0.0) if screened else None
+        return r
+
+    history = [met("r001-c00", "a", "critic", False), met("r001-c01", "a", "decision", True),
+               met("r002-c00", "a", "gate:novelty", False), met("r002-c01", "b", "critic", False),
+               met("r003-c00", "b", "gate:novelty", False)]
+    assert policies_met(history) == {"a": "evaluated in r001-c01", "b": "refused in r002-c01 by critic"}

@@ -41,13 +41,15 @@ def test_schema_refuses_invariant_and_unknown_field_with_the_error_text():
     assert trail.decided_by == "schema" and "retrieval.magic: unknown field" in trail.results[0].reason
 
 
-def test_novelty_refuses_parent_copies_and_evaluated_policies():
+def test_novelty_refuses_parent_copies_and_policies_met_before_saying_how_they_were_met():
     renamed = derive(BASE, {"name": "same-policy"})
     assert gate(renamed).decided_by == "novelty"
     child = derive(BASE, {"retrieval.top_k": 6})
-    trail = gate(child, GateContext(evaluated={policy_hash(child)}))
-    assert trail.decided_by == "novelty" and "already evaluated" in trail.results[-1].reason
-    assert gate(child, GateContext(evaluated={policy_hash(BASE)})).passed
+    trail = gate(child, GateContext(seen={policy_hash(child): "evaluated in r001-c00"}))
+    assert trail.decided_by == "novelty" and trail.results[-1].reason.endswith("already evaluated in r001-c00")
+    trail = gate(child, GateContext(seen={policy_hash(child): "refused in r002-c01 by critic"}))
+    assert trail.results[-1].reason.endswith("already refused in r002-c01 by critic")
+    assert gate(child, GateContext(seen={policy_hash(BASE): "current"})).passed
 
 
 def test_novelty_refuses_an_override_equal_to_the_base_weights():
