@@ -65,19 +65,11 @@ class Screen:
     recent: list[list[str]]  # change keys of recently screened candidates not invited to grow (critic duplicates)
 
 
-def meet(seen: dict[str, str], record: CandidateRecord) -> None:
-    """Note in ``seen`` how ``record``'s policy was met: its first evaluation, else its first refusal."""
-    if record.screened and not seen.get(record.policy_hash, "").startswith("evaluated") \
-            or record.policy_hash not in seen:
-        seen[record.policy_hash] = record.met
-
-
-def policies_met(history: Iterable[CandidateRecord]) -> dict[str, str]:
-    """How each policy of ``history`` was met (:func:`meet`, in history order)."""
-    seen: dict[str, str] = {}
-    for record in history:
-        meet(seen, record)
-    return seen
+def policies_met(history: list[CandidateRecord]) -> dict[str, str]:
+    """How each policy of ``history`` was met (:attr:`CandidateRecord.met`): its first evaluation, else its first
+    refusal."""
+    seen = {r.policy_hash: r.met for r in reversed(history) if not r.screened}
+    return seen | {r.policy_hash: r.met for r in reversed(history) if r.screened}
 
 
 class CandidateVerifier:

@@ -22,7 +22,7 @@ from evolve.improve.proposer import RoundPlan
 from evolve.improve.reviewed import confirmed_labels, relabel
 from evolve.llm import CriticAdvisor, PlannerAdvisor
 from evolve.loop.bestever import best_ever
-from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen, meet, policies_met
+from evolve.loop.candidate import CandidateResult, CandidateVerifier, Screen, policies_met
 from evolve.loop.budget import BudgetExhausted
 from evolve.loop.commit import RoundOutcome, escalations, fill_bundle, round_summary
 from evolve.loop.config import ConfigError, RunConfig
@@ -302,7 +302,8 @@ class Engine:
                and (direction := self.proposer.next()) is not None):
             res = self.verifier.verify(f"r{n:03d}-c{len(results):02d}", n, direction, screen)
             self._say(_candidate_line(res))
-            meet(screen.seen, res.record)
+            # a policy met before comes back only as the novelty gate's refusal: the first meeting stays
+            screen.seen.setdefault(res.record.policy_hash, res.record.met)
             relief = relieved(res, self.planner.table.relief, self.effects, current, self.config.cost)
             # accepted / inert moves may grow; a gain the cost rule blocked may come back smaller (its relief)
             if res.record.screened and res.record.step_outcome is None and relief is None:
