@@ -146,6 +146,16 @@ def _week_of(day: datetime) -> str:
     return f"the week of {format_date(day - timedelta(days=day.weekday()))}"
 
 
+def _weekend_of(day: datetime) -> str:
+    """The weekend ``day`` falls in or (on a weekday) the one that follows it, named by its Saturday."""
+    return f"the weekend of {format_date(day + timedelta(days=5 - day.weekday()))}"
+
+
+#: Weekday abbreviations a speaker writes after "last" ("last Fri", "last Tues."); "Sat", "Sun" and "Mon" are left
+#: out ("the last sun", "last mon" are not days).
+_WEEKDAY_ABBREVIATIONS = {"tue": 1, "tues": 1, "wed": 2, "thu": 3, "thur": 3, "thurs": 3, "fri": 4}
+
+
 def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.Match[str]], tuple[str, str]]]]:
     """``(pattern, resolve)``: ``resolve(match)`` gives the preposition the resolved date takes (``""``: none) and
     the date, e.g. ``("on", "7 May 2023")`` or ``("", "the week of 1 May 2023")``."""
@@ -161,8 +171,15 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.M
     def week(offset_days: int):
         return lambda m: (m.group(1) or "", _week_of(ref + timedelta(days=offset_days)))
 
+    def weekend(offset_weeks: int):
+        # "this weekend" said on a Sunday is the one that began the day before; "last weekend" is always over
+        this = ref - timedelta(days=1) if ref.weekday() == 6 else ref
+        return lambda m: (m.group(1) or "", _weekend_of(this + timedelta(weeks=offset_weeks)))
+
     def ago(m: re.Match[str]) -> tuple[str, str]:
         n, unit, prep = _number(m.group(2)), m.group(3).lower(), m.group(1)
+        if unit.startswith("weekend"):
+            return prep or "", _weekend_of(ref - timedelta(days=1 if ref.weekday() == 6 else 0, weeks=n))
         if unit.startswith("day"):
             return prep or "on", format_date(ref - timedelta(days=n))
         if unit.startswith("week"):
@@ -172,9 +189,10 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.M
         return prep or "in", str(ref.year - n)
 
     def last_weekday(m: re.Match[str]) -> tuple[str, str]:
-        target = WEEKDAYS.index(m.group(2).lower())
+        named = m.group(2).lower()
+        target = _WEEKDAY_ABBREVIATIONS[named] if named in _WEEKDAY_ABBREVIATIONS else WEEKDAYS.index(named)
         back = (ref.weekday() - target) % 7 or 7
-        return m.group(1) or "on", format_date(ref - timedelta(days=back))
+        return m.group(1) or "on", f"{WEEKDAYS[target].capitalize()} {format_date(ref - timedelta(days=back))}"
 
     def rule(pattern: str) -> re.Pattern[str]:
         return re.compile(_PREP + pattern, re.I)
@@ -184,9 +202,11 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.M
         (rule(r"\byesterday\b"), on(ref - timedelta(days=1))),
         (rule(r"\b(?:today|tonight|this morning|this afternoon|this evening)\b"), on(ref)),
         (rule(r"\btomorrow\b"), on(ref + timedelta(days=1))),
-        (rule(r"\b" + _NUM + r" (days?|weeks?|months?|years?) ago\b"), ago),
-        (rule(r"\blast (" + "|".join(WEEKDAYS) + r")\b"), last_weekday),
-        (rule(r"\blast weekend\b"), week(-7)),
+        (rule(r"\b" + _NUM + r" (days?|weekends?|weeks?|months?|years?) ago\b"), ago),
+        (rule(r"\blast (" + "|".join((*WEEKDAYS, *_WEEKDAY_ABBREVIATIONS)) + r")\b"), last_weekday),
+        (rule(r"\b(?:last|past) weekend\b"), weekend(-1)),
+        (rule(r"\bthis weekend\b"), weekend(0)),
+        (rule(r"\bnext weekend\b"), weekend(1)),
         (rule(r"\blast week\b"), week(-7)),
         (rule(r"\bthis week\b"), week(0)),
         (rule(r"\bnext week\b"), week(7)),
@@ -203,7 +223,7 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.M
 #: or after them, in parentheses ("last Friday (5 May 2023)"), which keeps the words a question may use.
 DATE_STYLES = ("replace", "annotate")
 #: An annotation :func:`resolve_relative_dates` wrote: a later rule matching the words before it leaves them be.
-_ANNOTATION = re.compile(r" \((?:the week of )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{4}\)")
+_ANNOTATION = re.compile(r" \((?:the week(?:end)? of )?(?:[A-Z][a-z]+day )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{4}\)")
 
 
 @lru_cache(maxsize=100_000)
@@ -217,7 +237,12 @@ def resolve_relative_dates(text: str, ref: datetime | None, style: str = "replac
     for pattern, resolve in _relative_rules(ref):
         def write(m: re.Match[str], resolve=resolve) -> str:
             if style == "annotate":
-                return m.group(0) if _ANNOTATION.match(m.string, m.end()) else f"{m.group(0)} ({resolve(m)[1]})"
+                if _ANNOTATION.match(m.string, m.end()):
+                    return m.group(0)
+                date = resolve(m)[1]
+                weekday, _, rest = date.partition(" ")
+                said = weekday.lower() in m.group(0).lower()  # "last Friday (5 May 2023)", "last Fri (Friday ...)"
+                return f"{m.group(0)} ({rest if said and weekday.lower() in WEEKDAYS else date})"
             return " ".join(resolve(m)).lstrip()
         text = pattern.sub(write, text)
     return text

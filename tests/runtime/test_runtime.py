@@ -121,7 +121,22 @@ def test_relative_dates_are_resolved_against_the_session_date():
     assert resolve_relative_dates("since last year", ref) == "since 2022"
     assert resolve_relative_dates("last month", ref) == "in April 2023"
     assert resolve_relative_dates("Last week I ran", ref) == "the week of 1 May 2023 I ran"
-    assert resolve_relative_dates("last Friday", ref) == "on 5 May 2023"
+    assert resolve_relative_dates("last Friday", ref) == "on Friday 5 May 2023"
+
+
+def test_resolved_dates_keep_a_named_weekday_and_a_weekend():
+    ref = datetime(2023, 7, 17, 13)  # a Monday
+    assert resolve_relative_dates("Last Fri I took my kids", ref) == "on Friday 14 July 2023 I took my kids"
+    assert resolve_relative_dates("a group last Tues.", ref) == "a group on Tuesday 11 July 2023."
+    assert resolve_relative_dates("when I last sat down", ref) == "when I last sat down"
+    assert resolve_relative_dates("last weekend we hiked", ref) == "the weekend of 15 July 2023 we hiked"
+    assert resolve_relative_dates("this weekend", ref) == "the weekend of 22 July 2023"
+    assert resolve_relative_dates("next weekend", ref) == "the weekend of 29 July 2023"
+    assert resolve_relative_dates("two weekends ago", ref) == "the weekend of 8 July 2023"
+    sunday = datetime(2023, 7, 16)
+    assert resolve_relative_dates("this weekend", sunday) == "the weekend of 15 July 2023"
+    assert resolve_relative_dates("last weekend", sunday) == "the weekend of 8 July 2023"
+    assert resolve_relative_dates("last weekend", ref, "annotate") == "last weekend (the weekend of 15 July 2023)"
 
 
 def test_annotated_dates_keep_the_speakers_words_and_add_the_date_once():
@@ -129,6 +144,8 @@ def test_annotated_dates_keep_the_speakers_words_and_add_the_date_once():
     annotate = lambda text: resolve_relative_dates(text, ref, "annotate")  # noqa: E731
     assert annotate("I went yesterday.") == "I went yesterday (7 May 2023)."
     assert annotate("last Friday") == "last Friday (5 May 2023)"
+    assert annotate("last Fri") == "last Fri (Friday 5 May 2023)"
+    assert annotate("last Fri (Friday 5 May 2023)") == "last Fri (Friday 5 May 2023)"
     assert annotate("Last week I ran") == "Last week (the week of 1 May 2023) I ran"
     assert annotate("since last year") == "since last year (2022)"
     # "yesterday" inside "the day before yesterday" is not annotated a second time
@@ -737,11 +754,11 @@ def test_turn_units_carry_resolved_dates_when_extraction_resolves_them(run):
     assert [c.id for c in packed] == ["RAW:D1:1"] and "last Saturday" in packed[0].text
     runtime, store = run({**changes, "extraction.resolve_relative_dates": True}, RACE)
     text = runtime.ask(store, question).packed[0].text
-    assert "on 20 May 2023" in text and "last Saturday" not in text
+    assert "on Saturday 20 May 2023" in text and "last Saturday" not in text
     # compressed turns are cut from the resolved words too
     runtime, store = run({**changes, "extraction.resolve_relative_dates": True, "assembly.unit": "sentences",
                           "assembly.sentences_per_turn": 1}, RACE)
-    assert "on 20 May 2023" in runtime.ask(store, question).packed[0].text
+    assert "on Saturday 20 May 2023" in runtime.ask(store, question).packed[0].text
 
 
 def test_date_style_annotate_keeps_the_weekday_in_turns_and_facts_and_is_inert_without_resolution(run):
