@@ -36,6 +36,7 @@ from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun
 from evolve.observe.objective import LABEL, SCORE_FIELD, failure_view
+from evolve.observe.summarize import context_words
 from evolve.runtime.usage import RequestLimitReached
 from evolve.state.records import load_record
 from evolve.state.stores import RoundBundle, StoreSet
@@ -341,9 +342,12 @@ class Engine:
                       "held-back questions")
             runs = [self.harness.evaluate(s, self.confirmation_ids, desc=f"round {n} confirmation")
                     for s in (start, final)]
+            # the word cap holds over every question of the night: the search checked it on its own questions
+            searched = [self.harness.evaluate(s, self.question_ids, desc=f"round {n} words") for s in (start, final)]
+            words = tuple(context_words([t for r in pair for t in r.traces if t.scored])["mean"]
+                          for pair in zip(runs, searched))
             verdict = confirm(*(r.outcomes(self.config.objective) for r in runs), alpha=spec.alpha,
-                              start_hash=night.start, final_hash=strategy_hash(final),
-                              words=tuple(r.summary.context_words["mean"] for r in runs),
+                              start_hash=night.start, final_hash=strategy_hash(final), words=words,
                               max_words=self.config.cost.max_context_words, floors=self.rules)
             self._say(f"night: {verdict.verdict}: {verdict.reason}")
         refused = verdict is not None and verdict.verdict == "REFUSED"

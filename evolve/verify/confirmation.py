@@ -56,11 +56,13 @@ def confirm(start: Mapping[str, Mapping], final: Mapping[str, Mapping], *, alpha
             final_hash: str, words: tuple[float, float], max_words: float | None = None,
             floors: AcceptanceRules | None = None) -> Confirmation:
     """Decide a night from the start's and the final's outcomes (``{question id: {"correct": bool, "category",
-    ...}}``) on the confirmation questions and their mean context words: CONFIRMED when the one-sided p is at most
-    ``alpha``, no category breaks the contract's floor there (``floors``: a drop beyond its epsilon whose exact
-    McNemar p, Holm-adjusted over the categories, is at most ``alpha``) and the final's context stays within
-    ``max_words`` (the cost's absolute cap; its growth per change was checked candidate by candidate), else REFUSED
-    (the start is restored). The floor can only refuse, so the night's false promotion stays at most ``alpha``."""
+    ...}}``) on the confirmation questions and their mean context ``words`` over every question of the night (search
+    and confirmation: the cap is a budget over the benchmark, which a 40 % share alone measures with a word or two of
+    noise): CONFIRMED when the one-sided p is at most ``alpha``, no category breaks the contract's floor there
+    (``floors``: a drop beyond its epsilon whose exact McNemar p, Holm-adjusted over the categories, is at most
+    ``alpha``) and the final's context stays within ``max_words`` (the cost's absolute cap; its growth per change was
+    checked candidate by candidate), else REFUSED (the start is restored). The floor and the cap can only refuse, so
+    the night's false promotion stays at most ``alpha``."""
     ids = sorted(start.keys() & final.keys())
     if not ids:
         raise ValueError("confirmation: the start and the final share no scored question")
