@@ -194,17 +194,25 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.M
         back = (ref.weekday() - target) % 7 or 7
         return m.group(1) or "on", f"{WEEKDAYS[target].capitalize()} {format_date(ref - timedelta(days=back))}"
 
+    def last_season(m: re.Match[str]) -> tuple[str, str]:
+        # the latest such season over before the month the speaker is in (spring: March to May, and so on)
+        season = m.group(2).lower()
+        ends = {"spring": 5, "summer": 8, "fall": 11, "autumn": 11}[season]
+        return m.group(1) or "in", f"the {season} of {ref.year if ref.month > ends else ref.year - 1}"
+
     def rule(pattern: str) -> re.Pattern[str]:
         return re.compile(_PREP + pattern, re.I)
 
     return [
         (rule(r"\bthe day before yesterday\b"), on(ref - timedelta(days=2))),
-        (rule(r"\byesterday\b"), on(ref - timedelta(days=1))),
+        (rule(r"\b(?:yesterday|last night)\b"), on(ref - timedelta(days=1))),
         (rule(r"\b(?:today|tonight|this morning|this afternoon|this evening)\b"), on(ref)),
         (rule(r"\btomorrow\b"), on(ref + timedelta(days=1))),
         (rule(r"\b" + _NUM + r" (days?|weekends?|weeks?|months?|years?) ago\b"), ago),
         (rule(r"\blast (" + "|".join((*WEEKDAYS, *_WEEKDAY_ABBREVIATIONS)) + r")\b"), last_weekday),
-        (rule(r"\b(?:last|past) weekend\b"), weekend(-1)),
+        (rule(r"\b(?:(?:this |the )?past|last) weekend\b"), weekend(-1)),
+        (re.compile(r"\b(over) the weekend\b(?! of)", re.I), weekend(-1)),
+        (rule(r"\blast (spring|summer|fall|autumn)\b"), last_season),
         (rule(r"\bthis weekend\b"), weekend(0)),
         (rule(r"\bnext weekend\b"), weekend(1)),
         (rule(r"\blast week\b"), week(-7)),
@@ -223,7 +231,8 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.M
 #: or after them, in parentheses ("last Friday (5 May 2023)"), which keeps the words a question may use.
 DATE_STYLES = ("replace", "annotate")
 #: An annotation :func:`resolve_relative_dates` wrote: a later rule matching the words before it leaves them be.
-_ANNOTATION = re.compile(r" \((?:the week(?:end)? of )?(?:[A-Z][a-z]+day )?(?:\d{1,2} )?(?:[A-Z][a-z]+ )?\d{4}\)")
+_ANNOTATION = re.compile(r" \((?:the (?:week|weekend|spring|summer|fall|autumn) of )?(?:[A-Z][a-z]+day )?(?:\d{1,2} )?"
+                         r"(?:[A-Z][a-z]+ )?\d{4}\)")
 
 
 @lru_cache(maxsize=100_000)

@@ -137,6 +137,15 @@ def test_resolved_dates_keep_a_named_weekday_and_a_weekend():
     assert resolve_relative_dates("this weekend", sunday) == "the weekend of 15 July 2023"
     assert resolve_relative_dates("last weekend", sunday) == "the weekend of 8 July 2023"
     assert resolve_relative_dates("last weekend", ref, "annotate") == "last weekend (the weekend of 15 July 2023)"
+    assert resolve_relative_dates("this past weekend was insane", ref) == "the weekend of 15 July 2023 was insane"
+    assert resolve_relative_dates("fun over the weekend?", ref) == "fun over the weekend of 15 July 2023?"
+    assert resolve_relative_dates("Last night we sang", ref) == "on 16 July 2023 we sang"
+    assert resolve_relative_dates("camping last summer", ref) == "camping in the summer of 2022"
+    assert resolve_relative_dates("last spring", ref) == "in the spring of 2023"  # over by July
+    for text in ("over the weekend", "last summer", "last Fri"):  # resolving twice changes nothing more
+        for style in ("replace", "annotate"):
+            once = resolve_relative_dates(text, ref, style)
+            assert resolve_relative_dates(once, ref, style) == once
 
 
 def test_annotated_dates_keep_the_speakers_words_and_add_the_date_once():
