@@ -74,19 +74,19 @@ def runners_up(records: list[CandidateRecord], round_no: int, current: dict) -> 
 
 
 def merged(results: list[CandidateResult], current: dict) -> Direction | None:
-    """The accepted candidates of this round, best first, that change disjoint paths, as one coupled ``set:`` move
-    on ``current``, when there are at least two: gains found side by side in one round are verified together
-    rather than one per round. ``None`` when fewer than two can be joined."""
-    joined, paths = [], set()
+    """The accepted candidates of this round, best first, that agree on every path they share (both turn the turn
+    layer on), as one coupled ``set:`` move on ``current``, when there are at least two: gains found side by side in
+    one round are verified together rather than one per round. ``None`` when fewer than two can be joined."""
+    joined, values = [], {}
     for r in sorted((r for r in results if r.accepted and r.record.merged_from is None),
                     key=lambda r: -r.record.delta):
-        if not paths & set(r.record.changes):
+        if all(values.get(path, value) == value for path, value in r.record.changes.items()):
             joined.append(r.record)
-            paths |= set(r.record.changes)
+            values |= r.record.changes
     if len(joined) < 2:
         return None
-    moves = [(path, value) for rec in joined for path, value in sorted(rec.changes.items())
-             if value_at(current, path) != value]
+    moves = list({path: value for rec in joined for path, value in sorted(rec.changes.items())
+                  if value_at(current, path) != value}.items())
     ids = tuple(rec.candidate_id for rec in joined)
     return Direction(Move.setting(moves), joined[0].symptom, RULED,
                      f"merge of {', '.join(ids)}, each accepted in this round", merged_from=ids)

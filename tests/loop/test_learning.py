@@ -59,7 +59,7 @@ def accepted(cid: str, changes: dict, delta: float, verdict: str = "ACCEPT", mer
     return CandidateResult(r, {}, None)
 
 
-def test_accepts_side_by_side_merge_into_one_move_best_first_on_disjoint_paths(tmp_path, baseline_strategy):
+def test_accepts_side_by_side_merge_into_one_move_best_first(tmp_path, baseline_strategy):
     results = [accepted("r001-c00", {"retrieval.top_k": 6}, 0.019),
                accepted("r001-c01", {"retrieval.top_k": 7, "assembly.token_budget": 192}, 0.021),  # shares top_k
                accepted("r001-c02", {"retrieval.intent_top_k_multiplier.single_hop": 1.25}, 0.015),
@@ -77,6 +77,17 @@ def test_accepts_side_by_side_merge_into_one_move_best_first_on_disjoint_paths(t
     assert merged([results[1], merge], baseline_strategy) is None
     assert dump_record(merge.record)["merged_from"] == ["r001-c01", "r001-c02"]
     assert "merged_from" not in dump_record(results[0].record)  # records of other candidates keep their stored form
+
+
+def test_accepts_that_agree_on_a_shared_path_merge(baseline_strategy):
+    """Both turn the turn layer on (the generalise night's round 1): joined, the shared path set once; an accept that
+    sets a shared path to another value is left out."""
+    results = [accepted("r001-c01", {"features.turn_layer": True, "features.turn_context": 1}, 0.11),
+               accepted("r001-c02", {"features.turn_layer": True, "assembly.unit": "turn"}, 0.18),
+               accepted("r001-c03", {"features.turn_context": 2}, 0.05)]
+    direction = merged(results, baseline_strategy)
+    assert direction.merged_from == ("r001-c02", "r001-c01")
+    assert direction.key == "assembly.unit::set:turn&features.turn_layer::enable&features.turn_context::set:1"
 
 
 def test_a_gain_blocked_by_cost_is_joined_with_the_first_relief_move_that_can_shrink_the_context(tmp_path,
