@@ -243,7 +243,7 @@ class Engine:
         ended = night.ends(self.config.night, minutes=(time.perf_counter() - self._night_clock) / 60, last=last)
         record = None
         if ended is not None:
-            record, restored = self._end_night(night, ended, n, current, new_current)
+            record, restored = self._end_night(night, ended, n, current, cur_run, new_current, new_run)
             if restored is not None:
                 new_current, new_run = restored
                 outcome = replace(outcome, new=new_current, new_run=new_run,
@@ -331,21 +331,26 @@ class Engine:
         kept = self.stores.state.get("night")
         return NightState.model_validate(kept) if kept else NightState(start=strategy_hash(current), first_round=n)
 
-    def _end_night(self, night: NightState, ended: EndReason, n: int, current: dict,
-                   final: dict) -> tuple[NightRecord, tuple[dict, EvalRun] | None]:
-        """The record of a night ending with round ``n`` (which started from ``current``) on ``final``, and, when its
-        confirmation refuses the final, the night's start with its evaluation on the search questions (to restore)."""
-        start = current if strategy_hash(current) == night.start else self.stores.get_strategy(night.start)
+    def _end_night(self, night: NightState, ended: EndReason, n: int, current: dict, current_run: EvalRun,
+                   final: dict, final_run: EvalRun) -> tuple[NightRecord, tuple[dict, EvalRun] | None]:
+        """The record of a night ending with round ``n`` (which started from ``current``) on ``final`` (each with its
+        run on the search questions), and, when its confirmation refuses the final, the night's start with its
+        evaluation on the search questions (to restore)."""
+        if strategy_hash(current) == night.start:
+            start, start_run = current, current_run
+        else:
+            start, start_run = self.stores.get_strategy(night.start), None
         spec, verdict = self.config.night.confirmation, None
         if spec is not None and strategy_hash(final) != night.start:
             self._say(f"night: confirming the final against the night's start on {len(self.confirmation_ids)} "
                       "held-back questions")
             runs = [self.harness.evaluate(s, self.confirmation_ids, desc=f"round {n} confirmation")
                     for s in (start, final)]
+            if start_run is None:
+                start_run = self.harness.evaluate(start, self.question_ids, desc=f"round {n} night start")
             # the word cap holds over every question of the night: the search checked it on its own questions
-            searched = [self.harness.evaluate(s, self.question_ids, desc=f"round {n} words") for s in (start, final)]
             words = tuple(context_words([t for r in pair for t in r.traces if t.scored])["mean"]
-                          for pair in zip(runs, searched))
+                          for pair in zip(runs, (start_run, final_run)))
             verdict = confirm(*(r.outcomes(self.config.objective) for r in runs), alpha=spec.alpha,
                               start_hash=night.start, final_hash=strategy_hash(final), words=words,
                               max_words=self.config.cost.max_context_words, floors=self.rules)
@@ -357,7 +362,7 @@ class Engine:
                              restored=night.start if refused else None)
         if not refused:
             return record, None
-        return record, (start, self.harness.evaluate(start, self.question_ids, desc=f"round {n} restore start"))
+        return record, (start, start_run)  # a refusal implies the confirmation ran, and with it start_run
 
     # ------------------------------------------------------------------ helpers
 

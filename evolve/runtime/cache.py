@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 #: 4: dates resolved against the day a fact was said, everyday retraction phrasings, 5: three more of them, 6: BM25
 #: term postings located and items' lifecycle settledness read at store build, 7: corrections' topics without dates, no
 #: question a correction, 8: an item names the retraction that withdrew it, 9: the image knowledge base, 10: the
-#: device events among the turns, 11: a weekday a speaker named and a weekend kept in resolved dates, 12: last night, the past weekend, last summer).
+#: device events among the turns, 11: a weekday a speaker named and a weekend kept in resolved dates, 12: last night,
+#: the past weekend, last summer).
 STORE_FORMAT = 12
 #: Bump when embedder output changes for the same text; invalidates cached vectors (2: batch-invariant rows).
 EMBEDDING_FORMAT = 2

@@ -147,7 +147,8 @@ def _week_of(day: datetime) -> str:
 
 
 def _weekend_of(day: datetime) -> str:
-    """The weekend ``day`` falls in or (on a weekday) the one that follows it, named by its Saturday."""
+    """The weekend ``day`` falls in (a Sunday's began the day before) or, on a weekday, the one that follows it,
+    named by its Saturday."""
     return f"the weekend of {format_date(day + timedelta(days=5 - day.weekday()))}"
 
 
@@ -172,14 +173,12 @@ def _relative_rules(ref: datetime) -> list[tuple[re.Pattern[str], Callable[[re.M
         return lambda m: (m.group(1) or "", _week_of(ref + timedelta(days=offset_days)))
 
     def weekend(offset_weeks: int):
-        # "this weekend" said on a Sunday is the one that began the day before; "last weekend" is always over
-        this = ref - timedelta(days=1) if ref.weekday() == 6 else ref
-        return lambda m: (m.group(1) or "", _weekend_of(this + timedelta(weeks=offset_weeks)))
+        return lambda m: (m.group(1) or "", _weekend_of(ref + timedelta(weeks=offset_weeks)))
 
     def ago(m: re.Match[str]) -> tuple[str, str]:
         n, unit, prep = _number(m.group(2)), m.group(3).lower(), m.group(1)
         if unit.startswith("weekend"):
-            return prep or "", _weekend_of(ref - timedelta(days=1 if ref.weekday() == 6 else 0, weeks=n))
+            return prep or "", _weekend_of(ref - timedelta(weeks=n))
         if unit.startswith("day"):
             return prep or "on", format_date(ref - timedelta(days=n))
         if unit.startswith("week"):
@@ -250,8 +249,9 @@ def resolve_relative_dates(text: str, ref: datetime | None, style: str = "replac
                     return m.group(0)
                 date = resolve(m)[1]
                 weekday, _, rest = date.partition(" ")
-                said = weekday.lower() in m.group(0).lower()  # "last Friday (5 May 2023)", "last Fri (Friday ...)"
-                return f"{m.group(0)} ({rest if said and weekday.lower() in WEEKDAYS else date})"
+                if weekday.lower() in WEEKDAYS and weekday.lower() in m.group(0).lower():
+                    date = rest  # "last Friday (5 May 2023)"; an abbreviation keeps it: "last Fri (Friday ...)"
+                return f"{m.group(0)} ({date})"
             return " ".join(resolve(m)).lstrip()
         text = pattern.sub(write, text)
     return text
