@@ -36,7 +36,6 @@ from evolve.loop.tracking import Tracker, track_round
 from evolve.loop.setup import RunSetup
 from evolve.observe.harness import EvalRun
 from evolve.observe.objective import LABEL, SCORE_FIELD, failure_view
-from evolve.observe.summarize import context_words
 from evolve.runtime.usage import RequestLimitReached
 from evolve.state.records import load_record
 from evolve.state.stores import RoundBundle, StoreSet
@@ -348,9 +347,10 @@ class Engine:
                     for s in (start, final)]
             if start_run is None:
                 start_run = self.harness.evaluate(start, self.question_ids, desc=f"round {n} night start")
-            # the word cap holds over every question of the night: the search checked it on its own questions
-            words = tuple(context_words([t for r in pair for t in r.traces if t.scored])["mean"]
-                          for pair in zip(runs, (start_run, final_run)))
+            # the word cap is read where every candidate of the night was held to it, on the search's questions: the
+            # confirmation's share is a second sample of the same benchmark, a word or two away, and its questions
+            # decide the gain, not the cost
+            words = tuple(r.summary.context_words["mean"] for r in (start_run, final_run))
             verdict = confirm(*(r.outcomes(self.config.objective) for r in runs), alpha=spec.alpha,
                               start_hash=night.start, final_hash=strategy_hash(final), words=words,
                               max_words=self.config.cost.max_context_words, floors=self.rules)

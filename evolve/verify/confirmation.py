@@ -56,9 +56,9 @@ def confirm(start: Mapping[str, Mapping], final: Mapping[str, Mapping], *, alpha
             final_hash: str, words: tuple[float, float], max_words: float | None = None,
             floors: AcceptanceRules | None = None) -> Confirmation:
     """Decide a night from the start's and the final's outcomes (``{question id: {"correct": bool, "category",
-    ...}}``) on the confirmation questions and their mean context ``words`` over every question of the night (search
-    and confirmation: the cap is a budget over the benchmark, which a 40 % share alone measures with a word or two of
-    noise): CONFIRMED when the one-sided p is at most ``alpha``, no category breaks the contract's floor there
+    ...}}``) on the confirmation questions and their mean context ``words`` on the search's questions (where every
+    candidate was held to the cap; the confirmation's share is another sample of the same benchmark, a word or two
+    away): CONFIRMED when the one-sided p is at most ``alpha``, no category breaks the contract's floor there
     (``floors``: a drop beyond its epsilon whose exact McNemar p, Holm-adjusted over the categories, is at most
     ``alpha``) and the final's context stays within ``max_words`` (the cost's absolute cap; its growth per change was
     checked candidate by candidate), else REFUSED (the start is restored). The floor and the cap can only refuse, so

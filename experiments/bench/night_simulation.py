@@ -47,12 +47,13 @@ EFFECTS = (0.03, 0.05)
 
 def designs(config: Path, resamples: int, max_rounds: int) -> dict[str, dict]:
     """The night designs compared: the config's rules over a fixed 4 rounds (before), the same rules until patience
-    without and with a confirmation, and a search at a liberal alpha under confirmations of 0.3, the config's share
-    and 0.5 of the questions."""
+    without and with a confirmation, a search at a liberal alpha under confirmations of 0.3, the config's share and
+    0.5 of the questions, and that search with Holm's adjustment over each round's candidates."""
     raw = yaml.safe_load(config.read_text())
     rules = {**raw["acceptance"], "bootstrap_resamples": resamples}
     shipped = AcceptanceRules(**{**rules, **CONTRACT})  # each comparison at the contract's alpha, as before
     liberal = AcceptanceRules(**{**rules, **LIBERAL})
+    holm = AcceptanceRules(**{**rules, **LIBERAL, "multiple_testing": "holm"})
     night = raw.get("night") or {}
     patience = night.get("patience", 3)
     share = (night.get("confirmation") or {}).get("share", 0.4)
@@ -66,6 +67,8 @@ def designs(config: Path, resamples: int, max_rounds: int) -> dict[str, dict]:
         **{f"until patience {patience}, confirmation {s:g} at {level:g}, search at alpha 0.2":
            dict(rules=liberal, rounds=max_rounds, patience=patience, share=s, level=level)
            for s in sorted({0.3, share, 0.5})},
+        f"until patience {patience}, confirmation {share:g} at {level:g}, search at alpha 0.2 with Holm per round":
+            dict(rules=holm, rounds=max_rounds, patience=patience, share=share, level=level),
     }
 
 

@@ -112,9 +112,11 @@ def test_the_night_s_last_round_confirms_or_restores_its_start(tmp_path, alpha, 
     summary = engine.run()
     night = summary["night"]
     assert (night["first_round"], night["last_round"], night["start"]) == (1, 2, strategy_hash(narrow))
-    # the word cap is read over every question of the night, the search's and the confirmation's
+    # the word cap is read on the search's questions, where every candidate was held to it
+    search = engine.harness.evaluate(baseline, engine.question_ids)
     every = engine.harness.evaluate(baseline, [*engine.question_ids, *engine.confirmation_ids])
-    assert night["confirmation"]["words_final"] == pytest.approx(every.summary.context_words["mean"], abs=1e-3)
+    assert search.summary.context_words["mean"] != every.summary.context_words["mean"]
+    assert night["confirmation"]["words_final"] == pytest.approx(search.summary.context_words["mean"], abs=1e-3)
     assert night["confirmation"]["verdict"] == verdict, night["confirmation"]["reason"]
     assert night["confirmation"]["improved"] > night["confirmation"]["regressed"]
     assert night["diff"]["retrieval.top_k"][0] == 1
