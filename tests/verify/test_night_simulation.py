@@ -21,8 +21,9 @@ def test_the_script_prints_every_design_s_rates_and_writes_its_report(tmp_path):
     assert done.stderr == ""  # progress only on a terminal
     lines = re.findall(r"^([^:\n]+): " + RATE + r"; (\d+\.\d) rounds and (\d+\.\d) candidates", done.stdout, re.M)
     designs = [name for name, *_ in lines]
-    assert len(lines) == 3 * 6 and len(set(designs)) == 6  # null, +3 pp and +5 pp, six designs each
-    assert sum("no confirmation" not in d for d in set(designs)) == 4 and "4 rounds, no confirmation (before)" in designs
+    assert len(lines) == 3 * 7 and len(set(designs)) == 7  # null, +3 pp and +5 pp, seven designs each
+    assert sum("no confirmation" not in d for d in set(designs)) == 5 and "4 rounds, no confirmation (before)" in designs
+    assert any(d.endswith("search at alpha 0.2 with Holm per round") for d in designs)
     for name, share, low, high, k, runs, rounds, compared in lines:
         assert float(low) <= float(share) <= float(high) and int(k) <= int(runs) in (2, 3)
         assert 1 <= float(rounds) <= 4 and float(compared) <= 4 * float(rounds)
