@@ -334,7 +334,7 @@ class Engine:
                    final: dict, final_run: EvalRun) -> tuple[NightRecord, tuple[dict, EvalRun] | None]:
         """The record of a night ending with round ``n`` (which started from ``current``) on ``final`` (each with its
         run on the search questions), and, when its confirmation refuses the final, the night's start with its
-        evaluation on the search questions (to restore)."""
+        evaluation on the search questions (to restore: the round's when the night started on ``current``)."""
         if strategy_hash(current) == night.start:
             start, start_run = current, current_run
         else:
@@ -345,12 +345,12 @@ class Engine:
                       "held-back questions")
             runs = [self.harness.evaluate(s, self.confirmation_ids, desc=f"round {n} confirmation")
                     for s in (start, final)]
-            if start_run is None:
-                start_run = self.harness.evaluate(start, self.question_ids, desc=f"round {n} night start")
             # the word cap is read where every candidate of the night was held to it, on the search's questions: the
             # confirmation's share is a second sample of the same benchmark, a word or two away, and its questions
-            # decide the gain, not the cost
-            words = tuple(r.summary.context_words["mean"] for r in (start_run, final_run))
+            # decide the gain, not the cost. The start's words need its packed contexts only, not its answers.
+            packed = start_run or self.harness.evaluate(start, self.question_ids, desc=f"round {n} night start",
+                                                        answer=False)
+            words = tuple(r.summary.context_words["mean"] for r in (packed, final_run))
             verdict = confirm(*(r.outcomes(self.config.objective) for r in runs), alpha=spec.alpha,
                               start_hash=night.start, final_hash=strategy_hash(final), words=words,
                               max_words=self.config.cost.max_context_words, floors=self.rules)
@@ -362,7 +362,8 @@ class Engine:
                              restored=night.start if refused else None)
         if not refused:
             return record, None
-        return record, (start, start_run)  # a refusal implies the confirmation ran, and with it start_run
+        return record, (start, start_run or self.harness.evaluate(start, self.question_ids,
+                                                                   desc=f"round {n} restore start"))
 
     # ------------------------------------------------------------------ helpers
 
