@@ -62,6 +62,7 @@ REQUIRES: dict[str, dict[str, Any]] = {
     "features.fusion": {"features.fusion.enabled": True},
     "retrieval.graph": {"retrieval.graph.enabled": True},
     "assembly.fact_unit": {"assembly.unit": "memory"},
+    "assembly.fact_span": {"assembly.unit": "memory", "assembly.fact_unit": "span"},
     "assembly.reserved.profile": {"features.profile_layer": True},
     "assembly.reserved.corrections": {"features.profile_layer": True},
     "lifecycle.decay": {"lifecycle.decay.enabled": True},

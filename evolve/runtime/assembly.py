@@ -20,8 +20,6 @@ CONFLICT_JACCARD = 0.5
 #: chooses what of their turn they pack. Items of :data:`WHOLE_TURN_LAYERS` are a whole turn already.
 FRAGMENT_LAYERS = ("L0", "L2")
 WHOLE_TURN_LAYERS = ("RT", "SM")
-#: Sentences of its turn packed on each side of a fact's own under ``assembly.fact_unit: span``.
-SPAN_AROUND = 1
 
 
 @dataclass(frozen=True)
@@ -62,7 +60,7 @@ def compress(text: str, wanted: frozenset[str], keep: int) -> str:
     return " ".join(parts[i] for i in sorted(best))
 
 
-def span(text: str, fact: str, around: int = SPAN_AROUND) -> str:
+def span(text: str, fact: str, around: int) -> str:
     """The sentence of ``text`` sharing most content words with ``fact`` (the one it was extracted from; the earliest
     on ties) and ``around`` sentences on each side of it, in their original order."""
     parts = sentences(text)
@@ -118,7 +116,8 @@ def assemble(store: MemoryStore, hits: list[Hit], policy: Policy, wanted: frozen
         if not options:
             return None
         turn = store.turns[max(options)[2]]
-        said = attribute(turn.speaker, turn.timestamp, span(resolved(turn.text, turn, policy.extraction), fact))
+        body = span(resolved(turn.text, turn, policy.extraction), fact, asm.fact_span.around)
+        said = attribute(turn.speaker, turn.timestamp, body)
         return ContextItem(hit.id, render(item.id, item.layer, said, turn.timestamp, asm.format), item.layer,
                            (turn.id,), turn.timestamp, hit.score)
 

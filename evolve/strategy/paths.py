@@ -6,11 +6,12 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from evolve.strategy.policy import Fusion, Graph
+from evolve.strategy.policy import FactSpan, Fusion, Graph
 
 #: Sections a strategy may leave out: absent is their defaults (off), so a strategy written before one existed keeps
 #: its hash; a move that reaches one of their paths writes the whole section first (:func:`with_value`).
-OPTIONAL_SECTIONS: dict[str, type[BaseModel]] = {"features.fusion": Fusion, "retrieval.graph": Graph}
+OPTIONAL_SECTIONS: dict[str, type[BaseModel]] = {"features.fusion": Fusion, "retrieval.graph": Graph,
+                                                  "assembly.fact_span": FactSpan}
 
 
 def get_path(data: dict, path: str) -> Any:

@@ -226,6 +226,10 @@ class Reserved(_Frozen):
     corrections: float
 
 
+class FactSpan(_Frozen):
+    around: int = 1
+
+
 class Assembly(_Frozen):
     token_budget: int
     reserved: Reserved
@@ -235,6 +239,7 @@ class Assembly(_Frozen):
     unit: Literal["memory", "turn", "sentences"]
     sentences_per_turn: int
     fact_unit: Literal["fact", "span", "turn"]
+    fact_span: FactSpan = FactSpan()  # optional in the artifact: absent keeps one sentence each side
 
 
 class Answering(_Frozen):

@@ -382,6 +382,16 @@ def test_fact_units_pack_the_facts_turn_or_its_span_as_the_budget_allows(run, ba
     assert cut.text == ("- Ann said (1 May 2023): The weather was perfect for a long walk. I found a tiny starfish in "
                         "a rock pool. My brother took photos of the lighthouse all afternoon.")
     assert cut.source_ids == ("D1:1",) and cut.id == starfish.id
+    # fact_span.around: how many sentences on each side (absent: one, as above)
+    def around(n: int) -> str:
+        strategy = set_path(set_path(baseline_strategy, "assembly.fact_unit", "span"), "assembly.fact_span.around", n)
+        return assemble(store, hits[:1], Policy.from_strategy(strategy)).packed[0].text
+
+    assert around(1) == cut.text
+    assert around(0) == "- Ann said (1 May 2023): I found a tiny starfish in a rock pool."
+    assert around(2) == ("- Ann said (1 May 2023): We went to the coast last weekend. The weather was perfect for a "
+                         "long walk. I found a tiny starfish in a rock pool. My brother took photos of the lighthouse "
+                         "all afternoon. Then we ate fish and chips by the harbour.")
     # turn: the whole dated turn, once however many of its facts are hits
     whole = packed("turn")
     assert [c.id for c in whole] == ["RAW:D1:1"] and whole[0].text == f"- Ann said (1 May 2023): {turn.text}"

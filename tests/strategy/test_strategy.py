@@ -8,7 +8,7 @@ from evolve.strategy.policy import Policy
 from evolve.data import BASELINE_PATH
 from evolve.strategy.invariants import INVARIANTS
 from evolve.strategy.artifact import (StrategyError, derive, dump_yaml, ingestion_key, load_strategy, parse_strategy,
-                                      policy_hash, strategy_hash)
+                                      policy_hash, strategy_hash, validate_strategy)
 from evolve.strategy.schema import evolvable_dimensions, load_schema
 
 BASE_TEXT = BASELINE_PATH.read_text()
@@ -103,3 +103,17 @@ def test_evolvable_dimensions_come_from_schema():
 
 def test_schema_states_exactly_the_invariant_table():
     assert load_schema()["x-invariants"] == [inv.rule for inv in INVARIANTS]
+
+
+def test_the_fact_span_section_is_optional_and_written_whole_by_a_move():
+    from evolve.strategy.paths import value_at, with_value
+
+    strategy = load_strategy(BASELINE_PATH)
+    assert "fact_span" not in strategy["assembly"]
+    assert value_at(strategy, "assembly.fact_span.around") == 1 == Policy.from_strategy(strategy).assembly.fact_span.around
+    wider = with_value(strategy, "assembly.fact_span.around", 2)
+    assert wider["assembly"]["fact_span"] == {"around": 2}
+    assert policy_hash(wider) != policy_hash(strategy)
+    validate_strategy(wider)
+    with pytest.raises(StrategyError, match=r"assembly\.fact_span\.around"):
+        validate_strategy(with_value(strategy, "assembly.fact_span.around", 4))
