@@ -372,8 +372,10 @@ def test_fact_units_pack_the_facts_turn_or_its_span_as_the_budget_allows(run, ba
     turn = store.turns["D1:1"]
     hits = [Hit(item.id, rank, 1.0 / rank, item.source_ids) for rank, item in enumerate((starfish, harbour), 1)]
 
-    def packed(unit: str, budget: int = 160, which=hits):
+    def packed(unit: str, budget: int = 160, which=hits, around: int | None = None):
         strategy = set_path(set_path(baseline_strategy, "assembly.fact_unit", unit), "assembly.token_budget", budget)
+        if around is not None:
+            strategy = set_path(strategy, "assembly.fact_span.around", around)
         return assemble(store, which, Policy.from_strategy(strategy)).packed
 
     assert [c.text for c in packed("fact")] == [f"- {starfish.text}", f"- {harbour.text}"]
@@ -384,8 +386,7 @@ def test_fact_units_pack_the_facts_turn_or_its_span_as_the_budget_allows(run, ba
     assert cut.source_ids == ("D1:1",) and cut.id == starfish.id
     # fact_span.around: how many sentences on each side (absent: one, as above)
     def around(n: int) -> str:
-        strategy = set_path(set_path(baseline_strategy, "assembly.fact_unit", "span"), "assembly.fact_span.around", n)
-        return assemble(store, hits[:1], Policy.from_strategy(strategy)).packed[0].text
+        return packed("span", which=hits[:1], around=n)[0].text
 
     assert around(1) == cut.text
     assert around(0) == "- Ann said (1 May 2023): I found a tiny starfish in a rock pool."

@@ -9,6 +9,7 @@ from evolve.data import BASELINE_PATH
 from evolve.strategy.invariants import INVARIANTS
 from evolve.strategy.artifact import (StrategyError, derive, dump_yaml, ingestion_key, load_strategy, parse_strategy,
                                       policy_hash, strategy_hash, validate_strategy)
+from evolve.strategy.paths import value_at, with_value
 from evolve.strategy.schema import evolvable_dimensions, load_schema
 
 BASE_TEXT = BASELINE_PATH.read_text()
@@ -106,8 +107,6 @@ def test_schema_states_exactly_the_invariant_table():
 
 
 def test_the_fact_span_section_is_optional_and_written_whole_by_a_move():
-    from evolve.strategy.paths import value_at, with_value
-
     strategy = load_strategy(BASELINE_PATH)
     assert "fact_span" not in strategy["assembly"]
     assert value_at(strategy, "assembly.fact_span.around") == 1 == Policy.from_strategy(strategy).assembly.fact_span.around
