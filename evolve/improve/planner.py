@@ -370,12 +370,16 @@ class Planner:
 
     def propose(self, digest: Digest, strategy: dict, effects: DimensionEffects,
                 dims: dict[str, EvolvableDimension]) -> list[Direction]:
-        """All triggered, movable directions, highest priority first (each key once, via its best symptom).
+        """All triggered, movable directions of the ``max_symptoms`` most severe symptoms that have one (a cell the
+        table lists nothing movable for takes no place), highest priority first (each key once, via its best symptom).
 
         With the tree enabled, hypotheses found at their bound are marked exhausted in it (and un-marked
         once movable again)."""
         best: dict[str, Direction] = {}
-        for symptom in digest.ranked()[: self.max_symptoms]:
+        read = 0
+        for symptom in digest.ranked():
+            if read == self.max_symptoms:
+                break
             movable: dict[str, tuple[float, str]] = {}  # key -> (factor, table key), in table order
             for key, factor, table_key in self.table.lookup(symptom, self.min_qualifier_share):
                 move = Move.parse(key)
@@ -386,6 +390,7 @@ class Planner:
                     self.tree.mark_bound(key, not movable_now, parent=symptom.key)
                 if movable_now:
                     movable[key] = (factor, table_key)
+            read += bool(movable)
             order = self.tree.select(list(movable), parent=symptom.key) if self.use_tree else list(movable)
             for position, key in enumerate(order):
                 factor, table_key = movable[key]

@@ -9,6 +9,7 @@ from evolve.strategy.artifact import load_strategy
 from evolve.strategy.schema import evolvable_dimensions
 from evolve.strategy.moves import Move, Step
 from evolve.strategy.paths import set_path
+from evolve.verify.critic import fixing_groups, group_of
 
 DIMS = evolvable_dimensions()
 
@@ -51,6 +52,15 @@ def test_shipped_table_is_valid_and_covers_every_dimension():
     assert used == set(DIMS)
     assert "retrieval.time_decay.half_life_days::increase" in table.entries["retrieval_gap/temporal"]
     assert table.relief[0] == "assembly.format::set:dialogue" and "cost_relief" not in table.entries
+
+
+def test_shipped_table_lists_only_moves_the_critic_can_let_through():
+    """A direction whose every step acts downstream of where its symptom lost the evidence is always refused by the
+    critic (out of scope): the table must not offer it."""
+    for table_key, keys in load_bundles().entries.items():
+        groups = set(fixing_groups(table_key.split("/")[0].split("[")[0]))
+        for key in keys if groups else ():
+            assert groups & {group_of(step.path) for step in Move.parse(key).steps}, (table_key, key)
 
 
 @pytest.mark.parametrize("text, message", [
@@ -104,6 +114,14 @@ def test_reverted_direction_ranks_below_fresh_one(baseline):
     keys = [x.key for x in after]
     assert keys.index("retrieval.candidate_pool::increase") < keys.index("retrieval.top_k::increase")
     assert "1 revert(s)" in after[keys.index("retrieval.top_k::increase")].why
+
+
+def test_a_symptom_the_table_has_no_move_for_takes_no_place(baseline):
+    """The planner reads the ``max_symptoms`` most severe symptoms it can act on: a larger cell with nothing in the
+    table (ingestion here) does not push the next one out."""
+    d = make_digest(symptom("ingestion_gap", "*", 9, 0.6), symptom("retrieval_gap", "*", 6, 0.4))
+    plan = Planner(TABLE, DimensionEffects(), max_symptoms=1).plan(d, baseline)
+    assert plan and {x.symptom_key for x in plan} == {"retrieval_gap/*"}
 
 
 def test_directions_at_bounds_are_skipped(baseline):
