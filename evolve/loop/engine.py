@@ -289,8 +289,9 @@ class Engine:
                         self.tracker.uri, reason, entry["index"])
 
     def _verify(self, n: int, current: dict, cur_run: EvalRun, history: list[CandidateRecord]) -> list[CandidateResult]:
-        """Verify the round plan's directions in its order until the round's evaluation budget is spent. Gates and
-        critic are cheap screens: candidates they refuse are recorded but do not use an evaluation slot. After each
+        """Verify the round plan's directions in its order until the round's evaluation budget is spent. Gates are
+        cheap screens: candidates they refuse are recorded but do not use an evaluation slot; a candidate that reached
+        the probe used one, whether the probe, the critic (which reads the probe) or the comparison decided. After each
         candidate the plan is offered its follow-ups: the merge of the accepts so far
         (:func:`~evolve.loop.learning.merged`) and, for a gain the cost rule blocked, the move joined with a
         context-shrinking one (:func:`~evolve.loop.learning.relieved`). Last, the fully compared candidates are
