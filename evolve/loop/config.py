@@ -167,9 +167,10 @@ class RunConfig(_Strict):
                                                           "records, checkpoint, caches)")
     rounds: int = Field(4, ge=1, le=10_000, description="rounds in total (at most 10,000, years of nightly runs); "
                                                         "night: may end a run sooner")
-    candidates_per_round: int = Field(4, ge=1, le=100, description="candidates compared per round (at most 100: each "
-                                                                   "is a full evaluation, and the multiplicity "
-                                                                   "adjustment leaves more without power)")
+    candidates_per_round: int = Field(4, ge=1, le=100, description="candidates screened per round: each that reaches "
+                                                                   "the probe uses one, compared in full unless the "
+                                                                   "probe or the critic stops it (at most 100: the "
+                                                                   "multiplicity adjustment leaves more without power)")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="seed of every random choice (the range numpy and Optuna "
                                                            "accept)")
     limit: int | None = Field(None, ge=1, le=10_000_000, description="evaluate only the first N questions (at most "
