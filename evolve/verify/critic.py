@@ -22,7 +22,7 @@ the engine may weigh, e.g. by evaluating the candidate last.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any, Iterable, Protocol
 
 from evolve.numbers import is_real
 from evolve.observe.ladder import Stage, stage_of, through
@@ -44,6 +44,18 @@ def fixing_groups(root_cause: str) -> tuple[str, ...]:
     """Groups whose changes can recover evidence lost at ``root_cause``: its stage and every upstream one."""
     stage = stage_of(root_cause)
     return tuple(dict.fromkeys(STAGE_GROUP[s] for s in through(stage))) if stage is not None else ()
+
+
+def out_of_scope(root_cause: str | None, paths: Iterable[str]) -> str | None:
+    """Why a change of ``paths`` cannot recover evidence lost at ``root_cause``: none of its groups is one of
+    :func:`fixing_groups`. ``None`` when one is, or when the root cause has no stage (then scope is not checked)."""
+    if loss_group(root_cause) is None:
+        return None
+    touched = sorted({g for g in map(group_of, paths) if g})
+    allowed = fixing_groups(root_cause or "")
+    if set(touched) & set(allowed):
+        return None
+    return f"needs a change in {'/'.join(allowed)}; diff touches {touched or 'nothing evolvable'}"
 
 
 _BLOCKING = ("duplicate", "out_of_scope")
@@ -111,19 +123,16 @@ class DeterministicCritic:
         symptom = f"{packet.root_cause}/{packet.category}"
         if not packet.diff:
             return CriticReview("out_of_scope", ["empty diff"])
-        stage = loss_group(packet.root_cause)
-        if stage is not None:
-            touched = sorted({g for g in map(group_of, packet.diff) if g})
-            allowed = fixing_groups(packet.root_cause or "")
-            if not set(touched) & set(allowed):
-                return CriticReview("out_of_scope", [
-                    f"{symptom} needs a change in {'/'.join(allowed)}; diff touches {touched or 'nothing evolvable'}"])
+        gap = out_of_scope(packet.root_cause, packet.diff)
+        if gap is not None:
+            return CriticReview("out_of_scope", [f"{symptom} {gap}"])
         keys = sorted(packet.change_keys)
         if any(sorted(recent) == keys for recent in packet.recent_keys):
             return CriticReview("duplicate", [f"same change keys as a recent candidate: {keys}"])
         risks = self._risks(packet)
         if risks:
             return CriticReview("risky", risks)
+        stage = loss_group(packet.root_cause)
         scope = f"targets the {stage} stage of {symptom}" if stage else f"no stage for {symptom}; scope not checked"
         return CriticReview("actionable", [f"{', '.join(keys)} {scope}"])
 
