@@ -76,7 +76,7 @@ def json_payload(reply: str) -> Any:
 
 def pretty(data: Any) -> str:
     """``data`` as JSON on one line for a prompt: keys sorted, no indentation (which a model reads as tokens too)."""
-    return json.dumps(data, sort_keys=True, ensure_ascii=False, default=str, separators=(", ", ": "))
+    return json.dumps(data, sort_keys=True, ensure_ascii=False, default=str)
 
 
 def user_message(prompt: str, system: str | None = None) -> list[dict]:
