@@ -105,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", type=Path, default=Path("experiments/locomo_answer.yaml"))
     ap.add_argument("--nights", type=int, default=400, help="null nights per design")
     ap.add_argument("--power-runs", type=int, default=200, help="nights per effect and design")
+    ap.add_argument("--effects", type=float, nargs="+", default=list(EFFECTS), metavar="GAIN",
+                    help="gains of round 1's first change to measure power at (default: 0.03 0.05)")
     ap.add_argument("--max-rounds", type=int, default=20)
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of each comparison")
     ap.add_argument("--workers", type=int, default=2)
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     say(f"rules: {args.config} acceptance (alpha {CONTRACT['alpha']} or as named, {raw['acceptance']['multiple_testing']} "
         f"per round); {N} questions; {raw['candidates_per_round']} candidates per round, probe {raw['probe_size']}; "
         f"bootstrap {args.resamples} resamples")
-    for effect, runs in ((0.0, args.nights),) + tuple((e, args.power_runs) for e in EFFECTS):
+    for effect, runs in ((0.0, args.nights),) + tuple((e, args.power_runs) for e in args.effects):
         say()
         say("## False promotion per night (every change null)" if not effect else
             f"## Power per night (round 1's first change gains +{effect * 100:g} pp, every other change null)")

@@ -32,3 +32,14 @@ def test_the_script_prints_every_design_s_rates_and_writes_its_report(tmp_path):
     text = report.read_text()
     assert "night_simulation.py --nights 3" in text and "one-sided exact McNemar" in text
     assert done.stdout.strip().splitlines()[-2] in text
+
+
+def test_power_is_measured_at_the_gains_asked_for():
+    done = subprocess.run([sys.executable, str(SCRIPT), "--nights", "1", "--power-runs", "1", "--max-rounds", "2",
+                           "--resamples", "200", "--workers", "1", "--effects", "0.01",
+                           "--only", "confirmation 0.4 at 0.05, search at alpha 0.2"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    heads = re.findall(r"^## (.+)$", done.stdout, re.M)
+    assert heads == ["False promotion per night (every change null)",
+                     "Power per night (round 1's first change gains +1 pp, every other change null)"]
