@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--nights", type=int, default=400, help="null nights per design")
     ap.add_argument("--power-runs", type=int, default=200, help="nights per effect and design")
     ap.add_argument("--effects", type=float, nargs="+", default=list(EFFECTS), metavar="GAIN",
-                    help="gains of round 1's first change to measure power at (default: 0.03 0.05)")
+                    help="gains of round 1's first change to measure power at (default: "
+                         f"{' '.join(map(str, EFFECTS))})")
     ap.add_argument("--max-rounds", type=int, default=20)
     ap.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples of each comparison")
     ap.add_argument("--workers", type=int, default=2)
